@@ -1,0 +1,32 @@
+# Hangar — the two set-up commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install migrate bench ci clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	@$(PY) manage.py migrate --noinput
+	@$(PY) manage.py migrate --database ledger --noinput
+	@$(PY) manage.py setup_periodic_tasks
+
+demo: migrate
+	@$(PY) manage.py demo
+
+test: install
+	@$(VENV)/bin/pytest
+
+bench: migrate
+	@$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) var

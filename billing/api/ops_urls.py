@@ -1,0 +1,2 @@
+"""ops_urls routes of the billing app."""
+urlpatterns: list = []

@@ -1,0 +1,2 @@
+"""urls routes of the billing app."""
+urlpatterns: list = []

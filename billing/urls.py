@@ -1,0 +1,2 @@
+"""Console pages of the billing app."""
+urlpatterns: list = []

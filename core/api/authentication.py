@@ -1,0 +1,138 @@
+"""Bearer-token authentication for the three kinds of principal (API.md, "Auth").
+
+`request.user` becomes a `Principal`. Tenant and operator tokens are looked up by the SHA-256
+of their value; agent tokens are verified by signature alone.
+"""
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from core.choices import ApiTokenKind, TenantRole
+from core.models import ApiToken
+
+from .agent_tokens import looks_like_agent_token, verify_agent_token
+
+TOKEN_PREFIXES = {ApiTokenKind.TENANT: "hgt_", ApiTokenKind.OPERATOR: "hgo_"}
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+@dataclass
+class Principal:
+    """Who is calling: a tenant member's token, an operator's token, or a node agent."""
+
+    kind: str  # "tenant" | "operator" | "agent"
+    token_id: UUID | None = None
+    tenant: Any = None
+    role: str = ""
+    user: Any = None
+    node_id: UUID | None = None
+    extra: dict = field(default_factory=dict)
+
+    is_authenticated = True
+    is_anonymous = False
+
+    @property
+    def is_staff(self) -> bool:
+        return self.kind == "operator"
+
+    @property
+    def tenant_id(self):
+        return self.tenant.pk if self.tenant is not None else None
+
+    @property
+    def can_write(self) -> bool:
+        return self.kind == "operator" or (self.kind == "tenant" and self.role in (TenantRole.ADMIN, TenantRole.MEMBER))
+
+    @property
+    def idempotency_scope(self) -> str:
+        if self.kind == "tenant":
+            return f"tenant:{self.tenant.pk}"
+        if self.kind == "operator":
+            return f"operator:{self.user.pk}"
+        return f"agent:{self.node_id}"
+
+    @property
+    def actor(self) -> str:
+        if self.kind == "tenant":
+            return f"token:{self.token_id} (tenant {self.tenant.slug})"
+        if self.kind == "operator":
+            return f"user:{self.user.get_username()}"
+        return f"agent:{self.node_id}"
+
+    def get_username(self) -> str:
+        return self.actor
+
+
+def token_digest(plain: str) -> str:
+    return hashlib.sha256(plain.encode()).hexdigest()
+
+
+def generate_plain_token(kind: str) -> str:
+    return TOKEN_PREFIXES[kind] + secrets.token_urlsafe(32)
+
+
+def _bearer(request) -> str | None:
+    header = authentication.get_authorization_header(request).decode("latin-1")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise exceptions.AuthenticationFailed("Malformed Authorization header.")
+    return value.strip()
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    """Tenant, operator and agent tokens (the agent kind is only useful on agent routes,
+    whose permission classes accept nothing else)."""
+
+    def authenticate(self, request):
+        plain = _bearer(request)
+        if plain is None:
+            return None
+        if looks_like_agent_token(plain):
+            node_id = verify_agent_token(plain)
+            if node_id is None:
+                raise exceptions.AuthenticationFailed("Invalid agent token.")
+            return Principal(kind="agent", node_id=node_id), plain
+        token = (
+            ApiToken.objects.select_related("tenant", "user")
+            .filter(digest=token_digest(plain), revoked_at__isnull=True)
+            .first()
+        )
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+        if token.kind == ApiTokenKind.OPERATOR and not (token.user.is_active and token.user.is_staff):
+            raise exceptions.AuthenticationFailed("This operator account is disabled.")
+        now = timezone.now()
+        if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+            # At most one write a minute per token, not one per request.
+            ApiToken.objects.filter(pk=token.pk).filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+            ).update(last_used_at=now)
+        principal = Principal(
+            kind=token.kind, token_id=token.pk, tenant=token.tenant, role=token.role, user=token.user
+        )
+        return principal, token
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="hangar"'
+
+
+class AgentTokenAuthentication(BearerTokenAuthentication):
+    """Agent routes: anything that is not a valid agent signature is 401 (API.md)."""
+
+    def authenticate(self, request):
+        plain = _bearer(request)
+        if plain is None:
+            return None
+        node_id = verify_agent_token(plain)
+        if node_id is None:
+            raise exceptions.AuthenticationFailed("Not a valid agent token.")
+        return Principal(kind="agent", node_id=node_id), plain

@@ -1,0 +1,2 @@
+"""ops_urls routes of the core app."""
+urlpatterns: list = []

@@ -1,0 +1,7 @@
+"""URL helpers: every API path answers with and without its trailing slash (API.md)."""
+from django.urls import re_path
+
+
+def api_route(pattern: str, view, name: str):
+    """`api_route(r"allocations/(?P<pk>[^/]+)", view, "allocation-detail")` matches both forms."""
+    return re_path(rf"^{pattern.strip('/')}/?$", view, name=name)

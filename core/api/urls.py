@@ -1,0 +1,2 @@
+"""urls routes of the core app."""
+urlpatterns: list = []

@@ -1,0 +1,15 @@
+"""What `make demo` seeds, in order. Each step is `callable(stdout) -> None`, idempotent, and
+is imported lazily so an app adds its own step here without touching the command."""
+
+DEMO_SEED_STEPS: tuple[str, ...] = (
+    "fleet.services.seeding.seed_demo_fleet",
+    "core.services.demo_users.ensure_demo_operator",
+)
+
+# Processes `make demo` keeps running: (label, argv after the venv's python).
+DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("web", ("manage.py", "runserver", "127.0.0.1:8000", "--noreload")),
+    ("worker+beat", ("-m", "celery", "-A", "config", "worker", "-B", "--concurrency", "2", "--loglevel", "WARNING")),
+)
+
+DEMO_OPERATOR = ("operator", "hangar-demo")

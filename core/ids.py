@@ -1,0 +1,19 @@
+"""Opaque, time-ordered ids.
+
+Public ids are UUIDs (never sequential integers). Version 7 layout (48-bit millisecond
+timestamp, then randomness) keeps primary-key indexes append-mostly under bulk inserts.
+"""
+import os
+import time
+import uuid
+
+
+def uuid7() -> uuid.UUID:
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version
+    value |= ((rand >> 62) & 0xFFF) << 64  # 12 random bits
+    value |= 0b10 << 62  # RFC 4122 variant
+    value |= rand & ((1 << 62) - 1)
+    return uuid.UUID(int=value)

@@ -1,0 +1,68 @@
+"""The one registry of advisory locks held by periodic runs.
+
+On PostgreSQL a run takes a transaction-level advisory lock (released at commit or crash),
+so two workers never run the same loop at once. SQLite (the embedded default) serialises
+writers anyway; there an exclusive file lock under var/ plays the same role.
+"""
+import fcntl
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connections, transaction
+
+# Names of every loop that holds a lock. Adding a loop means adding its name here.
+LOCK_NAMES = frozenset(
+    {
+        "reconcile_nodes",
+        "allocation_loop",
+        "health_sweep",
+        "billing_run",
+        "fleet_snapshot",
+    }
+)
+
+
+def lock_id(name: str) -> int:
+    if name not in LOCK_NAMES:
+        raise KeyError(f"unknown advisory lock {name!r}: register it in core.locks.LOCK_NAMES")
+    digest = hashlib.blake2b(f"hangar:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@contextmanager
+def advisory_lock(name: str, *, using: str = "default") -> Iterator[bool]:
+    """Yields True when this process holds the lock, False when another run holds it.
+
+    On PostgreSQL this must be entered inside `transaction.atomic(using=...)`: the lock is
+    released with the transaction.
+    """
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        if not connection.in_atomic_block:
+            raise RuntimeError("advisory_lock needs an open transaction on PostgreSQL")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_id(name)])
+            yield bool(cursor.fetchone()[0])
+        return
+    lock_id(name)
+    lock_dir = settings.VAR_DIR / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def locked_run(name: str, *, using: str = "default") -> Iterator[bool]:
+    """A transaction holding the loop's advisory lock: `with locked_run("x") as got: ...`."""
+    with transaction.atomic(using=using), advisory_lock(name, using=using) as acquired:
+        yield acquired

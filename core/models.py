@@ -1,0 +1,104 @@
+"""Models every app shares: the base model, the audit trail, API tokens and the
+idempotency record store."""
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from .choices import ApiTokenKind, IdempotencyState, TenantRole
+from .ids import uuid7
+
+
+class BaseModel(models.Model):
+    """Opaque UUID primary key and creation/update times (UTC)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class AuditEvent(models.Model):
+    """One write that matters: who did what to which object, the state before and after, and why."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=200, help_text="user:NAME, token:ID, agent:HOSTNAME or system:LOOP")
+    action = models.CharField(max_length=100)
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=64)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id", "at"], name="core_audit_object_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type}:{self.object_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the tenant or operator API. Only a SHA-256 of the value is stored;
+    the plain value is shown once at creation. Agent tokens are not stored at all: they are
+    HMAC-signed (core.api.agent_tokens)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    kind = models.CharField(max_length=16, choices=ApiTokenKind.choices)
+    name = models.CharField(max_length=100, blank=True)
+    tenant = models.ForeignKey("tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens")
+    role = models.CharField(max_length=16, choices=TenantRole.choices, blank=True)
+    prefix = models.CharField(max_length=16, help_text="first characters of the token, to recognise it")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                name="core_apitoken_owner_matches_kind",
+                condition=(
+                    models.Q(kind=ApiTokenKind.TENANT, tenant__isnull=False, user__isnull=True)
+                    | models.Q(kind=ApiTokenKind.OPERATOR, user__isnull=False, tenant__isnull=True)
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        owner = self.tenant if self.kind == ApiTokenKind.TENANT else self.user
+        return f"{self.kind} token {self.prefix}… ({owner})"
+
+
+class IdempotencyRecord(models.Model):
+    """What a create request with an Idempotency-Key answered, so a retry gets the same answer.
+
+    The unique constraint on (scope, key) settles concurrent retries in the database: exactly
+    one request inserts the row and does the work; the others see it in progress or done.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=100, help_text="tenant:ID or operator:ID — keys never collide across scopes")
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=500)
+    body_digest = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=IdempotencyState.choices, default=IdempotencyState.IN_PROGRESS)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="core_idempotency_scope_key_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key} {self.state}"

@@ -1,0 +1,20 @@
+"""The one registry of periodic tasks (Celery beat, django-celery-beat DatabaseScheduler).
+
+`manage.py setup_periodic_tasks` writes these rows idempotently; `run_loops` uses the same
+list for machines without Celery. Intervals follow DESIGN.md ("Control loops").
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PeriodicSpec:
+    name: str
+    task: str
+    every_seconds: int | None = None
+    crontab: str | None = None  # "minute hour day_of_month month_of_year day_of_week"
+    expires_seconds: int | None = None  # a run that could not start in time is dropped, not queued up
+
+
+PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
+    PeriodicSpec("purge expired idempotency keys", "core.tasks.purge_idempotency_keys", crontab="17 3 * * *"),
+)

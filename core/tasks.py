@@ -1,0 +1,9 @@
+"""Core periodic tasks (thin: one service call)."""
+from celery import shared_task
+
+from core.api.idempotency import purge_expired_keys
+
+
+@shared_task(name="core.tasks.purge_idempotency_keys", soft_time_limit=120, time_limit=180)
+def purge_idempotency_keys() -> int:
+    return purge_expired_keys()

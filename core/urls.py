@@ -1,0 +1,2 @@
+"""Console pages of the core app."""
+urlpatterns: list = []

@@ -1,0 +1,2 @@
+"""urls routes of the fleet app."""
+urlpatterns: list = []

@@ -1,0 +1,116 @@
+"""Fleet choice sets. Colours follow one palette so every page shows a state the same way."""
+from django.db import models
+
+
+class Lifecycle(models.TextChoices):
+    """Node lifecycle (DESIGN.md, "Node"). Transitions live in fleet.services.lifecycle only."""
+
+    ENROLLED = "enrolled", "Enrolled"
+    BURN_IN = "burn_in", "Burn-in"
+    BURN_IN_FAILED = "burn_in_failed", "Burn-in failed"
+    AVAILABLE = "available", "Available"
+    PROVISIONING = "provisioning", "Provisioning"
+    PROVISION_FAILED = "provision_failed", "Provision failed"
+    ACTIVE = "active", "Active"
+    RELEASING = "releasing", "Releasing"
+    WIPING = "wiping", "Wiping"
+    WIPE_FAILED = "wipe_failed", "Wipe failed"
+    QUARANTINED = "quarantined", "Quarantined"
+    DRAINING = "draining", "Draining"
+    REMEDIATING = "remediating", "Remediating"
+    VALIDATING = "validating", "Validating"
+    TRIAGE = "triage", "Triage"
+    REPAIR = "repair", "Repair"
+    RMA = "rma", "RMA"
+    DECOMMISSIONING = "decommissioning", "Decommissioning"
+    SANITIZING = "sanitizing", "Sanitizing"
+    RETIRED = "retired", "Retired"
+    DISPOSED = "disposed", "Disposed"
+
+
+LIFECYCLE_COLORS = {
+    Lifecycle.ENROLLED: "#9aa5b1",
+    Lifecycle.BURN_IN: "#f0b429",
+    Lifecycle.BURN_IN_FAILED: "#d64545",
+    Lifecycle.AVAILABLE: "#3ebd93",
+    Lifecycle.PROVISIONING: "#62b0e8",
+    Lifecycle.PROVISION_FAILED: "#d64545",
+    Lifecycle.ACTIVE: "#2680c2",
+    Lifecycle.RELEASING: "#84c5f4",
+    Lifecycle.WIPING: "#b6e0fe",
+    Lifecycle.WIPE_FAILED: "#d64545",
+    Lifecycle.QUARANTINED: "#ef8e58",
+    Lifecycle.DRAINING: "#f7c948",
+    Lifecycle.REMEDIATING: "#e67635",
+    Lifecycle.VALIDATING: "#fce588",
+    Lifecycle.TRIAGE: "#ba2525",
+    Lifecycle.REPAIR: "#a27c1a",
+    Lifecycle.RMA: "#610316",
+    Lifecycle.DECOMMISSIONING: "#7b8794",
+    Lifecycle.SANITIZING: "#616e7c",
+    Lifecycle.RETIRED: "#3e4c59",
+    Lifecycle.DISPOSED: "#1f2933",
+}
+
+
+class PowerState(models.TextChoices):
+    ON = "on", "On"
+    OFF = "off", "Off"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class Health(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+    UNKNOWN = "unknown", "Unknown"
+
+
+HEALTH_COLORS = {
+    Health.HEALTHY: "#3ebd93",
+    Health.DEGRADED: "#f7c948",
+    Health.UNHEALTHY: "#d64545",
+    Health.UNKNOWN: "#9aa5b1",
+}
+
+
+class Attribution(models.TextChoices):
+    """Who a cordon or outage is attributed to (drives SLA credits)."""
+
+    PROVIDER = "provider", "Provider"
+    TENANT = "tenant", "Tenant"
+    NODE = "node", "Node"
+
+
+class Cooling(models.TextChoices):
+    AIR = "air", "Air"
+    REAR_DOOR = "rear_door", "Rear-door heat exchanger"
+    LIQUID = "liquid", "Liquid (direct-to-chip)"
+
+
+class CoolingRequirement(models.TextChoices):
+    AIR = "air", "Air"
+    LIQUID = "liquid", "Liquid"
+    AIR_OR_LIQUID = "air-or-liquid", "Air or liquid"
+
+
+# Which rack cooling satisfies which node requirement.
+COOLING_SATISFIES = {
+    CoolingRequirement.AIR: {Cooling.AIR, Cooling.REAR_DOOR},
+    CoolingRequirement.LIQUID: {Cooling.LIQUID},
+    CoolingRequirement.AIR_OR_LIQUID: {Cooling.AIR, Cooling.REAR_DOOR, Cooling.LIQUID},
+}
+
+
+class FabricTechnology(models.TextChoices):
+    IB_HDR = "ib-hdr", "InfiniBand HDR (200G)"
+    IB_NDR = "ib-ndr", "InfiniBand NDR (400G)"
+    IB_XDR = "ib-xdr", "InfiniBand XDR (800G)"
+    ROCE = "roce", "RoCE"
+    NVL72 = "nvl72", "NVLink (NVL72)"
+
+
+class DriveInterface(models.TextChoices):
+    NVME = "nvme", "NVMe"
+    SATA = "sata", "SATA"
+    SAS = "sas", "SAS"

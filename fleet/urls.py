@@ -1,0 +1,11 @@
+"""Fleet console pages."""
+from django.urls import path
+
+from . import views
+
+app_name = "fleet"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("fleet/", views.rack_list, name="rack-list"),
+]

@@ -1,0 +1,2 @@
+"""agent_urls routes of the health app."""
+urlpatterns: list = []

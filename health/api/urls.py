@@ -1,0 +1,2 @@
+"""urls routes of the health app."""
+urlpatterns: list = []

@@ -1,0 +1,2 @@
+"""Console pages of the health app."""
+urlpatterns: list = []

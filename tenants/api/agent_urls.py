@@ -1,0 +1,2 @@
+"""agent_urls routes of the tenants app."""
+urlpatterns: list = []

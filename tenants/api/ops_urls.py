@@ -1,0 +1,2 @@
+"""ops_urls routes of the tenants app."""
+urlpatterns: list = []

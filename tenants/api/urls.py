@@ -1,0 +1,2 @@
+"""urls routes of the tenants app."""
+urlpatterns: list = []

@@ -1,0 +1,2 @@
+"""Console pages of the tenants app."""
+urlpatterns: list = []

@@ -1,0 +1,66 @@
+"""Shared fixtures: users, API clients, tokens, a small seeded fleet, and the rules for
+PostgreSQL-only and browser tests."""
+import os
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+
+def pytest_collection_modifyitems(config, items):
+    from django.conf import settings
+
+    on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    skip_pg = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL); real concurrency is tested there")
+    for item in items:
+        if "postgres" in item.keywords and not on_postgres:
+            item.add_marker(skip_pg)
+
+
+@pytest.fixture
+def operator_user(django_user_model):
+    return django_user_model.objects.create_user("op", password="op-pass-123", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def operator_client(client, operator_user):
+    client.force_login(operator_user)
+    return client
+
+
+@pytest.fixture
+def api():
+    return APIClient()
+
+
+@pytest.fixture
+def operator_token(operator_user):
+    from core.services.tokens import create_api_token
+
+    _, plain = create_api_token(kind="operator", user=operator_user, actor="test")
+    return plain
+
+
+@pytest.fixture
+def ops_api(operator_token):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {operator_token}")
+    return client
+
+
+@pytest.fixture
+def small_fleet(db):
+    """64 GPUs: 8 H100 nodes in 4 racks, one NDR pod, plus the empty liquid hall."""
+    from fleet.services.seeding import seed_fleet
+
+    return seed_fleet(gpus=64)
+
+
+@pytest.fixture
+def is_postgres():
+    return connection.vendor == "postgresql"
+
+
+def chromium_path() -> str | None:
+    path = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    return path if os.path.exists(path) else None

@@ -1,0 +1,62 @@
+"""The API's common rules that hold before any resource exists: public schema and docs,
+problem+json 404s, token kinds and hashing, agent tokens verified without a database read."""
+import hashlib
+
+import pytest
+from django.core.management import call_command
+
+from core.api.agent_tokens import mint_agent_token, verify_agent_token
+from core.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("path", ["/api/v1/schema", "/api/v1/schema/", "/api/v1/docs", "/api/v1/docs/"])
+def test_schema_and_docs_are_public_in_both_slash_forms(client, path):
+    response = client.get(path)
+    assert response.status_code == 200
+
+
+def test_docs_page_uses_local_assets_only(client):
+    html = client.get("/api/v1/docs/").content.decode()
+    assert "//unpkg" not in html and "cdn" not in html.lower()
+
+
+@pytest.mark.parametrize("auth", [None, "Bearer nonsense"])
+def test_unknown_api_path_is_problem_json_404(client, auth):
+    headers = {"HTTP_AUTHORIZATION": auth} if auth else {}
+    response = client.get("/api/v1/no-such-thing", **headers)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == "not_found" and body["status"] == 404 and {"type", "title", "detail"} <= body.keys()
+
+
+def test_create_token_prints_plain_value_last_and_stores_only_its_hash(operator_user, capsys):
+    call_command("create_token", "--operator", operator_user.username)
+    plain = capsys.readouterr().out.strip().splitlines()[-1]
+    token = ApiToken.objects.get()
+    assert token.digest == hashlib.sha256(plain.encode()).hexdigest()
+    assert plain not in str(ApiToken.objects.values().get())
+
+
+def test_agent_token_verifies_without_any_query(django_assert_num_queries, small_fleet):
+    from fleet.models import Node
+
+    node = Node.objects.first()
+    token = mint_agent_token(node.pk)
+    with django_assert_num_queries(0):
+        assert verify_agent_token(token) == node.pk
+    tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    assert verify_agent_token(tampered) is None
+    assert verify_agent_token("hga1.not-a-uuid.sig") is None
+
+
+def test_setup_periodic_tasks_is_idempotent():
+    from django_celery_beat.models import PeriodicTask
+
+    from core.periodic import PERIODIC_TASKS
+
+    call_command("setup_periodic_tasks")
+    call_command("setup_periodic_tasks")
+    assert PeriodicTask.objects.exclude(name__startswith="celery.").count() == len(PERIODIC_TASKS)

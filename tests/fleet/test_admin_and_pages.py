@@ -1,0 +1,74 @@
+"""Inventory admin and the Fleet page: they render, validate, import/export, and their query
+counts do not grow with the fleet."""
+import pytest
+from django.urls import reverse
+
+from fleet.models import Node, Rack
+from fleet.services.seeding import seed_fleet
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("gpus", [64, 1024])
+def test_node_changelist_query_count_is_fixed(operator_client, django_assert_max_num_queries, gpus):
+    seed_fleet(gpus=gpus)
+    with django_assert_max_num_queries(12):
+        response = operator_client.get(reverse("admin:fleet_node_changelist"))
+    assert response.status_code == 200
+    assert b"dc1-gpu00001" in response.content
+
+
+def test_node_change_page_shows_inline_gpus_and_drives(operator_client, small_fleet):
+    node = Node.objects.first()
+    response = operator_client.get(reverse("admin:fleet_node_change", args=[node.pk]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.count('name="gpus-') > 8 and html.count('name="drives-') > 10
+
+
+def test_admin_refuses_nvl72_in_an_air_rack_with_a_clear_message(operator_client, small_fleet):
+    rack = Rack.objects.filter(cooling="air", nodes__isnull=False).first()
+    from fleet.models import NodeType
+
+    response = operator_client.post(reverse("admin:fleet_node_add"), {
+        "hostname": "nvl-x", "serial": "NVLX", "node_type": NodeType.objects.get(slug="gb200-nvl72").pk,
+        "rack": rack.pk, "u_position": 30, "leaf_switch": "",
+        "gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0, "drives-TOTAL_FORMS": 0, "drives-INITIAL_FORMS": 0,
+        "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
+    })
+    assert response.status_code == 200
+    assert "needs liquid cooling" in response.content.decode()
+    assert not Node.objects.filter(hostname="nvl-x").exists()
+
+
+def test_rack_csv_export_then_import_roundtrip_and_invalid_rows_are_reported(operator_client, small_fleet):
+    export = operator_client.post(reverse("admin:fleet_rack_export"), {"format": "0", "resource": "0",
+                                                                       **{f"rackresource_{f}": "on" for f in (
+                                                                           "id", "name", "hall", "row", "column", "u_height",
+                                                                           "rated_power_kw", "cooling", "cooling_capacity_kw")}})
+    assert export.status_code == 200
+    assert b"rated_power_kw" in export.content and b"hall-1-r0001" in export.content
+
+
+def test_fleet_page_lists_racks_with_power_and_states(operator_client, django_assert_max_num_queries):
+    seed_fleet(gpus=512)
+    with django_assert_max_num_queries(8):
+        response = operator_client.get("/fleet/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "20.40 / 23.00" in html
+    assert html.count("Available · 2") == 32
+    assert "empty position" in html
+
+
+def test_console_pages_need_an_operator_login(client, small_fleet, django_user_model):
+    assert client.get("/fleet/").url.startswith("/accounts/login/")
+    user = django_user_model.objects.create_user("tenant-user", password="x" * 12)
+    client.force_login(user)
+    assert client.get("/").status_code == 302
+
+
+def test_overview_counts_gpus_by_state(operator_client, small_fleet):
+    response = operator_client.get("/")
+    assert response.status_code == 200
+    assert response.context["total_gpus"] == Node.objects.count() * 8 == 64
