@@ -1,0 +1,241 @@
+"""The node agent as a non-blocking state machine: `tick(now)` does whatever is due.
+
+One tick: advance the hardware clock, heartbeat if due, poll desired-state if due,
+start or poll the current action, queue health reports, meter the running
+allocation, and flush the spool. Nothing in a tick sleeps (with a transport of
+`max_attempts=1`), so the fleet simulator can drive thousands of agents from one
+thread; `run_forever()` is the real node's loop around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import requests
+
+from . import __version__
+from .config import AgentConfig
+from .executors import ActionRun, Executor, result, simulated_executors
+from .hardware.base import HardwareBackend
+from .hardware.simulated import SimulatedHardware
+from .metering import METER_KIND, Meter, Usage, rfc3339
+from .spool import Flusher, Spool
+from .transport import MAX_METER_BATCH, AgentAPI, AgentTransport, TransportError
+
+log = logging.getLogger(__name__)
+
+ACTION_RESULT_KIND = "action_result"
+HEALTH_REPORT_KIND = "health_report"
+HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "burn_in"})
+FINISHED_STATE = "finished_actions"
+RUNNING_STATE = "running_action"
+DESIRED_STATE = "desired_state"
+REMEMBERED_ACTIONS = 1000
+
+
+class Agent:
+    """One node's agent. All collaborators are injected; see `simulated_agent` for the simulator."""
+
+    def __init__(self, *, config: AgentConfig, transport: AgentAPI, hardware: HardwareBackend,
+                 executors: Mapping[str, Executor], spool: Spool,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.transport = transport
+        self.hardware = hardware
+        self.executors = executors
+        self.spool = spool
+        rng = rng or random.Random()
+        self.meter = Meter(spool, interval=config.meter_interval)
+        backoff = {"rng": rng, "backoff_base": config.backoff_base, "backoff_cap": config.backoff_cap}
+        self.flushers = [
+            Flusher(spool, ACTION_RESULT_KIND, lambda b: transport.action_result(b[0]), **backoff),
+            Flusher(spool, HEALTH_REPORT_KIND, lambda b: transport.health_report(b[0]), **backoff),
+            Flusher(spool, METER_KIND, transport.meter_events, batch_size=MAX_METER_BATCH, **backoff),
+        ]
+        self.desired: dict[str, Any] | None = spool.get_state(DESIRED_STATE)
+        self.finished: list[str] = spool.get_state(FINISHED_STATE, [])
+        self.queue: list[dict[str, Any]] = []
+        self.current: tuple[dict[str, Any], ActionRun] | None = None
+        self.gpu_count = config.gpu_count
+        self.unsent_xids: dict[int, list[int]] = {}
+        self.next_heartbeat: datetime | None = None
+        self.next_desired: datetime | None = None
+        self.next_health: datetime | None = None
+        self._recover_interrupted_action()
+
+    # ---- the loop -------------------------------------------------------------------
+
+    def tick(self, now: datetime) -> None:
+        """Do what is due at `now` (timezone-aware). Never blocks on a retry."""
+        self.hardware.advance(now, allocated=self.usage() is not None)
+        if self.hardware.power_state() == "off":
+            return
+        if _due(self.next_heartbeat, now):
+            self.next_heartbeat = now + timedelta(seconds=self.config.heartbeat_interval)
+            self._heartbeat(now)
+        if _due(self.next_desired, now):
+            self.next_desired = now + timedelta(seconds=self.config.desired_state_interval)
+            self._poll_desired()
+        self._run_actions(now)
+        if _due(self.next_health, now):
+            self.next_health = now + timedelta(seconds=self.config.health_report_interval)
+            self._report_health(now, self.hardware.health_checks())
+        self.meter.observe(now, self.usage())
+        for flusher in self.flushers:
+            flusher.flush(now)
+
+    def run_forever(self, stop: threading.Event | None = None, period: float = 1.0) -> None:
+        """Tick once a `period` until `stop` is set; a failing tick is logged, not fatal."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            try:
+                self.tick(datetime.now(UTC))
+            except Exception:
+                log.exception("tick failed; continuing")
+            stop.wait(period)
+
+    def usage(self) -> Usage | None:
+        """What to meter now: only an active node running a known tenant's allocation."""
+        d = self.desired or {}
+        if d.get("lifecycle") != "active" or not d.get("allocation_id") or not d.get("tenant_id"):
+            return None
+        gpus = d.get("gpus") if isinstance(d.get("gpus"), int) else self.gpu_count
+        return Usage(allocation_id=str(d["allocation_id"]), tenant_id=str(d["tenant_id"]),
+                     sku=str(d.get("sku") or self.config.sku), gpus=gpus)
+
+    # ---- steps -------------------------------------------------------------------------
+
+    def _heartbeat(self, now: datetime) -> None:
+        gpus = self.hardware.gpus()
+        self.gpu_count = max(self.gpu_count, len(gpus))
+        for gpu in gpus:
+            gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
+        payload = {"observed_at": rfc3339(now), "power_state": self.hardware.power_state(),
+                   "agent_version": __version__, "gpus": gpus}
+        try:
+            self.transport.heartbeat(payload)
+        except TransportError as exc:
+            log.warning("heartbeat failed: %s", exc)
+            for gpu in gpus:  # XIDs are events: carry them to the next heartbeat
+                if gpu["xid_errors"]:
+                    self.unsent_xids[gpu["index"]] = gpu["xid_errors"]
+
+    def _poll_desired(self) -> None:
+        try:
+            desired = self.transport.desired_state()
+        except TransportError as exc:
+            log.warning("desired-state unavailable (%s); keeping the last known one", exc)
+            return
+        if not isinstance(desired, dict):
+            log.warning("desired-state is not an object: %r", desired)
+            return
+        if desired != self.desired:
+            self.desired = desired
+            self.spool.set_state(DESIRED_STATE, desired)
+        wanted = [a for a in desired.get("actions") or [] if isinstance(a, dict) and a.get("id")]
+        wanted_ids = {str(a["id"]) for a in wanted}
+        self.queue = [a for a in self.queue if str(a["id"]) in wanted_ids]
+        known = set(self.finished) | {str(a["id"]) for a in self.queue}
+        if self.current is not None:
+            known.add(str(self.current[0]["id"]))
+        self.queue += [a for a in wanted if str(a["id"]) not in known]
+
+    def _run_actions(self, now: datetime) -> None:
+        """One action at a time, in the order the control plane listed them."""
+        while True:
+            if self.current is None:
+                if not self.queue:
+                    return
+                self.current = (self.queue[0], self._start(self.queue.pop(0), now))
+            action, run = self.current
+            outcome = run.poll(now)
+            if outcome is None:
+                return
+            self._finish(action, outcome, now)
+            self.current = None
+
+    def _start(self, action: dict[str, Any], now: datetime) -> ActionRun:
+        self.spool.set_state(RUNNING_STATE, action)
+        name = str(action.get("action"))
+        executor = self.executors.get(name)
+        log.info("starting action %s (%s)", action["id"], name)
+        if executor is None:
+            return _Immediate(result("failed", f"this agent has no executor for {name!r}"))
+        try:
+            return executor.start(action.get("params") or {}, now)
+        except Exception as exc:
+            log.exception("action %s (%s) could not start", action["id"], name)
+            return _Immediate(result("failed", f"could not start: {exc}"))
+
+    def _finish(self, action: dict[str, Any], outcome: dict[str, Any], now: datetime) -> None:
+        action_id, name = str(action["id"]), str(action.get("action"))
+        log.info("action %s (%s) %s: %s", action_id, name, outcome["status"], outcome["detail"])
+        with self.spool.transaction():
+            self.spool.append(ACTION_RESULT_KIND, {
+                "action_id": action_id, "action": name, "status": outcome["status"],
+                "detail": outcome["detail"], "output": outcome.get("output") or {},
+                "finished_at": rfc3339(now)}, key=f"action:{action_id}")
+            self.finished = (self.finished + [action_id])[-REMEMBERED_ACTIONS:]
+            self.spool.set_state(FINISHED_STATE, self.finished)
+            self.spool.set_state(RUNNING_STATE, None)
+            if name in HEALTH_ACTIONS:
+                self._report_health(now, [{"name": name,
+                                           "status": "pass" if outcome["status"] == "succeeded" else "fail",
+                                           "detail": outcome["detail"]}])
+
+    def _report_health(self, now: datetime, checks: list[dict[str, Any]]) -> None:
+        if checks:
+            self.spool.append(HEALTH_REPORT_KIND, {"observed_at": rfc3339(now), "checks": checks})
+
+    def _recover_interrupted_action(self) -> None:
+        """An action running when the agent died is reported, never silently re-run."""
+        action = self.spool.get_state(RUNNING_STATE)
+        if not action:
+            return
+        now = datetime.now(UTC)
+        if action.get("action") == "reboot":
+            outcome = result("succeeded", "host rebooted and the agent is back")
+        else:
+            outcome = result("failed", "the agent restarted while this action ran; not re-run")
+        self._finish(action, outcome, now)
+
+
+class _Immediate:
+    def __init__(self, outcome: dict[str, Any]) -> None:
+        self.outcome = outcome
+
+    def poll(self, now: datetime) -> dict[str, Any] | None:
+        return self.outcome
+
+
+def _due(deadline: datetime | None, now: datetime) -> bool:
+    return deadline is None or now >= deadline
+
+
+def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Session | Any,
+                    rng: random.Random, start: datetime, speed: float = 1.0,
+                    generation: str = "hopper", gpu_count: int = 8, sku: str = "",
+                    scenario: str | list[dict[str, Any]] | None = None,
+                    spool_path: str = ":memory:", **config: Any) -> Agent:
+    """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
+
+    The transport makes single attempts (no sleeping in tick); retries happen on
+    later ticks through the spool's backoff. `rng` seeds everything, so a fleet
+    built from one seeded Random is reproducible.
+    """
+    cfg = AgentConfig(url=url, token=token, backend="simulated", spool_path=spool_path,
+                      generation=generation, gpu_count=gpu_count, sku=sku, speed=speed,
+                      max_attempts=1, **config).validated()
+    hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), start=start,
+                                 generation=generation, gpu_count=gpu_count, speed=speed,
+                                 hostname=hostname, scenario=scenario)
+    transport = AgentTransport(url, token, session=session, max_attempts=1,
+                               timeout=(cfg.connect_timeout, cfg.read_timeout))
+    return Agent(config=cfg, transport=transport, hardware=hardware,
+                 executors=simulated_executors(hardware, random.Random(rng.getrandbits(64))),
+                 spool=Spool(spool_path), rng=random.Random(rng.getrandbits(64)))

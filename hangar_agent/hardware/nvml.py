@@ -1,0 +1,171 @@
+"""Real GPUs through NVML (nvidia-ml-py's `pynvml`).
+
+Reading and mapping are split: `NvmlBackend` only calls NVML and collects raw
+values (None where the GPU does not support a query); `telemetry_from_nvml` is a
+pure function from those raw values to the heartbeat shape, testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from types import ModuleType
+from typing import Any
+
+from .base import blank_gpu, ib_link_checks, nvme_drives
+
+log = logging.getLogger(__name__)
+
+NVLINK_ACTIVE = 1
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used here (no library, no driver, no GPU)."""
+
+
+def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
+    """Map raw NVML readings to one heartbeat `gpus[]` entry.
+
+    raw keys: uuid (str|bytes), temperature_c, power_mw, utilization_pct,
+    memory_used_bytes, ecc_corrected, ecc_uncorrected (volatile totals),
+    retired_pages (list of page lists or a count), remapped_rows
+    ((corrected, uncorrected, pending, failure) or None), nvlink_states (per link:
+    1 active, 0 inactive, None not present) and xids (XIDs since the last read).
+    """
+    uuid = raw.get("uuid") or ""
+    gpu = blank_gpu(index, uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+    if raw.get("temperature_c") is not None:
+        gpu["temperature_c"] = int(raw["temperature_c"])
+    if raw.get("power_mw") is not None:
+        gpu["power_w"] = round(raw["power_mw"] / 1000.0, 1)
+    if raw.get("utilization_pct") is not None:
+        gpu["utilization_pct"] = int(raw["utilization_pct"])
+    if raw.get("memory_used_bytes") is not None:
+        gpu["memory_used_mb"] = int(raw["memory_used_bytes"]) // (1024 * 1024)
+    gpu["ecc_sbe"] = int(raw.get("ecc_corrected") or 0)
+    gpu["ecc_dbe"] = int(raw.get("ecc_uncorrected") or 0)
+    retired = raw.get("retired_pages") or 0
+    gpu["retired_pages"] = retired if isinstance(retired, int) else sum(len(p) for p in retired)
+    rows = raw.get("remapped_rows")
+    if rows is not None:
+        gpu["row_remap_pending"] = bool(rows[2])
+        gpu["row_remap_failed"] = bool(rows[3])
+    states = raw.get("nvlink_states") or []
+    gpu["nvlink_down"] = sum(1 for s in states if s is not None and s != NVLINK_ACTIVE)
+    gpu["xid_errors"] = [int(x) for x in raw.get("xids") or []]
+    return gpu
+
+
+class NvmlBackend:
+    """Telemetry from the local GPUs; XIDs come from an NVML event set polled without waiting."""
+
+    def __init__(self, nvml: ModuleType | None = None) -> None:
+        """`nvml` defaults to the real `pynvml`; tests pass a stand-in module."""
+        try:
+            if nvml is None:
+                import pynvml as nvml
+            nvml.nvmlInit()
+            self.nvml = nvml
+            self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        except ImportError as exc:
+            raise NvmlUnavailable(_unavailable(f"nvidia-ml-py is not installed ({exc})")) from exc
+        except Exception as exc:  # pynvml raises NVMLError subclasses built at runtime
+            raise NvmlUnavailable(_unavailable(str(exc) or type(exc).__name__)) from exc
+        self._pending_xids: dict[int, list[int]] = {}
+        self.event_set = self._register_xid_events()
+
+    def advance(self, now: datetime, *, allocated: bool) -> None:
+        """Real hardware keeps its own time."""
+
+    def power_state(self) -> str:
+        return "on"
+
+    def drives(self) -> list[dict[str, Any]]:
+        return nvme_drives()
+
+    def health_checks(self) -> list[dict[str, Any]]:
+        return ib_link_checks()
+
+    def gpus(self) -> list[dict[str, Any]]:
+        self._drain_xid_events()
+        result = []
+        for index, handle in enumerate(self.handles):
+            raw = self._read(handle)
+            raw["xids"] = self._pending_xids.pop(index, [])
+            result.append(telemetry_from_nvml(index, raw))
+        return result
+
+    def _read(self, handle: Any) -> dict[str, Any]:
+        n = self.nvml
+        util = self._maybe(n.nvmlDeviceGetUtilizationRates, handle)
+        memory = self._maybe(n.nvmlDeviceGetMemoryInfo, handle)
+        ecc = [self._maybe(n.nvmlDeviceGetTotalEccErrors, handle, kind, n.NVML_VOLATILE_ECC)
+               for kind in (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)]
+        retired = [self._maybe(n.nvmlDeviceGetRetiredPages, handle, cause) or []
+                   for cause in (n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                                 n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)]
+        return {
+            "uuid": self._maybe(n.nvmlDeviceGetUUID, handle),
+            "temperature_c": self._maybe(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
+            "power_mw": self._maybe(n.nvmlDeviceGetPowerUsage, handle),
+            "utilization_pct": util.gpu if util is not None else None,
+            "memory_used_bytes": memory.used if memory is not None else None,
+            "ecc_corrected": ecc[0],
+            "ecc_uncorrected": ecc[1],
+            "retired_pages": retired,
+            "remapped_rows": self._maybe(n.nvmlDeviceGetRemappedRows, handle),
+            "nvlink_states": [self._maybe(n.nvmlDeviceGetNvLinkState, handle, link)
+                              for link in range(n.NVML_NVLINK_MAX_LINKS)],
+        }
+
+    def _maybe(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call NVML; a query this GPU does not support (or an absent link) reads as None."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            if not isinstance(exc, self._soft_errors()):
+                log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
+            return None
+
+    def _soft_errors(self) -> tuple[type[Exception], ...]:
+        n = self.nvml
+        return tuple(getattr(n, name) for name in ("NVMLError_NotSupported", "NVMLError_InvalidArgument",
+                                                   "NVMLError_NotFound") if hasattr(n, name))
+
+    def _register_xid_events(self) -> Any:
+        n = self.nvml
+        try:
+            event_set = n.nvmlEventSetCreate()
+        except n.NVMLError as exc:
+            log.warning("XID events unavailable (%s); heartbeats will carry no xid_errors", exc)
+            return None
+        for index, handle in enumerate(self.handles):
+            try:
+                n.nvmlDeviceRegisterEvents(handle, n.nvmlEventTypeXidCriticalError, event_set)
+            except n.NVMLError as exc:
+                log.warning("GPU %d: cannot register for XID events: %s", index, exc)
+        return event_set
+
+    def _drain_xid_events(self) -> None:
+        if self.event_set is None:
+            return
+        n = self.nvml
+        while True:
+            try:
+                event = n.nvmlEventSetWait(self.event_set, 0)
+            except n.NVMLError_Timeout:
+                return
+            except n.NVMLError as exc:
+                log.warning("reading XID events failed: %s", exc)
+                return
+            try:
+                index = n.nvmlDeviceGetIndex(event.device)
+            except n.NVMLError:
+                continue
+            self._pending_xids.setdefault(index, []).append(int(event.eventData))
+
+
+def _unavailable(reason: str) -> str:
+    return (f"NVML is not available on this machine: {reason}. "
+            "Use --backend simulated to run without GPUs, or install the NVIDIA driver.")
