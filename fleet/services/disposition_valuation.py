@@ -557,8 +557,8 @@ def recommend_split(
 ) -> DispositionRecommendation:
     """Split the outgoing nodes between the four options.
 
-    Order matters and is the policy: internal demand is served first (highest
-    value per GPU-hour first), taking a node only when redeploying it returns at
+    Order matters and is the policy: internal demand is served first (the pool
+    with the highest redeploy return first), taking a node only when redeploying it returns at
     least as much as the best thing the node could do outside. Leasing then
     takes what it beats selling for, up to ``lease_cap_nodes`` (``None``: the
     market takes all). The rest is sold or recycled, whichever returns more.
@@ -572,13 +572,18 @@ def recommend_split(
     reasoning: list[str] = []
     horizon_text = f"over {horizon_months} months"
     lease_slots = lease_cap_nodes  # lease capacity not yet promised; None is unlimited
+    held = [0 for _ in blocks]  # nodes promised to the lease step, out of reach of later pools
 
-    for demand in sorted(demands, key=lambda d: (-d.value_per_gpu_hour, d.pool)):
+    by_demand = [(d, [value_options(b, d, a, horizon_months, channel) for b in blocks]) for d in demands]
+    # Highest value first, measured as the best redeploy return the pool offers
+    # any block: a pool's price per GPU-hour alone ignores its utilisation and
+    # how long it needs the nodes.
+    by_demand.sort(key=lambda dv: (-max((v.redeploy.return_per_node for v in dv[1]), default=0), dv[0].pool))
+    for demand, values in by_demand:
         wanted = demand.nodes_wanted
-        values = [value_options(b, demand, a, horizon_months, channel) for b in blocks]
         order = sorted(range(len(blocks)), key=lambda i: (-values[i].redeploy.return_per_node, i))
         for i in order:
-            take = min(wanted, remaining[i])
+            take = min(wanted, remaining[i] - held[i])
             if take <= 0:
                 continue
             redeploy = values[i].redeploy
@@ -592,11 +597,12 @@ def recommend_split(
                 )
                 continue
             if lease.return_per_node > redeploy.return_per_node and lease_slots != 0:
-                held = take if lease_slots is None else min(take, lease_slots)
-                lease_slots = None if lease_slots is None else lease_slots - held
-                take -= held
+                keep = take if lease_slots is None else min(take, lease_slots)
+                lease_slots = None if lease_slots is None else lease_slots - keep
+                held[i] += keep
+                take -= keep
                 reasoning.append(
-                    f"Keep {held} nodes of {blocks[i].label} for leasing rather than {demand.pool}: "
+                    f"Keep {keep} nodes of {blocks[i].label} for leasing rather than {demand.pool}: "
                     f"lease returns {usd(lease.return_per_node)}/node {horizon_text}, "
                     f"redeploy {usd(redeploy.return_per_node)}/node."
                 )

@@ -271,6 +271,30 @@ def test_lease_cap_limits_leasing_and_the_rest_is_sold():
     assert any("below the 1.65 USD/GPU-h breakeven" in s for s in split.reasoning)
 
 
+def test_nodes_kept_for_leasing_are_not_given_to_a_later_pool():
+    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0))
+    demand_list = [
+        InternalDemand("batch", 1, Decimal("1.20"), Decimal("0.70"), 24),
+        InternalDemand("dev", 2, Decimal("1.10"), Decimal("0.70"), 24),
+    ]
+    values = [value_options(h100_block(2), d, spare_power, 24) for d in demand_list]
+    assert all(v.resale.return_per_node < v.redeploy.return_per_node < v.lease.return_per_node for v in values)
+    split = recommend_split([h100_block(2)], demand_list, spare_power, 24, lease_cap_nodes=1)
+    assert split.node_counts[Option.LEASE] == 1
+    assert [(a.pool, a.nodes) for a in split.allocations if a.option is Option.REDEPLOY] == [("dev", 1)]
+
+
+def test_pools_are_served_by_return_not_by_price_per_gpu_hour():
+    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0))
+    pricey_but_idle = InternalDemand("batch", 1, Decimal("1.45"), Decimal("0.62"), 24)
+    cheap_but_busy = InternalDemand("dev", 1, Decimal("1.00"), Decimal("1.00"), 24)
+    lease = value_options(h100_block(1), None, spare_power, 24).lease.return_per_node
+    assert value_options(h100_block(1), pricey_but_idle, spare_power, 24).redeploy.return_per_node < lease
+    assert value_options(h100_block(1), cheap_but_busy, spare_power, 24).redeploy.return_per_node > lease
+    split = recommend_split([h100_block(1)], [pricey_but_idle, cheap_but_busy], spare_power, 24)
+    assert [(a.option, a.pool) for a in split.allocations] == [(Option.REDEPLOY, "dev")]
+
+
 def test_demo_256_h100_nodes_with_inference_demand(capsys):
     block = h100_block(256, Decimal(3))
     demand_list = [
