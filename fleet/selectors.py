@@ -269,7 +269,7 @@ def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
     from .choices import COOLING_SATISFIES
 
     racks = list(
-        Rack.objects.values("hall__site__slug", "hall__name", "cooling", "rated_power_kw", "cooling_capacity_kw")
+        Rack.objects.values("id", "hall__site__slug", "hall__name", "cooling", "rated_power_kw", "cooling_capacity_kw")
         .annotate(placed=Coalesce(Sum(Cast(F("nodes__node_type__node_kw"), FloatField())), 0.0), n=Count("nodes"))
         .order_by()
     )
