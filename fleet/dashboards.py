@@ -20,7 +20,7 @@ def _utilisation_30d(now: datetime) -> go.Figure:
 
 
 def _rack_load(now: datetime) -> go.Figure:
-    return charts.rack_load([100 * rack_load_fraction(r) for r in racks_with_draw(now=now).filter(node_count__gt=0)])
+    return charts.rack_load([100 * rack_load_fraction(r) for r in racks_with_draw(now=now) if r.node_count])
 
 
 FIGURES: dict[str, Callable[[datetime], go.Figure]] = {

@@ -40,8 +40,8 @@ class FleetCollector:
 
         rack_kw = GaugeMetricFamily("hangar_rack_power_kw", "Rack IT draw (agent readings, else rated kW)", labels=["rack", "hall"])
         rack_rated = GaugeMetricFamily("hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"])
-        for rack in racks_with_draw(now=now).filter(node_count__gt=0):
-            hall = str(rack.hall)
+        for rack in (r for r in racks_with_draw(now=now) if r.node_count):
+            hall = rack.hall
             rack_kw.add_metric([rack.name, hall], round(rack.drawn, 3))
             rack_rated.add_metric([rack.name, hall], float(rack.usable_kw))
         yield rack_kw

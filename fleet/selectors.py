@@ -219,20 +219,54 @@ def hall_power(*, now: datetime) -> list[HallPower]:
     ]
 
 
-def racks_with_draw(*, now: datetime, hall_id=None) -> QuerySet:
-    """Racks with drawn kW (readings or rated), rated kW of what they hold, and node health counts."""
-    qs = Rack.objects.select_related("hall__site").annotate(
-        node_count=Count("nodes"),
-        measured_count=Count("nodes", filter=fresh_reading(now, "nodes__")),
-        drawn=Coalesce(Sum(drawn_kw_expr(now, "nodes__")), 0.0),
-        placed=Coalesce(Sum(Cast(F("nodes__node_type__node_kw"), FloatField())), 0.0),
-        unhealthy=Count("nodes", filter=Q(nodes__health=Health.UNHEALTHY)),
-        degraded=Count("nodes", filter=Q(nodes__health=Health.DEGRADED)),
-        unknown=Count("nodes", filter=Q(nodes__health=Health.UNKNOWN)),
-    )
+@dataclass
+class RackDraw:
+    pk: object
+    name: str
+    hall: str
+    hall_id: object
+    row: int
+    column: int
+    rated_power_kw: Decimal
+    usable_kw: Decimal
+    node_count: int = 0
+    measured_count: int = 0
+    drawn: float = 0.0
+    placed: float = 0.0
+    unhealthy: int = 0
+    degraded: int = 0
+    unknown: int = 0
+
+
+def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
+    """Racks with drawn kW (readings or rated), rated kW of what they hold, and node health counts.
+
+    Two queries: node figures grouped by rack id, then the racks as plain rows. (Grouping the
+    rack rows themselves, or building 6,000 model instances, is ~10x slower.)"""
+    nodes = Node.objects.all() if not hall_id else Node.objects.filter(rack__hall_id=hall_id)
+    stats = {
+        row["rack_id"]: row
+        for row in nodes.values("rack_id").annotate(
+            node_count=Count("id"),
+            measured_count=Count("id", filter=fresh_reading(now)),
+            drawn=Coalesce(Sum(drawn_kw_expr(now)), 0.0),
+            placed=Coalesce(Sum(Cast(F("node_type__node_kw"), FloatField())), 0.0),
+            unhealthy=Count("id", filter=Q(health=Health.UNHEALTHY)),
+            degraded=Count("id", filter=Q(health=Health.DEGRADED)),
+            unknown=Count("id", filter=Q(health=Health.UNKNOWN)),
+        ).order_by()
+    }
+    racks = Rack.objects.order_by("hall__name", "row", "column", "name")
     if hall_id:
-        qs = qs.filter(hall_id=hall_id)
-    return qs.order_by("hall__name", "row", "column", "name")
+        racks = racks.filter(hall_id=hall_id)
+    rows = []
+    for r in racks.values("id", "name", "hall_id", "hall__site__slug", "hall__name", "row", "column",
+                          "rated_power_kw", "cooling_capacity_kw"):
+        figures = {k: v for k, v in stats.get(r["id"], {}).items() if k != "rack_id"}
+        rows.append(RackDraw(pk=r["id"], name=r["name"], hall=f"{r['hall__site__slug']}/{r['hall__name']}",
+                             hall_id=r["hall_id"], row=r["row"], column=r["column"], rated_power_kw=r["rated_power_kw"],
+                             usable_kw=min(r["rated_power_kw"], r["cooling_capacity_kw"]), **figures))
+    return rows
 
 
 def rack_load_fraction(rack) -> float:
