@@ -8,7 +8,7 @@ from core.api.lookups import parse_uuid, uuid_or_404
 from core.decorators import operator_required
 from core.reference_data import parameter
 
-from . import drawings
+from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
 from .models import Hall, Rack
@@ -62,7 +62,11 @@ def overview(request):
     return render(request, "fleet/overview.html", {
         "nav": "overview",
         "summary": summary,
-        "figures": {name: FIGURES[name](now) for name in ("gpus-by-state", "utilisation-24h", "utilisation-30d")},
+        "figures": {
+            # the state chart reuses the summary already computed above instead of querying again
+            "gpus-by-state": charts.gpus_by_state(summary.by_state),
+            **{name: FIGURES[name](now) for name in ("utilisation-24h", "utilisation-30d")},
+        },
         "refresh": _refresh_seconds(request),
         "generated_at": now,
     })
