@@ -209,6 +209,10 @@ class Node(BaseModel):
     failed_attempts = models.PositiveSmallIntegerField(default=0, help_text="consecutive failed actions (backoff)")
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    observed_power_w = models.IntegerField(
+        null=True, blank=True,
+        help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",
+    )
 
     class Meta:
         ordering = ["hostname"]
@@ -356,3 +360,36 @@ class NodeAgentAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on {self.node_id} ({self.state})"
+
+
+class SnapshotResolution(models.TextChoices):
+    FIVE_MINUTES = "5m", "5 minutes"
+    HOURLY = "1h", "Hourly"
+
+
+class FleetSnapshot(models.Model):
+    """One point of utilisation history for one (generation, hall): written every 5 minutes by
+    the fleet_snapshot loop; hourly rows keep 90 days, 5-minute rows 48 hours (fleet.services.snapshots)."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField()
+    resolution = models.CharField(max_length=2, choices=SnapshotResolution.choices)
+    generation = models.CharField(max_length=32)
+    hall = models.ForeignKey(Hall, on_delete=models.CASCADE, related_name="snapshots")
+    nodes = models.PositiveIntegerField(default=0)
+    gpus_total = models.PositiveIntegerField(default=0)
+    gpus_healthy = models.PositiveIntegerField(default=0)
+    gpus_allocated = models.PositiveIntegerField(default=0)
+    gpus_in_repair = models.PositiveIntegerField(default=0)
+    nodes_by_lifecycle = models.JSONField(default=dict, help_text="node count per lifecycle state")
+    power_kw = models.DecimalField(max_digits=11, decimal_places=2, default=Decimal("0"))
+
+    class Meta:
+        ordering = ["-at"]
+        constraints = [
+            models.UniqueConstraint(fields=["resolution", "at", "generation", "hall"], name="fleet_snapshot_point_unique"),
+        ]
+        indexes = [models.Index(fields=["resolution", "at"], name="fleet_snapshot_res_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.resolution} {self.generation} {self.hall_id}"

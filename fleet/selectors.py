@@ -1,11 +1,12 @@
 """Reads of the fleet, as aggregate queries (no per-node loops)."""
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, DecimalField, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Case, Count, DecimalField, F, FloatField, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import Cast, Coalesce
 
-from .choices import Lifecycle
+from .choices import Health, Lifecycle
 from .models import Hall, Node, Rack
 
 ZERO_KW = Value(Decimal("0"), output_field=DecimalField(max_digits=9, decimal_places=2))
@@ -77,3 +78,260 @@ def gpu_totals_by_lifecycle_and_generation() -> list[dict]:
         .annotate(gpus=Sum("node_type__gpus_per_node"), nodes=Count("id"))
         .order_by("node_type__generation", "lifecycle")
     )
+
+
+# ---------------------------------------------------------------- dashboards
+# Which lifecycle states count as "allocated" and "in repair" on every dashboard and in /metrics.
+ALLOCATED_STATES = (Lifecycle.ACTIVE, Lifecycle.PROVISIONING, Lifecycle.RELEASING)
+REPAIR_STATES = (
+    Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING, Lifecycle.VALIDATING,
+    Lifecycle.TRIAGE, Lifecycle.REPAIR, Lifecycle.RMA,
+)
+# An agent's power reading is trusted while its heartbeat is this fresh; older, the rated kW stands in.
+POWER_READING_FRESH = timedelta(minutes=2)
+
+
+def fresh_reading(now: datetime, prefix: str = "") -> Q:
+    return Q(**{f"{prefix}observed_power_w__isnull": False, f"{prefix}last_heartbeat_at__gte": now - POWER_READING_FRESH})
+
+
+def drawn_kw_expr(now: datetime, prefix: str = ""):
+    """A node's draw in kW: the agent's fresh reading, else its type's rated maximum."""
+    return Case(
+        When(fresh_reading(now, prefix), then=Cast(F(f"{prefix}observed_power_w"), FloatField()) / 1000.0),
+        default=Cast(F(f"{prefix}node_type__node_kw"), FloatField()),
+        output_field=FloatField(),
+    )
+
+
+def _gpus(prefix: str = ""):
+    return F(f"{prefix}node_type__gpus_per_node")
+
+
+def _gpu_sum(condition: Q | None = None, prefix: str = ""):
+    return Coalesce(Sum(_gpus(prefix), filter=condition), 0)
+
+
+@dataclass(frozen=True)
+class GpuCounts:
+    total: int = 0
+    healthy: int = 0
+    allocated: int = 0
+    in_repair: int = 0
+
+    def __add__(self, other: "GpuCounts") -> "GpuCounts":
+        return GpuCounts(self.total + other.total, self.healthy + other.healthy,
+                         self.allocated + other.allocated, self.in_repair + other.in_repair)
+
+    @property
+    def utilisation_pct(self) -> float:
+        return round(100.0 * self.allocated / self.total, 1) if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    totals: GpuCounts
+    by_generation: list[tuple[str, GpuCounts]]
+    by_hall: list[tuple[str, GpuCounts]]
+    by_state: list[tuple[str, int]]  # (lifecycle, GPUs), largest first
+
+
+def fleet_summary() -> FleetSummary:
+    """GPU totals, healthy, allocated and in repair per generation and per hall: one grouped query."""
+    rows = (
+        Node.objects.values(generation=F("node_type__generation"), site=F("rack__hall__site__slug"),
+                            hall=F("rack__hall__name"), state=F("lifecycle"))
+        .annotate(
+            total=_gpu_sum(),
+            healthy=_gpu_sum(Q(health=Health.HEALTHY)),
+        )
+        .order_by()
+    )
+    by_generation: dict[str, GpuCounts] = {}
+    by_hall: dict[str, GpuCounts] = {}
+    by_state: dict[str, int] = {}
+    for row in rows:
+        counts = GpuCounts(
+            total=row["total"], healthy=row["healthy"],
+            allocated=row["total"] if row["state"] in ALLOCATED_STATES else 0,
+            in_repair=row["total"] if row["state"] in REPAIR_STATES else 0,
+        )
+        by_generation[row["generation"]] = by_generation.get(row["generation"], GpuCounts()) + counts
+        hall = f"{row['site']}/{row['hall']}"
+        by_hall[hall] = by_hall.get(hall, GpuCounts()) + counts
+        by_state[row["state"]] = by_state.get(row["state"], 0) + row["total"]
+    return FleetSummary(
+        totals=sum(by_generation.values(), GpuCounts()),
+        by_generation=sorted(by_generation.items()),
+        by_hall=sorted(by_hall.items()),
+        by_state=sorted(by_state.items(), key=lambda kv: (-kv[1], kv[0])),
+    )
+
+
+def utilisation_history(*, since: datetime, resolution: str) -> list[dict]:
+    """Allocated and total GPUs per recorded point and generation (summed over halls)."""
+    from .models import FleetSnapshot
+
+    return list(
+        FleetSnapshot.objects.filter(resolution=resolution, at__gte=since)
+        .values("at", "generation")
+        .annotate(allocated=Sum("gpus_allocated"), total=Sum("gpus_total"))
+        .order_by("at", "generation")
+    )
+
+
+@dataclass(frozen=True)
+class HallPower:
+    hall_id: object
+    name: str
+    budget_kw: float
+    pue: float
+    drawn_kw: float
+    rated_kw: float
+    nodes: int
+    measured_nodes: int
+
+    @property
+    def facility_kw(self) -> float:
+        return round(self.drawn_kw * self.pue, 1)
+
+    @property
+    def load_pct(self) -> float:
+        return round(100.0 * self.drawn_kw / self.budget_kw, 1) if self.budget_kw else 0.0
+
+
+def hall_power(*, now: datetime) -> list[HallPower]:
+    """Each hall's IT draw (fresh agent readings, else rated kW) against its budget: one query."""
+    halls = (
+        Hall.objects.select_related("site")
+        .annotate(
+            nodes_n=Count("racks__nodes"),
+            measured_n=Count("racks__nodes", filter=fresh_reading(now, "racks__nodes__")),
+            drawn=Coalesce(Sum(drawn_kw_expr(now, "racks__nodes__")), 0.0),
+            rated=Coalesce(Sum(Cast(F("racks__nodes__node_type__node_kw"), FloatField())), 0.0),
+        )
+        .order_by("site__name", "name")
+    )
+    return [
+        HallPower(hall_id=h.pk, name=str(h), budget_kw=float(h.it_power_budget_kw), pue=float(h.pue),
+                  drawn_kw=round(h.drawn, 1), rated_kw=round(h.rated, 1), nodes=h.nodes_n, measured_nodes=h.measured_n)
+        for h in halls
+    ]
+
+
+@dataclass
+class RackDraw:
+    pk: object
+    name: str
+    hall: str
+    hall_id: object
+    row: int
+    column: int
+    rated_power_kw: Decimal
+    usable_kw: Decimal
+    node_count: int = 0
+    measured_count: int = 0
+    drawn: float = 0.0
+    placed: float = 0.0
+    unhealthy: int = 0
+    degraded: int = 0
+    unknown: int = 0
+
+
+def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
+    """Racks with drawn kW (readings or rated), rated kW of what they hold, and node health counts.
+
+    Two queries: node figures grouped by rack id, then the racks as plain rows. (Grouping the
+    rack rows themselves, or building 6,000 model instances, is ~10x slower.)"""
+    nodes = Node.objects.all() if not hall_id else Node.objects.filter(rack__hall_id=hall_id)
+    stats = {
+        row["rack_id"]: row
+        for row in nodes.values("rack_id").annotate(
+            node_count=Count("id"),
+            measured_count=Count("id", filter=fresh_reading(now)),
+            drawn=Coalesce(Sum(drawn_kw_expr(now)), 0.0),
+            placed=Coalesce(Sum(Cast(F("node_type__node_kw"), FloatField())), 0.0),
+            unhealthy=Count("id", filter=Q(health=Health.UNHEALTHY)),
+            degraded=Count("id", filter=Q(health=Health.DEGRADED)),
+            unknown=Count("id", filter=Q(health=Health.UNKNOWN)),
+        ).order_by()
+    }
+    racks = Rack.objects.order_by("hall__name", "row", "column", "name")
+    if hall_id:
+        racks = racks.filter(hall_id=hall_id)
+    rows = []
+    for r in racks.values("id", "name", "hall_id", "hall__site__slug", "hall__name", "row", "column",
+                          "rated_power_kw", "cooling_capacity_kw"):
+        figures = {k: v for k, v in stats.get(r["id"], {}).items() if k != "rack_id"}
+        rows.append(RackDraw(pk=r["id"], name=r["name"], hall=f"{r['hall__site__slug']}/{r['hall__name']}",
+                             hall_id=r["hall_id"], row=r["row"], column=r["column"], rated_power_kw=r["rated_power_kw"],
+                             usable_kw=min(r["rated_power_kw"], r["cooling_capacity_kw"]), **figures))
+    return rows
+
+
+def rack_load_fraction(rack) -> float:
+    usable = float(rack.usable_kw)
+    return rack.drawn / usable if usable else 0.0
+
+
+@dataclass(frozen=True)
+class PlacementOption:
+    generation: str
+    gpu_model: str
+    needs_kw: float
+    cooling: str
+    positions: int
+    by_hall: list[tuple[str, int]]
+    source: str
+
+
+@dataclass(frozen=True)
+class CoolingHeadroom:
+    hall: str
+    cooling: str
+    positions: int
+    empty_positions: int
+    free_kw: float
+    largest_free_kw: float
+
+
+def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
+    """Free kW per position (usable minus rated kW already placed) grouped by hall and cooling, and for
+    each product in generations.csv how many positions could take a full rack of it. One query."""
+    from core.reference_data import generations
+
+    from .choices import COOLING_SATISFIES
+
+    racks = list(
+        Rack.objects.values("id", "hall__site__slug", "hall__name", "cooling", "rated_power_kw", "cooling_capacity_kw")
+        .annotate(placed=Coalesce(Sum(Cast(F("nodes__node_type__node_kw"), FloatField())), 0.0), n=Count("nodes"))
+        .order_by()
+    )
+    groups: dict[tuple[str, str], list] = {}
+    for r in racks:
+        r["free"] = max(0.0, float(min(r["rated_power_kw"], r["cooling_capacity_kw"])) - r["placed"])
+        r["hall"] = f"{r['hall__site__slug']}/{r['hall__name']}"
+        groups.setdefault((r["hall"], r["cooling"]), []).append(r)
+    headroom = [
+        CoolingHeadroom(hall=hall, cooling=cooling, positions=len(rows), empty_positions=sum(1 for r in rows if not r["n"]),
+                        free_kw=round(sum(r["free"] for r in rows), 1), largest_free_kw=round(max(r["free"] for r in rows), 1))
+        for (hall, cooling), rows in sorted(groups.items())
+    ]
+    options = []
+    for gen in generations():
+        needs = gen.rack_kw_typical or gen.node_kw
+        coolings = COOLING_SATISFIES[gen.cooling]
+        fits: dict[str, int] = {}
+        for r in racks:
+            if r["cooling"] in coolings and r["free"] >= float(needs):
+                fits[r["hall"]] = fits.get(r["hall"], 0) + 1
+        options.append(PlacementOption(generation=gen.generation, gpu_model=gen.gpu_model, needs_kw=float(needs),
+                                       cooling=gen.cooling, positions=sum(fits.values()), by_hall=sorted(fits.items()),
+                                       source=gen.source))
+    return headroom, options
+
+
+def rack_elevation(rack_id) -> tuple[Rack, list[Node]]:
+    rack = Rack.objects.select_related("hall__site").get(pk=rack_id)
+    nodes = list(Node.objects.filter(rack=rack).select_related("node_type").order_by("-u_position"))
+    return rack, nodes

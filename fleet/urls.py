@@ -1,11 +1,17 @@
-"""Fleet console pages."""
+"""Fleet console pages, dashboard chart endpoints and /metrics."""
 from django.urls import path
 
 from . import views
+from .metrics import MetricsView
 
 app_name = "fleet"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("fleet/", views.rack_list, name="rack-list"),
+    path("fleet/power/", views.power, name="power"),
+    path("fleet/halls/<str:hall_id>/floor/", views.floor_map, name="floor-map"),
+    path("fleet/racks/<str:rack_id>/", views.rack_detail, name="rack-detail"),
+    path("fleet/charts/<slug:name>.json", views.chart_json, name="chart-json"),
+    path("metrics", MetricsView.as_view(), name="metrics"),
 ]

@@ -1,12 +1,33 @@
 """Fleet console pages (thin: selectors compute, templates show)."""
 from django.core.paginator import Paginator
-from django.shortcuts import render
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
-from core.api.lookups import parse_uuid
+from core.api.lookups import parse_uuid, uuid_or_404
 from core.decorators import operator_required
+from core.reference_data import parameter
 
-from .choices import LIFECYCLE_COLORS, Lifecycle
-from .selectors import gpu_totals_by_lifecycle_and_generation, halls_for_filter, rack_rows, racks_with_power
+from . import charts, drawings
+from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
+from .dashboards import FIGURES
+from .models import Hall, Rack
+from .selectors import (
+    HOT_FRACTION,
+    POWER_READING_FRESH,
+    fleet_summary,
+    hall_power,
+    halls_for_filter,
+    placement_headroom,
+    rack_elevation,
+    rack_load_fraction,
+    rack_rows,
+    racks_with_draw,
+    racks_with_power,
+)
+
+DEFAULT_REFRESH_SECONDS = 30
+HOT_RACKS_SHOWN = 100
 
 RACKS_PER_PAGE = 100
 
@@ -26,16 +47,109 @@ def rack_list(request):
     })
 
 
+def _refresh_seconds(request) -> int:
+    """Charts refresh every 30 s; `?refresh=N` (2-3600) lets an operator pick another period."""
+    try:
+        return min(3600, max(2, int(request.GET.get("refresh", DEFAULT_REFRESH_SECONDS))))
+    except ValueError:
+        return DEFAULT_REFRESH_SECONDS
+
+
 @operator_required
 def overview(request):
-    rows = gpu_totals_by_lifecycle_and_generation()
-    total = sum(r["gpus"] for r in rows)
-    by_state: dict[str, int] = {}
-    for r in rows:
-        by_state[r["lifecycle"]] = by_state.get(r["lifecycle"], 0) + r["gpus"]
+    now = timezone.now()
+    summary = fleet_summary()
     return render(request, "fleet/overview.html", {
         "nav": "overview",
-        "total_gpus": total,
-        "by_state": [(Lifecycle(s).label, s, n) for s, n in sorted(by_state.items(), key=lambda kv: -kv[1])],
-        "rows": rows,
+        "summary": summary,
+        "figures": {
+            # the state chart reuses the summary already computed above instead of querying again
+            "gpus-by-state": charts.gpus_by_state(summary.by_state),
+            **{name: FIGURES[name](now) for name in ("utilisation-24h", "utilisation-30d")},
+        },
+        "refresh": _refresh_seconds(request),
+        "generated_at": now,
+    })
+
+
+@operator_required
+def chart_json(request, name: str):
+    """A dashboard figure as plotly JSON, for charts.js to redraw in place."""
+    builder = FIGURES.get(name)
+    if builder is None:
+        raise Http404(f"no chart called {name!r}")
+    response = HttpResponse(builder(timezone.now()).to_json(), content_type="application/json")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@operator_required
+def power(request):
+    now = timezone.now()
+    racks = [r for r in racks_with_draw(now=now) if r.node_count]
+    for r in racks:
+        r.load_pct = round(100 * rack_load_fraction(r), 1)
+    hot = sorted((r for r in racks if r.load_pct >= 100 * float(HOT_FRACTION)), key=lambda r: -r.load_pct)
+    halls = hall_power(now=now)
+    headroom, options = placement_headroom()
+    nodes = sum(h.nodes for h in halls)
+    measured = sum(h.measured_nodes for h in halls)
+    return render(request, "fleet/power.html", {
+        "nav": "fleet",
+        "halls": halls,
+        "hot_racks": hot[:HOT_RACKS_SHOWN],
+        "hot_count": len(hot),
+        "racks_with_nodes": len(racks),
+        "hot_pct": int(100 * HOT_FRACTION),
+        "headroom": headroom,
+        "options": options,
+        "nodes": nodes,
+        "measured": measured,
+        "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
+        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load")},
+        "refresh": _refresh_seconds(request),
+        "pue_source": parameter("pue_industry_average"),
+    })
+
+
+@operator_required
+def floor_map(request, hall_id):
+    hall = get_object_or_404(Hall.objects.select_related("site"), pk=uuid_or_404(hall_id))
+    color_by = "health" if request.GET.get("color") == "health" else "power"
+    now = timezone.now()
+    cells = [
+        drawings.FloorCell(
+            rack_id=r.pk, name=r.name, row=r.row, column=r.column, load=rack_load_fraction(r), drawn_kw=r.drawn,
+            usable_kw=float(r.usable_kw), nodes=r.node_count,
+            health=drawings.worst_health(nodes=r.node_count, unhealthy=r.unhealthy, degraded=r.degraded, unknown=r.unknown),
+        )
+        for r in racks_with_draw(now=now, hall_id=hall.pk)
+    ]
+    return render(request, "fleet/floor_map.html", {
+        "nav": "fleet",
+        "hall": hall,
+        "halls": halls_for_filter(),
+        "color_by": color_by,
+        "svg": drawings.floor_map_svg(hall_name=str(hall), columns=hall.grid_columns, cells=cells, color_by=color_by),
+        "legend": drawings.legend(color_by),
+        "rack_count": len(cells),
+        "hot_count": sum(1 for c in cells if c.nodes and c.load >= float(HOT_FRACTION)),
+    })
+
+
+@operator_required
+def rack_detail(request, rack_id):
+    try:
+        rack, nodes = rack_elevation(uuid_or_404(rack_id))
+    except Rack.DoesNotExist:
+        raise Http404("no such rack") from None
+    placed_kw = sum(n.node_type.node_kw for n in nodes)
+    return render(request, "fleet/rack_detail.html", {
+        "nav": "fleet",
+        "rack": rack,
+        "nodes": nodes,
+        "placed_kw": placed_kw,
+        "svg": drawings.rack_elevation_svg(rack_name=rack.name, u_height=rack.u_height, nodes=nodes),
+        "lifecycle_legend": sorted({(LIFECYCLE_COLORS[n.lifecycle], Lifecycle(n.lifecycle).label) for n in nodes}),
+        "health_legend": [(HEALTH_COLORS[h], h.label) for h in Health],
     })

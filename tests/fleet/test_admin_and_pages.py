@@ -71,4 +71,4 @@ def test_console_pages_need_an_operator_login(client, small_fleet, django_user_m
 def test_overview_counts_gpus_by_state(operator_client, small_fleet):
     response = operator_client.get("/")
     assert response.status_code == 200
-    assert response.context["total_gpus"] == Node.objects.count() * 8 == 64
+    assert response.context["summary"].totals.total == Node.objects.count() * 8 == 64

@@ -1,0 +1,94 @@
+"""`/metrics`: Prometheus text for an operator bearer token (API.md, "Console pages").
+
+Fleet figures are computed per scrape by a collector in a fresh registry, from the same
+aggregate selectors the dashboards use (a handful of grouped queries, whatever the fleet size);
+loop durations and request latency come from core.metrics' process registry.
+"""
+from django.db.models import Count, F, Sum
+from django.http import HttpResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.views import APIView
+
+from core import metrics as process_metrics
+from core.api.authentication import BearerTokenAuthentication
+from core.api.permissions import IsOperator
+
+from .models import Node
+from .selectors import hall_power, racks_with_draw
+
+
+class FleetCollector:
+    def collect(self):
+        now = timezone.now()
+        gpus = GaugeMetricFamily("hangar_gpus", "GPUs by node lifecycle state and generation", labels=["state", "generation"])
+        nodes = GaugeMetricFamily("hangar_nodes", "Nodes by lifecycle and health", labels=["lifecycle", "health"])
+        per_state: dict[tuple[str, str], int] = {}
+        per_health: dict[tuple[str, str], int] = {}
+        for row in (Node.objects.values(generation=F("node_type__generation"), state=F("lifecycle"), h=F("health"))
+                    .annotate(n=Count("id"), g=Sum("node_type__gpus_per_node")).order_by()):
+            per_state[(row["state"], row["generation"])] = per_state.get((row["state"], row["generation"]), 0) + row["g"]
+            per_health[(row["state"], row["h"])] = per_health.get((row["state"], row["h"]), 0) + row["n"]
+        for (state, generation), value in sorted(per_state.items()):
+            gpus.add_metric([state, generation], value)
+        for (lifecycle, health), value in sorted(per_health.items()):
+            nodes.add_metric([lifecycle, health], value)
+        yield gpus
+        yield nodes
+
+        rack_kw = GaugeMetricFamily("hangar_rack_power_kw", "Rack IT draw (agent readings, else rated kW)", labels=["rack", "hall"])
+        rack_rated = GaugeMetricFamily("hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"])
+        for rack in (r for r in racks_with_draw(now=now) if r.node_count):
+            hall = rack.hall
+            rack_kw.add_metric([rack.name, hall], round(rack.drawn, 3))
+            rack_rated.add_metric([rack.name, hall], float(rack.usable_kw))
+        yield rack_kw
+        yield rack_rated
+
+        hall_kw = GaugeMetricFamily("hangar_hall_power_kw", "Hall IT draw (kW)", labels=["hall"])
+        budget = GaugeMetricFamily("hangar_hall_power_budget_kw", "Hall IT power budget (kW)", labels=["hall"])
+        facility = GaugeMetricFamily("hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)", labels=["hall"])
+        for hall in hall_power(now=now):
+            hall_kw.add_metric([hall.name], hall.drawn_kw)
+            budget.add_metric([hall.name], hall.budget_kw)
+            facility.add_metric([hall.name], hall.facility_kw)
+        yield hall_kw
+        yield budget
+        yield facility
+        yield from periodic_task_lag(now)
+        yield from process_metrics.REGISTRY.collect()
+
+
+def periodic_task_lag(now):
+    """Seconds since each beat-scheduled task last started, across every worker (from beat's table)."""
+    from django_celery_beat.models import PeriodicTask
+
+    lag = GaugeMetricFamily("hangar_periodic_task_last_run_age_seconds",
+                            "Seconds since Celery beat last started the task", labels=["task"])
+    for name, last_run in PeriodicTask.objects.filter(enabled=True, last_run_at__isnull=False).values_list("task", "last_run_at"):
+        lag.add_metric([name], round((now - last_run).total_seconds(), 1))
+    yield lag
+
+
+class _AnyAccept(BaseContentNegotiation):
+    """Scrapers send OpenMetrics/text Accept headers; errors still render as problem+json."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+
+class MetricsView(APIView):
+    authentication_classes = [BearerTokenAuthentication]
+    permission_classes = [IsOperator]
+    content_negotiation_class = _AnyAccept
+    schema = None
+
+    def get(self, request):
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(FleetCollector())
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

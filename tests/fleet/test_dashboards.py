@@ -1,0 +1,224 @@
+"""Dashboards: numbers against independent SQL, fixed query counts at two fleet sizes, power
+sources, snapshots and retention, figures and drawings as data, and /metrics."""
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet import charts, drawings
+from fleet.choices import Health, Lifecycle
+from fleet.models import FleetSnapshot, Hall, Node, Rack, SnapshotResolution
+from fleet.selectors import fleet_summary, hall_power
+from fleet.services.seeding import seed_fleet
+from fleet.services.snapshots import backfill_history, record_snapshot
+
+pytestmark = pytest.mark.django_db
+
+ALLOCATED = ("active", "provisioning", "releasing")
+REPAIR = ("quarantined", "draining", "remediating", "validating", "triage", "repair", "rma")
+
+
+def _mix_states(fleet_nodes: int) -> None:
+    """Test set-up only: put nodes into a spread of states without going through transitions."""
+    ids = list(Node.objects.order_by("hostname").values_list("id", flat=True))
+    Node.objects.filter(id__in=ids[0::4]).update(lifecycle=Lifecycle.ACTIVE)
+    Node.objects.filter(id__in=ids[1::8]).update(lifecycle=Lifecycle.PROVISIONING)
+    Node.objects.filter(id__in=ids[2::8]).update(lifecycle=Lifecycle.REPAIR, health=Health.UNHEALTHY)
+    Node.objects.filter(id__in=ids[3::16]).update(lifecycle=Lifecycle.QUARANTINED, health=Health.DEGRADED)
+
+
+def _sql_gpus(where: str = "1=1") -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(SUM(t.gpus_per_node), 0) FROM fleet_node n JOIN fleet_nodetype t ON t.id = n.node_type_id "
+            f"WHERE {where}")
+        return cursor.fetchone()[0]
+
+
+def _in(states) -> str:
+    return "n.lifecycle IN (" + ", ".join(f"'{s}'" for s in states) + ")"
+
+
+def test_overview_numbers_match_independent_sql(operator_client):
+    seed_fleet(gpus=512)
+    _mix_states(64)
+    summary = fleet_summary()
+    assert summary.totals.total == _sql_gpus() == 512
+    assert summary.totals.healthy == _sql_gpus("n.health = 'healthy'")
+    assert summary.totals.allocated == _sql_gpus(_in(ALLOCATED))
+    assert summary.totals.in_repair == _sql_gpus(_in(REPAIR))
+    assert 0 < summary.totals.in_repair < summary.totals.allocated < summary.totals.total
+    assert dict(summary.by_state)["active"] == _sql_gpus("n.lifecycle = 'active'")
+    page = operator_client.get("/").content.decode()
+    for kpi, value in (("total", 512), ("allocated", summary.totals.allocated), ("repair", summary.totals.in_repair)):
+        assert f'id="kpi-{kpi}">{value}<' in page
+
+
+@pytest.mark.parametrize("gpus", [64, 512])
+def test_dashboard_pages_have_a_fixed_query_count(operator_client, django_assert_max_num_queries, gpus):
+    seed_fleet(gpus=gpus)
+    _mix_states(gpus // 8)
+    backfill_history(now=timezone.now(), days=2)
+    hall = Hall.objects.filter(racks__nodes__isnull=False).first()
+    rack = Rack.objects.filter(nodes__isnull=False).first()
+    budgets = {"/": 12, "/fleet/power/": 12, f"/fleet/halls/{hall.pk}/floor/": 8, f"/fleet/racks/{rack.pk}/": 8,
+               "/fleet/charts/utilisation-30d.json": 4, "/fleet/charts/rack-load.json": 4}
+    for url, budget in budgets.items():
+        with django_assert_max_num_queries(budget):
+            assert operator_client.get(url).status_code == 200, url
+
+
+def test_power_uses_fresh_agent_readings_else_rated_kw(operator_client, small_fleet):
+    now = timezone.now()
+    nodes = list(Node.objects.order_by("hostname"))
+    Node.objects.filter(pk=nodes[0].pk).update(observed_power_w=7000, last_heartbeat_at=now - timedelta(seconds=30))
+    Node.objects.filter(pk=nodes[1].pk).update(observed_power_w=3000, last_heartbeat_at=now - timedelta(minutes=5))
+    hall = next(h for h in hall_power(now=now) if h.nodes)
+    # 8 H100 nodes at 10.2 kW rated; one fresh reading replaces 10.2 with 7.0, the stale one is ignored.
+    assert hall.drawn_kw == pytest.approx(7 * 10.2 + 7.0)
+    assert hall.rated_kw == pytest.approx(8 * 10.2)
+    assert hall.measured_nodes == 1
+    assert hall.facility_kw == pytest.approx(round(hall.drawn_kw * 1.58, 1))
+    page = operator_client.get("/fleet/power/").content.decode()
+    assert "1 of 8 nodes report their draw" in page
+
+
+def test_power_page_names_positions_for_the_next_generation(operator_client, small_fleet):
+    page = operator_client.get("/fleet/power/").content.decode()
+    # The seeded liquid hall has 16 empty 140 kW positions: each takes an NVL72 rack (132 kW, generations.csv).
+    row = page[page.index("GB200-NVL72"):]
+    row = row[:row.index("</tr>")]
+    assert ">16<" in row and "dc1/hall-2: 16" in row
+    assert "rated maximum" in page  # no agent readings: the page says the figures are rated
+
+
+def test_hot_racks_are_listed(operator_client, small_fleet):
+    rack = Rack.objects.filter(nodes__isnull=False).distinct().order_by("name").first()
+    Node.objects.filter(rack=rack).update(observed_power_w=11_000, last_heartbeat_at=timezone.now())
+    page = operator_client.get("/fleet/power/").content.decode()
+    table = page[page.index('id="hot-racks"'):]
+    assert rack.name in table[:table.index("</table>")]
+    floor = operator_client.get(f"/fleet/halls/{rack.hall_id}/floor/").content.decode()
+    assert "1 at or above 90 %" in floor
+    assert f'href="/fleet/racks/{rack.pk}/"' in floor
+
+
+def test_floor_map_toggles_to_health(operator_client, small_fleet):
+    node = Node.objects.order_by("hostname").first()
+    Node.objects.filter(pk=node.pk).update(health=Health.UNHEALTHY)
+    page = operator_client.get(f"/fleet/halls/{node.rack.hall_id}/floor/?color=health").content.decode()
+    assert "#d64545" in page and "unhealthy" in page
+
+
+def test_rack_elevation_draws_nodes_at_their_u_and_links_to_node_pages(operator_client, small_fleet):
+    rack = Rack.objects.filter(nodes__isnull=False).distinct().order_by("name").first()
+    page = operator_client.get(f"/fleet/racks/{rack.pk}/").content.decode()
+    for node in rack.nodes.all():
+        assert f'href="/fleet/nodes/{node.pk}/"' in page
+    node = rack.nodes.get(u_position=2)  # an 8U H100 at U2-U9 in a 42U rack: top edge at U9
+    svg = str(drawings.rack_elevation_svg(rack_name=rack.name, u_height=42, nodes=[node]))
+    top_y = drawings.TOP + (42 - 9) * drawings.U_PX + 2
+    assert f'y="{top_y}" width="{drawings.RACK_WIDTH - drawings.LABEL_W - 8}" height="{8 * drawings.U_PX - 4}"' in svg
+    assert svg.count('class="slot"') == 42
+
+
+def test_bad_ids_and_unknown_charts_are_404_and_pages_need_login(operator_client, small_fleet):
+    assert operator_client.get("/fleet/racks/not-a-uuid/").status_code == 404
+    assert operator_client.get("/fleet/racks/00000000-0000-0000-0000-000000000000/").status_code == 404
+    assert operator_client.get("/fleet/halls/nope/floor/").status_code == 404
+    assert operator_client.get("/fleet/charts/no-such.json").status_code == 404
+    operator_client.logout()
+    for url in ("/", "/fleet/power/", "/fleet/charts/rack-load.json"):
+        assert operator_client.get(url)["Location"].startswith("/accounts/login/")
+
+
+def test_chart_endpoint_answers_the_pages_figure(operator_client, small_fleet):
+    data = json.loads(operator_client.get("/fleet/charts/gpus-by-state.json").content)
+    assert data["data"][0]["x"] == [64] and data["data"][0]["y"] == ["Available"]
+
+
+def test_snapshot_loop_writes_once_per_slot_and_prunes(small_fleet):
+    now = timezone.now()
+    assert record_snapshot(now=now) == 2  # one (generation, hall) at 5-minute and hourly resolution
+    record_snapshot(now=now)
+    assert FleetSnapshot.objects.filter(resolution=SnapshotResolution.FIVE_MINUTES).count() == 1
+    assert FleetSnapshot.objects.filter(resolution=SnapshotResolution.HOURLY).count() == 1
+    point = FleetSnapshot.objects.first()
+    assert (point.gpus_total, point.gpus_healthy, point.nodes_by_lifecycle) == (64, 64, {"available": 8})
+    later = now + timedelta(days=3)
+    record_snapshot(now=later)
+    assert FleetSnapshot.objects.filter(resolution=SnapshotResolution.FIVE_MINUTES).count() == 1  # 48 h retention
+    assert FleetSnapshot.objects.filter(resolution=SnapshotResolution.HOURLY).count() == 2
+    record_snapshot(now=now + timedelta(days=91))
+    assert not FleetSnapshot.objects.filter(at__lt=now + timedelta(days=2)).exists()
+
+
+def test_backfill_gives_charts_plausible_history(small_fleet):
+    now = timezone.now()
+    written = backfill_history(now=now, days=30)
+    hourly = FleetSnapshot.objects.filter(resolution=SnapshotResolution.HOURLY)
+    assert 30 * 24 - 2 <= hourly.count() <= 30 * 24 and written > hourly.count()
+    shares = [p.gpus_allocated / p.gpus_total for p in hourly]
+    assert 0.3 < sum(shares) / len(shares) < 0.9 and max(shares) <= 1
+
+
+def test_figures_as_data():
+    fig = charts.gpus_by_state([("active", 40), ("available", 16), ("repair", 8)])
+    bar = fig.data[0]
+    assert list(bar.y) == ["Repair", "Available", "Active"] and list(bar.x) == [8, 16, 40]
+    assert bar.marker.color[0] == "#a27c1a"
+    t0, t1 = timezone.now() - timedelta(hours=1), timezone.now()
+    fig = charts.utilisation([
+        {"at": t0, "generation": "hopper", "allocated": 50, "total": 100},
+        {"at": t0, "generation": "blackwell", "allocated": 0, "total": 100},
+        {"at": t1, "generation": "hopper", "allocated": 100, "total": 100},
+        {"at": t1, "generation": "blackwell", "allocated": 50, "total": 100},
+    ], title="t")
+    assert [tr.name for tr in fig.data] == ["fleet", "blackwell", "hopper"]
+    assert list(fig.data[0].y) == [25.0, 75.0]
+    fig = charts.rack_load([5, 88.7, 90, 95, 120])
+    assert list(fig.data[0].y) == [1, 0, 0, 0, 0, 0, 0, 0, 1, 2, 1]
+    assert "</script>" not in charts.figure_json(charts.utilisation([], title="</script>"))
+
+
+def test_metrics_needs_an_operator_token(api, ops_api, small_fleet):
+    from core.services.tokens import create_api_token
+    from tenants.models import Tenant
+
+    assert api.get("/metrics").status_code == 401
+    _, tenant_token = create_api_token(kind="tenant", tenant=Tenant.objects.create(slug="acme", name="Acme"),
+                                       role="admin", actor="test")
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_token}")
+    denied = api.get("/metrics")
+    assert denied.status_code == 403 and denied["Content-Type"] == "application/problem+json"
+    assert ops_api.get("/metrics", HTTP_ACCEPT="text/plain;version=0.0.4").status_code == 200
+
+
+def test_metrics_parse_and_match_the_database(ops_api, small_fleet):
+    _mix_states(8)
+    Node.objects.filter(pk=Node.objects.order_by("hostname").first().pk).update(observed_power_w=5000,
+                                                                                  last_heartbeat_at=timezone.now())
+    ops_api.get("/fleet/power/")  # a request for the latency histogram
+    families = {f.name: f for f in text_string_to_metric_families(ops_api.get("/metrics").content.decode())}
+    gpus = {(s.labels["state"], s.labels["generation"]): s.value for s in families["hangar_gpus"].samples}
+    assert sum(gpus.values()) == _sql_gpus() == 64
+    assert gpus[("active", "hopper")] == _sql_gpus("n.lifecycle = 'active'")
+    assert sum(s.value for s in families["hangar_nodes"].samples) == Node.objects.count()
+    hall_kw = {s.labels["hall"]: s.value for s in families["hangar_hall_power_kw"].samples}
+    assert hall_kw["dc1/hall-1"] == pytest.approx(7 * 10.2 + 5.0)
+    assert {s.labels["hall"] for s in families["hangar_hall_power_budget_kw"].samples} == {"dc1/hall-1", "dc1/hall-2"}
+    assert len(families["hangar_rack_power_kw"].samples) == 4
+    assert "hangar_http_request_duration_seconds" in families
+    assert "hangar_loop_duration_seconds" in families
+
+
+def test_loop_metrics_are_observable():
+    from core.metrics import LOOP_DURATION, REGISTRY, observe_loop
+
+    observe_loop("fleet_snapshot", 0.2)
+    LOOP_DURATION.labels(loop="health_sweep").observe(1.5)
+    assert REGISTRY.get_sample_value("hangar_loop_duration_seconds_count", {"loop": "fleet_snapshot"}) >= 1
+    assert REGISTRY.get_sample_value("hangar_loop_last_run_timestamp_seconds", {"loop": "fleet_snapshot"}) > 0
