@@ -5,7 +5,7 @@ from import_export import fields, resources
 from import_export.admin import ImportExportModelAdmin
 from import_export.widgets import ForeignKeyWidget
 
-from .models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, Site
+from .models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, SanitizationRecord, Site
 
 
 class RackResource(resources.ModelResource):
@@ -158,3 +158,23 @@ class DriveAdmin(admin.ModelAdmin):
     list_select_related = ("node",)
     raw_id_fields = ("node",)
     show_full_result_count = False
+
+
+@admin.register(SanitizationRecord)
+class SanitizationRecordAdmin(admin.ModelAdmin):
+    """Evidence: viewable, never added, changed or deleted here (operators use the ops API or the
+    console, which audit every record)."""
+
+    list_display = ("drive", "method", "technique", "tool", "verified", "actor", "source", "performed_at")
+    list_filter = ("method", "verified", "source")
+    search_fields = ("drive__serial", "drive__node__hostname")
+    list_select_related = ("drive",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -136,3 +136,23 @@ class AgentActionState(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+
+
+class SanitizationMethod(models.TextChoices):
+    """NIST SP 800-88 Rev. 1 sanitisation methods."""
+
+    CLEAR = "clear", "Clear"
+    PURGE = "purge", "Purge"
+    DESTROY = "destroy", "Destroy"
+
+
+class SanitizationSource(models.TextChoices):
+    AGENT = "agent", "Node agent"
+    OPERATOR = "operator", "Operator"
+
+
+class DispositionOption(models.TextChoices):
+    REDEPLOY = "redeploy", "Redeploy internally"
+    LEASE = "lease", "Lease as a cheaper SKU"
+    RESALE = "resale", "Resale"
+    RECYCLE = "recycle", "Recycle"

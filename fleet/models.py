@@ -21,11 +21,14 @@ from .choices import (
     Attribution,
     Cooling,
     CoolingRequirement,
+    DispositionOption,
     DriveInterface,
     FabricTechnology,
     Health,
     Lifecycle,
     PowerState,
+    SanitizationMethod,
+    SanitizationSource,
 )
 
 KW = {"max_digits": 9, "decimal_places": 2, "validators": [MinValueValidator(Decimal("0"))]}
@@ -393,3 +396,121 @@ class FleetSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.resolution} {self.generation} {self.hall_id}"
+# ---- end of life: sanitisation, disposal checklist, custody, disposition plans -------------------
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """Evidence rows are written once: bulk update and delete are refused here, and on
+    PostgreSQL a trigger refuses them in the database too (migration `eol`)."""
+
+    def update(self, **kwargs):
+        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be changed")
+
+    def delete(self):
+        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be deleted")
+
+
+class AppendOnlyModel(models.Model):
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be deleted")
+
+
+class SanitizationRecord(AppendOnlyModel):
+    """One drive's sanitisation (NIST SP 800-88): what was done, with what, whether it was
+    verified, by whom and when. Never edited or deleted; a failed attempt stays on record and a
+    later passing record supersedes it for the retire gate."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    # PROTECT: a drive with evidence of sanitisation cannot silently vanish with its node.
+    drive = models.ForeignKey(Drive, on_delete=models.PROTECT, related_name="sanitization_records")
+    method = models.CharField(max_length=8, choices=SanitizationMethod.choices)
+    technique = models.CharField(max_length=200, help_text="e.g. NVMe sanitize crypto erase, overwrite, shred")
+    tool = models.CharField(max_length=200)
+    verified = models.BooleanField()
+    evidence = models.TextField(blank=True)
+    actor = models.CharField(max_length=200, help_text="operator or agent that performed it")
+    performed_at = models.DateTimeField(db_index=True)
+    source = models.CharField(max_length=8, choices=SanitizationSource.choices)
+    node_agent_action = models.OneToOneField(NodeAgentAction, null=True, blank=True, on_delete=models.PROTECT,
+                                             related_name="sanitization_record")
+
+    class Meta:
+        ordering = ["performed_at", "id"]
+        indexes = [models.Index(fields=["drive", "verified"], name="fleet_sanrec_drive_verified")]
+
+    def __str__(self) -> str:
+        return f"{self.method} of {self.drive_id} ({'verified' if self.verified else 'not verified'})"
+
+
+class NodeDisposal(models.Model):
+    """The data-handling checklist of a node beyond its drives: BMC reset, asset tags removed."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="disposal")
+    bmc_reset_at = models.DateTimeField(null=True, blank=True, help_text="BMC credentials reset and logs cleared")
+    bmc_reset_by = models.CharField(max_length=200, blank=True)
+    asset_tags_removed_at = models.DateTimeField(null=True, blank=True)
+    asset_tags_removed_by = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"disposal checklist of {self.node_id}"
+
+
+class CustodyTransfer(AppendOnlyModel):
+    """Chain of custody: the node handed from one party to the next (buyer, recycler, courier)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="custody_transfers")
+    from_party = models.CharField(max_length=200)
+    to_party = models.CharField(max_length=200, help_text="buyer or recycler")
+    at = models.DateTimeField()
+    document_ref = models.CharField(max_length=200, help_text="bill of lading, sale contract, recycler certificate")
+    recorded_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.from_party} → {self.to_party}"
+
+
+class DispositionPlan(BaseModel):
+    """A disposition run: the inputs the operator chose and the valuation's answer, stored as
+    computed so the plan reads the same later even if reference prices change."""
+
+    name = models.CharField(max_length=200)
+    created_by = models.CharField(max_length=200)
+    inputs = models.JSONField(help_text="selection, demands, horizon, channel, lease cap, assumption overrides")
+    result = models.JSONField(help_text="option values per block, split, reasoning, assumptions with sources")
+    nodes = models.ManyToManyField(Node, through="DispositionAssignment", related_name="disposition_plans")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DispositionAssignment(models.Model):
+    """Which option (and pool) the plan gives one node."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    plan = models.ForeignKey(DispositionPlan, on_delete=models.CASCADE, related_name="assignments")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="disposition_assignments")
+    option = models.CharField(max_length=8, choices=DispositionOption.choices)
+    pool = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["plan", "node"], name="fleet_disposition_one_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} → {self.option}"

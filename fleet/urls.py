@@ -1,5 +1,5 @@
 """Fleet console pages, dashboard chart endpoints and /metrics."""
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 from .metrics import MetricsView
@@ -14,4 +14,5 @@ urlpatterns = [
     path("fleet/racks/<str:rack_id>/", views.rack_detail, name="rack-detail"),
     path("fleet/charts/<slug:name>.json", views.chart_json, name="chart-json"),
     path("metrics", MetricsView.as_view(), name="metrics"),
+    path("", include("fleet.eol_urls")),
 ]

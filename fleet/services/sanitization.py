@@ -1,0 +1,123 @@
+"""Sanitisation records (NIST SP 800-88) and the rest of a node's data-handling checklist.
+
+Records are evidence: this module only ever creates them (the model refuses updates and
+deletes). They come from two places: an operator entering one with evidence, and the node
+agent's `sanitize_drive` results (`record_sanitization_from_agent`).
+"""
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.services.audit import record_audit
+from fleet.choices import AgentAction, SanitizationMethod, SanitizationSource
+from fleet.models import CustodyTransfer, Drive, Node, NodeAgentAction, NodeDisposal, SanitizationRecord
+
+from .lifecycle import record_node_event
+
+MAX_EVIDENCE_CHARS = 20_000
+
+
+class InvalidSanitizationRecord(ValueError):
+    """An agent result that cannot be turned into a record (wrong drive, bad method)."""
+
+
+def _record_snapshot(record: SanitizationRecord) -> dict:
+    return {"drive": str(record.drive_id), "method": record.method, "technique": record.technique,
+            "tool": record.tool, "verified": record.verified, "source": record.source}
+
+
+@transaction.atomic
+def record_sanitization(*, drive: Drive, method: str, technique: str, tool: str, verified: bool, evidence: str,
+                        actor: str, source: str = SanitizationSource.OPERATOR,
+                        performed_at: datetime | None = None,
+                        node_agent_action: NodeAgentAction | None = None) -> SanitizationRecord:
+    """Append one drive's sanitisation record and leave an audit event and a node event."""
+    if method not in SanitizationMethod.values:
+        raise InvalidSanitizationRecord(f"method must be one of {', '.join(SanitizationMethod.values)}")
+    record = SanitizationRecord.objects.create(
+        drive=drive, method=method, technique=technique, tool=tool, verified=verified,
+        evidence=evidence[:MAX_EVIDENCE_CHARS], actor=actor, performed_at=performed_at or timezone.now(),
+        source=source, node_agent_action=node_agent_action,
+    )
+    record_audit(actor=actor, action="sanitization.record", target=record, after=_record_snapshot(record),
+                 reason=f"{method} of drive {drive.serial}")
+    node = Node.objects.only("id", "lifecycle", "hostname").get(pk=drive.node_id)
+    record_node_event(node, actor=actor, action="sanitization_record",
+                      reason=f"drive {drive.serial}: {method} ({technique}) "
+                             f"{'verified' if verified else 'NOT verified'}")
+    return record
+
+
+@transaction.atomic
+def record_sanitization_from_agent(action: NodeAgentAction) -> SanitizationRecord | None:
+    """Turn a finished `sanitize_drive` agent action into a record (called by the action-results
+    handler). Idempotent: a second call for the same action returns the existing record.
+    Returns None when the result carries no record (the agent failed before erasing).
+
+    The record's drive is the action's drive; the serial the agent reports must match it, so a
+    result can never vouch for a different drive.
+    """
+    if action.action != AgentAction.SANITIZE_DRIVE:
+        raise InvalidSanitizationRecord(f"{action.action} results carry no sanitisation record")
+    existing = SanitizationRecord.objects.filter(node_agent_action=action).first()
+    if existing:
+        return existing
+    payload = (action.output or {}).get("sanitization_record")
+    if not payload:
+        return None
+    drive = action.drive or Drive.objects.filter(node_id=action.node_id, serial=payload.get("drive_serial")).first()
+    if drive is None:
+        raise InvalidSanitizationRecord("the action names no drive and the reported serial is not on this node")
+    reported = payload.get("drive_serial") or ""
+    if reported and reported != drive.serial:
+        raise InvalidSanitizationRecord(f"the agent reported drive {reported} but the action was for {drive.serial}")
+    return record_sanitization(
+        drive=drive, method=payload.get("method", ""), technique=str(payload.get("technique", "")),
+        tool=str(payload.get("tool", "")), verified=payload.get("verified") is True,
+        evidence=str(payload.get("evidence", "")), actor=f"agent:{action.node_id}",
+        source=SanitizationSource.AGENT, performed_at=action.finished_at or timezone.now(),
+        node_agent_action=action,
+    )
+
+
+def _checklist(node: Node) -> NodeDisposal:
+    disposal, _ = NodeDisposal.objects.select_for_update().get_or_create(node=node)
+    return disposal
+
+
+@transaction.atomic
+def record_bmc_reset(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
+    """BMC credentials reset to factory and its logs cleared (part of what must not leave)."""
+    disposal = _checklist(node)
+    before = disposal.bmc_reset_at.isoformat() if disposal.bmc_reset_at else None
+    disposal.bmc_reset_at, disposal.bmc_reset_by = timezone.now(), actor
+    disposal.save(update_fields=["bmc_reset_at", "bmc_reset_by"])
+    record_audit(actor=actor, action="node.bmc_reset", target=node, before={"bmc_reset_at": before},
+                 after={"bmc_reset_at": disposal.bmc_reset_at.isoformat()}, reason=reason)
+    record_node_event(node, actor=actor, action="bmc_reset", reason=reason or "BMC credentials reset, logs cleared")
+    return disposal
+
+
+@transaction.atomic
+def record_asset_tags_removed(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
+    disposal = _checklist(node)
+    before = disposal.asset_tags_removed_at.isoformat() if disposal.asset_tags_removed_at else None
+    disposal.asset_tags_removed_at, disposal.asset_tags_removed_by = timezone.now(), actor
+    disposal.save(update_fields=["asset_tags_removed_at", "asset_tags_removed_by"])
+    record_audit(actor=actor, action="node.asset_tags_removed", target=node, before={"asset_tags_removed_at": before},
+                 after={"asset_tags_removed_at": disposal.asset_tags_removed_at.isoformat()}, reason=reason)
+    record_node_event(node, actor=actor, action="asset_tags_removed", reason=reason or "asset tags removed")
+    return disposal
+
+
+@transaction.atomic
+def record_custody_transfer(*, node: Node, from_party: str, to_party: str, document_ref: str, actor: str,
+                            at: datetime | None = None) -> CustodyTransfer:
+    transfer = CustodyTransfer.objects.create(node=node, from_party=from_party, to_party=to_party,
+                                              document_ref=document_ref, at=at or timezone.now(), recorded_by=actor)
+    record_audit(actor=actor, action="node.custody_transfer", target=node,
+                 after={"from": from_party, "to": to_party, "document_ref": document_ref})
+    record_node_event(node, actor=actor, action="custody_transfer",
+                      reason=f"{from_party} → {to_party} ({document_ref})")
+    return transfer
