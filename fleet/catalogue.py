@@ -52,3 +52,14 @@ def catalogue_rows(reference_dir: Path = REFERENCE_DIR) -> list[dict]:
                 "source": f"generations.csv: {row['source']}",
             })
     return rows
+
+
+def ensure_node_type_catalogue() -> int:
+    """Load any catalogue rows that are missing (after a flush, or a database built without the
+    data migration). Returns how many were created; existing rows are left as they are."""
+    from fleet.models import NodeType
+
+    existing = set(NodeType.objects.values_list("slug", flat=True))
+    missing = [NodeType(**row) for row in catalogue_rows() if row["slug"] not in existing]
+    NodeType.objects.bulk_create(missing)
+    return len(missing)

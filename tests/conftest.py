@@ -17,6 +17,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_pg)
 
 
+@pytest.fixture(autouse=True)
+def node_type_catalogue(request):
+    """Transactional tests flush every table, data migrations included; put the catalogue back."""
+    if request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames):
+        from fleet.catalogue import ensure_node_type_catalogue
+
+        ensure_node_type_catalogue()
+
+
 @pytest.fixture
 def operator_user(django_user_model):
     return django_user_model.objects.create_user("op", password="op-pass-123", is_staff=True, is_superuser=True)

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from core.ids import uuid7
 from core.services.audit import record_audit
+from fleet.catalogue import ensure_node_type_catalogue
 from fleet.choices import Cooling, FabricTechnology, Health, Lifecycle, PowerState
 from fleet.models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, Site
 
@@ -59,9 +60,8 @@ def seed_fleet(*, gpus: int, site_slug: str = "dc1", seed: int = 7, actor: str =
     if gpus <= 0 or gpus % 8:
         raise ValueError("--gpus must be a positive multiple of 8 (8 GPUs per node)")
     rng = random.Random(seed)
+    ensure_node_type_catalogue()
     node_types = {t.slug: t for t in NodeType.objects.all()}
-    if "h100-sxm-8x" not in node_types:
-        raise RuntimeError("The node type catalogue is missing; run `manage.py migrate` first.")
     node_count = gpus // 8
     pods = -(-gpus // GPUS_PER_POD)
     halls_needed = -(-pods // PODS_PER_HALL)
