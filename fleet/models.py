@@ -209,6 +209,7 @@ class Node(BaseModel):
     failed_attempts = models.PositiveSmallIntegerField(default=0, help_text="consecutive failed actions (backoff)")
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    observed_power_w = models.IntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["hostname"]
