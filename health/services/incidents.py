@@ -75,8 +75,8 @@ def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
     try:
         from billing.services.credits import record_sla_credit
     except ImportError:
-        # Billing is not installed in this build: keep the window open-ended-closed, uncredited,
-        # so a later settle (at close) writes it once billing is present.
+        # Billing is not in this build: record the window's end but leave it uncredited, so a
+        # later settle (at close) writes the credit once billing is present.
         IncidentImpact.objects.bulk_update(impacts, ["end"])
         return 0
     for impact in impacts:
