@@ -9,10 +9,12 @@ from django.utils import timezone
 from core.api.lookups import parse_uuid
 from core.decorators import operator_required
 from fleet.choices import Attribution
+from fleet.models import Node
 
 from . import charts, selectors
 from .policy import ESCALATIONS, HEARTBEAT_SOURCE, THERMAL_THROTTLE_C, policy_rows
-from .services.incidents import IncidentNotClosable, impact_gpu_hours, update_postmortem
+from .choices import Severity
+from .services.incidents import IncidentNotClosable, impact_gpu_hours, open_operator_incident, update_postmortem
 
 CHART_WINDOW = timedelta(days=30)
 
@@ -72,3 +74,29 @@ def incident(request, pk):
         "impact_gpu_hours": found.impact_gpu_hours or impact_gpu_hours(found, timezone.now()),
         "history": selectors.node_history([n.pk for n in found.nodes.all()]),
     })
+
+
+class OperatorIncidentForm(forms.Form):
+    title = forms.CharField(max_length=200)
+    hostnames = forms.CharField(help_text="affected nodes, comma-separated hostnames")
+    severity = forms.ChoiceField(choices=Severity.choices)
+
+    def clean_hostnames(self):
+        names = sorted({h.strip() for h in self.cleaned_data["hostnames"].split(",") if h.strip()})
+        nodes = list(Node.objects.filter(hostname__in=names))
+        missing = sorted(set(names) - {n.hostname for n in nodes})
+        if not nodes or missing:
+            raise forms.ValidationError(f"Unknown hostnames: {', '.join(missing) or '(none given)'}; "
+                                        "use hostnames as listed on the Fleet page.")
+        return nodes
+
+
+@operator_required
+def new_incident(request):
+    form = OperatorIncidentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        created = open_operator_incident(nodes=form.cleaned_data["hostnames"], title=form.cleaned_data["title"],
+                                         severity=form.cleaned_data["severity"],
+                                         actor=f"user:{request.user.username}")
+        return redirect("health:incident", pk=created.pk)
+    return render(request, "health/new_incident.html", {"nav": "health", "form": form})

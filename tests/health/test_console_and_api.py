@@ -121,3 +121,28 @@ def test_sweep_query_count_independent_of_fleet_size(db):
     small = _pull_quarter_and_count("dc1", 64)
     large = _pull_quarter_and_count("dc2", 256)
     assert small == large, (small, large)
+
+
+def test_operator_opens_an_incident(operator_client, nodes):
+    response = operator_client.post("/health/incidents/new/", {"title": "PDU flicker", "hostnames": "nope",
+                                                              "severity": "warn"})
+    assert "Unknown hostnames: nope" in response.content.decode()
+    response = operator_client.post("/health/incidents/new/", {"title": "PDU flicker", "severity": "warn",
+                                                              "hostnames": f"{nodes[0].hostname}, {nodes[1].hostname}"})
+    incident = Incident.objects.get()
+    assert response.status_code == 302 and incident.opened_by == "operator" and incident.nodes.count() == 2
+
+
+def test_heartbeat_query_count_independent_of_faulty_gpus(nodes, agent_for):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for node, faulty in ((nodes[0], 1), (nodes[1], 8)):
+        agent = agent_for(node)
+        agent.heartbeat()  # warm the node-type cache
+        faults = {i: {"xid_errors": [13], "temperature_c": 90, "ecc_sbe": 1} for i in range(faulty)}
+        with CaptureQueriesContext(connection) as ctx:
+            assert agent.heartbeat(faults=faults).status_code == 202
+        counts.append(len(ctx))
+    assert counts[0] == counts[1] <= 8, counts
