@@ -37,7 +37,8 @@ class Condition(models.Model):
             models.UniqueConstraint(fields=["node", "signal"], condition=models.Q(gpu_index__isnull=True),
                                     name="health_condition_node_unique"),
         ]
-        indexes = [models.Index(fields=["status", "severity"], name="health_condition_status_sev")]
+        # The sweep asks "does this node have an active condition of severity X" per node.
+        indexes = [models.Index(fields=["node", "status", "severity"], name="health_condition_node_active")]
 
     def __str__(self) -> str:
         where = f"gpu{self.gpu_index}" if self.gpu_index is not None else "node"
