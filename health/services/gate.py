@@ -33,8 +33,12 @@ def required_checks(lifecycle: str, remediation: str | None) -> tuple[str, ...]:
 
 
 def last_remediation(node_ids) -> dict:
-    """{node_id: gpu_reset | reboot}: the latest succeeded remediation per node (one query)."""
-    rows = (NodeAgentAction.objects.filter(node_id__in=node_ids, state=AgentActionState.SUCCEEDED,
+    """{node_id: gpu_reset | reboot} for nodes that came to validating straight from remediation
+    (two queries). Anything else (repair, an operator's re-validation) gets the long checks."""
+    came_from = dict(NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.VALIDATING)
+                     .order_by("at").values_list("node_id", "from_state"))
+    remediated = [n for n, state in came_from.items() if state == Lifecycle.REMEDIATING]
+    rows = (NodeAgentAction.objects.filter(node_id__in=remediated, state=AgentActionState.SUCCEEDED,
                                            action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT))
             .order_by("created_at").values_list("node_id", "action"))
     return dict(rows)

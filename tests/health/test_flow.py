@@ -184,11 +184,11 @@ def test_flapping_node_is_not_accepted_on_the_third_pass(nodes, agent_for):
     node, agent = nodes[0], agent_for(nodes[0])
     _fail_validation(node, agent)  # first failure
     transition(refresh(node), Lifecycle.VALIDATING, actor="test", action="revalidate")
-    agent.report(dcgm_r2="fail")  # second failure within 7 days
+    agent.report(dcgm_r3="fail")  # second failure within 7 days (re-validation after triage runs r3)
     run_health_sweep()
     assert refresh(node).lifecycle == Lifecycle.TRIAGE
     transition(refresh(node), Lifecycle.VALIDATING, actor="test", action="revalidate")
-    agent.report(dcgm_r2="pass", dcgm_r3="pass", nccl_allreduce="pass", ib_link="pass")
+    agent.report(dcgm_r3="pass", nccl_allreduce="pass", ib_link="pass")
     run_health_sweep()
     node = refresh(node)
     # Passing checks are refused on the third pass; that third triage in 30 days means RMA.
