@@ -29,7 +29,7 @@ def apply_observations(*, observed: dict, now: datetime, clear_absent: dict | No
     node_ids = set(observed) | {n for n, sigs in clear_absent.items() if sigs}
     if not node_ids:
         return 0
-    existing_qs = Condition.objects.filter(node_id__in=node_ids)
+    existing_qs = Condition.objects.filter(node_id__in=node_ids).order_by()
     if load_signals is not None:
         existing_qs = existing_qs.filter(signal__in=list(load_signals))
     existing: dict[tuple, Condition] = {(c.node_id, c.gpu_index, c.signal): c for c in existing_qs}

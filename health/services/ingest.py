@@ -5,11 +5,11 @@ one SELECT of its conditions, and writes only when something changed.
 """
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from fleet.models import Node
 from health.choices import CheckStatus
-from health.models import HealthCheckResult
+from health.models import Condition, HealthCheckResult
 from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
                            HEARTBEAT_LEVEL_SIGNALS, THERMAL_THROTTLE_C)
 from health.services.conditions import apply_observations
@@ -53,17 +53,34 @@ def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
     return found
 
 
-@transaction.atomic
+def _quiet_update_sql() -> tuple[str, str]:
+    node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
+    levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
+    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s WHERE id = %s",
+            f"SELECT 1 FROM {condition_table} WHERE node_id = %s AND status = 'active' AND signal IN ({levels}) LIMIT 1")
+
+
+_UPDATE_NODE, _ACTIVE_LEVEL = _quiet_update_sql()
+
+
 def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime) -> None:
+    """The common case (nothing wrong, nothing to clear) is two statements of fixed SQL: it is
+    the hottest path in the control plane (every node, every 10 s)."""
     expected = _expected_gpus(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
-    updated = Node.objects.filter(pk=node_id).update(last_heartbeat_at=now, power_state=power_state,
-                                                     observed_power_w=round(sum(power)) if power else None)
-    if not updated:
-        _gpus_per_node.pop(node_id, None)
-        raise UnknownNode(node_id)
-    apply_observations(observed={node_id: heartbeat_signals(gpus, expected)}, now=now,
-                       clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
+    signals = heartbeat_signals(gpus, expected)
+    db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
+                                      round(sum(power)) if power else None, db_id])
+        if cursor.rowcount == 0:
+            _gpus_per_node.pop(node_id, None)
+            raise UnknownNode(node_id)
+        if not signals:
+            cursor.execute(_ACTIVE_LEVEL, [db_id])
+            if cursor.fetchone() is None:
+                return
+    apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
 
 
 @transaction.atomic
