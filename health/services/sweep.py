@@ -9,6 +9,7 @@ fleet.services.lifecycle.transition_many.
 import logging
 from datetime import datetime
 
+from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -180,8 +181,15 @@ def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
         return 0
     replaced = 0
     for m in memberships:
-        replacement = replace_node(allocation=m.allocation, node=m.node, actor=ACTOR,
-                                   reason=f"health policy pulled {m.node.hostname}")
+        try:
+            with transaction.atomic():
+                replacement = replace_node(allocation=m.allocation, node=m.node, actor=ACTOR,
+                                           reason=f"health policy pulled {m.node.hostname}")
+        except Exception as exc:  # the pull must stand even when placing a replacement fails
+            logger.exception("replacing %s in allocation %s failed", m.node.hostname, m.allocation_id)
+            record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
+                        detail=f"replacement for allocation {m.allocation.name} failed: {exc}")
+            continue
         replaced += 1
         hostname = getattr(replacement, "hostname", None) or "none available yet"
         record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
