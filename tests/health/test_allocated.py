@@ -82,3 +82,21 @@ def test_sla_credit_recorded_when_node_returns(allocated, agent_for):
     node.refresh_from_db()
     assert node.lifecycle == Lifecycle.AVAILABLE
     assert IncidentImpact.objects.get().credited
+
+
+def test_failed_replacement_never_undoes_the_pull(allocated, agent_for, monkeypatch):
+    import sys
+    import types
+
+    def replace_node(**kwargs):
+        raise RuntimeError("no same-fabric capacity")
+
+    fake = types.ModuleType("tenants.services.allocations")
+    fake.replace_node = replace_node
+    monkeypatch.setitem(sys.modules, "tenants.services.allocations", fake)
+    allocation, node = allocated
+    agent_for(node).heartbeat(faults={6: {"xid_errors": [79]}})
+    run_health_sweep()
+    node.refresh_from_db()
+    assert node.lifecycle == Lifecycle.DRAINING and node.cordoned
+    assert any("no same-fabric capacity" in e.detail for e in Incident.objects.get().events.all())
