@@ -1,2 +1,13 @@
 """Console pages of the health app."""
-urlpatterns: list = []
+from django.urls import path
+
+from . import views
+
+app_name = "health"
+
+urlpatterns = [
+    path("health/", views.dashboard, name="dashboard"),
+    path("health/policy/", views.policy, name="policy"),
+    path("health/incidents/new/", views.new_incident, name="new-incident"),
+    path("health/incidents/<str:pk>/", views.incident, name="incident"),
+]

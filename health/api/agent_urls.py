@@ -1,2 +1,140 @@
-"""agent_urls routes of the health app."""
-urlpatterns: list = []
+"""Node agent telemetry: heartbeats and health reports (API.md, agent API)."""
+from datetime import datetime
+
+from django.utils import timezone
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.response import Response
+
+from core.api.authentication import AgentTokenAuthentication
+from core.api.permissions import IsAgent
+from core.api.problems import Problem
+from core.api.routes import api_route
+from fleet.choices import PowerState
+from health.choices import CheckName, CheckStatus
+from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
+
+GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "row_remap_pending", "row_remap_failed",
+                  "nvlink_down", "memory_used_mb")
+GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct")
+MAX_GPUS = 72
+
+
+def _invalid(errors: list[dict]) -> Problem:
+    return Problem(400, "validation_error", "The body is not valid; fix the listed fields and resend.", errors=errors)
+
+
+def _timestamp(value, field: str, errors: list[dict]):
+    if value is None:
+        return None
+    parsed = None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        errors.append({"field": field, "message": "Must be an RFC 3339 timestamp with a zone, e.g. 2026-11-02T10:00:00Z."})
+        return None
+    return parsed
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_heartbeat(body) -> tuple[str, list[dict]]:
+    if not isinstance(body, dict):
+        raise _invalid([{"field": "body", "message": "Send a JSON object."}])
+    errors: list[dict] = []
+    _timestamp(body.get("observed_at"), "observed_at", errors)
+    power_state = body.get("power_state", PowerState.ON)
+    if power_state not in PowerState.values:
+        errors.append({"field": "power_state", "message": f"One of: {', '.join(PowerState.values)}."})
+    gpus = body.get("gpus", [])
+    if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
+        errors.append({"field": "gpus", "message": f"A list of at most {MAX_GPUS} GPU objects."})
+        raise _invalid(errors)
+    seen: set[int] = set()
+    for i, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            errors.append({"field": f"gpus.{i}", "message": "Each GPU is an object."})
+            continue
+        for name in GPU_INT_FIELDS:
+            value = gpu.get(name)
+            if (name == "index" or value is not None) and not (_is_int(value) and value >= 0):
+                errors.append({"field": f"gpus.{i}.{name}", "message": "A non-negative integer."})
+        for name in GPU_NUMBER_FIELDS:
+            value = gpu.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                errors.append({"field": f"gpus.{i}.{name}", "message": "A number."})
+        xids = gpu.get("xid_errors", [])
+        if xids is None:
+            xids = []
+        if not isinstance(xids, list) or not all(_is_int(x) and 0 < x < 100_000 for x in xids):
+            errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
+        if _is_int(gpu.get("index")):
+            if gpu["index"] in seen:
+                errors.append({"field": f"gpus.{i}.index", "message": "Duplicate GPU index."})
+            seen.add(gpu["index"])
+    if errors:
+        raise _invalid(errors)
+    return power_state, gpus
+
+
+def _parse_report(body) -> tuple[datetime | None, list[dict]]:
+    if not isinstance(body, dict):
+        raise _invalid([{"field": "body", "message": "Send a JSON object."}])
+    errors: list[dict] = []
+    observed_at = _timestamp(body.get("observed_at"), "observed_at", errors)
+    checks = body.get("checks")
+    if not isinstance(checks, list) or not checks or len(checks) > 50:
+        errors.append({"field": "checks", "message": "A list of 1 to 50 check objects."})
+        raise _invalid(errors)
+    for i, check in enumerate(checks):
+        if not isinstance(check, dict):
+            errors.append({"field": f"checks.{i}", "message": "Each check is an object."})
+            continue
+        if check.get("name") not in CheckName.values:
+            errors.append({"field": f"checks.{i}.name", "message": f"One of: {', '.join(CheckName.values)}."})
+        if check.get("status") not in CheckStatus.values:
+            errors.append({"field": f"checks.{i}.status", "message": "One of: pass, warn, fail."})
+        if check.get("detail") is not None and not isinstance(check["detail"], str):
+            errors.append({"field": f"checks.{i}.detail", "message": "A string."})
+    if errors:
+        raise _invalid(errors)
+    return observed_at, checks
+
+
+def _unknown_node() -> Problem:
+    return Problem(404, "not_found", "This agent's node is not registered any more; re-enrol the node.")
+
+
+@api_view(["POST"])
+@authentication_classes([AgentTokenAuthentication])
+@permission_classes([IsAgent])
+def heartbeat(request):
+    power_state, gpus = _parse_heartbeat(request.data)
+    try:
+        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now())
+    except UnknownNode:
+        raise _unknown_node() from None
+    return Response(status=202)
+
+
+@api_view(["POST"])
+@authentication_classes([AgentTokenAuthentication])
+@permission_classes([IsAgent])
+def health_reports(request):
+    observed_at, checks = _parse_report(request.data)
+    now = timezone.now()
+    try:
+        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now)
+    except UnknownNode:
+        raise _unknown_node() from None
+    return Response(status=202)
+
+
+urlpatterns = [
+    api_route("heartbeat", heartbeat, "agent-heartbeat"),
+    api_route("health-reports", health_reports, "agent-health-reports"),
+]

@@ -1,0 +1,65 @@
+"""Health choice sets."""
+from django.db import models
+
+
+class Severity(models.TextChoices):
+    """Ordered from harmless to fatal (DESIGN.md, "Health policy")."""
+
+    INFO = "info", "Info"
+    WARN = "warn", "Warn"
+    RESET = "reset", "GPU reset"
+    REBOOT = "reboot", "Power cycle"
+    FATAL = "fatal", "Fatal"
+
+
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARN: 1, Severity.RESET: 2, Severity.REBOOT: 3, Severity.FATAL: 4}
+ACTIONABLE = (Severity.RESET, Severity.REBOOT, Severity.FATAL)
+
+
+class ConditionStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    CLEARED = "cleared", "Cleared"
+
+
+class ConditionEventKind(models.TextChoices):
+    RAISED = "raised", "Raised"
+    CLEARED = "cleared", "Cleared"
+
+
+class CheckName(models.TextChoices):
+    DCGM_R1 = "dcgm_r1", "DCGM level 1"
+    DCGM_R2 = "dcgm_r2", "DCGM level 2"
+    DCGM_R3 = "dcgm_r3", "DCGM level 3"
+    NCCL_ALLREDUCE = "nccl_allreduce", "NCCL all-reduce"
+    IB_LINK = "ib_link", "InfiniBand link"
+    NVME_SMART = "nvme_smart", "NVMe SMART"
+    BURN_IN = "burn_in", "Burn-in"
+
+
+class CheckStatus(models.TextChoices):
+    PASS = "pass", "Pass"
+    WARN = "warn", "Warn"
+    FAIL = "fail", "Fail"
+
+
+class IncidentState(models.TextChoices):
+    OPEN = "open", "Open"
+    STABILISED = "stabilised", "Stabilised"
+    DIAGNOSED = "diagnosed", "Diagnosed"
+    REPAIRED = "repaired", "Repaired"
+    CLOSED = "closed", "Closed"
+
+
+class IncidentOpener(models.TextChoices):
+    POLICY = "policy", "Health policy"
+    OPERATOR = "operator", "Operator"
+
+
+class IncidentStep(models.TextChoices):
+    DETECT = "detect", "Detect"
+    STABILISE = "stabilise", "Stabilise"
+    DIAGNOSE = "diagnose", "Diagnose"
+    REPAIR = "repair", "Repair"
+    RETURN = "return", "Return"
+    NOTE = "note", "Note"
+    CLOSE = "close", "Close"

@@ -1,0 +1,126 @@
+"""The validation gate: the checks a node must pass to leave `validating` (or `burn_in`).
+
+After a GPU reset: DCGM r2 + NCCL all-reduce + IB link. After a power cycle or repair:
+DCGM r3 + NCCL + IB link. Burn-in at intake: DCGM r3 + NCCL + burn-in. Only results observed
+after the node entered the state count. Any failure → triage (burn-in → burn_in_failed).
+Flapping: a node that already failed validation twice in 7 days is not accepted on a third
+pass → triage. A third triage within 30 days → RMA.
+"""
+from datetime import datetime
+
+from django.db.models import Count
+
+from fleet.choices import AgentAction, AgentActionState, Lifecycle
+from fleet.models import Node, NodeAgentAction, NodeEvent
+from fleet.services.lifecycle import STATE_TIMEOUTS, transition_many
+from health.choices import CheckStatus, IncidentState, IncidentStep
+from health.models import HealthCheckResult
+from health.policy import (FLAP_FAILURES, FLAP_WINDOW, GATE_AFTER_REBOOT, GATE_AFTER_RESET, GATE_BURN_IN, RMA_TRIAGES,
+                           RMA_WINDOW)
+from health.services.conditions import clear_node_conditions
+from health.services.incidents import record_step, settle_credits
+
+
+def entered_at(node: Node):
+    """When the node entered its timed state (transition sets deadline = entry + timeout)."""
+    return node.state_deadline - STATE_TIMEOUTS[node.lifecycle] if node.state_deadline else None
+
+
+def required_checks(lifecycle: str, remediation: str | None) -> tuple[str, ...]:
+    if lifecycle == Lifecycle.BURN_IN:
+        return GATE_BURN_IN
+    return GATE_AFTER_RESET if remediation == AgentAction.GPU_RESET else GATE_AFTER_REBOOT
+
+
+def last_remediation(node_ids) -> dict:
+    """{node_id: gpu_reset | reboot} for nodes that came to validating straight from remediation
+    (two queries). Anything else (repair, an operator's re-validation) gets the long checks."""
+    came_from = dict(NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.VALIDATING)
+                     .order_by("at").values_list("node_id", "from_state"))
+    remediated = [n for n, state in came_from.items() if state == Lifecycle.REMEDIATING]
+    rows = (NodeAgentAction.objects.filter(node_id__in=remediated, state=AgentActionState.SUCCEEDED,
+                                           action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT))
+            .order_by("created_at").values_list("node_id", "action"))
+    return dict(rows)
+
+
+def apply_gate(*, now: datetime, actor: str) -> dict:
+    nodes = list(Node.objects.filter(lifecycle__in=(Lifecycle.VALIDATING, Lifecycle.BURN_IN))
+                 .select_for_update(skip_locked=True).only("id", "hostname", "lifecycle", "state_deadline"))
+    if not nodes:
+        return {"passed": 0, "failed": 0, "flapping": 0, "rma": 0}
+    ids = [n.pk for n in nodes]
+    remediation = last_remediation(ids)
+    results: dict = {}
+    for node_id, name, status, observed_at in (HealthCheckResult.objects.filter(node_id__in=ids)
+                                               .order_by("observed_at")
+                                               .values_list("node_id", "name", "status", "observed_at")):
+        results.setdefault(node_id, []).append((name, status, observed_at))
+    passed, failed = [], []
+    for node in nodes:
+        since = entered_at(node)
+        need = required_checks(node.lifecycle, remediation.get(node.pk))
+        latest = {name: status for name, status, at in results.get(node.pk, []) if since is None or at >= since}
+        if any(latest.get(name) == CheckStatus.FAIL for name in need):
+            failed.append(node)
+        elif all(latest.get(name) in (CheckStatus.PASS, CheckStatus.WARN) for name in need):
+            passed.append(node)
+    flapping = _flapping({n.pk for n in passed if n.lifecycle == Lifecycle.VALIDATING}, now)
+    accepted = [n for n in passed if n.pk not in flapping]
+    to_triage = [n for n in failed if n.lifecycle == Lifecycle.VALIDATING] + [n for n in passed if n.pk in flapping]
+    burn_failed = [n for n in failed if n.lifecycle == Lifecycle.BURN_IN]
+
+    returned = transition_many(accepted, Lifecycle.AVAILABLE, actor=actor, action="health_validated",
+                               reason="passed the validation gate", last_error="")
+    returned_ids = [c.node_id for c in returned]
+    if returned_ids:
+        Node.objects.filter(pk__in=returned_ids).update(cordoned=False, cordon_reason="", attribution="")
+        clear_node_conditions(node_ids=returned_ids, now=now)
+        record_step(node_ids=returned_ids, step=IncidentStep.RETURN, actor=actor, now=now,
+                    detail="passed the validation gate; back in service", state=IncidentState.REPAIRED)
+        settle_credits(node_ids=returned_ids, end=now, actor=actor)
+    transition_many(burn_failed, Lifecycle.BURN_IN_FAILED, actor=actor, action="health_burn_in_failed",
+                    reason="failed a burn-in check")
+    triaged = _triage(to_triage, flapping=flapping, now=now, actor=actor)
+    return {"passed": len(returned_ids), "failed": len(failed), "flapping": len(flapping), "rma": triaged}
+
+
+def _flapping(node_ids: set, now: datetime) -> set:
+    if not node_ids:
+        return set()
+    rows = (NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.VALIDATING, to_state=Lifecycle.TRIAGE,
+                                     at__gte=now - FLAP_WINDOW)
+            .values("node_id").annotate(n=Count("id")).filter(n__gte=FLAP_FAILURES))
+    return {r["node_id"] for r in rows}
+
+
+def _triage(nodes: list[Node], *, flapping: set, now: datetime, actor: str) -> int:
+    """Move failed or flapping nodes to triage; a third triage in 30 days goes on to RMA."""
+    if not nodes:
+        return 0
+    flappers = [n for n in nodes if n.pk in flapping]
+    failures = [n for n in nodes if n.pk not in flapping]
+    transition_many(failures, Lifecycle.TRIAGE, actor=actor, action="health_validation_failed",
+                    reason="failed a validation check", last_error="failed the validation gate")
+    transition_many(flappers, Lifecycle.TRIAGE, actor=actor, action="health_flapping",
+                    reason=f"failed validation {FLAP_FAILURES} times in {FLAP_WINDOW.days} days; not accepted again",
+                    last_error="flapping: not accepted on a third validation pass")
+    ids = [n.pk for n in nodes]
+    record_step(node_ids=ids, step=IncidentStep.DIAGNOSE, actor=actor, now=now, state=IncidentState.DIAGNOSED,
+                detail="validation gate failed (or node flapping): sent to triage")
+    return send_repeat_triage_to_rma(node_ids=ids, now=now, actor=actor)
+
+
+def send_repeat_triage_to_rma(*, node_ids, now: datetime, actor: str) -> int:
+    repeat = {r["node_id"] for r in NodeEvent.objects.filter(node_id__in=list(node_ids), to_state=Lifecycle.TRIAGE,
+                                                             at__gte=now - RMA_WINDOW)
+              .exclude(from_state=Lifecycle.TRIAGE).values("node_id").annotate(n=Count("id"))
+              .filter(n__gte=RMA_TRIAGES)}
+    if not repeat:
+        return 0
+    nodes = list(Node.objects.filter(pk__in=repeat, lifecycle=Lifecycle.TRIAGE))
+    changes = transition_many(nodes, Lifecycle.RMA, actor=actor, action="health_rma",
+                              reason=f"{RMA_TRIAGES} triages in {RMA_WINDOW.days} days")
+    record_step(node_ids=[c.node_id for c in changes], step=IncidentStep.DIAGNOSE, actor=actor, now=now,
+                detail="sent for RMA (repeated triage)", state=IncidentState.DIAGNOSED)
+    return len(changes)

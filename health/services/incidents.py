@@ -1,0 +1,148 @@
+"""Incidents: opened by the policy (one per pulled node) or by an operator; a timeline of
+detect, stabilise, diagnose, repair, return; SLA credits for provider-attributed time."""
+import logging
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.services.audit import record_audit
+from fleet.choices import Attribution, Lifecycle
+from fleet.models import Node, NodeEvent
+from health.choices import IncidentOpener, IncidentState, IncidentStep
+from health.models import Incident, IncidentEvent, IncidentImpact
+
+logger = logging.getLogger(__name__)
+
+OPEN_STATES = (IncidentState.OPEN, IncidentState.STABILISED, IncidentState.DIAGNOSED, IncidentState.REPAIRED)
+NodeNodes = Incident.nodes.through
+
+
+class IncidentNotClosable(Exception):
+    pass
+
+
+def open_incidents_by_node(node_ids) -> dict:
+    """{node_id: incident_id} for the nodes' open incidents (one query)."""
+    rows = NodeNodes.objects.filter(node_id__in=list(node_ids), incident__state__in=OPEN_STATES)
+    return dict(rows.values_list("node_id", "incident_id"))
+
+
+@transaction.atomic
+def open_policy_incidents(*, nodes: list[Node], severity: str, signals_by_node: dict, now: datetime,
+                          actor: str) -> dict:
+    """One incident per node that has none open. Returns {node_id: incident}."""
+    already = open_incidents_by_node([n.pk for n in nodes])
+    created: dict = {}
+    for node in nodes:
+        if node.pk in already:
+            continue
+        signals = sorted(signals_by_node.get(node.pk, []))
+        created[node.pk] = Incident(title=f"{node.hostname}: {', '.join(signals)}", opened_by=IncidentOpener.POLICY,
+                                    severity=severity, signals=signals, opened_at=now,
+                                    attribution=Attribution.PROVIDER)
+    Incident.objects.bulk_create(created.values())
+    NodeNodes.objects.bulk_create([NodeNodes(incident_id=inc.pk, node_id=node_id) for node_id, inc in created.items()])
+    IncidentEvent.objects.bulk_create([
+        IncidentEvent(incident=inc, at=now, step=IncidentStep.DETECT, actor=actor,
+                      detail=f"health policy ({severity}): {', '.join(inc.signals)}") for inc in created.values()])
+    return created
+
+
+@transaction.atomic
+def record_step(*, node_ids, step: str, detail: str, actor: str, now: datetime, state: str | None = None) -> int:
+    """Append `step` to the open incidents of these nodes (and move their state forward)."""
+    by_node = open_incidents_by_node(node_ids)
+    if not by_node:
+        return 0
+    IncidentEvent.objects.bulk_create([IncidentEvent(incident_id=inc, at=now, step=step, actor=actor, detail=detail)
+                                       for inc in set(by_node.values())])
+    if state:
+        Incident.objects.filter(pk__in=set(by_node.values())).exclude(state=IncidentState.CLOSED).update(
+            state=state, updated_at=now)
+    return len(by_node)
+
+
+def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
+    """Close the provider-attributed windows of these nodes' impacts and write SLA credits to
+    the ledger (billing.services.credits). Each impact is credited once."""
+    impacts = list(IncidentImpact.objects.filter(node_id__in=list(node_ids), credited=False))
+    if not impacts:
+        return 0
+    for impact in impacts:
+        impact.end = impact.end or end
+    try:
+        from billing.services.credits import record_sla_credit
+    except ImportError:
+        # Billing is not in this build: record the window's end but leave it uncredited, so a
+        # later settle (at close) writes the credit once billing is present.
+        IncidentImpact.objects.bulk_update(impacts, ["end"])
+        return 0
+    for impact in impacts:
+        record_sla_credit(tenant_id=impact.tenant_id, allocation_id=impact.allocation_id, node_id=impact.node_id,
+                          start=impact.start, end=impact.end, gpus=impact.gpus,
+                          reason="provider-attributed node outage (health policy)", incident_id=impact.incident_id)
+        impact.credited = True
+    IncidentImpact.objects.bulk_update(impacts, ["end", "credited"])
+    IncidentEvent.objects.bulk_create([
+        IncidentEvent(incident_id=i.incident_id, at=end, step=IncidentStep.RETURN, actor=actor,
+                      detail=f"SLA credit recorded: {i.gpus} GPUs from {i.start:%Y-%m-%d %H:%M} to {i.end:%Y-%m-%d %H:%M} UTC")
+        for i in impacts])
+    return len(impacts)
+
+
+def impact_gpu_hours(incident: Incident, now: datetime) -> Decimal:
+    seconds = sum(((i.end or now) - i.start).total_seconds() * i.gpus for i in incident.impacts.all())
+    return (Decimal(seconds) / Decimal(3600)).quantize(Decimal("0.01"))
+
+
+def _returned_through_gate(node_ids) -> bool:
+    """Every node is in RMA, or is available and its last move into available came from validating."""
+    nodes = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "lifecycle"))
+    last_entry = {}
+    for node_id, from_state in (NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.AVAILABLE)
+                                .exclude(from_state=Lifecycle.AVAILABLE).order_by("at")
+                                .values_list("node_id", "from_state")):
+        last_entry[node_id] = from_state
+    return all(state == Lifecycle.RMA or (state == Lifecycle.AVAILABLE
+                                          and last_entry.get(node_id) in (Lifecycle.VALIDATING, Lifecycle.BURN_IN))
+               for node_id, state in nodes.items())
+
+
+@transaction.atomic
+def open_operator_incident(*, nodes: list[Node], title: str, severity: str, actor: str) -> Incident:
+    now = timezone.now()
+    incident = Incident.objects.create(title=title, opened_by=IncidentOpener.OPERATOR, severity=severity, opened_at=now)
+    incident.nodes.set(nodes)
+    IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.DETECT, actor=actor, detail=title)
+    record_audit(actor=actor, action="incident.open", target=incident, after={"title": title}, reason=title)
+    return incident
+
+
+@transaction.atomic
+def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution: str, close: bool = False) -> Incident:
+    """Save the postmortem; `close` only when every node is back through the gate or in RMA."""
+    incident = Incident.objects.select_for_update().get(pk=incident.pk)
+    before = {"cause": incident.cause, "attribution": incident.attribution, "state": incident.state}
+    now = timezone.now()
+    node_ids = list(incident.nodes.values_list("pk", flat=True))
+    if close:
+        if incident.state == IncidentState.CLOSED:
+            raise IncidentNotClosable("The incident is already closed.")
+        if not _returned_through_gate(node_ids):
+            raise IncidentNotClosable("Close it once every node has passed validation (available) or is in RMA.")
+        settle_credits(node_ids=node_ids, end=now, actor=actor)
+    incident.cause = cause
+    incident.attribution = attribution
+    incident.impact_gpu_hours = impact_gpu_hours(incident, now)
+    if close:
+        incident.state = IncidentState.CLOSED
+        incident.closed_at = now
+    incident.save()
+    IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.CLOSE if close else IncidentStep.NOTE,
+                                 actor=actor, detail=f"postmortem: {cause}" if cause else "postmortem updated")
+    record_audit(actor=actor, action="incident.close" if close else "incident.postmortem", target=incident,
+                 before=before, after={"cause": cause, "attribution": attribution, "state": incident.state},
+                 reason=cause)
+    return incident

@@ -1,0 +1,103 @@
+"""Agent telemetry in: heartbeats and health reports → node fields, conditions, check results.
+
+A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node,
+one SELECT of its conditions, and writes only when something changed.
+"""
+from datetime import datetime
+
+from django.db import connection, transaction
+
+from fleet.models import Node
+from health.choices import CheckStatus
+from health.models import Condition, HealthCheckResult
+from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
+                           HEARTBEAT_LEVEL_SIGNALS, THERMAL_THROTTLE_C)
+from health.services.conditions import apply_observations
+
+_gpus_per_node: dict = {}  # node id → node type's GPU count (immutable for a node's life)
+
+
+class UnknownNode(Exception):
+    """The token is valid but the node no longer exists."""
+
+
+def _expected_gpus(node_id) -> int | None:
+    if node_id not in _gpus_per_node:
+        value = Node.objects.filter(pk=node_id).values_list("node_type__gpus_per_node", flat=True).first()
+        if value is None:
+            raise UnknownNode(node_id)
+        _gpus_per_node[node_id] = value
+    return _gpus_per_node[node_id]
+
+
+def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
+    """The policy's heartbeat signals: {(gpu_index | None, signal): detail}."""
+    found: dict = {}
+    for gpu in gpus:
+        index = gpu["index"]
+        for xid in gpu.get("xid_errors") or ():
+            found[(index, f"xid_{xid}")] = f"XID {xid} on GPU {index}"
+        if gpu.get("ecc_sbe"):
+            found[(index, "ecc_sbe")] = f"{gpu['ecc_sbe']} single-bit ECC errors"
+        if gpu.get("row_remap_pending"):
+            found[(index, "row_remap_pending")] = f"{gpu['row_remap_pending']} rows pending remap"
+        if gpu.get("row_remap_failed"):
+            found[(index, "row_remap_failed")] = "row remap failed"
+        temperature = gpu.get("temperature_c")
+        if temperature is not None and temperature >= THERMAL_THROTTLE_C:
+            found[(index, "thermal_throttle")] = f"{temperature} °C"
+        if gpu.get("nvlink_down"):
+            found[(index, "nvlink_down")] = f"{gpu['nvlink_down']} NVLink link(s) down"
+    if expected is not None and len(gpus) < expected:
+        found[(None, "gpu_count_mismatch")] = f"{len(gpus)} of {expected} GPUs visible"
+    return found
+
+
+def _quiet_update_sql() -> tuple[str, str]:
+    node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
+    levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
+    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s WHERE id = %s",
+            f"SELECT 1 FROM {condition_table} WHERE node_id = %s AND status = 'active' AND signal IN ({levels}) LIMIT 1")
+
+
+_UPDATE_NODE, _ACTIVE_LEVEL = _quiet_update_sql()
+
+
+def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime) -> None:
+    """The common case (nothing wrong, nothing to clear) is two statements of fixed SQL: it is
+    the hottest path in the control plane (every node, every 10 s)."""
+    expected = _expected_gpus(node_id)
+    power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
+    signals = heartbeat_signals(gpus, expected)
+    db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
+                                      round(sum(power)) if power else None, db_id])
+        if cursor.rowcount == 0:
+            _gpus_per_node.pop(node_id, None)
+            raise UnknownNode(node_id)
+        if not signals:
+            cursor.execute(_ACTIVE_LEVEL, [db_id])
+            if cursor.fetchone() is None:
+                return
+    apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
+
+
+@transaction.atomic
+def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
+    if not Node.objects.filter(pk=node_id).exists():
+        raise UnknownNode(node_id)
+    HealthCheckResult.objects.bulk_create([
+        HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], detail=c.get("detail") or "",
+                          observed_at=observed_at) for c in checks])
+    observed: dict = {}
+    clears: set[str] = set()
+    for check in checks:
+        name, status, detail = check["name"], check["status"], (check.get("detail") or "")[:200]
+        if status == CheckStatus.FAIL:
+            observed[(None, CHECK_FAIL_SIGNAL[name])] = f"{name} failed: {detail}".strip(": ")
+        elif status == CheckStatus.WARN and name in CHECK_WARN_SIGNAL:
+            observed[(None, CHECK_WARN_SIGNAL[name])] = f"{name} warned: {detail}".strip(": ")
+        elif status == CheckStatus.PASS:
+            clears.update(CHECK_PASS_CLEARS[name])
+    return apply_observations(observed={node_id: observed}, now=now, clear_absent={node_id: frozenset(clears)})

@@ -1,0 +1,275 @@
+"""The health sweep (every 30 s): lease, roll-up, policy, remediation, gate.
+
+Level-triggered and idempotent: each step looks at current state (conditions, lifecycle,
+agent actions) and moves only what is not yet where the policy wants it, so a second sweep
+over the same signals does nothing new. Every step is a fixed number of batched queries
+(grouped by severity or state, never per node); lifecycle moves go through
+fleet.services.lifecycle.transition_many.
+"""
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
+
+from core.locks import locked_run
+from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle
+from fleet.models import Node, NodeAgentAction
+from fleet.services.agent_actions import request_agent_actions
+from fleet.services.lifecycle import transition_many
+from health.choices import ACTIONABLE, SEVERITY_RANK, ConditionEventKind, ConditionStatus, IncidentState, IncidentStep
+from health.choices import Severity as S
+from health.models import Condition, ConditionEvent, IncidentImpact
+from health.policy import (EVENT_EXPIRY, GATE_AFTER_REBOOT, GATE_AFTER_RESET, HEARTBEAT_LOST_AFTER,
+                           HEARTBEAT_UNKNOWN_AFTER, HISTORY_RETENTION, REPEAT_WINDOW)
+from health.services.conditions import apply_observations
+from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
+from health.services.incidents import open_incidents_by_node, open_policy_incidents, record_step
+
+logger = logging.getLogger(__name__)
+
+ACTOR = "system:health_sweep"
+POLICY_LIFECYCLES = (Lifecycle.AVAILABLE, Lifecycle.ACTIVE, Lifecycle.PROVISIONING)  # what the policy may pull
+LEASE_LIFECYCLES = (Lifecycle.AVAILABLE, Lifecycle.ACTIVE, Lifecycle.PROVISIONING)
+COMBO_SIGNALS = ("xid_48", "xid_63", "xid_64")
+
+
+def run_health_sweep(now: datetime | None = None) -> dict:
+    """One pass under the `health_sweep` advisory lock (skipped if another run holds it)."""
+    with locked_run("health_sweep") as acquired:
+        if not acquired:
+            return {"skipped": True}
+        return sweep(now=now or timezone.now())
+
+
+def sweep(*, now: datetime) -> dict:
+    summary = {"pruned": _prune(now)}
+    summary["heartbeat_lost"] = _lease(now)
+    _roll_up(now)
+    summary.update(_apply_policy(now))
+    summary["remediating"] = _finish_drains(now)
+    summary.update(_remediate(now))
+    summary.update(apply_gate(now=now, actor=ACTOR))
+    return summary
+
+
+def _prune(now: datetime) -> int:
+    """Bounded history: drop old events; expire info/warn event signals that stopped recurring."""
+    pruned, _ = ConditionEvent.objects.filter(at__lt=now - HISTORY_RETENTION).delete()
+    Condition.objects.filter(status=ConditionStatus.ACTIVE, severity__in=(S.INFO, S.WARN), signal__startswith="xid_",
+                             last_seen__lt=now - EVENT_EXPIRY).update(status=ConditionStatus.CLEARED, last_seen=now)
+    return pruned
+
+
+def _lease(now: datetime) -> int:
+    """Nodes that reported once and then went silent for 300 s raise heartbeat_lost. Nodes
+    that never reported (no agent yet) stay `unknown` without action."""
+    lost_ids = list(Node.objects.filter(lifecycle__in=LEASE_LIFECYCLES, last_heartbeat_at__lt=now - HEARTBEAT_LOST_AFTER)
+                    .exclude(Exists(Condition.objects.filter(node=OuterRef("pk"), gpu_index__isnull=True,
+                                                             signal="heartbeat_lost", status=ConditionStatus.ACTIVE)))
+                    .values_list("pk", flat=True))
+    if not lost_ids:
+        return 0
+    detail = f"no heartbeat for {int(HEARTBEAT_LOST_AFTER.total_seconds())} s"
+    return apply_observations(observed={n: {(None, "heartbeat_lost"): detail} for n in lost_ids}, now=now,
+                              load_signals=["heartbeat_lost"])
+
+
+def _roll_up(now: datetime) -> None:
+    """Node.health from conditions and the lease, in four UPDATEs whatever the fleet size."""
+    stale = Q(last_heartbeat_at__isnull=True) | Q(last_heartbeat_at__lt=now - HEARTBEAT_UNKNOWN_AFTER)
+    Node.objects.filter(stale).exclude(health=Health.UNKNOWN).update(health=Health.UNKNOWN)
+    active = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE)
+    bad = Exists(active.filter(severity__in=ACTIONABLE))
+    warn = Exists(active.filter(severity=S.WARN))
+    fresh = Node.objects.exclude(stale)
+    fresh.filter(bad).exclude(health=Health.UNHEALTHY).update(health=Health.UNHEALTHY)
+    fresh.filter(~bad & warn).exclude(health=Health.DEGRADED).update(health=Health.DEGRADED)
+    fresh.filter(~bad & ~warn).exclude(health=Health.HEALTHY).update(health=Health.HEALTHY)
+
+
+def _decide(rows: list[dict], repeats: set) -> dict:
+    """{node_id: (severity, [signals])} for nodes the policy must pull."""
+    by_node: dict = {}
+    for row in rows:
+        by_node.setdefault(row["node_id"], []).append(row)
+    decisions: dict = {}
+    for node_id, conds in by_node.items():
+        signals = {c["signal"]: c for c in conds}
+        actionable = [c for c in conds if c["severity"] in ACTIONABLE]
+        if not actionable:
+            continue
+        severity = max((c["severity"] for c in actionable), key=SEVERITY_RANK.__getitem__)
+        repeating_ecc = signals.get("xid_63", {}).get("count", 0) >= 2 or "xid_64" in signals
+        if "xid_48" in signals and repeating_ecc:
+            severity = S.FATAL
+        if any((node_id, c["signal"]) in repeats for c in actionable):
+            severity = S.FATAL
+        decisions[node_id] = (severity, sorted(c["signal"] for c in actionable))
+    return decisions
+
+
+def _apply_policy(now: datetime) -> dict:
+    rows = list(Condition.objects.filter(status=ConditionStatus.ACTIVE, node__lifecycle__in=POLICY_LIFECYCLES)
+                .filter(Q(severity__in=ACTIONABLE) | Q(signal__in=COMBO_SIGNALS))
+                .values("node_id", "signal", "severity", "count"))
+    if not rows:
+        return {"pulled": 0}
+    node_ids = {r["node_id"] for r in rows}
+    repeats = {(r["node_id"], r["signal"]) for r in
+               ConditionEvent.objects.filter(node_id__in=node_ids, kind=ConditionEventKind.RAISED,
+                                             severity__in=(S.RESET, S.REBOOT), at__gte=now - REPEAT_WINDOW)
+               .values("node_id", "signal").annotate(n=Count("id")).filter(n__gte=2)}
+    decisions = _decide(rows, repeats)
+    nodes = list(Node.objects.filter(pk__in=list(decisions), lifecycle__in=POLICY_LIFECYCLES)
+                 .select_for_update(skip_locked=True).select_related("node_type"))
+    by_severity: dict = {}
+    for node in nodes:
+        by_severity.setdefault(decisions[node.pk][0], []).append(node)
+    pulled: list[Node] = []
+    for severity, group in by_severity.items():
+        changes = transition_many(group, Lifecycle.QUARANTINED, actor=ACTOR, action="health_quarantine",
+                                  reason=f"health policy: {severity}-class signal")
+        moved = {c.node_id for c in changes}
+        pulled += [n for n in group if n.pk in moved]
+    if not pulled:
+        return {"pulled": 0}
+    for node in pulled:
+        severity, signals = decisions[node.pk]
+        node.cordoned, node.attribution = True, Attribution.PROVIDER
+        node.cordon_reason = f"health ({severity}): {', '.join(signals)}"[:200]
+        node.last_error = node.cordon_reason
+    Node.objects.bulk_update(pulled, ["cordoned", "cordon_reason", "attribution", "last_error"], batch_size=1000)
+    signals_by_node = {n.pk: decisions[n.pk][1] for n in pulled}
+    for severity, group in by_severity.items():
+        members = [n for n in group if n in pulled]
+        open_policy_incidents(nodes=members, severity=severity, signals_by_node=signals_by_node, now=now, actor=ACTOR)
+    fatal = [n for n in pulled if decisions[n.pk][0] == S.FATAL]
+    transition_many(fatal, Lifecycle.TRIAGE, actor=ACTOR, action="health_triage", reason="fatal health signal")
+    transition_many([n for n in pulled if n not in fatal], Lifecycle.DRAINING, actor=ACTOR, action="health_drain",
+                    reason="draining after quarantine")
+    record_step(node_ids=[n.pk for n in pulled], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
+                state=IncidentState.STABILISED, detail="quarantined and cordoned (attribution: provider)")
+    if fatal:
+        record_step(node_ids=[n.pk for n in fatal], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
+                    state=IncidentState.DIAGNOSED, detail="fatal signal: sent to triage (repair or RMA)")
+        send_repeat_triage_to_rma(node_ids=[n.pk for n in fatal], now=now, actor=ACTOR)
+    replaced = _replace_in_allocations(pulled, now)
+    return {"pulled": len(pulled), "replaced": replaced}
+
+
+def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
+    """Pulled nodes in a live allocation: record the impact (for the SLA credit) and ask
+    tenancy for a same-generation, same-fabric replacement (marks the allocation degraded)."""
+    from tenants.models import AllocationNode
+
+    memberships = list(AllocationNode.objects.filter(node__in=pulled, ended_at__isnull=True)
+                       .select_related("allocation", "node__node_type"))
+    if not memberships:
+        return 0
+    incident_of = open_incidents_by_node([m.node_id for m in memberships])
+    IncidentImpact.objects.bulk_create([
+        IncidentImpact(incident_id=incident_of[m.node_id], node_id=m.node_id, allocation_id=m.allocation_id,
+                       tenant_id=m.allocation.tenant_id, gpus=m.node.node_type.gpus_per_node, start=now)
+        for m in memberships if m.node_id in incident_of])
+    try:
+        from tenants.services.allocations import replace_node
+    except ImportError:
+        record_step(node_ids=[m.node_id for m in memberships], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
+                    detail="allocation needs a replacement node (tenancy replacement service unavailable)")
+        return 0
+    replaced = 0
+    for m in memberships:
+        try:
+            with transaction.atomic():
+                replacement = replace_node(allocation=m.allocation, node=m.node, actor=ACTOR,
+                                           reason=f"health policy pulled {m.node.hostname}")
+        except Exception as exc:  # the pull must stand even when placing a replacement fails
+            logger.exception("replacing %s in allocation %s failed", m.node.hostname, m.allocation_id)
+            record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
+                        detail=f"replacement for allocation {m.allocation.name} failed: {exc}")
+            continue
+        replaced += 1
+        hostname = getattr(replacement, "hostname", None) or "none available yet"
+        record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
+                    detail=f"allocation {m.allocation.name} degraded; replacement: {hostname}")
+    return replaced
+
+
+def _actionable_severity(node_ids) -> dict:
+    """{node_id: highest actionable severity} over active conditions (one query)."""
+    worst: dict = {}
+    for node_id, severity in (Condition.objects.filter(node_id__in=node_ids, status=ConditionStatus.ACTIVE,
+                                                       severity__in=ACTIONABLE).values_list("node_id", "severity")):
+        if SEVERITY_RANK[severity] > SEVERITY_RANK.get(worst.get(node_id), -1):
+            worst[node_id] = severity
+    return worst
+
+
+def _finish_drains(now: datetime) -> int:
+    """Health-pulled draining nodes with no live allocation left go on to remediation."""
+    from tenants.models import AllocationNode
+
+    live = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=True)
+    pulled = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE, severity__in=ACTIONABLE)
+    nodes = list(Node.objects.filter(lifecycle=Lifecycle.DRAINING, attribution=Attribution.PROVIDER)
+                 .filter(Exists(pulled)).exclude(Exists(live)).select_for_update(skip_locked=True))
+    changes = transition_many(nodes, Lifecycle.REMEDIATING, actor=ACTOR, action="health_remediate",
+                              reason="drained; remediating")
+    return len(changes)
+
+
+def _remediate(now: datetime) -> dict:
+    """Remediating nodes: queue a GPU reset or power cycle; on success → validating (and queue
+    the validation checks); on failure → triage."""
+    nodes = list(Node.objects.filter(lifecycle=Lifecycle.REMEDIATING).select_for_update(skip_locked=True)
+                 .only("id", "hostname", "lifecycle", "state_deadline"))
+    if not nodes:
+        return {"queued": 0, "validating": 0}
+    ids = [n.pk for n in nodes]
+    actions: dict = {}
+    for node_id, action, state, created in (NodeAgentAction.objects.filter(
+            node_id__in=ids, action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT)).order_by("created_at")
+            .values_list("node_id", "action", "state", "created_at")):
+        actions.setdefault(node_id, []).append((action, state, created))
+    worst = _actionable_severity(ids)
+    to_queue: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
+    done: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
+    failed = []
+    for node in nodes:
+        since = entered_at(node)
+        mine = [a for a in actions.get(node.pk, []) if since is None or a[2] >= since]
+        if not mine:
+            kind = AgentAction.GPU_RESET if worst.get(node.pk) == S.RESET else AgentAction.REBOOT
+            to_queue[kind].append(node)
+            continue
+        action, state, _ = mine[-1]
+        if state == AgentActionState.SUCCEEDED:
+            done[action].append(node)
+        elif state == AgentActionState.FAILED:
+            failed.append(node)
+    for kind, group in to_queue.items():
+        if group:
+            request_agent_actions(nodes=group, action=kind, actor=ACTOR, reason="health policy remediation")
+            record_step(node_ids=[n.pk for n in group], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
+                        state=IncidentState.DIAGNOSED, detail=f"remediation queued: {kind}")
+    validating = 0
+    for kind, group in done.items():
+        changes = transition_many(group, Lifecycle.VALIDATING, actor=ACTOR, action="health_validate",
+                                  reason=f"{kind} succeeded; validating")
+        moved = [n for n in group if n.pk in {c.node_id for c in changes}]
+        if not moved:
+            continue
+        validating += len(moved)
+        checks = GATE_AFTER_RESET if kind == AgentAction.GPU_RESET else GATE_AFTER_REBOOT
+        request_agent_actions(nodes=moved, action=checks[0], actor=ACTOR, params={"checks": list(checks)},
+                              reason="validation gate")
+        record_step(node_ids=[n.pk for n in moved], step=IncidentStep.REPAIR, actor=ACTOR, now=now,
+                    detail=f"{kind} succeeded; validating with {', '.join(checks)}")
+    changes = transition_many(failed, Lifecycle.TRIAGE, actor=ACTOR, action="health_remediation_failed",
+                              reason="remediation failed", last_error="remediation failed")
+    if changes:
+        record_step(node_ids=[c.node_id for c in changes], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
+                    state=IncidentState.DIAGNOSED, detail="remediation failed: sent to triage")
+    return {"queued": sum(len(g) for g in to_queue.values()), "validating": validating}
