@@ -1,5 +1,5 @@
 """Fleet console pages."""
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 
@@ -8,4 +8,5 @@ app_name = "fleet"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("fleet/", views.rack_list, name="rack-list"),
+    path("", include("fleet.plan_urls")),
 ]

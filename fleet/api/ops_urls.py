@@ -1,2 +1,6 @@
 """ops_urls routes of the fleet app."""
-urlpatterns: list = []
+from django.urls import include, path
+
+urlpatterns: list = [
+    path("", include("fleet.api.plan_ops_urls")),
+]
