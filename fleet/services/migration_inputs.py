@@ -32,12 +32,13 @@ GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
 DEFAULT_TARGET = "gb200-nvl72"
 # Demo policy (operator input, not reference figures): the target delivers 2x per GPU,
 # the floor is 3/4 of today's GPUs, the largest job half of them, four 8-rack scalable
-# units arrive in weeks 4, 12, 40 and 56, the last 16 air positions get a CDU.
+# units arrive in weeks 4, 12, 40 and 56 and together bring 9/8 of today's GPUs (8 NVL72
+# racks each for the 2,048-GPU demo), the last 16 air positions get a CDU.
 DEFAULT_TARGET_PERF = 2.0
 DEFAULT_FLOOR_FRACTION = 0.75
 DEFAULT_JOB_FRACTION = 0.5
 DEFAULT_DELIVERY_WEEKS = (4, 12, 40, 56)
-DEFAULT_RACKS_PER_UNIT = 8
+DEFAULT_GROWTH = 1.125
 DEFAULT_CDU_POSITIONS = 16
 PERF_SOURCE = "operator input (no reference figure for relative performance)"
 
@@ -176,6 +177,8 @@ def default_parameters(*, start: date | None = None) -> dict:
     air_racks = list(Rack.objects.filter(hall_id__in=halls, cooling__in=["air", "rear_door"], nodes__isnull=False)
                      .distinct().order_by("hall__name", "row", "column", "name").values_list("name", flat=True))
     cdu = air_racks[-DEFAULT_CDU_POSITIONS:]
+    target = mp.NodeTypeSpec.from_reference(NodeType.objects.get(slug=DEFAULT_TARGET).gpu_model)
+    racks_per_unit = max(1, math.ceil(gpus * DEFAULT_GROWTH / target.gpus_per_rack / len(DEFAULT_DELIVERY_WEEKS)))
     return {
         "name": f"Migration to {DEFAULT_TARGET}",
         "start": start.isoformat(),
@@ -184,7 +187,7 @@ def default_parameters(*, start: date | None = None) -> dict:
         "target_perf_per_gpu": DEFAULT_TARGET_PERF,
         "deliveries": [
             {"date": (start + timedelta(weeks=w)).isoformat(), "scalable_units": 1,
-             "racks_per_unit": DEFAULT_RACKS_PER_UNIT, "label": f"SU{i + 1}"}
+             "racks_per_unit": racks_per_unit, "label": f"SU{i + 1}"}
             for i, w in enumerate(DEFAULT_DELIVERY_WEEKS)
         ],
         "burn_in_days": None,
@@ -230,7 +233,9 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     """Complete parameters (from ``validate_parameters``) + inventory rows → ``PlanInputs``."""
     errors: list[dict] = []
     start = date.fromisoformat(params["start"])
-    hall_rows = {str(h.id): h for h in Hall.objects.filter(id__in=params["halls"])}
+    hall_rows = {str(h.id): h for h in Hall.objects.filter(id__in=params["halls"]).select_related("site")}
+    # The planner names halls in charts and fixes: give it "site/hall", unique like the id.
+    hall_label = {hid: str(h) for hid, h in hall_rows.items()}
     for i, hall_id in enumerate(params["halls"]):
         if hall_id not in hall_rows:
             errors.append({"field": f"halls[{i}]", "message": f"No hall {hall_id}; list halls in the console (Fleet)."})
@@ -282,13 +287,13 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     if errors:
         raise PlanInputError(errors)
     positions = tuple(
-        mp.Position(str(r.id), str(r.hall_id), r.name, r.cooling, float(r.rated_power_kw), float(r.cooling_capacity_kw),
+        mp.Position(str(r.id), hall_label[str(r.hall_id)], r.name, r.cooling, float(r.rated_power_kw), float(r.cooling_capacity_kw),
                     upgrades.get(str(r.id)))
         for r in racks
     )
     hall_ids = {p.hall_id for p in positions}
-    halls = tuple(mp.Hall(str(h.id), str(h), float(h.it_power_budget_kw), float(h.pue))
-                  for h in hall_rows.values() if str(h.id) in hall_ids)
+    halls = tuple(mp.Hall(hall_label[hid], hall_label[hid], float(h.it_power_budget_kw), float(h.pue))
+                  for hid, h in hall_rows.items() if hall_label[hid] in hall_ids)
     assert target is not None
     deliveries = tuple(
         mp.Delivery(date.fromisoformat(d["date"]), d["scalable_units"], d["racks_per_unit"] * target.nodes_per_rack,
