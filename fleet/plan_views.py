@@ -101,7 +101,7 @@ def plan_create(request):
                 errors = exc.errors
             else:
                 return redirect("fleet:plan-detail", pk=plan.id)
-        values = _form_values({k: v for k, v in params.items()})
+        values = _form_values(params)
         values["deliveries"] = request.POST.get("deliveries", "")
         values["cdu_positions"] = request.POST.get("cdu_positions", "")
         for key in ("cdu_start", "cdu_lead_time_days", "cdu_kw_after"):

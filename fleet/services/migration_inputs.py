@@ -202,8 +202,8 @@ def default_parameters(*, start: date | None = None) -> dict:
     }
 
 
-def validate_parameters(data: Any) -> dict:
-    """Operator parameters → canonical, complete parameters (JSON-ready); raises ``PlanInputError``."""
+def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
+    """Operator parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``."""
     if not isinstance(data, dict):
         raise PlanInputError([{"field": "non_field_errors", "message": "Send a JSON object of plan parameters."}])
     serializer = PlanParametersSerializer(data=data)
@@ -225,8 +225,7 @@ def validate_parameters(data: Any) -> dict:
     if errors:
         raise PlanInputError(errors)
     # Resolving against the inventory finds the remaining errors (unknown halls, racks, node types).
-    build_inputs(params)
-    return params
+    return params, build_inputs(params)
 
 
 def build_inputs(params: dict) -> mp.PlanInputs:

@@ -13,7 +13,6 @@ from fleet.services import migration_planner as mp
 from fleet.services.migration_inputs import (
     GONE,
     PlanInputError,
-    build_inputs,
     inputs_from_json,
     inputs_to_json,
     plan_to_json,
@@ -28,8 +27,7 @@ class PlanNotApplicable(Exception):
 @transaction.atomic
 def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
     """Validate ``parameters`` (raises ``PlanInputError``), plan over the inventory, store and audit it."""
-    params = validate_parameters(parameters)
-    inputs = build_inputs(params)
+    params, inputs = validate_parameters(parameters)
     try:
         plan = mp.plan_migration(inputs)
     except ValueError as exc:  # the planner refuses inputs it cannot place (e.g. nodes that do not fit)
