@@ -106,3 +106,15 @@ def apply_plan(*, plan_id: UUID, actor: str) -> tuple[MigrationPlan, int]:
                  reason="scheduled the plan's facility upgrades, node intakes and decommissions")
     return record, len(actions)
 
+
+
+def seed_demo_plan(stdout) -> None:
+    """`make demo`: one plan over the seeded fleet with the form's defaults, so /plans/ has something to read."""
+    if MigrationPlan.objects.exists():
+        stdout.write("  migration plan already there")
+        return
+    if not Node.objects.exists():
+        stdout.write("  no fleet to plan; skipped the migration plan")
+        return
+    record = create_plan(parameters={}, actor="system:demo")
+    stdout.write(f"  migration plan: {record.result['headline']}")

@@ -87,3 +87,14 @@ def test_pages_have_a_fixed_query_count(operator_client, django_assert_max_num_q
 def test_pages_need_an_operator(client, db):
     assert client.get("/plans/").status_code == 302
     assert client.get("/plans/new/").status_code == 302
+
+
+def test_demo_seed_step_plans_once(small_fleet):
+    from io import StringIO
+
+    from fleet.services.migration_plans import seed_demo_plan
+
+    out = StringIO()
+    seed_demo_plan(out)
+    seed_demo_plan(out)
+    assert MigrationPlan.objects.count() == 1 and "already there" in out.getvalue()
