@@ -294,6 +294,12 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     halls = tuple(mp.Hall(hall_label[hid], hall_label[hid], float(h.it_power_budget_kw), float(h.pue))
                   for hid, h in hall_rows.items() if hall_label[hid] in hall_ids)
     assert target is not None
+    delivered = sum(d["scalable_units"] * d["racks_per_unit"] for d in params["deliveries"])
+    if delivered > len(racks):
+        # More racks than positions can never all land; refusing here also bounds the planner's work.
+        raise PlanInputError([{"field": "deliveries", "message": (
+            f"The deliveries bring {delivered:,} racks but the scope has only {len(racks):,} positions: "
+            "add halls or positions to the scope, or deliver fewer racks.")}])
     deliveries = tuple(
         mp.Delivery(date.fromisoformat(d["date"]), d["scalable_units"], d["racks_per_unit"] * target.nodes_per_rack,
                     d.get("label", ""))

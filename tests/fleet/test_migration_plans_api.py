@@ -135,3 +135,27 @@ def test_schema_describes_the_endpoints(api, db):
     assert "get" in paths["/api/v1/ops/migration-plans/{id}/"]
     assert "post" in paths["/api/v1/ops/migration-plans/{id}/apply/"]
     assert "deliveries" in schema["components"]["schemas"]["PlanParametersRequest"]["properties"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"horizon_weeks": 4},
+    {"deliveries": [{"date": "2030-01-01", "scalable_units": 1, "racks_per_unit": 1}]},
+    {"burn_in_days": 365, "drain_days": 365},
+    {"capacity_floor_gpus": 0, "largest_job_gpus": 10_000_000},
+    {"target_node_type": "h100-sxm-8x"},
+    {"target_node_type": "a100-sxm-8x"},
+    {"power_margin": 0.5, "target_perf_per_gpu": 0.01},
+    {"facility_upgrades": [{"positions": ["hall-1-r0001"], "lead_time_days": 0, "power_kw_after": 0}]},
+    {"facility_upgrades": [{"positions": ["hall-1-r0001", "hall-1-r0001"]}]},
+    {"deliveries": [{"date": "2026-07-06", "scalable_units": 1000, "racks_per_unit": 1000}]},
+    {"halls": []},
+    {"name": "x" * 500},
+    {"start": None, "deliveries": None, "facility_upgrades": None},
+])
+def test_odd_input_is_planned_or_refused_never_a_server_error(ops_api, small_fleet, extra):
+    response = _post(ops_api, {"start": START, **extra})
+    assert response.status_code in (201, 400)
+    if response.status_code == 400:
+        assert response.json()["code"] == "validation_error" and response.json()["errors"]
+    else:
+        assert response.json()["feasible"] in (True, False) and response.json()["result"]["headline"]
