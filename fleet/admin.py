@@ -5,7 +5,20 @@ from import_export import fields, resources
 from import_export.admin import ImportExportModelAdmin
 from import_export.widgets import ForeignKeyWidget
 
-from .models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, Site
+from .models import (
+    GPU,
+    Drive,
+    FabricDomain,
+    Hall,
+    MigrationPlan,
+    Node,
+    NodeEvent,
+    NodeType,
+    PlannedAction,
+    PowerFeed,
+    Rack,
+    Site,
+)
 
 
 class RackResource(resources.ModelResource):
@@ -157,4 +170,35 @@ class DriveAdmin(admin.ModelAdmin):
     search_fields = ("serial", "node__hostname", "model")
     list_select_related = ("node",)
     raw_id_fields = ("node",)
+    show_full_result_count = False
+
+
+# Migration plans are created and applied by fleet.services.migration_plans (console /plans/ or the
+# ops API); the admin shows them and the work they scheduled, read-only.
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(MigrationPlan)
+class MigrationPlanAdmin(ReadOnlyAdmin):
+    list_display = ("name", "created_at", "created_by", "feasible", "status", "applied_at")
+    list_filter = ("feasible", "status")
+    search_fields = ("name", "created_by")
+    exclude = ("inputs", "result")  # large JSON: read them on /plans/<id>/ or through the API
+
+
+@admin.register(PlannedAction)
+class PlannedActionAdmin(ReadOnlyAdmin):
+    list_display = ("kind", "starts_on", "ends_on", "rack", "node", "node_type", "nodes", "gpus", "plan")
+    list_filter = ("kind", "plan")
+    search_fields = ("rack__name", "node__hostname", "key")
+    list_select_related = ("rack", "node", "node_type", "plan")
+    raw_id_fields = ("rack", "node")
+    date_hierarchy = "starts_on"
     show_full_result_count = False

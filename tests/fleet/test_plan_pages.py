@@ -98,3 +98,14 @@ def test_demo_seed_step_plans_once(small_fleet):
     seed_demo_plan(out)
     seed_demo_plan(out)
     assert MigrationPlan.objects.count() == 1 and "already there" in out.getvalue()
+
+
+def test_scheduled_work_is_listed_in_the_admin(operator_client, small_fleet, django_assert_max_num_queries):
+    from fleet.services.migration_plans import apply_plan
+
+    plan = create_plan(parameters=SMALL, actor="t")
+    apply_plan(plan_id=plan.id, actor="t")
+    response = operator_client.get("/admin/fleet/plannedaction/?kind__exact=decommission")
+    assert response.status_code == 200
+    assert response.content.decode().count("dc1-gpu0000") == 8  # every node of the 64-GPU fleet
+    assert operator_client.get(f"/admin/fleet/migrationplan/{plan.id}/change/").status_code == 200
