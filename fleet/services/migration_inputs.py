@@ -167,10 +167,11 @@ def _json_ready(data: dict) -> dict:
     return conv(data)
 
 
-def default_parameters(*, start: date | None = None) -> dict:
-    """The demo defaults over the current inventory (what the console form is prefilled with)."""
+def default_parameters(*, start: date | None = None, halls: list[str] | None = None) -> dict:
+    """The demo defaults over the inventory of ``halls`` (default: every hall); the console form's prefill."""
     start = start or next_monday()
-    halls = list(Hall.objects.order_by("site__name", "name").values_list("id", flat=True))
+    if halls is None:
+        halls = list(Hall.objects.order_by("site__name", "name").values_list("id", flat=True))
     nodes = (Node.objects.exclude(lifecycle__in=GONE).filter(rack__hall_id__in=halls)
              .values_list("node_type__gpus_per_node", flat=True))
     gpus = sum(nodes)
@@ -211,7 +212,7 @@ def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
         raise PlanInputError(field_errors(serializer.errors))
     given = _json_ready(dict(serializer.validated_data))
     start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
-    params = default_parameters(start=start)
+    params = default_parameters(start=start, halls=given.get("halls"))
     params.update({k: v for k, v in given.items()})
     if not params.get("name"):
         params["name"] = f"Migration to {params['target_node_type']}"

@@ -159,3 +159,14 @@ def test_odd_input_is_planned_or_refused_never_a_server_error(ops_api, small_fle
         assert response.json()["code"] == "validation_error" and response.json()["errors"]
     else:
         assert response.json()["feasible"] in (True, False) and response.json()["result"]["headline"]
+
+
+def test_defaults_follow_the_halls_in_scope(ops_api, small_fleet):
+    from fleet.models import Hall
+
+    liquid = Hall.objects.get(name="hall-2")
+    body = _post(ops_api, {"start": START, "halls": [str(liquid.id)]}).json()
+    params = body["inputs"]["parameters"]
+    # no fleet and no air positions there: no CDU to install, nothing to hold
+    assert params["facility_upgrades"] == [] and params["capacity_floor_gpus"] == 0
+    assert {v["status"] for v in body["result"]["position_verdicts"]} == {"ok_now"}
