@@ -48,7 +48,8 @@ def _capacity(
             go.Scatter(
                 x=_dates(naive.timeline),
                 y=[value(p) for p in naive.timeline.points],
-                name=f"naive {naive.name}: total",
+                name=f"naive {naive.name}: total"
+                + (f" ({naive.trough_gpu_days:,} GPU-days below floor)" if unit == "GPUs" else ""),
                 mode="lines",
                 line={"dash": "dash"},
             )
@@ -56,7 +57,8 @@ def _capacity(
     if floor is not None:
         fig.add_hline(y=floor, line={"color": "red"}, annotation_text=f"floor {floor:g} {unit}", name="floor")
     fig.update_layout(
-        title=f"Capacity ({unit})", xaxis_title="week", yaxis_title=unit, legend={"orientation": "h"}
+        title=f"Capacity ({unit})", xaxis_title="week", yaxis_title=unit,
+        legend={"orientation": "h", "y": -0.25}, margin={"t": 40}
     )
     return fig
 
@@ -108,5 +110,7 @@ def power_figure(plan: MigrationPlan) -> go.Figure:
     fig.add_trace(
         go.Scatter(x=x, y=[p.facility_power_kw for p in points], name="facility kW (IT x PUE)", mode="lines")
     )
-    fig.update_layout(title="Power", xaxis_title="week", yaxis_title="kW", legend={"orientation": "h"})
+    fig.update_layout(
+        title="Power", xaxis_title="week", yaxis_title="kW", legend={"orientation": "h", "y": -0.25}, margin={"t": 40}
+    )
     return fig

@@ -15,4 +15,5 @@ urlpatterns = [
     path("fleet/charts/<slug:name>.json", views.chart_json, name="chart-json"),
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("", include("fleet.eol_urls")),
+    path("", include("fleet.plan_urls")),
 ]

@@ -83,8 +83,10 @@ def _migration_drain_ids(plan_id: str) -> list:
     plan = model.objects.filter(pk=plan_id).first()
     if plan is None:
         raise SelectionError(f"no migration plan {plan_id}")
-    drain = getattr(plan, "drain_node_ids")
-    return list(drain() if callable(drain) else drain)
+    drain = plan.drain_node_ids()
+    if not drain and plan.status != "applied":
+        raise SelectionError(f"migration plan {plan.name!r} is not applied yet; apply it to schedule its drain list")
+    return drain
 
 
 def select_nodes(selection: Selection):

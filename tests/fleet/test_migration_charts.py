@@ -26,14 +26,14 @@ def test_capacity_figure_has_plan_naive_pool_and_floor():
         "plan: blackwell",
         "plan: hopper",
         "plan: largest single-generation pool",
-        "naive decommission_first: total",
-        "naive one_for_one_swap: total",
+        "naive decommission_first: total (228,480 GPU-days below floor)",
+        "naive one_for_one_swap: total (0 GPU-days below floor)",
     ]
     assert list(traces["plan: total"].y) == [p.total_gpus for p in plan.timeline.points]
     assert min(traces["plan: total"].y) == 1728
     assert traces["plan: total"].y[0] == 2048 and traces["plan: total"].y[-1] == 2304
-    assert min(traces["naive decommission_first: total"].y) == 0
-    assert traces["naive decommission_first: total"].line.dash == "dash"
+    assert min(traces["naive decommission_first: total (228,480 GPU-days below floor)"].y) == 0
+    assert traces["naive decommission_first: total (228,480 GPU-days below floor)"].line.dash == "dash"
     floor = [s for s in fig.layout.shapes if s.name == "floor"]
     assert len(floor) == 1 and floor[0].y0 == floor[0].y1 == 1536
     assert traces["plan: total"].x[0] == "2026-07-06"

@@ -1,0 +1,30 @@
+"""The migration planner in the console: create a plan in the form, read the verdict and the charts."""
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_create_a_plan_in_the_console(page, live_server, login, screenshot, django_user_model):
+    from fleet.services.seeding import seed_fleet
+
+    seed_fleet(gpus=2048)
+    django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    login(page, "alice", "s3cret-pass")
+    page.goto(f"{live_server.url}/plans/")
+    page.click("#new-plan")
+    assert page.input_value("#capacity_floor_gpus") == "1536"  # prefilled from the seeded fleet
+    page.click("#plan-submit")
+    page.wait_for_selector("#facility-verdict")
+    verdict = page.locator("#facility-verdict").inner_text()
+    assert "ok now" in verdict and "after upgrade" in verdict and "never" in verdict
+    assert page.locator("#kpi-min").inner_text() == "1728"
+    # plotly drew every chart (an svg per figure) from the local bundle
+    page.wait_for_selector("#chart-power .main-svg")
+    for chart in ("#chart-gpus", "#chart-perf", "#chart-power"):
+        assert page.locator(f"{chart} .main-svg").count() >= 1
+    assert "GPU-days below floor" in page.locator("#chart-gpus").inner_text()
+    screenshot(page, "migration-plan")
+    page.click("#apply-plan")
+    page.wait_for_selector("#scheduled-work")
+    assert page.locator("#plan-status").inner_text() == "Applied"
+    assert page.console_errors == []
