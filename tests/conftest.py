@@ -21,6 +21,7 @@ def pytest_collection_modifyitems(config, items):
 def node_type_catalogue(request):
     """Transactional tests flush every table, data migrations included; put the catalogue back."""
     if request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames):
+        request.getfixturevalue("_django_db_helper")  # database access first, as the test asked for it
         from fleet.catalogue import ensure_node_type_catalogue
 
         ensure_node_type_catalogue()
