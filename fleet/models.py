@@ -209,6 +209,10 @@ class Node(BaseModel):
     failed_attempts = models.PositiveSmallIntegerField(default=0, help_text="consecutive failed actions (backoff)")
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # A drain asked of a node that carries a live allocation: the allocation loop moves the
+    # tenant off by the deadline (fleet.selectors.nodes_to_drain()); cleared once it is off.
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
+    drain_deadline = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["hostname"]
