@@ -173,10 +173,10 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_two_workers_never_act_on_one_node_twice(small_fleet):
+def test_two_workers_never_act_on_one_node_twice():
     from fleet.services.seeding import seed_fleet
 
-    seed_fleet(gpus=640, site_slug="dc9")
+    seed_fleet(gpus=640)
     nodes = list(Node.objects.all())
     for node in nodes:
         place(node, "wiping")
@@ -210,12 +210,10 @@ def test_two_workers_never_act_on_one_node_twice(small_fleet):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_second_locked_run_skips(small_fleet):
-    from django.db import transaction
-
+def test_second_locked_run_skips():
     from core.locks import locked_run
 
-    with transaction.atomic(), locked_run("reconcile_nodes") as held:
+    with locked_run("reconcile_nodes") as held:
         assert held
         outcome = []
         t = threading.Thread(target=lambda: (outcome.append(reconcile_nodes().skipped), connection.close()))
