@@ -220,3 +220,19 @@ def test_second_locked_run_skips():
         t.start()
         t.join()
     assert outcome == [True]
+
+
+def test_run_loops_once_runs_the_reconciler(nodes):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from fleet.tasks import reconcile_nodes as task
+
+    node = place(nodes[0], "wiping")
+    out = StringIO()
+    call_command("run_loops", "--once", stdout=out)
+    assert out.getvalue().startswith("reconcile_nodes: ")
+    assert NodeAgentAction.objects.filter(node=node, action="wipe", state="pending").exists()
+    _finish(node, "wipe")  # the pending wipe reported done
+    assert task.apply().get()["moved"] == {"available": 1}
