@@ -1,7 +1,6 @@
 """Node reconciler: one pass over the 12,500-node fixture with 5% of nodes drifted."""
 import time
 import uuid
-from datetime import timedelta
 
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
