@@ -11,7 +11,8 @@ entered that state, never at events it might have missed. For each batch of clai
   without a pending `wipe` gets one);
 - moves a node past its state deadline to its failure state (`DEADLINE_FAILURE`) with
   `last_error` saying what did not happen in time;
-- moves a `draining` node whose tenant has left on to `remediating`.
+- moves a `draining` node whose tenant has left on to `remediating`;
+- flags a `sanitizing` node past its deadline (`last_error`); it is never moved on from here.
 
 Validating and remediating outcomes depend on health checks (the health app decides them);
 only their deadlines are enforced here.
@@ -56,7 +57,9 @@ STEPS: dict[str, tuple[str, str, int]] = {
 }
 FAILURE: dict[str, str] = {L.BURN_IN: L.BURN_IN_FAILED, L.PROVISIONING: L.PROVISION_FAILED,
                            L.RELEASING: L.WIPE_FAILED, L.WIPING: L.WIPE_FAILED}
-WORKING_STATES = frozenset(STEPS) | frozenset(DEADLINE_FAILURE)
+# Sanitizing has a deadline but no failure move (retiring is gated on sanitisation records):
+# past it the node is only flagged with last_error.
+WORKING_STATES = frozenset(STEPS) | frozenset(DEADLINE_FAILURE) | {L.SANITIZING}
 
 
 def backoff(failures: int) -> timedelta:
@@ -105,7 +108,8 @@ def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
     qs = Node.objects.filter(due, lifecycle__in=WORKING_STATES).order_by("pk")
     if after_id is not None:
         qs = qs.filter(pk__gt=after_id)
-    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "failed_attempts", "next_attempt_at", "updated_at")
+    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "failed_attempts", "next_attempt_at", "last_error",
+                 "updated_at")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     return list(qs[:batch_size])
@@ -132,12 +136,17 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
     fail: dict[tuple[str, str], list[Node]] = defaultdict(list)  # (to_state, last_error) → nodes
     requeue: dict[str, list[Node]] = defaultdict(list)
     backing_off: list[Node] = []
+    flagged: list[Node] = []
     for node in nodes:
         state = node.lifecycle
         if state in STEPS:
             step, success, max_attempts = STEPS[state]
             entered = _entered_at(node)
-            mine = [a for a in actions[node.pk] if a[1] == step and (entered is None or a[3] >= entered)]
+            # This visit's work: anything pending, and results requested or finished since the node
+            # entered the state (work queued just before the move, e.g. by placement, counts too).
+            mine = [a for a in actions[node.pk] if a[1] == step and (
+                entered is None or a[2] == AgentActionState.PENDING or a[3] >= entered
+                or (a[4] is not None and a[4] >= entered))]
             if any(a[2] == AgentActionState.SUCCEEDED for a in mine):
                 advance[success].append(node)
                 continue
@@ -160,6 +169,10 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
                     continue
                 result.retried += 1
             requeue[step].append(node)
+        elif state == L.SANITIZING:
+            if node.state_deadline is not None and node.state_deadline <= now and not node.last_error:
+                node.last_error = deadline_error(state) + "; check the drives' sanitisation records"
+                flagged.append(node)
         elif node.state_deadline is not None and node.state_deadline <= now:
             fail[(DEADLINE_FAILURE[state], deadline_error(state))].append(node)
         elif state == L.DRAINING and node.pk not in occupied:
@@ -186,6 +199,8 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
                                                reason="reconcile: no pending or finished action for this step")
     if backing_off:
         Node.objects.bulk_update(backing_off, ["failed_attempts", "next_attempt_at", "last_error"])
+    if flagged:
+        Node.objects.bulk_update(flagged, ["last_error"])
     result.claimed += len(ids)
 
 

@@ -236,3 +236,23 @@ def test_run_loops_once_runs_the_reconciler(nodes):
     assert NodeAgentAction.objects.filter(node=node, action="wipe", state="pending").exists()
     _finish(node, "wipe")  # the pending wipe reported done
     assert task.apply().get()["moved"] == {"available": 1}
+
+
+def test_work_queued_just_before_the_move_counts(nodes):
+    node = nodes[0]
+    provision = request_agent_action(node=node, action="provision", actor="placement")
+    NodeAgentAction.objects.filter(pk=provision.pk).update(created_at=timezone.now() - timedelta(seconds=5))
+    node = place(node, "provisioning")
+    reconcile_nodes()
+    assert NodeAgentAction.objects.filter(node=node, action="provision").count() == 1
+    record_action_result(node_id=node.pk, action_id=provision.pk, action="provision", status="succeeded")
+    reconcile_nodes()
+    assert _state(node) == "active"
+
+
+def test_sanitizing_past_deadline_is_flagged_not_moved(nodes):
+    node = place(nodes[0], "sanitizing")
+    reconcile_pass(now=timezone.now() + timedelta(hours=25))
+    node.refresh_from_db()
+    assert node.lifecycle == "sanitizing"
+    assert node.last_error.startswith("sanitizing did not finish within 24 h")
