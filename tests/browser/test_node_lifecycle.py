@@ -1,17 +1,17 @@
 """An operator drains a quarantined node in the console and watches it move through the states."""
 import pytest
 
+from tests.fleet.lifecycle_helpers import ensure_catalogue
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_drain_then_validate_from_the_node_page(page, live_server, login, screenshot, django_user_model):
-    from fleet.catalogue import catalogue_rows
-    from fleet.models import Node, NodeType
+    from fleet.models import Node
     from fleet.services.reconcile import reconcile_nodes
     from fleet.services.seeding import seed_fleet
 
-    for row in catalogue_rows():  # an earlier transactional test may have flushed the migrated catalogue
-        NodeType.objects.get_or_create(slug=row["slug"], defaults=row)
+    ensure_catalogue()
     seed_fleet(gpus=64)
     django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True, is_superuser=True)
     node = Node.objects.order_by("hostname").first()
