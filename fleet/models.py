@@ -216,6 +216,10 @@ class Node(BaseModel):
         null=True, blank=True,
         help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",
     )
+    # A drain asked of a node that carries a live allocation: the allocation loop moves the
+    # tenant off by the deadline (fleet.selectors.nodes_to_drain()); cleared once it is off.
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
+    drain_deadline = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["hostname"]

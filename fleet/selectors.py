@@ -419,3 +419,72 @@ def certificate_for(node_id) -> dict:
     status = data_handling_status([node.pk])[node.pk]
     return {"node": node, "rows": [(d, latest.get(d.pk)) for d in drives], "disposal": disposal,
             "status": status, "complete": not status.retire_missing}
+# --- node lifecycle reads (ops API, console node pages, allocation loop) -------------------
+
+NODE_FILTERS = ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned")
+
+
+def nodes_to_drain() -> QuerySet:
+    """Nodes an operator asked to drain while they carry a live allocation: the allocation
+    loop moves the tenant off before `drain_deadline` and clears the request (uncordon also does)."""
+    return Node.objects.filter(drain_requested_at__isnull=False).order_by("drain_deadline")
+
+
+def node_list(filters: dict) -> QuerySet:
+    """Nodes with what a list row shows, filtered by slug/name/id values (already validated)."""
+    qs = Node.objects.select_related("rack__hall__site", "node_type", "fabric_domain")
+    if filters.get("site"):
+        qs = qs.filter(Q(rack__hall__site__slug=filters["site"]))
+    if filters.get("hall"):
+        qs = qs.filter(rack__hall_id=filters["hall"])
+    if filters.get("rack"):
+        qs = qs.filter(rack__name=filters["rack"])
+    if filters.get("generation"):
+        qs = qs.filter(node_type__generation=filters["generation"])
+    if filters.get("lifecycle"):
+        qs = qs.filter(lifecycle=filters["lifecycle"])
+    if filters.get("health"):
+        qs = qs.filter(health=filters["health"])
+    if filters.get("cordoned") is not None:
+        qs = qs.filter(cordoned=filters["cordoned"])
+    return qs
+
+
+def live_allocation_ids(node_ids) -> dict:
+    """node id → id of the allocation it is in now (one query)."""
+    from tenants.models import AllocationNode
+
+    return dict(AllocationNode.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True)
+                .values_list("node_id", "allocation_id"))
+
+
+def drives_for_nodes(node_ids) -> dict:
+    """node id → [{id, serial, sanitized}] (two queries at most). Sanitisation records belong to
+    the disposition feature; until it provides `sanitized_drive_ids`, no drive counts as sanitised."""
+    from .models import Drive
+
+    rows = list(Drive.objects.filter(node_id__in=list(node_ids)).order_by("serial").values_list("id", "node_id", "serial"))
+    sanitized_ids: set = set()
+    lookup = globals().get("sanitized_drive_ids")
+    if lookup is not None and rows:
+        sanitized_ids = set(lookup([r[0] for r in rows]))
+    out: dict = {}
+    for drive_id, node_id, serial in rows:
+        out.setdefault(node_id, []).append({"id": str(drive_id), "serial": serial, "sanitized": drive_id in sanitized_ids})
+    return out
+
+
+def conditions_for_nodes(node_ids) -> dict:
+    """node id → its open health conditions, from the health app when it provides them."""
+    try:
+        from health.selectors import conditions_for_nodes as health_conditions
+    except ImportError:  # the health app has not landed its conditions yet
+        return {}
+    return health_conditions(list(node_ids))
+
+
+def pending_agent_actions(node) -> QuerySet:
+    from .choices import AgentActionState
+    from .models import NodeAgentAction
+
+    return NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")

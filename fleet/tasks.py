@@ -1,9 +1,10 @@
-"""Fleet periodic tasks (thin: one service call)."""
+"""Fleet periodic tasks (thin: one service call each)."""
 import time
 
 from celery import shared_task
 
 from core.metrics import observe_loop
+from fleet.services.reconcile import reconcile_nodes as reconcile_nodes_service
 from fleet.services.snapshots import record_snapshot
 
 
@@ -13,3 +14,11 @@ def record_fleet_snapshot() -> int | None:
     written = record_snapshot()
     observe_loop("fleet_snapshot", time.perf_counter() - started)
     return written
+
+
+@shared_task(name="fleet.tasks.reconcile_nodes", soft_time_limit=9, time_limit=12)
+def reconcile_nodes() -> dict:
+    started = time.perf_counter()
+    result = reconcile_nodes_service().as_dict()
+    observe_loop("reconcile_nodes", time.perf_counter() - started)
+    return result

@@ -16,4 +16,8 @@ urlpatterns = [
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("", include("fleet.eol_urls")),
     path("", include("fleet.plan_urls")),
+    # node lifecycle: list, node page, operator actions
+    path("fleet/nodes/", views.node_list, name="node-list"),
+    path("fleet/nodes/<str:pk>/", views.node_detail, name="node-detail"),
+    path("fleet/nodes/<str:pk>/actions/", views.node_action, name="node-action"),
 ]

@@ -33,7 +33,15 @@ class NodeAction:
     needs_uncordoned: ClassVar[bool] = False
 
     def is_allowed(self, node: Node) -> bool:
-        return node.lifecycle in self.allowed_states
+        return self.refusal(node) is None
+
+    def refusal(self, node: Node) -> str | None:
+        """Why this action cannot run on `node` now (None when it can): the 409 detail."""
+        if node.lifecycle in self.allowed_states:
+            return None
+        allowed = sorted(self.allowed_states)
+        return (f"{self.name} is not allowed while {node.hostname} is {node.lifecycle}; "
+                f"it is allowed from: {', '.join(allowed)}.")
 
     def execute(self, node: Node, *, actor: str, reason: str) -> Node:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -62,8 +70,12 @@ def perform_node_action(*, node_id, action: str, actor: str, reason: str = "", u
     if user is not None and not user.has_perm(handler.permission):
         raise PermissionError(f"{action} needs the {handler.permission} permission")
     node = Node.objects.select_for_update().select_related("node_type").get(pk=node_id)
-    if not handler.is_allowed(node):
-        allowed = sorted(handler.allowed_states)
-        raise InvalidTransition(node, action, f"{action} is not allowed while {node.hostname} is {node.lifecycle}; "
-                                              f"it is allowed from: {', '.join(allowed)}.")
+    refusal = handler.refusal(node)
+    if refusal is not None:
+        raise InvalidTransition(node, action, refusal)
     return handler.execute(node, actor=actor, reason=reason)
+
+
+# The operator actions of the lifecycle (cordon, drain, burn-in, validation, repair, end of
+# life) register themselves on import; end-of-life disposition actions live in their own module.
+from . import operator_actions  # noqa: E402,F401  (registration side effect)

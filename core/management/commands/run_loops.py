@@ -1,0 +1,31 @@
+"""Run the control loops without Celery (API.md, "Management commands")."""
+import time
+
+from django.core.management.base import BaseCommand
+from django.utils.module_loading import import_string
+
+from core.loops import LOOPS
+
+
+def _summary(result) -> str:
+    return str(result.as_dict() if hasattr(result, "as_dict") else result)
+
+
+class Command(BaseCommand):
+    help = "Run one pass of every control loop (--once), or run them forever at their intervals."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="one pass of every loop, then exit")
+
+    def handle(self, *args, once=False, **options):
+        loops = [(name, import_string(path), every) for name, path, every in LOOPS]
+        due = {name: 0.0 for name, _, _ in loops}
+        while True:
+            for name, run, every in loops:
+                if time.monotonic() < due[name]:
+                    continue
+                self.stdout.write(f"{name}: {_summary(run())}")
+                due[name] = time.monotonic() + every
+            if once:
+                return
+            time.sleep(max(0.1, min(due.values()) - time.monotonic()))

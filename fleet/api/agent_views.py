@@ -1,0 +1,61 @@
+"""Node agent API: what the node should do now, and what it did (API.md, "Node agent API")."""
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.api.authentication import AgentTokenAuthentication
+from core.api.permissions import IsAgent
+from core.api.problems import Problem
+from fleet.choices import AgentActionState
+from fleet.models import Node, NodeAgentAction
+from fleet.services.agent_results import UnknownAction, record_action_result
+
+from .serializers import ActionResultIn, DesiredStateOut
+
+
+class AgentView(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    def node(self, request) -> Node:
+        node = Node.objects.select_related("node_type").filter(pk=request.user.node_id).first()
+        if node is None:
+            raise Problem(404, "unknown_node", "This agent token names a node the control plane does not know; "
+                                               "mint a token for an enrolled node with manage.py create_token --agent HOSTNAME.")
+        return node
+
+
+class DesiredStateView(AgentView):
+    @extend_schema(responses=DesiredStateOut, summary="What the control plane wants this node to do now")
+    def get(self, request):
+        from tenants.models import AllocationNode
+
+        node = self.node(request)
+        live = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+                .values_list("allocation_id", "allocation__tenant_id").first())
+        actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
+        return Response({
+            "lifecycle": node.lifecycle,
+            "allocation_id": str(live[0]) if live else None,
+            "tenant_id": str(live[1]) if live else None,
+            "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
+            "sku": node.node_type.slug,
+            "gpus": node.node_type.gpus_per_node,
+        })
+
+
+class ActionResultsView(AgentView):
+    @extend_schema(request=ActionResultIn, responses={202: None}, summary="Report the outcome of an action")
+    def post(self, request):
+        body = ActionResultIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            recorded = record_action_result(node_id=request.user.node_id, action_id=data["action_id"],
+                                            action=data["action"], status=data["status"], detail=data["detail"],
+                                            output=data["output"], finished_at=data["finished_at"])
+        except UnknownAction:
+            raise Problem(404, "not_found", "This node has no such action; report results only for actions "
+                                            "listed in its desired state.") from None
+        return Response({"action_id": str(recorded.action.pk), "state": recorded.action.state,
+                         "duplicate": recorded.duplicate}, status=202)

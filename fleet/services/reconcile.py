@@ -1,0 +1,240 @@
+"""The node reconciler: keeps every node in a working state converging, from what agents report.
+
+Level-triggered: each pass looks at where a node is and what its agent has reported since it
+entered that state, never at events it might have missed. For each batch of claimed nodes it
+
+- advances a node whose step's agent action succeeded (burn_in → available,
+  provisioning → active, releasing → wiping, wiping → available);
+- retries a failed step with exponential per-node backoff capped at 60 s, and moves the node
+  to its failure state once the step has failed `MAX_ATTEMPTS` times;
+- (re)queues the step's agent action when none is pending or finished (a node in `wiping`
+  without a pending `wipe` gets one);
+- moves a node past its state deadline to its failure state (`DEADLINE_FAILURE`) with
+  `last_error` saying what did not happen in time;
+- moves a `draining` node whose tenant has left on to `remediating`;
+- flags a `sanitizing` node past its deadline (`last_error`); it is never moved on from here.
+
+Validating and remediating outcomes depend on health checks (the health app decides them);
+only their deadlines are enforced here.
+
+Each batch is one transaction that claims its rows with `SELECT ... FOR UPDATE SKIP LOCKED`
+(PostgreSQL), so concurrent workers and operator actions never act on one node twice, and a
+run that dies midway leaves every batch either done or untouched. Queries per batch are
+constant: one claim, one read of agent actions, one of live allocations, then one grouped
+write per kind of change.
+"""
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.locks import locked_run
+from fleet.choices import AgentAction, AgentActionState
+from fleet.choices import Lifecycle as L
+from fleet.models import Node, NodeAgentAction
+from tenants.models import AllocationNode
+
+from .agent_actions import request_agent_actions
+from .lifecycle import DEADLINE_FAILURE, STATE_TIMEOUTS, transition_many
+
+ACTOR = "system:reconciler"
+BATCH_SIZE = 500
+TIME_BUDGET_S = 7.0  # the beat interval is 10 s: stop claiming new batches well before the next run
+BACKOFF_BASE_S = 5
+BACKOFF_CAP_S = 60
+
+# Working state → (the agent action that completes it, where success leads, attempts before failing).
+# A failed burn-in is a verdict on the hardware, not a transient: no retry.
+STEPS: dict[str, tuple[str, str, int]] = {
+    L.BURN_IN: (AgentAction.BURN_IN, L.AVAILABLE, 1),
+    L.PROVISIONING: (AgentAction.PROVISION, L.ACTIVE, 3),
+    L.RELEASING: (AgentAction.STOP, L.WIPING, 3),
+    L.WIPING: (AgentAction.WIPE, L.AVAILABLE, 3),
+}
+FAILURE: dict[str, str] = {L.BURN_IN: L.BURN_IN_FAILED, L.PROVISIONING: L.PROVISION_FAILED,
+                           L.RELEASING: L.WIPE_FAILED, L.WIPING: L.WIPE_FAILED}
+# Sanitizing has a deadline but no failure move (retiring is gated on sanitisation records):
+# past it the node is only flagged with last_error.
+WORKING_STATES = frozenset(STEPS) | frozenset(DEADLINE_FAILURE) | {L.SANITIZING}
+
+
+def backoff(failures: int) -> timedelta:
+    """5 s, 10 s, 20 s, 40 s, then 60 s: exponential per node, capped."""
+    return timedelta(seconds=min(BACKOFF_BASE_S * 2 ** max(failures - 1, 0), BACKOFF_CAP_S))
+
+
+def _minutes(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes // 60} h" if minutes >= 60 and minutes % 60 == 0 else f"{minutes} min"
+
+
+def deadline_error(state: str) -> str:
+    timeout = _minutes(STATE_TIMEOUTS[state])
+    if state in STEPS:
+        return f"{STEPS[state][0]} not confirmed by the agent within {timeout}"
+    return f"{state} did not finish within {timeout}"
+
+
+@dataclass
+class PassResult:
+    claimed: int = 0
+    batches: int = 0
+    moved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    queued: int = 0
+    retried: int = 0
+    complete: bool = True  # False when the time budget stopped it before every node was seen
+    skipped: bool = False  # another run held the lock
+
+    def as_dict(self) -> dict:
+        return {"claimed": self.claimed, "batches": self.batches, "moved": dict(self.moved), "queued": self.queued,
+                "retried": self.retried, "complete": self.complete, "skipped": self.skipped}
+
+
+def _entered_at(node: Node) -> datetime | None:
+    """When the node entered its current state: its deadline minus the state's timeout.
+    Agent results from before that belong to an earlier visit of the state and are ignored."""
+    timeout = STATE_TIMEOUTS.get(node.lifecycle)
+    if node.state_deadline is None or timeout is None:
+        return None
+    return node.state_deadline - timeout
+
+
+def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
+    due = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now) | Q(state_deadline__lte=now)
+    qs = Node.objects.filter(due, lifecycle__in=WORKING_STATES).order_by("pk")
+    if after_id is not None:
+        qs = qs.filter(pk__gt=after_id)
+    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "failed_attempts", "next_attempt_at", "last_error",
+                 "updated_at")
+    if connection.features.has_select_for_update_skip_locked:
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    return list(qs[:batch_size])
+
+
+def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> None:
+    ids = [n.pk for n in nodes]
+    step_nodes = [n for n in nodes if n.lifecycle in STEPS]
+    actions: dict = defaultdict(list)  # node id → its step's actions since it entered the state, oldest first
+    if step_nodes:
+        rows = (NodeAgentAction.objects
+                .filter(node_id__in=[n.pk for n in step_nodes], drive__isnull=True,
+                        action__in={STEPS[n.lifecycle][0] for n in step_nodes})
+                .exclude(state=AgentActionState.CANCELLED)
+                .order_by("created_at")
+                .values_list("node_id", "action", "state", "created_at", "finished_at", "detail"))
+        for row in rows:
+            actions[row[0]].append(row)
+    draining = [n.pk for n in nodes if n.lifecycle == L.DRAINING]
+    occupied = set(AllocationNode.objects.filter(node_id__in=draining, ended_at__isnull=True)
+                   .values_list("node_id", flat=True)) if draining else set()
+
+    advance: dict[str, list[Node]] = defaultdict(list)
+    fail: dict[tuple[str, str], list[Node]] = defaultdict(list)  # (to_state, last_error) → nodes
+    requeue: dict[str, list[Node]] = defaultdict(list)
+    backing_off: list[Node] = []
+    flagged: list[Node] = []
+    for node in nodes:
+        state = node.lifecycle
+        if state in STEPS:
+            step, success, max_attempts = STEPS[state]
+            entered = _entered_at(node)
+            # This visit's work: anything pending, and results requested or finished since the node
+            # entered the state (work queued just before the move, e.g. by placement, counts too).
+            mine = [a for a in actions[node.pk] if a[1] == step and (
+                entered is None or a[2] == AgentActionState.PENDING or a[3] >= entered
+                or (a[4] is not None and a[4] >= entered))]
+            if any(a[2] == AgentActionState.SUCCEEDED for a in mine):
+                advance[success].append(node)
+                continue
+            if node.state_deadline is not None and node.state_deadline <= now:
+                fail[(DEADLINE_FAILURE[state], deadline_error(state))].append(node)
+                continue
+            if any(a[2] == AgentActionState.PENDING for a in mine):
+                continue
+            failures = [a for a in mine if a[2] == AgentActionState.FAILED]
+            if len(failures) >= max_attempts:
+                detail = failures[-1][5] or "no detail"
+                fail[(FAILURE[state], f"{step} failed {len(failures)} times; last: {detail}")].append(node)
+                continue
+            if failures:
+                retry_at = (failures[-1][4] or now) + backoff(len(failures))
+                if retry_at > now:
+                    node.failed_attempts, node.next_attempt_at = len(failures), retry_at
+                    node.last_error = f"{step} failed: {failures[-1][5] or 'no detail'}; retry {len(failures) + 1} at {retry_at:%H:%M:%S}Z"
+                    backing_off.append(node)
+                    continue
+                result.retried += 1
+            requeue[step].append(node)
+        elif state == L.SANITIZING:
+            if node.state_deadline is not None and node.state_deadline <= now and not node.last_error:
+                node.last_error = deadline_error(state) + "; check the drives' sanitisation records"
+                flagged.append(node)
+        elif node.state_deadline is not None and node.state_deadline <= now:
+            fail[(DEADLINE_FAILURE[state], deadline_error(state))].append(node)
+        elif state == L.DRAINING and node.pk not in occupied:
+            advance[L.REMEDIATING].append(node)
+
+    for to_state, group in advance.items():
+        changes = transition_many(group, to_state, actor=ACTOR, action="reconcile",
+                                  reason="the agent confirmed the step" if to_state != L.REMEDIATING
+                                  else "the tenant has left the node")
+        result.moved[to_state] += len(changes)
+        if to_state == L.WIPING and changes:  # start the next step now rather than on the next pass
+            moved = {c.node_id for c in changes}
+            result.queued += request_agent_actions(nodes=[n for n in group if n.pk in moved], action=AgentAction.WIPE,
+                                                   actor=ACTOR, reason="tenant workload stopped")
+    for (to_state, error), group in fail.items():
+        changes = transition_many(group, to_state, actor=ACTOR, action="reconcile", reason=error, last_error=error)
+        result.moved[to_state] += len(changes)
+        # The step is abandoned: an agent must not start it after the node was given up on.
+        NodeAgentAction.objects.filter(node_id__in=[c.node_id for c in changes], state=AgentActionState.PENDING,
+                                       drive__isnull=True).update(state=AgentActionState.CANCELLED, finished_at=now,
+                                                                  detail=f"cancelled: {error}")
+    for step, group in requeue.items():
+        result.queued += request_agent_actions(nodes=group, action=step, actor=ACTOR,
+                                               reason="reconcile: no pending or finished action for this step")
+    if backing_off:
+        Node.objects.bulk_update(backing_off, ["failed_attempts", "next_attempt_at", "last_error"])
+    if flagged:
+        Node.objects.bulk_update(flagged, ["last_error"])
+    result.claimed += len(ids)
+
+
+def reconcile_pass(*, batch_size: int = BATCH_SIZE, time_budget_s: float = TIME_BUDGET_S,
+                   now: datetime | None = None, after_batch=None) -> PassResult:
+    """One pass over every node in a working state, batch by batch (each batch atomic).
+    `after_batch(result)` is a hook for tests that kill a run midway."""
+    started = time.monotonic()
+    result = PassResult()
+    last_id = None
+    while True:
+        if time.monotonic() - started > time_budget_s:
+            result.complete = False
+            break
+        with transaction.atomic():
+            batch_now = now or timezone.now()
+            nodes = _claim(last_id, batch_now, batch_size)
+            if not nodes:
+                break
+            _reconcile_batch(nodes, batch_now, result)
+        result.batches += 1
+        last_id = nodes[-1].pk
+        if after_batch is not None:
+            after_batch(result)
+        if len(nodes) < batch_size:
+            break
+    return result
+
+
+def reconcile_nodes(**kwargs) -> PassResult:
+    """The loop's entry point (Celery beat, `run_loops`): one pass under the advisory lock, so
+    two scheduled runs never overlap; rows are still claimed with SKIP LOCKED because operator
+    actions and the other loops write nodes too."""
+    with locked_run("reconcile_nodes") as acquired:
+        if not acquired:
+            return PassResult(skipped=True, complete=False)
+        return reconcile_pass(**kwargs)

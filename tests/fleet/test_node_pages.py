@@ -1,0 +1,56 @@
+"""Console node pages and admin node actions."""
+import pytest
+
+from fleet.models import Node, NodeEvent
+
+from .lifecycle_helpers import place
+
+pytestmark = pytest.mark.django_db
+
+
+def test_node_list_filters_and_fixed_queries(small_fleet, operator_client, django_assert_max_num_queries):
+    nodes = list(Node.objects.order_by("hostname"))
+    place(nodes[0], "triage")
+    operator_client.get("/fleet/nodes/")  # session warm-up
+    with django_assert_max_num_queries(10) as small:
+        page = operator_client.get("/fleet/nodes/?lifecycle=triage").content.decode()
+    assert nodes[0].hostname in page and nodes[1].hostname not in page
+    with django_assert_max_num_queries(10) as large:
+        page = operator_client.get("/fleet/nodes/?cordoned=false&site=dc1").content.decode()
+    assert all(n.hostname in page for n in nodes)
+    assert len(small) == len(large)
+    assert operator_client.get("/fleet/nodes/?lifecycle=bogus&hall=x&page=zz").status_code == 200
+
+
+def test_node_page_shows_only_allowed_actions(small_fleet, operator_client):
+    node = place(Node.objects.order_by("hostname").first(), "triage")
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    for allowed in ("validate", "repair", "rma", "decommission", "cordon"):
+        assert f'value="{allowed}"' in page
+    for forbidden in ("drain", "start_burn_in", "uncordon", "remediate"):
+        assert f'value="{forbidden}"' not in page
+    assert operator_client.get("/fleet/nodes/not-a-node/").status_code == 404
+
+
+def test_operator_drains_a_node_from_the_console(small_fleet, operator_client):
+    node = Node.objects.order_by("hostname").first()
+    response = operator_client.post(f"/fleet/nodes/{node.pk}/actions/", {"action": "drain", "reason": "fans"},
+                                    follow=True)
+    node.refresh_from_db()
+    assert node.cordoned and node.cordon_reason == "fans"
+    assert "drain done" in response.content.decode()
+    refused = operator_client.post(f"/fleet/nodes/{node.pk}/actions/", {"action": "repair"}, follow=True)
+    assert "repair is not allowed while" in refused.content.decode()
+    assert NodeEvent.objects.filter(node=node, action="drain", actor="user:op").exists()
+
+
+def test_admin_bulk_cordon(small_fleet, operator_client):
+    nodes = list(Node.objects.order_by("hostname")[:2])
+    operator_client.post("/admin/fleet/node/", {"action": "cordon_nodes",
+                                                "_selected_action": [str(n.pk) for n in nodes]})
+    assert Node.objects.filter(cordoned=True).count() == 2
+    assert NodeEvent.objects.filter(action="cordon").count() == 2
+
+
+def test_pages_need_an_operator(small_fleet, client):
+    assert client.get("/fleet/nodes/").status_code in (302, 403)
