@@ -13,8 +13,9 @@ from fleet.choices import PowerState
 from health.choices import CheckName, CheckStatus
 from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
 
-GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "row_remap_pending", "row_remap_failed",
-                  "nvlink_down", "memory_used_mb")
+GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb")
+# NVML reports remapped rows as counts, nvidia-smi as Yes/No: accept a flag or a count.
+GPU_FLAG_FIELDS = ("row_remap_pending", "row_remap_failed")
 GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct")
 MAX_GPUS = 72
 
@@ -63,6 +64,10 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
             value = gpu.get(name)
             if (name == "index" or value is not None) and not (_is_int(value) and value >= 0):
                 errors.append({"field": f"gpus.{i}.{name}", "message": "A non-negative integer."})
+        for name in GPU_FLAG_FIELDS:
+            value = gpu.get(name)
+            if value is not None and not (isinstance(value, bool) or (_is_int(value) and value >= 0)):
+                errors.append({"field": f"gpus.{i}.{name}", "message": "true/false or a non-negative count."})
         for name in GPU_NUMBER_FIELDS:
             value = gpu.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):

@@ -40,7 +40,9 @@ def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
         if gpu.get("ecc_sbe"):
             found[(index, "ecc_sbe")] = f"{gpu['ecc_sbe']} single-bit ECC errors"
         if gpu.get("row_remap_pending"):
-            found[(index, "row_remap_pending")] = f"{gpu['row_remap_pending']} rows pending remap"
+            pending = gpu["row_remap_pending"]
+            found[(index, "row_remap_pending")] = ("row remap pending" if pending is True
+                                                   else f"{pending} rows pending remap")
         if gpu.get("row_remap_failed"):
             found[(index, "row_remap_failed")] = "row remap failed"
         temperature = gpu.get("temperature_c")
