@@ -17,4 +17,5 @@ class PeriodicSpec:
 
 PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("purge expired idempotency keys", "core.tasks.purge_idempotency_keys", crontab="17 3 * * *"),
+    PeriodicSpec("allocation loop", "tenants.tasks.allocation_loop", every_seconds=10, expires_seconds=10),
 )
