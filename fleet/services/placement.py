@@ -83,14 +83,17 @@ def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> lis
                       .values_list("id", "leaf_switch", "health"))
     if len(candidates) < node_count:
         return None
-    chosen = choose_nodes(candidates, node_count)
-    locked = _lock(chosen)
+    locked = _lock(choose_nodes(candidates, node_count))
     if len(locked) < node_count:
-        # Someone took some of ours: top up from the rest of the domain, in preference order.
-        taken = {n.pk for n in locked}
-        rest = [c for c in candidates if c[0] not in taken]
-        more = _lock(choose_nodes(rest, len(rest)))
-        locked += more[: node_count - len(locked)]
+        # A concurrent placement holds some of ours: top up from the rest of the domain in
+        # preference order, locking only as many rows at a time as are still missing so we
+        # never hold nodes we will not use.
+        tried = {n.pk for n in locked} | set(choose_nodes(candidates, node_count))
+        rest = [nid for nid in choose_nodes(candidates, len(candidates)) if nid not in tried]
+        while rest and len(locked) < node_count:
+            need = node_count - len(locked)
+            batch, rest = rest[:need], rest[need:]
+            locked += _lock(batch)
     return locked if len(locked) == node_count else None
 
 
