@@ -82,7 +82,7 @@ def partitions_for(tenant: Tenant):
 
 
 def volumes_for(tenant: Tenant):
-    return Volume.objects.filter(tenant=tenant)
+    return Volume.objects.filter(tenant=tenant).select_related("export_partition")
 
 
 def quota_and_usage(tenant: Tenant) -> tuple[dict, dict]:
