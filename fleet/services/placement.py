@@ -18,7 +18,7 @@ from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from fleet.choices import AgentAction, Health, Lifecycle
-from fleet.models import FabricDomain, Node, NodeType
+from fleet.models import Node, NodeType
 from fleet.services.agent_actions import request_agent_actions
 from fleet.services.lifecycle import transition_many
 from tenants.choices import AllocationNodeRole, FabricMode
@@ -97,11 +97,11 @@ def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> lis
     return locked if len(locked) == node_count else None
 
 
-@transaction.atomic
 def claim_nodes(*, allocation: Allocation, instance_type: NodeType, node_count: int, actor: str,
                 role: str = AllocationNodeRole.ORIGINAL, fabric_domain_id=None) -> list[Node]:
     """Claim `node_count` nodes in one domain for `allocation`: membership rows, nodes
-    available→provisioning, `provision` queued. All or nothing (raises InsufficientCapacity)."""
+    available→provisioning, `provision` queued. All or nothing (raises InsufficientCapacity):
+    each domain is tried in its own transaction (a savepoint inside a caller's)."""
     free = free_by_domain(instance_type=instance_type)
     if fabric_domain_id is not None:
         free = {k: v for k, v in free.items() if k == fabric_domain_id}
@@ -114,8 +114,7 @@ def claim_nodes(*, allocation: Allocation, instance_type: NodeType, node_count: 
                     continue
                 partition = None
                 if allocation.fabric == FabricMode.ISOLATED:
-                    partition = partition_for_allocation(tenant=allocation.tenant,
-                                                         fabric_domain=FabricDomain.objects.get(pk=domain_id),
+                    partition = partition_for_allocation(tenant=allocation.tenant, fabric_domain_id=domain_id,
                                                          actor=actor)
                 now = timezone.now()
                 AllocationNode.objects.bulk_create([

@@ -82,7 +82,8 @@ def _serve_cancels(result: LoopResult) -> None:
 
 
 def _fail_overdue(result: LoopResult, now) -> None:
-    overdue = _claim(Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__lt=now))
+    overdue = _claim(Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__lt=now)
+                     .select_related("instance_type"))
     members = _live_members([a.pk for a in overdue if a.state == S.PROVISIONING])
     for allocation in overdue:
         if allocation.state == S.PENDING:

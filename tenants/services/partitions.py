@@ -52,8 +52,12 @@ def create_partition(*, tenant: Tenant, fabric_domain: FabricDomain, name: str, 
     raise IntegrityError("could not allocate a partition key after 20 attempts")
 
 
-def partition_for_allocation(*, tenant: Tenant, fabric_domain: FabricDomain, actor: str) -> FabricPartition:
-    """The tenant's partition in the domain, created if absent."""
+def partition_for_allocation(*, tenant: Tenant, fabric_domain_id, actor: str) -> FabricPartition:
+    """The tenant's partition in the domain, created if absent (placement's hot path: one read)."""
+    existing = FabricPartition.objects.filter(tenant=tenant, fabric_domain_id=fabric_domain_id).first()
+    if existing:
+        return existing
+    fabric_domain = FabricDomain.objects.get(pk=fabric_domain_id)
     try:
         return create_partition(tenant=tenant, fabric_domain=fabric_domain,
                                 name=f"{tenant.slug}-{fabric_domain.name}", actor=actor)
