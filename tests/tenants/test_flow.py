@@ -158,3 +158,13 @@ def test_create_tenant_command_sets_quota_for_every_generation(small_fleet):
     from tenants.models import Quota
     quotas = dict(Quota.objects.filter(tenant__slug="initech").values_list("generation", "max_nodes"))
     assert quotas and set(quotas.values()) == {4} and "hopper" in quotas
+
+
+def test_run_loops_once_places_pending_allocations(small_fleet, client_a):
+    from io import StringIO
+
+    alloc = _create(client_a).data["id"]
+    out = StringIO()
+    call_command("run_loops", "--once", stdout=out)
+    assert "allocation_loop" in out.getvalue()
+    assert Allocation.objects.get(pk=alloc).state == "provisioning"
