@@ -141,3 +141,35 @@ def test_page_token_from_another_tenant_is_invalid(small_fleet, client_a, client
     assert r.status_code == 400 and r.json()["code"] == "invalid_page_token"
     token = client_a.get("/api/v1/allocations?page_size=1&state=pending").data["next_page_token"]
     assert client_a.get(f"/api/v1/allocations?page_size=1&page_token={token}").status_code == 400
+
+
+def test_agent_token_is_forbidden_on_the_tenant_api(small_fleet):
+    from rest_framework.test import APIClient
+
+    from core.api.agent_tokens import mint_agent_token
+    from fleet.models import Node
+
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(Node.objects.first().pk)}")
+    assert agent.get("/api/v1/allocations").status_code == 403
+    r = post(agent, "/api/v1/allocations", BODY)
+    assert r.status_code == 403 and not Allocation.objects.exists()
+
+
+@pytest.mark.parametrize("count", [2, 9])
+def test_partition_and_volume_lists_have_fixed_query_counts(small_fleet, tenant_a, client_a,
+                                                            django_assert_max_num_queries, count):
+    from fleet.models import FabricDomain
+    from tenants.services.partitions import create_partition
+    from tenants.services.volumes import create_volume
+
+    first = FabricDomain.objects.first()
+    for i in range(count):
+        domain = FabricDomain.objects.create(site=first.site, name=f"pod-x{i}", technology=first.technology,
+                                             generation=first.generation)
+        partition = create_partition(tenant=tenant_a, fabric_domain=domain, name=f"p{i}", actor="t")
+        create_volume(tenant=tenant_a, name=f"v{i}", size_gb=10, export_partition=partition, actor="t")
+    with django_assert_max_num_queries(3):  # token, its last-used stamp, the page
+        assert len(client_a.get("/api/v1/fabric-partitions").data["results"]) == count
+    with django_assert_max_num_queries(3):  # token, its last-used stamp, the page
+        assert len(client_a.get("/api/v1/volumes").data["results"]) == count

@@ -15,7 +15,21 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture
-def bearer(tenant_a):
+def keep_test_connection():
+    """Calls go through the real WSGI handler, whose request signals close database connections;
+    the test's transaction must survive them (Django's test client does the same)."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def bearer(tenant_a, keep_test_connection):
     from core.services.tokens import create_api_token
 
     _, plain = create_api_token(kind="tenant", tenant=tenant_a, role="admin", actor="test")
