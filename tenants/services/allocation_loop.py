@@ -43,6 +43,11 @@ class LoopResult:
     skipped: bool = False
     counts: dict = field(default_factory=lambda: defaultdict(int))
 
+    def __str__(self) -> str:
+        if self.skipped:
+            return "skipped (another run holds the lock)"
+        return ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing to do"
+
 
 def _claim(qs):
     qs = qs.order_by("created_at", "id")
