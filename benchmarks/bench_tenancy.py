@@ -115,3 +115,72 @@ def list_allocations() -> Measurement:
     return Measurement(p50, baseline, queries,
                        note=f"p99 {p99 * 1000:.1f} ms; {queries_200} queries at page_size=200; in-process "
                             "(first page and a token page alternate); baseline = the page's raw SELECT")
+
+
+HTTP_CREATES = 200
+HTTP_THREADS = 16
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@benchmark("tenancy: concurrent creates over HTTP (gunicorn, loopback)", target="report allocations/s, 0 double-booked")
+def http_creates() -> Measurement:
+    import json
+    import os
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from django.db.models import Count
+
+    from tenants.models import AllocationNode
+    from tenants.services.allocation_loop import run_allocation_loop
+
+    tenant, _ = create_tenant(slug="bench-http", name="Bench HTTP", max_nodes=100_000, actor="bench")
+    _, plain = create_api_token(kind="tenant", tenant=tenant, role="admin", actor="bench")
+    port = _free_port()
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    server = subprocess.Popen([str(gunicorn), "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "4", "--log-level",
+                               "warning"], env=os.environ.copy(), cwd=Path(__file__).resolve().parent.parent)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        for _ in range(100):  # wait for it to listen
+            try:
+                urllib.request.urlopen(f"{base}/schema/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+
+        def create(i: int) -> int:
+            body = json.dumps({"name": f"h{i}", "instance_type": "h100-sxm-8x", "node_count": 1}).encode()
+            request = urllib.request.Request(f"{base}/allocations", data=body, method="POST", headers={
+                "Authorization": f"Bearer {plain}", "Content-Type": "application/json", "Idempotency-Key": f"h-{i}"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    return response.status
+            except urllib.error.HTTPError as error:
+                return error.code
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(HTTP_THREADS) as pool:
+            statuses = list(pool.map(create, range(HTTP_CREATES)))
+        elapsed = time.perf_counter() - started
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    run_allocation_loop()
+    doubles = (AllocationNode.objects.filter(ended_at__isnull=True).values("node").annotate(n=Count("id"))
+               .filter(n__gt=1).count())
+    accepted = statuses.count(202)
+    return Measurement(elapsed / HTTP_CREATES, note=f"{accepted / elapsed:.0f} allocations/s accepted ({accepted}/"
+                                                    f"{HTTP_CREATES} 202, {HTTP_THREADS} clients, 4 workers); "
+                                                    f"{doubles} nodes double-booked after placing")
