@@ -6,6 +6,7 @@ DEMO_SEED_STEPS: tuple[str, ...] = (
     "fleet.services.snapshots.seed_demo_history",
     "fleet.services.migration_plans.seed_demo_plan",
     "core.services.demo_users.ensure_demo_operator",
+    "tenants.services.demo.seed_demo_tenant",
 )
 
 # Processes `make demo` keeps running: (label, argv after the venv's python).

@@ -1,8 +1,10 @@
 """Control loops that `manage.py run_loops` drives on a machine without Celery: (name, dotted
 callable taking no arguments, interval in seconds). Each callable is the same service entry
-point the loop's Celery task calls; apps append their loop here."""
+point the loop's Celery task calls, and takes its own advisory lock; apps append their loop
+here. Order matters for `--once`: nodes converge first, then allocations, then health."""
 
 LOOPS: tuple[tuple[str, str, int], ...] = (
     ("reconcile_nodes", "fleet.services.reconcile.reconcile_nodes", 10),
+    ("allocation_loop", "tenants.services.allocation_loop.run_allocation_loop", 10),
     ("health_sweep", "health.services.sweep.run_health_sweep", 30),
 )

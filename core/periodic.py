@@ -20,4 +20,5 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("fleet utilisation snapshot", "fleet.tasks.record_fleet_snapshot", every_seconds=300, expires_seconds=240),
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),
     PeriodicSpec("reconcile nodes", "fleet.tasks.reconcile_nodes", every_seconds=10, expires_seconds=10),
+    PeriodicSpec("allocation loop", "tenants.tasks.allocation_loop", every_seconds=10, expires_seconds=10),
 )

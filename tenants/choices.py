@@ -25,3 +25,13 @@ class FabricMode(models.TextChoices):
 class AllocationNodeRole(models.TextChoices):
     ORIGINAL = "original", "Original"
     REPLACEMENT = "replacement", "Replacement"
+
+
+class PartitionKind(models.TextChoices):
+    IB_PKEY = "ib_pkey", "InfiniBand partition key"
+    NVLINK = "nvlink", "NVLink partition"
+
+
+class PartitionState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    DELETED = "deleted", "Deleted"

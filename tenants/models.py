@@ -7,7 +7,7 @@ from core.choices import TenantRole
 from core.ids import uuid7
 from core.models import BaseModel
 
-from .choices import AllocationNodeRole, AllocationState, FabricMode
+from .choices import AllocationNodeRole, AllocationState, FabricMode, PartitionKind, PartitionState
 
 
 class Tenant(BaseModel):
@@ -55,6 +55,9 @@ class Allocation(BaseModel):
                              db_index=True)
     degraded = models.BooleanField(default=False, help_text="a node was pulled for health; replacement pending")
     idempotency_key = models.CharField(max_length=255, blank=True, help_text="the key of the request that created it")
+    fabric_partition = models.ForeignKey("tenants.FabricPartition", null=True, blank=True, on_delete=models.PROTECT,
+                                         related_name="allocations", help_text="isolated allocations only")
+    activated_at = models.DateTimeField(null=True, blank=True, help_text="when it first became active")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     state_deadline = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -80,6 +83,11 @@ class AllocationNode(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=200, blank=True)
+    fabric_partition = models.ForeignKey("tenants.FabricPartition", null=True, blank=True, on_delete=models.PROTECT,
+                                         related_name="node_memberships",
+                                         help_text="the partition key programmed on this node's fabric ports")
+    wiped_at = models.DateTimeField(null=True, blank=True,
+                                    help_text="when the node was seen wiped after leaving; unwiped nodes are never re-placed")
 
     class Meta:
         ordering = ["started_at"]
@@ -87,6 +95,68 @@ class AllocationNode(models.Model):
             models.UniqueConstraint(fields=["node"], condition=models.Q(ended_at__isnull=True),
                                     name="tenants_node_in_one_live_allocation"),
         ]
+        indexes = [models.Index(fields=["node"], condition=models.Q(ended_at__isnull=False, wiped_at__isnull=True),
+                                name="tenants_allocnode_unwiped")]
 
     def __str__(self) -> str:
         return f"{self.node_id} in {self.allocation_id}"
+
+
+class Quota(BaseModel):
+    """How many nodes of one generation a tenant may hold at once (every non-terminal allocation counts)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    generation = models.CharField(max_length=32)
+    max_nodes = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["tenant__slug", "generation"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "generation"], name="tenants_quota_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}: {self.max_nodes} {self.generation}"
+
+
+class FabricPartition(BaseModel):
+    """A tenant's slice of one fabric domain: an InfiniBand partition key or an NVLink partition.
+
+    The key is unique per fabric domain (a database constraint), so two tenants can never share
+    one; and a tenant has at most one partition per domain, so isolated allocations reuse it.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="fabric_partitions")
+    fabric_domain = models.ForeignKey("fleet.FabricDomain", on_delete=models.PROTECT, related_name="partitions")
+    kind = models.CharField(max_length=8, choices=PartitionKind.choices)
+    partition_key = models.PositiveIntegerField(help_text="IB P_Key (0x0001-0x7ffe) or NVLink partition id")
+    name = models.CharField(max_length=100)
+    state = models.CharField(max_length=12, choices=PartitionState.choices, default=PartitionState.ACTIVE)
+    idempotency_key = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["fabric_domain", "partition_key"], name="tenants_partition_key_unique"),
+            models.UniqueConstraint(fields=["tenant", "fabric_domain"], name="tenants_partition_one_per_domain"),
+        ]
+        indexes = [models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_partition_page")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind} {self.partition_key:#06x})"
+
+
+class Volume(BaseModel):
+    """Tenant storage, exported only to the tenant's own fabric partition."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="volumes")
+    name = models.CharField(max_length=100)
+    size_gb = models.PositiveIntegerField()
+    export_partition = models.ForeignKey(FabricPartition, null=True, blank=True, on_delete=models.PROTECT,
+                                         related_name="volumes", help_text="the only partition it is exported to")
+    idempotency_key = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_volume_page")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.size_gb} GB)"

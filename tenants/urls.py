@@ -1,2 +1,13 @@
-"""Console pages of the tenants app."""
-urlpatterns: list = []
+"""Console pages of the tenants app: the tenant portal and the operator's tenant list."""
+from django.urls import path
+
+from . import views
+
+app_name = "tenants"
+
+urlpatterns = [
+    path("portal/", views.portal, name="portal"),
+    path("portal/allocations/", views.portal_create_allocation, name="portal-create"),
+    path("portal/allocations/<str:pk>/cancel/", views.portal_cancel_allocation, name="portal-cancel"),
+    path("tenants/", views.tenant_list, name="tenant-list"),
+]

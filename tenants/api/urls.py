@@ -1,2 +1,16 @@
-"""urls routes of the tenants app."""
-urlpatterns: list = []
+"""Tenant API routes (/api/v1/, API.md "Tenant API")."""
+from core.api.routes import api_route
+
+from . import views
+
+urlpatterns = [
+    api_route("instance-types", views.InstanceTypeList.as_view(), "instance-types"),
+    api_route("allocations", views.AllocationCollection.as_view(), "allocations"),
+    api_route(r"allocations/(?P<pk>[^/]+)/cancel", views.AllocationCancel.as_view(), "allocation-cancel"),
+    api_route(r"allocations/(?P<pk>[^/]+)", views.AllocationDetail.as_view(), "allocation-detail"),
+    api_route("fabric-partitions", views.FabricPartitionCollection.as_view(), "fabric-partitions"),
+    api_route(r"fabric-partitions/(?P<pk>[^/]+)", views.FabricPartitionDetail.as_view(), "fabric-partition-detail"),
+    api_route("volumes", views.VolumeCollection.as_view(), "volumes"),
+    api_route(r"volumes/(?P<pk>[^/]+)", views.VolumeDetail.as_view(), "volume-detail"),
+    api_route("tenant", views.CurrentTenant.as_view(), "tenant"),
+]

@@ -1,0 +1,54 @@
+"""OpenAPI helpers for the tenant API: the problem body and the error answers each route documents."""
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import serializers
+
+from core.api.problems import PROBLEM_CONTENT_TYPE
+
+
+class FieldErrorSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ProblemSerializer(serializers.Serializer):
+    """RFC 9457 problem details (API.md, "Errors")."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    code = serializers.CharField()
+    errors = FieldErrorSerializer(many=True, required=False)
+
+
+def problems(*statuses: int) -> dict:
+    return {(status, PROBLEM_CONTENT_TYPE): ProblemSerializer for status in statuses}
+
+
+READ_ERRORS = problems(400, 401, 403, 404, 405, 406)
+WRITE_ERRORS = problems(400, 401, 403, 404, 405, 406, 409, 415, 422)
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True,
+    description="1-255 printable characters; a retry with the same key and body gets the stored answer.")
+OPTIONAL_IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    description="optional here: cancelling is idempotent anyway.")
+PAGE_PARAMETERS = [
+    OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, required=False,
+                     description="1-200 (default 50; larger values are lowered to 200)"),
+    OpenApiParameter("page_token", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
+                     description="the next_page_token of the previous page"),
+]
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Describes `Authorization: Bearer <token>` in the schema (tenant, operator and agent tokens)."""
+
+    target_class = "core.api.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer"}

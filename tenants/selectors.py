@@ -1,0 +1,102 @@
+"""Reads for the tenant API and portal (every query is scoped to one tenant)."""
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Count, Prefetch, Sum
+
+from core.reference_data import parameter
+from fleet.models import NodeType
+from tenants.choices import TERMINAL_ALLOCATION_STATES
+from tenants.models import Allocation, AllocationNode, FabricPartition, Quota, Tenant, Volume
+
+CURRENCY = "USD"
+# Fallback list prices: the upper bound of the sourced rental range in core/reference/economics.csv
+# (on-demand rather than contract pricing), used until the billing price book is present.
+_REFERENCE_PRICE_PARAMETER = {
+    "A100": "rental_a100_80gb",
+    "H100": "rental_h100",
+    "H200": "rental_h200",
+    "B200": "rental_b200",
+}
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpu_model: str
+    generation: str
+    gpus_per_node: int
+    fabric: str
+    price_per_gpu_hour: Decimal | None
+    currency: str
+    available_nodes: int
+
+
+def _billing_prices() -> dict:
+    """sku → Decimal price per GPU-hour from the billing price book, when the billing app offers one."""
+    try:
+        from billing.selectors import current_prices
+    except ImportError:
+        return {}
+    return dict(current_prices())
+
+
+def reference_price(gpu_model: str) -> Decimal | None:
+    for prefix, name in _REFERENCE_PRICE_PARAMETER.items():
+        if gpu_model.upper().startswith(prefix):
+            return parameter(name).high
+    return None
+
+
+def _fabric_family(fabric: str) -> str:
+    """`ib-ndr-400g` → `ib-ndr` (API.md names fabrics by family)."""
+    parts = fabric.split("-")
+    return "-".join(parts[:2]) if fabric.startswith("ib-") and len(parts) > 2 else fabric
+
+
+def instance_types() -> list[InstanceType]:
+    from fleet.services.placement import placeable_nodes
+
+    available = dict(placeable_nodes().values_list("node_type").annotate(n=Count("id")))
+    prices = _billing_prices()
+    rows = []
+    for nt in NodeType.objects.order_by("slug"):
+        price = prices.get(nt.slug)
+        if price is None:
+            price = reference_price(nt.gpu_model)
+        rows.append(InstanceType(name=nt.slug, gpu_model=nt.gpu_model, generation=nt.generation,
+                                 gpus_per_node=nt.gpus_per_node, fabric=_fabric_family(nt.fabric),
+                                 price_per_gpu_hour=price.quantize(Decimal("0.01")) if price is not None else None,
+                                 currency=CURRENCY, available_nodes=available.get(nt.pk, 0)))
+    return rows
+
+
+def allocations_for(tenant: Tenant):
+    live = AllocationNode.objects.filter(ended_at__isnull=True).select_related("node__node_type").order_by("node__hostname")
+    return (Allocation.objects.filter(tenant=tenant).select_related("instance_type")
+            .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_members")))
+
+
+def partitions_for(tenant: Tenant):
+    return FabricPartition.objects.filter(tenant=tenant).select_related("fabric_domain")
+
+
+def volumes_for(tenant: Tenant):
+    return Volume.objects.filter(tenant=tenant).select_related("export_partition")
+
+
+def quota_and_usage(tenant: Tenant) -> tuple[dict, dict]:
+    quota = dict(Quota.objects.filter(tenant=tenant).values_list("generation", "max_nodes"))
+    usage = {gen: 0 for gen in quota}
+    for row in (Allocation.objects.filter(tenant=tenant).exclude(state__in=TERMINAL_ALLOCATION_STATES)
+                .values("instance_type__generation").annotate(n=Sum("node_count"))):
+        usage[row["instance_type__generation"]] = row["n"]
+    return quota, usage
+
+
+def tenants_with_usage() -> list[dict]:
+    """Operator page: every tenant with live allocations and nodes held now."""
+    held = {row["tenant"]: row for row in (Allocation.objects.exclude(state__in=TERMINAL_ALLOCATION_STATES)
+                                            .values("tenant").annotate(allocations=Count("id"), nodes=Sum("node_count")))}
+    return [{"tenant": t, "allocations": held.get(t.pk, {}).get("allocations", 0),
+             "nodes": held.get(t.pk, {}).get("nodes", 0)} for t in Tenant.objects.order_by("slug")]

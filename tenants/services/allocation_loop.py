@@ -1,0 +1,239 @@
+"""The allocation loop: level-triggered, batched, under the `allocation_loop` advisory lock.
+
+Each pass:
+1. cancel intents: pending → cancelled; provisioning/active → nodes releasing + `stop`, allocation releasing;
+2. deadlines: pending past 10 min → failed (insufficient capacity); provisioning past its deadline → failed,
+   its nodes released;
+3. places pending allocations, oldest first;
+4. provisioning → active when every node is `active`; degraded cleared when replacements are active;
+   missing replacements retried;
+5. releasing/failed: a membership ends once its node has left the in-use states (the agents confirmed
+   stop and wipe and the reconciler moved it on); the allocation ends when none is left.
+
+Nodes never move further than the agents confirmed: this loop only asks (provision, stop) and
+moves nodes into `provisioning` and `releasing`.
+"""
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.locks import locked_run
+from core.services.audit import record_audit
+from fleet.choices import AgentAction, Lifecycle
+from fleet.models import Node, NodeEvent
+from fleet.services.agent_actions import request_agent_actions
+from fleet.services.lifecycle import transition_many
+from tenants.choices import AllocationNodeRole, AllocationState as S
+from tenants.models import Allocation, AllocationNode
+from tenants.services.allocations import InsufficientCapacity, transition_allocation
+
+ACTOR = "system:allocation-loop"
+BATCH = 200
+# Node states in which a node still belongs to its allocation.
+HELD_STATES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING, Lifecycle.WIPING)
+# Node states the loop stops (the agent runs the tenant's workload or is setting it up).
+STOPPABLE_STATES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE)
+
+
+@dataclass
+class LoopResult:
+    skipped: bool = False
+    counts: dict = field(default_factory=lambda: defaultdict(int))
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return "skipped (another run holds the lock)"
+        return ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "nothing to do"
+
+
+def _claim(qs):
+    qs = qs.order_by("created_at", "id")
+    if connection.vendor == "postgresql":
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    return list(qs[:BATCH])
+
+
+def _live_members(allocation_ids) -> dict:
+    rows = (AllocationNode.objects.filter(allocation_id__in=allocation_ids, ended_at__isnull=True)
+            .select_related("node"))
+    out: dict = defaultdict(list)
+    for m in rows:
+        out[m.allocation_id].append(m)
+    return out
+
+
+def _release_nodes(allocation: Allocation, members: list[AllocationNode], reason: str) -> None:
+    nodes = [m.node for m in members if m.node.lifecycle in STOPPABLE_STATES]
+    if nodes:
+        transition_many(nodes, Lifecycle.RELEASING, actor=ACTOR, action="release", reason=reason)
+        request_agent_actions(nodes=nodes, action=AgentAction.STOP, actor=ACTOR,
+                              params={"allocation_id": str(allocation.pk)}, reason=reason)
+
+
+def _serve_cancels(result: LoopResult) -> None:
+    wanted = _claim(Allocation.objects.filter(cancel_requested_at__isnull=False,
+                                              state__in=(S.PENDING, S.PROVISIONING, S.ACTIVE)))
+    members = _live_members([a.pk for a in wanted])
+    for allocation in wanted:
+        if allocation.state == S.PENDING:
+            transition_allocation(allocation, S.CANCELLED, actor=ACTOR, reason="cancelled before placement")
+        else:
+            _release_nodes(allocation, members[allocation.pk], "tenant cancelled the allocation")
+            transition_allocation(allocation, S.RELEASING, actor=ACTOR, reason="tenant cancelled the allocation")
+        result.counts["cancelled"] += 1
+
+
+def _fail_overdue(result: LoopResult, now) -> None:
+    overdue = _claim(Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__lt=now)
+                     .select_related("instance_type"))
+    members = _live_members([a.pk for a in overdue if a.state == S.PROVISIONING])
+    for allocation in overdue:
+        if allocation.state == S.PENDING:
+            reason = (f"insufficient capacity: no fabric domain had {allocation.node_count} free "
+                      f"{allocation.instance_type.slug} node(s) within 10 minutes; ask for fewer nodes and retry")
+        else:
+            reason = "provisioning did not finish before its deadline; the nodes were released"
+            _release_nodes(allocation, members[allocation.pk], reason)
+        transition_allocation(allocation, S.FAILED, actor=ACTOR, failure_reason=reason)
+        result.counts["failed"] += 1
+
+
+def _place_pending(result: LoopResult) -> None:
+    from fleet.services.placement import place_allocation
+
+    for allocation in _claim(Allocation.objects.filter(state=S.PENDING, cancel_requested_at__isnull=True)
+                             .select_related("instance_type", "tenant")):
+        try:
+            place_allocation(allocation, actor=ACTOR)
+        except InsufficientCapacity:
+            result.counts["waiting"] += 1
+            continue  # level-triggered: retried next pass until its deadline
+        transition_allocation(allocation, S.PROVISIONING, actor=ACTOR, reason="placed; agents asked to provision")
+        result.counts["placed"] += 1
+
+
+def _activate(result: LoopResult) -> None:
+    candidates = _claim(Allocation.objects.filter(Q(state=S.PROVISIONING) | Q(state=S.ACTIVE, degraded=True))
+                        .select_related("instance_type", "tenant"))
+    members = _live_members([a.pk for a in candidates])
+    for allocation in candidates:
+        live = members[allocation.pk]
+        if len(live) < allocation.node_count and allocation.state == S.ACTIVE:
+            _retry_replacement(allocation, allocation.node_count - len(live))
+            continue
+        if len(live) != allocation.node_count or any(m.node.lifecycle != Lifecycle.ACTIVE for m in live):
+            continue
+        if allocation.state == S.PROVISIONING:
+            transition_allocation(allocation, S.ACTIVE, actor=ACTOR, reason="every node reported provisioned")
+            result.counts["activated"] += 1
+        else:
+            Allocation.objects.filter(pk=allocation.pk).update(degraded=False, updated_at=timezone.now())
+            record_audit(actor=ACTOR, action="allocation.restored", target=allocation,
+                         before={"degraded": True}, after={"degraded": False}, reason="replacement node active")
+            result.counts["restored"] += 1
+
+
+def _retry_replacement(allocation: Allocation, missing: int) -> None:
+    from fleet.services.placement import claim_nodes
+
+    try:
+        claim_nodes(allocation=allocation, instance_type=allocation.instance_type, node_count=missing,
+                    actor=ACTOR, role=AllocationNodeRole.REPLACEMENT, fabric_domain_id=allocation.fabric_domain_id)
+    except InsufficientCapacity:
+        pass  # stays degraded; retried next pass
+
+
+def _finish_releases(result: LoopResult, now) -> None:
+    """End memberships whose nodes left the in-use states; end allocations with none left."""
+    live = (AllocationNode.objects.filter(ended_at__isnull=True, allocation__state__in=(S.RELEASING, S.FAILED))
+            .exclude(node__lifecycle__in=HELD_STATES))
+    done = list(live.values_list("id", "node_id", "started_at")[:2000])
+    if done:
+        _end_memberships(done, "released", now)
+    releasing = _claim(Allocation.objects.filter(state=S.RELEASING))
+    still = set(AllocationNode.objects.filter(allocation__in=releasing, ended_at__isnull=True)
+                .values_list("allocation_id", flat=True))
+    for allocation in releasing:
+        if allocation.pk in still:
+            continue
+        to_state = S.RELEASED if allocation.activated_at else S.CANCELLED
+        transition_allocation(allocation, to_state, actor=ACTOR, reason="every node stopped and wiped")
+        result.counts[to_state] += 1
+
+
+def _end_memberships(rows: list[tuple], reason: str, now) -> None:
+    """End memberships and record whether each node was wiped (wiping → available) since it started."""
+    node_ids = [node_id for _, node_id, _ in rows]
+    earliest = min(started for _, _, started in rows)
+    wipes: dict = defaultdict(list)
+    for node_id, at in NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.WIPING,
+                                                to_state=Lifecycle.AVAILABLE, at__gte=earliest).values_list("node_id", "at"):
+        wipes[node_id].append(at)
+    wiped_ids, unwiped_ids = [], []
+    for pk, node_id, started in rows:
+        (wiped_ids if any(at >= started for at in wipes[node_id]) else unwiped_ids).append(pk)
+    AllocationNode.objects.filter(pk__in=wiped_ids).update(ended_at=now, end_reason=reason, wiped_at=now)
+    AllocationNode.objects.filter(pk__in=unwiped_ids).update(ended_at=now, end_reason=reason)
+
+
+def _mark_wiped() -> None:
+    """Memberships ended without a wipe (e.g. a node pulled for health) are cleared once the node
+    has gone wiping → available since; until then placement never uses the node."""
+    pending = list(AllocationNode.objects.filter(ended_at__isnull=False, wiped_at__isnull=True)
+                   .values_list("id", "node_id", "ended_at")[:2000])
+    if not pending:
+        return
+    node_ids = [n for _, n, _ in pending]
+    wipes: dict = defaultdict(list)
+    for node_id, at in NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.WIPING,
+                                                to_state=Lifecycle.AVAILABLE).values_list("node_id", "at"):
+        wipes[node_id].append(at)
+    for pk, node_id, ended in pending:
+        seen = [at for at in wipes[node_id] if at >= ended]
+        if seen:
+            AllocationNode.objects.filter(pk=pk).update(wiped_at=min(seen))
+
+
+def run_allocation_loop() -> LoopResult:
+    """One pass. Returns what it did; `skipped` when another run holds the lock."""
+    result = LoopResult()
+    with locked_run("allocation_loop") as acquired:
+        if not acquired:
+            result.skipped = True
+            return result
+        now = timezone.now()
+        _serve_cancels(result)
+        _fail_overdue(result, now)
+        _place_pending(result)
+        _activate(result)
+        _finish_releases(result, now)
+        _mark_wiped()
+    return result
+
+
+@transaction.atomic
+def replace_node(*, allocation: Allocation, node: Node, actor: str, reason: str) -> AllocationNode | None:
+    """Pull `node` out of `allocation` (health), mark it degraded and place one replacement of the same
+    type in the same fabric domain. Returns the replacement membership, or None if none is free now
+    (the loop keeps trying while the allocation stays degraded)."""
+    from fleet.services.placement import claim_nodes
+
+    now = timezone.now()
+    ended = AllocationNode.objects.filter(allocation=allocation, node=node, ended_at__isnull=True).update(
+        ended_at=now, end_reason=f"replaced: {reason}"[:200])
+    if not ended:
+        return None
+    Allocation.objects.filter(pk=allocation.pk).update(degraded=True, updated_at=now)
+    record_audit(actor=actor, action="allocation.node_replaced", target=allocation,
+                 before={"degraded": allocation.degraded, "node": str(node.pk)}, after={"degraded": True},
+                 reason=reason)
+    allocation.degraded = True
+    try:
+        placed = claim_nodes(allocation=allocation, instance_type=allocation.instance_type, node_count=1, actor=actor,
+                             role=AllocationNodeRole.REPLACEMENT, fabric_domain_id=allocation.fabric_domain_id)
+    except InsufficientCapacity:
+        return None
+    return AllocationNode.objects.get(allocation=allocation, node=placed[0], ended_at__isnull=True)

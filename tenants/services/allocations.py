@@ -1,0 +1,126 @@
+"""An allocation's life: creation (quota, capacity), its own transition table, cancellation intent.
+
+`transition_allocation()` is the only way an allocation's `state` changes.
+"""
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from core.api.problems import Problem
+from core.services.audit import record_audit
+from fleet.models import NodeType
+from tenants.choices import TERMINAL_ALLOCATION_STATES, AllocationState as S, FabricMode
+from tenants.models import Allocation, Quota, Tenant
+
+ALLOCATION_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.PROVISIONING, S.CANCELLED, S.FAILED}),
+    S.PROVISIONING: frozenset({S.ACTIVE, S.RELEASING, S.FAILED}),
+    S.ACTIVE: frozenset({S.RELEASING}),
+    S.RELEASING: frozenset({S.RELEASED, S.CANCELLED}),
+    S.RELEASED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+# How long an allocation may wait in a state before the loop fails it.
+PENDING_TIMEOUT = timedelta(minutes=10)
+# Nodes get 15 min to provision (fleet STATE_TIMEOUTS); the allocation waits a little longer so
+# the node's own deadline fires first.
+PROVISIONING_TIMEOUT = timedelta(minutes=20)
+STATE_TIMEOUTS = {S.PENDING: PENDING_TIMEOUT, S.PROVISIONING: PROVISIONING_TIMEOUT}
+
+
+class InvalidAllocationTransition(Exception):
+    pass
+
+
+class InsufficientCapacity(Exception):
+    """No single fabric domain can hold the allocation now (API: 409 insufficient_capacity)."""
+
+
+def _snapshot(allocation: Allocation) -> dict:
+    return {"state": allocation.state, "degraded": allocation.degraded,
+            "cancel_requested_at": allocation.cancel_requested_at.isoformat() if allocation.cancel_requested_at else None}
+
+
+@transaction.atomic
+def transition_allocation(allocation: Allocation, to_state: str, *, actor: str, reason: str = "",
+                          failure_reason: str = "") -> Allocation:
+    """Move one allocation along the table with a compare-and-set UPDATE; audited."""
+    from_state = allocation.state
+    if to_state not in ALLOCATION_TRANSITIONS[from_state]:
+        raise InvalidAllocationTransition(f"allocation {allocation.pk} is {from_state}; it cannot go to {to_state}")
+    now = timezone.now()
+    timeout = STATE_TIMEOUTS.get(to_state)
+    updates = {"state": to_state, "updated_at": now, "state_deadline": now + timeout if timeout else None}
+    if to_state == S.ACTIVE and allocation.activated_at is None:
+        updates["activated_at"] = now
+    if to_state in TERMINAL_ALLOCATION_STATES:
+        updates["ended_at"] = now
+    if failure_reason:
+        updates["failure_reason"] = failure_reason
+    if not Allocation.objects.filter(pk=allocation.pk, state=from_state).update(**updates):
+        raise InvalidAllocationTransition(f"allocation {allocation.pk} changed state concurrently")
+    before = _snapshot(allocation)
+    for field, value in updates.items():
+        setattr(allocation, field, value)
+    record_audit(actor=actor, action=f"allocation.{to_state}", target=allocation, before=before,
+                 after=_snapshot(allocation), reason=reason or failure_reason)
+    return allocation
+
+
+def quota_for(tenant: Tenant, generation: str) -> int:
+    return Quota.objects.filter(tenant=tenant, generation=generation).values_list("max_nodes", flat=True).first() or 0
+
+
+def nodes_held(tenant: Tenant, generation: str) -> int:
+    return (Allocation.objects.filter(tenant=tenant, instance_type__generation=generation)
+            .exclude(state__in=TERMINAL_ALLOCATION_STATES)
+            .aggregate(n=Sum("node_count"))["n"] or 0)
+
+
+@transaction.atomic
+def create_allocation(*, tenant: Tenant, name: str, instance_type: NodeType, node_count: int, fabric: str,
+                      actor: str, idempotency_key: str = "") -> Allocation:
+    """A pending allocation, after the quota and a capacity check now.
+
+    The tenant row is locked so concurrent creates cannot both squeeze under the quota.
+    """
+    from fleet.services.placement import domain_can_hold
+
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    generation = instance_type.generation
+    limit = quota_for(tenant, generation)
+    held = nodes_held(tenant, generation)
+    if held + node_count > limit:
+        raise Problem(403, "quota_exceeded",
+                      f"Your quota is {limit} {generation} node(s) at once and {held} are held; "
+                      f"ask for at most {max(limit - held, 0)} or cancel an allocation first.")
+    if not domain_can_hold(instance_type=instance_type, node_count=node_count):
+        raise Problem(409, "insufficient_capacity",
+                      f"No single fabric domain has {node_count} free {instance_type.slug} node(s) now; "
+                      "ask for fewer nodes or retry later (GET /api/v1/instance-types shows availability).")
+    allocation = Allocation.objects.create(
+        tenant=tenant, name=name, instance_type=instance_type, node_count=node_count,
+        fabric=fabric or FabricMode.ISOLATED, idempotency_key=idempotency_key,
+        state_deadline=timezone.now() + PENDING_TIMEOUT)
+    record_audit(actor=actor, action="allocation.create", target=allocation,
+                 after={"instance_type": instance_type.slug, "node_count": node_count, "fabric": allocation.fabric})
+    return allocation
+
+
+@transaction.atomic
+def request_cancel(*, allocation: Allocation, actor: str, reason: str = "") -> tuple[Allocation, bool]:
+    """Record the intent to cancel (idempotent). Returns (allocation, terminal_already)."""
+    locked = Allocation.objects.select_for_update().get(pk=allocation.pk)
+    if locked.state in TERMINAL_ALLOCATION_STATES:
+        return locked, True
+    if locked.cancel_requested_at is None:
+        before = _snapshot(locked)
+        locked.cancel_requested_at = timezone.now()
+        locked.save(update_fields=["cancel_requested_at", "updated_at"])
+        record_audit(actor=actor, action="allocation.cancel_requested", target=locked, before=before,
+                     after=_snapshot(locked), reason=reason)
+    return locked, False

@@ -1,0 +1,96 @@
+"""Tenant portal and the operator's tenant list (thin: selectors read, services write).
+
+The portal acts for the signed-in user's tenant (their Membership); every object is looked up
+within that tenant, so another tenant's id is a 404. Viewers see but cannot create or cancel.
+"""
+import uuid
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from core.api.lookups import uuid_or_404
+from core.api.problems import Problem
+from core.choices import TenantRole
+from core.decorators import operator_required
+from core.services.audit import actor_label
+
+from .api.serializers import AllocationCreateSerializer
+from .models import Membership
+from .selectors import allocations_for, instance_types, partitions_for, quota_and_usage, tenants_with_usage, volumes_for
+from .services.allocations import create_allocation, request_cancel
+
+PORTAL_ROWS = 100
+
+
+def _membership(request) -> Membership:
+    membership = Membership.objects.select_related("tenant").filter(user=request.user).first()
+    if membership is None:
+        raise Http404("You are not a member of any tenant; ask a tenant admin to add you.")
+    return membership
+
+
+@login_required
+def portal(request):
+    membership = _membership(request)
+    tenant = membership.tenant
+    quota, usage = quota_and_usage(tenant)
+    return render(request, "tenants/portal.html", {
+        "nav": "portal",
+        "tenant": tenant,
+        "can_write": membership.role != TenantRole.VIEWER,
+        "allocations": allocations_for(tenant)[:PORTAL_ROWS],
+        "partitions": partitions_for(tenant)[:PORTAL_ROWS],
+        "volumes": volumes_for(tenant)[:PORTAL_ROWS],
+        "instance_types": instance_types(),
+        "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
+        "form_key": uuid.uuid4(),
+    })
+
+
+@login_required
+@require_POST
+def portal_create_allocation(request):
+    membership = _membership(request)
+    if membership.role == TenantRole.VIEWER:
+        return HttpResponseForbidden("Viewers may not create allocations.")
+    form = AllocationCreateSerializer(data=request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
+        return redirect("tenants:portal")
+    data = form.validated_data
+    # A double-submitted form carries the same key: the second submit finds the allocation.
+    key = f"portal:{request.POST.get('form_key', '')}"[:255]
+    if allocations_for(membership.tenant).filter(idempotency_key=key).exists():
+        return redirect("tenants:portal")
+    try:
+        allocation = create_allocation(tenant=membership.tenant, name=data["name"], instance_type=data["instance_type"],
+                                       node_count=data["node_count"], fabric=data["fabric"],
+                                       actor=actor_label(request.user), idempotency_key=key)
+    except Problem as problem:
+        messages.error(request, str(problem.detail))
+        return redirect("tenants:portal")
+    messages.success(request, f"Allocation {allocation.name} requested; it is placed within seconds.")
+    return redirect("tenants:portal")
+
+
+@login_required
+@require_POST
+def portal_cancel_allocation(request, pk):
+    membership = _membership(request)
+    if membership.role == TenantRole.VIEWER:
+        return HttpResponseForbidden("Viewers may not cancel allocations.")
+    allocation = allocations_for(membership.tenant).filter(pk=uuid_or_404(pk)).first()
+    if allocation is None:
+        raise Http404("No such allocation.")
+    request_cancel(allocation=allocation, actor=actor_label(request.user))
+    messages.success(request, f"Cancellation of {allocation.name} recorded; nodes are stopped and wiped next.")
+    return redirect("tenants:portal")
+
+
+@operator_required
+def tenant_list(request):
+    return render(request, "tenants/tenant_list.html", {"nav": "tenants", "rows": tenants_with_usage()})
