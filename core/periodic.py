@@ -17,4 +17,10 @@ class PeriodicSpec:
 
 PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("purge expired idempotency keys", "core.tasks.purge_idempotency_keys", crontab="17 3 * * *"),
+    # Drafts hourly; a closed month is finalized on the first hourly check after its grace
+    # period (BILLING_FINALIZE_GRACE_HOURS), i.e. on the 1st.
+    PeriodicSpec("billing: refresh draft invoices", "billing.tasks.refresh_draft_invoices", every_seconds=3600,
+                 expires_seconds=3000),
+    PeriodicSpec("billing: finalize closed months", "billing.tasks.finalize_closed_periods", crontab="35 * * * *",
+                 expires_seconds=3000),
 )
