@@ -10,6 +10,7 @@ DEMO_SEED_STEPS: tuple[str, ...] = (
 DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("web", ("manage.py", "runserver", "127.0.0.1:8000", "--noreload")),
     ("worker+beat", ("-m", "celery", "-A", "config", "worker", "-B", "--concurrency", "2", "--loglevel", "WARNING")),
+    ("fleet simulator", ("manage.py", "simulate_fleet", "--url", "http://127.0.0.1:8000")),
 )
 
 DEMO_OPERATOR = ("operator", "hangar-demo")

@@ -114,3 +114,25 @@ class DriveInterface(models.TextChoices):
     NVME = "nvme", "NVMe"
     SATA = "sata", "SATA"
     SAS = "sas", "SAS"
+
+
+class AgentAction(models.TextChoices):
+    """Work the control plane asks a node agent to do (API.md, action-results)."""
+
+    PROVISION = "provision", "Provision"
+    STOP = "stop", "Stop tenant workload"
+    WIPE = "wipe", "Wipe"
+    GPU_RESET = "gpu_reset", "GPU reset"
+    REBOOT = "reboot", "Power cycle"
+    DCGM_R1 = "dcgm_r1", "DCGM level 1"
+    DCGM_R2 = "dcgm_r2", "DCGM level 2"
+    DCGM_R3 = "dcgm_r3", "DCGM level 3"
+    BURN_IN = "burn_in", "Burn-in"
+    SANITIZE_DRIVE = "sanitize_drive", "Sanitize drive"
+
+
+class AgentActionState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"

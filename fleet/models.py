@@ -16,6 +16,8 @@ from core.models import BaseModel
 
 from .choices import (
     COOLING_SATISFIES,
+    AgentAction,
+    AgentActionState,
     Attribution,
     Cooling,
     CoolingRequirement,
@@ -318,3 +320,39 @@ class NodeEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.action} {self.from_state}→{self.to_state}"
+
+
+class NodeAgentAction(models.Model):
+    """A unit of work for a node's agent (provision, stop, wipe, reset, diagnostics, sanitise).
+
+    The agent sees pending actions in its desired state and reports each outcome once; the
+    reconciler moves the node on from the results. At most one pending action of a kind per
+    node (and per drive for sanitize_drive), enforced by the database, so requesting the same
+    work twice is harmless.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_actions")
+    action = models.CharField(max_length=20, choices=AgentAction.choices)
+    params = models.JSONField(default=dict, blank=True)
+    drive = models.ForeignKey(Drive, null=True, blank=True, on_delete=models.CASCADE, related_name="agent_actions")
+    state = models.CharField(max_length=12, choices=AgentActionState.choices, default=AgentActionState.PENDING)
+    requested_by = models.CharField(max_length=200)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+    output = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "action"], condition=Q(state="pending", drive__isnull=True),
+                                    name="fleet_agentaction_one_pending_per_kind"),
+            models.UniqueConstraint(fields=["drive", "action"], condition=Q(state="pending", drive__isnull=False),
+                                    name="fleet_agentaction_one_pending_per_drive"),
+        ]
+        indexes = [models.Index(fields=["node", "state"], name="fleet_agentaction_node_state")]
+
+    def __str__(self) -> str:
+        return f"{self.action} on {self.node_id} ({self.state})"

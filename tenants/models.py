@@ -4,7 +4,10 @@ from django.conf import settings
 from django.db import models
 
 from core.choices import TenantRole
+from core.ids import uuid7
 from core.models import BaseModel
+
+from .choices import AllocationNodeRole, AllocationState, FabricMode
 
 
 class Tenant(BaseModel):
@@ -33,3 +36,57 @@ class Membership(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class Allocation(BaseModel):
+    """A tenant's request for `node_count` whole nodes of one instance type, and its life.
+
+    Its state changes only through tenants.services.allocations (its own transition table).
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
+    name = models.CharField(max_length=100)
+    instance_type = models.ForeignKey("fleet.NodeType", on_delete=models.PROTECT, related_name="allocations")
+    node_count = models.PositiveSmallIntegerField()
+    fabric = models.CharField(max_length=16, choices=FabricMode.choices, default=FabricMode.ISOLATED)
+    fabric_domain = models.ForeignKey("fleet.FabricDomain", null=True, blank=True, on_delete=models.PROTECT,
+                                      related_name="allocations", help_text="where it was placed")
+    state = models.CharField(max_length=16, choices=AllocationState.choices, default=AllocationState.PENDING,
+                             db_index=True)
+    degraded = models.BooleanField(default=False, help_text="a node was pulled for health; replacement pending")
+    idempotency_key = models.CharField(max_length=255, blank=True, help_text="the key of the request that created it")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    state_deadline = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_alloc_tenant_page")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.tenant.slug})"
+
+
+class AllocationNode(models.Model):
+    """A node's membership of an allocation over time. A node is in at most one live
+    allocation (ended_at IS NULL): a partial unique index, so double-booking is impossible
+    whatever the application does."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="memberships")
+    node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="allocation_memberships")
+    role = models.CharField(max_length=16, choices=AllocationNodeRole.choices, default=AllocationNodeRole.ORIGINAL)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["started_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["node"], condition=models.Q(ended_at__isnull=True),
+                                    name="tenants_node_in_one_live_allocation"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} in {self.allocation_id}"

@@ -1,0 +1,182 @@
+"""The node lifecycle: one transition table, enforced here and only here.
+
+`transition()` is the only way a node's `lifecycle` changes. It validates the move against
+`TRANSITIONS`, applies it with a compare-and-set UPDATE (so two writers cannot both move the
+same node from the same state — the database settles it), sets or clears the state
+deadline, and writes the node event. `InvalidTransition` carries what *is* allowed so APIs can
+answer `409 invalid_transition` with the reason.
+"""
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.context import current_request_id
+from fleet.choices import Lifecycle as L
+from fleet.models import Node, NodeEvent
+
+# from-state → the states it may move to (DESIGN.md, "Node"). Extra edges beyond the design
+# table are marked with why they exist.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    # intake
+    L.ENROLLED: frozenset({L.BURN_IN, L.DECOMMISSIONING}),
+    L.BURN_IN: frozenset({L.AVAILABLE, L.BURN_IN_FAILED}),
+    L.BURN_IN_FAILED: frozenset({L.TRIAGE}),
+    # tenant use
+    L.AVAILABLE: frozenset({L.PROVISIONING, L.QUARANTINED, L.DECOMMISSIONING,
+                            L.VALIDATING}),  # operator "validate": re-check a suspect idle node
+    L.PROVISIONING: frozenset({L.ACTIVE, L.PROVISION_FAILED,
+                               L.RELEASING,  # cancelled before it became active
+                               L.QUARANTINED}),
+    L.PROVISION_FAILED: frozenset({L.WIPING,  # clean up whatever was half-provisioned
+                                   L.TRIAGE}),
+    L.ACTIVE: frozenset({L.RELEASING, L.QUARANTINED}),
+    L.RELEASING: frozenset({L.WIPING, L.WIPE_FAILED}),  # stop never confirmed → cannot be wiped safely
+    L.WIPING: frozenset({L.AVAILABLE, L.WIPE_FAILED}),
+    L.WIPE_FAILED: frozenset({L.WIPING,  # operator retry
+                              L.TRIAGE}),
+    # health
+    L.QUARANTINED: frozenset({L.DRAINING, L.TRIAGE}),  # fatal signals skip remediation
+    L.DRAINING: frozenset({L.REMEDIATING, L.TRIAGE}),
+    L.REMEDIATING: frozenset({L.VALIDATING, L.TRIAGE}),
+    L.VALIDATING: frozenset({L.AVAILABLE, L.TRIAGE}),
+    L.TRIAGE: frozenset({L.REPAIR, L.RMA, L.DECOMMISSIONING,
+                         L.VALIDATING}),  # diagnosis found nothing hardware: re-validate
+    L.REPAIR: frozenset({L.BURN_IN}),
+    L.RMA: frozenset({L.DECOMMISSIONING,
+                      L.BURN_IN}),  # replaced hardware comes back through burn-in
+    # end of life
+    L.DECOMMISSIONING: frozenset({L.SANITIZING}),
+    L.SANITIZING: frozenset({L.RETIRED}),
+    L.RETIRED: frozenset({L.DISPOSED}),
+    L.DISPOSED: frozenset(),
+}
+
+# Working states that wait on the node agent, how long they may take, and where they go
+# when the deadline passes (the reconciler enforces this).
+STATE_TIMEOUTS: dict[str, timedelta] = {
+    L.BURN_IN: timedelta(hours=24),  # facility.csv: CoreWeave runs a 24 h burn-in stage
+    L.PROVISIONING: timedelta(minutes=15),
+    L.RELEASING: timedelta(minutes=10),
+    L.WIPING: timedelta(minutes=30),
+    L.DRAINING: timedelta(hours=2),  # how long a tenant gets to move off a draining node
+    L.REMEDIATING: timedelta(minutes=30),
+    L.VALIDATING: timedelta(minutes=60),  # reliability.csv: DCGM r3 ~15 min, plus NCCL and IB checks
+    L.SANITIZING: timedelta(hours=24),
+}
+DEADLINE_FAILURE: dict[str, str] = {
+    L.BURN_IN: L.BURN_IN_FAILED,
+    L.PROVISIONING: L.PROVISION_FAILED,
+    L.RELEASING: L.WIPE_FAILED,
+    L.WIPING: L.WIPE_FAILED,
+    L.DRAINING: L.REMEDIATING,  # the drain deadline passed: the node is pulled anyway
+    L.REMEDIATING: L.TRIAGE,
+    L.VALIDATING: L.TRIAGE,
+    # sanitizing has no failure move: past its deadline it is flagged (last_error), never
+    # retired, because retiring is gated on every drive's sanitisation record.
+}
+
+assert all(to in TRANSITIONS[src] for src, to in DEADLINE_FAILURE.items()), "deadline moves must be in the table"
+
+
+class InvalidTransition(Exception):
+    """A move the table does not allow, or a node that moved under us."""
+
+    def __init__(self, node: Node, to_state: str, detail: str | None = None):
+        self.node = node
+        self.from_state = node.lifecycle
+        self.to_state = to_state
+        self.allowed = sorted(TRANSITIONS.get(node.lifecycle, ()))
+        self.detail = detail or (
+            f"{node.hostname} is {node.lifecycle}; it cannot go to {to_state}. "
+            f"From {node.lifecycle} it can go to: {', '.join(self.allowed) or 'nothing (terminal)'}."
+        )
+        super().__init__(self.detail)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A node's move, for callers that act after it (e.g. queueing agent work)."""
+
+    node_id: object
+    from_state: str
+    to_state: str
+
+
+def can_transition(from_state: str, to_state: str) -> bool:
+    return to_state in TRANSITIONS.get(from_state, frozenset())
+
+
+def _deadline_for(state: str, now):
+    timeout = STATE_TIMEOUTS.get(state)
+    return now + timeout if timeout else None
+
+
+@transaction.atomic
+def transition(node: Node, to_state: str, *, actor: str, action: str, reason: str = "",
+               target_lifecycle: str = "", last_error: str | None = None) -> Node:
+    """Move one node. Raises InvalidTransition if the table forbids it or the node has moved."""
+    from_state = node.lifecycle
+    if not can_transition(from_state, to_state):
+        raise InvalidTransition(node, to_state)
+    now = timezone.now()
+    updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now),
+               "target_lifecycle": target_lifecycle, "updated_at": now}
+    if last_error is not None:
+        updates["last_error"] = last_error
+    if to_state != from_state:
+        updates.update(failed_attempts=0, next_attempt_at=None)
+    moved = Node.objects.filter(pk=node.pk, lifecycle=from_state).update(**updates)
+    if not moved:
+        current = Node.objects.filter(pk=node.pk).values_list("lifecycle", flat=True).first()
+        raise InvalidTransition(node, to_state, f"{node.hostname} changed state concurrently (now {current}); retry.")
+    for field, value in updates.items():
+        setattr(node, field, value)
+    NodeEvent.objects.create(node=node, at=now, actor=actor, action=action, from_state=from_state, to_state=to_state,
+                             reason=reason, request_id=current_request_id())
+    return node
+
+
+@transaction.atomic
+def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action: str, reason: str = "",
+                    last_error: str | None = None) -> list[Change]:
+    """Move a batch of nodes (loops): one UPDATE per from-state and one INSERT of events.
+
+    Nodes whose current state does not allow the move, or that moved concurrently, are left
+    alone and not returned; the next level-triggered pass looks at them again.
+    """
+    now = timezone.now()
+    by_state: dict[str, list[Node]] = {}
+    for node in nodes:
+        if can_transition(node.lifecycle, to_state):
+            by_state.setdefault(node.lifecycle, []).append(node)
+    changes: list[Change] = []
+    events: list[NodeEvent] = []
+    request_id = current_request_id()
+    for from_state, group in by_state.items():
+        updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now), "target_lifecycle": "",
+                   "failed_attempts": 0, "next_attempt_at": None, "updated_at": now}
+        if last_error is not None:
+            updates["last_error"] = last_error
+        ids = [n.pk for n in group]
+        # Compare-and-set: only rows still in from_state move; read back which did.
+        Node.objects.filter(pk__in=ids, lifecycle=from_state).update(**updates)
+        moved = set(Node.objects.filter(pk__in=ids, lifecycle=to_state, updated_at=now).values_list("pk", flat=True))
+        for node in group:
+            if node.pk in moved:
+                changes.append(Change(node.pk, from_state, to_state))
+                events.append(NodeEvent(node_id=node.pk, at=now, actor=actor, action=action, from_state=from_state,
+                                        to_state=to_state, reason=reason, request_id=request_id))
+                for field, value in updates.items():
+                    setattr(node, field, value)
+    NodeEvent.objects.bulk_create(events, batch_size=2000)
+    return changes
+
+
+def record_node_event(node: Node, *, actor: str, action: str, reason: str = "") -> NodeEvent:
+    """An action that changes no lifecycle (cordon, a flag, an agent result) still leaves a trace."""
+    return NodeEvent.objects.create(node=node, at=timezone.now(), actor=actor, action=action,
+                                    from_state=node.lifecycle, to_state=node.lifecycle, reason=reason,
+                                    request_id=current_request_id())
