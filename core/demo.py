@@ -4,6 +4,7 @@ is imported lazily so an app adds its own step here without touching the command
 DEMO_SEED_STEPS: tuple[str, ...] = (
     "fleet.services.seeding.seed_demo_fleet",
     "core.services.demo_users.ensure_demo_operator",
+    "billing.services.demo.seed_demo_billing",
 )
 
 # Processes `make demo` keeps running: (label, argv after the venv's python).
