@@ -155,22 +155,28 @@ def known_skus() -> set[str]:
 _COLUMNS = ("event_id", "part", "tenant_id", "allocation_id", "node_id", "sku", "start", "end", "period",
             "quantity_micro", "unit", "payload_hash", "received_at")
 _COLUMN_LIST = ", ".join(f'"{c}"' for c in _COLUMNS)
-_INSERT = (f"INSERT INTO billing_usageevent ({_COLUMN_LIST}) "
-           f"VALUES ({', '.join(['%s'] * len(_COLUMNS))}) ON CONFLICT (event_id, part) DO NOTHING")
+_ROW_PLACEHOLDERS = f"({', '.join(['%s'] * len(_COLUMNS))})"
 
 
 def _insert(rows: list[tuple]) -> None:
-    """One executemany, ON CONFLICT DO NOTHING: a concurrent retry of the same batch never fails or
-    double-charges. Raw SQL because bulk_create's per-value preparation was two thirds of the
-    endpoint's time (benchmarks/bench_billing.py); values are adapted here the way Django stores them."""
+    """Multi-row INSERT ... ON CONFLICT DO NOTHING (a concurrent retry of the same batch never fails
+    or double-charges), as few statements as the driver's parameter limit allows. Raw SQL because
+    bulk_create's per-value preparation was two thirds of the endpoint's time and executemany is
+    a round trip per row on PostgreSQL (benchmarks/bench_billing.py); values are adapted here the
+    way Django stores them."""
     connection = connections[LEDGER]
     if connection.vendor == "sqlite":
         # Django's SQLite format: naive UTC "YYYY-MM-DD HH:MM:SS[.ffffff]", UUIDs as 32 hex digits.
         text = lambda moment: moment.replace(tzinfo=None).isoformat(" ")  # noqa: E731 (all values are UTC here)
         rows = [(r[0], r[1], r[2].hex, r[3].hex, r[4].hex, r[5], text(r[6]), text(r[7]), r[8].isoformat(), r[9],
                  r[10], r[11], text(r[12])) for r in rows]
+    per_statement = max(1, connection.ops.bulk_batch_size(_COLUMNS, rows))
     with connection.cursor() as cursor:
-        cursor.executemany(_INSERT, rows)
+        for lo in range(0, len(rows), per_statement):
+            chunk = rows[lo:lo + per_statement]
+            cursor.execute(f"INSERT INTO billing_usageevent ({_COLUMN_LIST}) VALUES "
+                           f"{', '.join([_ROW_PLACEHOLDERS] * len(chunk))} ON CONFLICT (event_id, part) DO NOTHING",
+                           [value for row in chunk for value in row])
 
 
 def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | None = None) -> IngestResult:
