@@ -1,4 +1,5 @@
 """Response shapes of the billing API (also what the OpenAPI schema shows)."""
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.periods import format_period
@@ -24,7 +25,10 @@ class MeterResultSerializer(serializers.Serializer):
     duplicates = serializers.IntegerField()
 
 
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-11"})
 class PeriodField(serializers.Field):
+    """A billing month, `YYYY-MM`."""
+
     def to_representation(self, value):
         return format_period(value)
 

@@ -20,6 +20,9 @@ from core.api.problems import Problem
 from core.api.routes import api_route
 
 
+INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
+
+
 class UsageView(APIView):
     permission_classes = [IsTenant]
 
@@ -65,7 +68,7 @@ def _invoice(request, pk):
 class InvoiceDetailView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(responses={200: InvoiceSerializer}, tags=["billing"])
+    @extend_schema(parameters=[INVOICE_ID], responses={200: InvoiceSerializer}, tags=["billing"])
     def get(self, request, pk):
         return Response(InvoiceSerializer(_invoice(request, pk)).data)
 
@@ -93,7 +96,7 @@ def invoice_csv(invoice) -> str:
 class InvoiceCsvView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR}, tags=["billing"])
+    @extend_schema(parameters=[INVOICE_ID], responses={(200, "text/csv"): OpenApiTypes.STR}, tags=["billing"])
     def get(self, request, pk):
         invoice = _invoice(request, pk)
         response = HttpResponse(invoice_csv(invoice), content_type="text/csv; charset=utf-8")

@@ -17,6 +17,7 @@ from django.db import transaction
 from billing.models import MICRO, MICRO_PER_HOUR, Adjustment, AdjustmentKind, UsageEvent
 from billing.periods import period_of
 from billing.services.rating import latest_price_book_version, prices
+from core.services.audit import record_audit
 
 LEDGER = "ledger"
 
@@ -40,7 +41,8 @@ def _sku_for(allocation_id: UUID, node_id: UUID) -> str:
 
 @transaction.atomic(using=LEDGER)
 def record_sla_credit(*, tenant_id: UUID, allocation_id: UUID, node_id: UUID, start: datetime, end: datetime,
-                      gpus: int, reason: str, incident_id: UUID | str, sku: str | None = None) -> Adjustment:
+                      gpus: int, reason: str, incident_id: UUID | str, sku: str | None = None,
+                      actor: str = "system:health") -> Adjustment:
     """Append the credit for one node's provider-attributed outage window; idempotent per incident+node."""
     if end <= start:
         raise CreditError("end must be after start")
@@ -59,9 +61,13 @@ def record_sla_credit(*, tenant_id: UUID, allocation_id: UUID, node_id: UUID, st
     quantity_micro = int(gpus * seconds * MICRO)
     factor = Decimal(settings.BILLING_SLA_CREDIT_FACTOR)
     amount = -(Decimal(quantity_micro) * price.unit_price / MICRO_PER_HOUR * factor)
-    return Adjustment.objects.using(LEDGER).create(
+    credit = Adjustment.objects.using(LEDGER).create(
         kind=AdjustmentKind.SLA_CREDIT, tenant_id=tenant_id, allocation_id=allocation_id, node_id=node_id, sku=sku,
         start=start, end=end, period=period_of(start), quantity_micro=quantity_micro, amount=amount,
         currency=price.currency, reason=f"SLA credit: {reason}"[:2000], reference=f"incident {incident_id}",
         dedupe_key=dedupe_key,
     )
+    record_audit(actor=actor, action="billing.sla_credit", target=credit, reason=reason,
+                 after={"tenant_id": str(tenant_id), "node_id": str(node_id), "sku": sku, "gpus": gpus,
+                        "start": start.isoformat(), "end": end.isoformat(), "amount": str(credit.amount)})
+    return credit

@@ -19,6 +19,7 @@ from billing.periods import next_period, period_end, period_of
 MAX_BATCH = 1000
 FIELDS = ("event_id", "allocation_id", "tenant_id", "sku", "start", "end", "quantity", "unit")
 LEDGER = "ledger"
+_US = datetime.resolution  # one microsecond
 
 
 class IngestValidationError(Exception):
@@ -99,7 +100,7 @@ def _validate(index: int, raw, known_skus: set[str], errors: list[dict]) -> _Eve
             ids[name] = UUID(str(raw[name]))
         except ValueError:
             bad(name, "must be a UUID")
-    if raw["sku"] not in known_skus:
+    if not isinstance(raw["sku"], str) or raw["sku"] not in known_skus:
         bad("sku", f"unknown instance type; one of: {', '.join(sorted(known_skus))}")
     times = {}
     for name in ("start", "end"):
@@ -144,8 +145,6 @@ def _pieces(event: _Event) -> list[tuple[datetime, datetime, int]]:
         pieces.append((lo, hi, share))
     return pieces
 
-
-_US = datetime.resolution  # one microsecond
 
 
 def known_skus() -> set[str]:

@@ -55,6 +55,8 @@ def test_same_id_with_different_content_is_422_and_stores_nothing(agent_api):
     ("start", "2026-10-05 12:00"),  # no timezone
     ("tenant_id", "acme"),
     ("sku", "tpu-v5"),
+    ("sku", ["h100-sxm-8x"]),
+    ("event_id", {"nested": 1}),
 ])
 def test_invalid_events_are_400_with_field_errors(agent_api, field, value):
     event = {**make_event(tenant_id=uuid.uuid4(), start=T0), field: value}

@@ -150,3 +150,16 @@ def test_money_sums_exact_to_the_cent(ingest, django_db_blocker, rows):
             assert line.amount == exact.quantize(Decimal("0.01"), rounding="ROUND_HALF_EVEN")
         assert invoice.total == sum(line.amount for line in lines)
     assert UsageEvent.objects.filter(tenant_id__in=tenants).count() == 1000
+
+
+def test_periodic_refresh_and_close(ingest):
+    tenant = uuid.uuid4()
+    ingest(_sept_events(tenant) + [make_event(tenant_id=tenant, start=datetime(2026, 10, 1, 1, tzinfo=UTC))])
+    during_grace = datetime(2026, 10, 1, 3, tzinfo=UTC)
+    assert runs.finalize_due(now=during_grace, actor="test") == []
+    refreshed = runs.refresh_drafts(now=during_grace, actor="test")
+    assert [o.run.period for o in refreshed] == [SEPT, OCT]  # September still open in its grace period
+    closed = runs.finalize_due(now=during_grace + timedelta(hours=6), actor="test")
+    assert [o.run.period for o in closed] == [SEPT]
+    assert Invoice.objects.get(period=SEPT).status == "finalized"
+    assert [o.run.period for o in runs.refresh_drafts(now=during_grace + timedelta(hours=7), actor="test")] == [OCT]
