@@ -106,15 +106,19 @@ def billing_run() -> Measurement:
     _load_usage(total, tenants=1000)
     with connections[LEDGER].cursor() as cursor:
         cursor.execute("ANALYZE")
+    sql = ("SELECT tenant_id, sku, period, SUM(quantity_micro) FROM billing_usageevent "
+           "WHERE period = %s AND id <= %s GROUP BY tenant_id, sku, period")
+    params = [PERIOD.isoformat() if vendor == "sqlite" else PERIOD, 10**12]
+    with connections[LEDGER].cursor() as cursor:
+        cursor.execute(sql, params)  # warm the cache once, so neither side is timed cold
+        cursor.fetchall()
     started = time.perf_counter()
     outcome = run_billing(period=PERIOD, finalize=False, actor="bench")
     ours = time.perf_counter() - started
     assert outcome.run.invoices == 1000
-    sql = ("SELECT tenant_id, sku, period, SUM(quantity_micro) FROM billing_usageevent "
-           "WHERE period = %s AND id <= %s GROUP BY tenant_id, sku, period")
     with connections[LEDGER].cursor() as cursor:
         started = time.perf_counter()
-        cursor.execute(sql, [PERIOD.isoformat() if vendor == "sqlite" else PERIOD, outcome.run.watermark])
+        cursor.execute(sql, params)
         cursor.fetchall()
         baseline = time.perf_counter() - started
     return Measurement(ours, baseline, note=f"{total:,} events, {outcome.run.invoices} invoices; baseline = the "
