@@ -1,2 +1,13 @@
-"""Console pages of the billing app."""
-urlpatterns: list = []
+"""Console pages of the billing app: operators' /billing/, tenants' portal usage and invoices."""
+from django.urls import path
+
+from billing import views
+
+app_name = "billing"
+urlpatterns = [
+    path("billing/", views.billing_overview, name="overview"),
+    path("portal/usage/", views.portal_usage, name="portal-usage"),
+    path("portal/invoices/", views.portal_invoices, name="portal-invoices"),
+    path("portal/invoices/<str:pk>.csv", views.portal_invoice_csv, name="portal-invoice-csv"),
+    path("portal/invoices/<str:pk>/", views.portal_invoice_detail, name="portal-invoice"),
+]

@@ -176,3 +176,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Billing ----------------------------------------------------------------------------
+BILLING_ISSUER = env.str("BILLING_ISSUER", default="hangar")  # invoice numbers are gapless per issuer
+# A past month is finalized this many hours after it ends, so late meter events still land on it.
+BILLING_FINALIZE_GRACE_HOURS = env.int("BILLING_FINALIZE_GRACE_HOURS", default=6)
+# SLA credit = provider-attributed GPU-hours × the SKU's price × this factor (README "Billing").
+BILLING_SLA_CREDIT_FACTOR = env.str("BILLING_SLA_CREDIT_FACTOR", default="1")

@@ -7,6 +7,7 @@ DEMO_SEED_STEPS: tuple[str, ...] = (
     "fleet.services.migration_plans.seed_demo_plan",
     "core.services.demo_users.ensure_demo_operator",
     "tenants.services.demo.seed_demo_tenant",
+    "billing.services.demo.seed_demo_billing",
 )
 
 # Processes `make demo` keeps running: (label, argv after the venv's python).

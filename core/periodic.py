@@ -21,4 +21,10 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),
     PeriodicSpec("reconcile nodes", "fleet.tasks.reconcile_nodes", every_seconds=10, expires_seconds=10),
     PeriodicSpec("allocation loop", "tenants.tasks.allocation_loop", every_seconds=10, expires_seconds=10),
+    # Drafts hourly; a closed month is finalized on the first hourly check after its grace
+    # period (BILLING_FINALIZE_GRACE_HOURS), i.e. on the 1st.
+    PeriodicSpec("billing: refresh draft invoices", "billing.tasks.refresh_draft_invoices", every_seconds=3600,
+                 expires_seconds=3000),
+    PeriodicSpec("billing: finalize closed months", "billing.tasks.finalize_closed_periods", crontab="35 * * * *",
+                 expires_seconds=3000),
 )

@@ -1,0 +1,215 @@
+"""The billing ledger (its own database, `ledger` alias).
+
+No foreign keys to control-plane tables: tenants, allocations and nodes are referenced by
+UUID so the ledger keeps accepting usage while the control-plane database is down.
+
+Append-only tables (price book, usage events, adjustments, billing runs) reject UPDATE,
+DELETE (and TRUNCATE on PostgreSQL) with database triggers (migration 0002). Invoices may
+change only while they are drafts; a finalized invoice may only become void.
+
+Money: usage quantities are stored as exact integers of GPU-microseconds
+(`quantity_micro`), so SQL sums are exact on both vendors; amounts are Decimal and rounded
+half-even to the cent only on invoice lines.
+"""
+from decimal import Decimal
+
+from django.db import models
+
+from core.ids import uuid7
+
+MICRO = 1_000_000
+MICRO_PER_HOUR = 3600 * MICRO
+
+
+class Unit(models.TextChoices):
+    GPU_SECOND = "gpu_second", "GPU-second"
+    GPU_HOUR = "gpu_hour", "GPU-hour"
+
+
+class PriceBookEntry(models.Model):
+    """The price of one SKU in one price-book version. A new price is a new version's row."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    version = models.PositiveIntegerField()
+    sku = models.CharField(max_length=50, help_text="instance-type name, e.g. h100-sxm-8x")
+    unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_HOUR)
+    unit_price = models.DecimalField(max_digits=12, decimal_places=6)
+    currency = models.CharField(max_length=3, default="USD")
+    effective_from = models.DateTimeField()
+    source = models.TextField(help_text="where the price comes from")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-version", "sku"]
+        constraints = [models.UniqueConstraint(fields=["version", "sku"], name="billing_price_version_sku_unique")]
+
+    def __str__(self) -> str:
+        return f"v{self.version} {self.sku} {self.unit_price} {self.currency}/{self.unit}"
+
+
+class UsageEvent(models.Model):
+    """One meter event piece, as received from a node agent.
+
+    An event whose `[start, end)` crosses a month boundary is stored as one piece per month
+    (`part` 0, 1, ...), its quantity apportioned by time, so rating a period is a plain SUM
+    over that period's rows. `id` is the ledger sequence: billing runs record the highest id
+    they rated (their watermark).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.CharField(max_length=100)
+    part = models.PositiveSmallIntegerField(default=0)
+    tenant_id = models.UUIDField()
+    allocation_id = models.UUIDField()
+    node_id = models.UUIDField()
+    sku = models.CharField(max_length=50)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    period = models.DateField(help_text="first day of the month this piece falls in")
+    quantity_micro = models.BigIntegerField(help_text="GPU-microseconds in [start, end)")
+    unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_SECOND)
+    payload_hash = models.CharField(max_length=64, help_text="SHA-256 of the event as sent (canonical JSON)")
+    received_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["event_id", "part"], name="billing_usage_event_part_unique"),
+            models.CheckConstraint(condition=models.Q(end__gt=models.F("start")), name="billing_usage_end_after_start"),
+            models.CheckConstraint(condition=models.Q(quantity_micro__gte=0), name="billing_usage_quantity_nonneg"),
+        ]
+        indexes = [
+            models.Index(fields=["period", "tenant_id", "sku"], name="billing_usage_period_idx"),
+            models.Index(fields=["tenant_id", "start"], name="billing_usage_tenant_start_idx"),
+        ]
+
+    @property
+    def quantity(self) -> Decimal:
+        return Decimal(self.quantity_micro) / MICRO
+
+
+class AdjustmentKind(models.TextChoices):
+    SLA_CREDIT = "sla_credit", "SLA credit"
+    LATE_USAGE = "late_usage", "Late usage"
+    MANUAL = "manual", "Manual adjustment"
+
+
+class Adjustment(models.Model):
+    """A correction, never an edit: SLA credits and manual credit notes or charges.
+
+    `amount` is signed (credits are negative). `reference` names what it corrects (an
+    incident, an invoice number). `dedupe_key` makes recording the same credit twice a no-op.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    public_id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    kind = models.CharField(max_length=16, choices=AdjustmentKind.choices)
+    tenant_id = models.UUIDField()
+    allocation_id = models.UUIDField(null=True, blank=True)
+    node_id = models.UUIDField(null=True, blank=True)
+    sku = models.CharField(max_length=50, blank=True)
+    start = models.DateTimeField(null=True, blank=True)
+    end = models.DateTimeField(null=True, blank=True)
+    period = models.DateField(help_text="first day of the month it applies to")
+    quantity_micro = models.BigIntegerField(default=0, help_text="GPU-microseconds it concerns")
+    amount = models.DecimalField(max_digits=18, decimal_places=6)
+    currency = models.CharField(max_length=3, default="USD")
+    reason = models.TextField()
+    reference = models.CharField(max_length=200, blank=True)
+    dedupe_key = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["period", "tenant_id"], name="billing_adjustment_period_idx")]
+
+
+class InvoiceStatus(models.TextChoices):
+    DRAFT = "draft", "Draft (upcoming)"
+    FINALIZED = "finalized", "Finalized"
+    VOID = "void", "Void"
+
+
+class Invoice(models.Model):
+    """One tenant's invoice for one month. Numbers are assigned at finalization, gapless per
+    issuer (InvoiceCounter, in the same transaction)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    tenant_id = models.UUIDField()
+    period = models.DateField(help_text="first day of the billed month")
+    issuer = models.CharField(max_length=50, default="hangar")
+    number = models.CharField(max_length=50, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=InvoiceStatus.choices, default=InvoiceStatus.DRAFT)
+    currency = models.CharField(max_length=3, default="USD")
+    total = models.DecimalField(max_digits=18, decimal_places=2, default=Decimal("0.00"))
+    billing_run_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-period", "tenant_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant_id", "period"], condition=~models.Q(status="void"),
+                                    name="billing_invoice_tenant_period_unique"),
+            models.UniqueConstraint(fields=["issuer", "number"], name="billing_invoice_issuer_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.number or f"draft {self.period:%Y-%m} {self.tenant_id}"
+
+
+class LineKind(models.TextChoices):
+    USAGE = "usage", "Usage"
+    LATE_USAGE = "late_usage", "Late usage (earlier period)"
+    SLA_CREDIT = "sla_credit", "SLA credit"
+    MANUAL = "manual", "Manual adjustment"
+
+
+class InvoiceLine(models.Model):
+    """One line; frozen (by trigger) once its invoice is finalized."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="lines")
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=LineKind.choices)
+    sku = models.CharField(max_length=50, blank=True)
+    description = models.CharField(max_length=300)
+    usage_period = models.DateField(help_text="the month the usage or credit belongs to")
+    quantity = models.DecimalField(max_digits=20, decimal_places=6)
+    unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_HOUR)
+    unit_price = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    reference = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["invoice", "position"]
+        constraints = [models.UniqueConstraint(fields=["invoice", "position"], name="billing_line_position_unique")]
+
+
+class InvoiceCounter(models.Model):
+    """The last invoice number issued per issuer; incremented under a row lock at finalization."""
+
+    issuer = models.CharField(max_length=50, primary_key=True)
+    last_number = models.PositiveIntegerField(default=0)
+
+
+class BillingRun(models.Model):
+    """One rating of a period, written once at the end of the run's transaction."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    period = models.DateField()
+    finalize = models.BooleanField(default=False)
+    price_book_version = models.PositiveIntegerField()
+    watermark = models.BigIntegerField(help_text="highest usage-event id rated")
+    adjustment_watermark = models.BigIntegerField(help_text="highest adjustment id rated")
+    invoices = models.PositiveIntegerField()
+    output_hash = models.CharField(max_length=64)
+    actor = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["period", "finalize"], name="billing_run_period_idx")]

@@ -1,0 +1,185 @@
+"""Billing runs: rate a period into draft invoices, optionally finalize them.
+
+A run is one transaction on the ledger database holding the `billing_run` advisory lock:
+a worker killed mid-run leaves nothing behind (no partial invoice, no BillingRun row, no
+consumed invoice number). Draft invoices are rewritten in place; finalized ones are never
+touched again (triggers enforce it), so re-running a finalized period is a no-op that
+returns the run that finalized it.
+"""
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from billing.models import (Adjustment, BillingRun, Invoice, InvoiceCounter, InvoiceLine, InvoiceStatus,
+                            UsageEvent)
+from billing.periods import format_period, period_end, period_of, previous_period
+from billing.services.rating import Cutoff, latest_price_book_version, output_hash, rate_period
+from core.locks import advisory_lock
+from core.services.audit import record_audit
+
+LEDGER = "ledger"
+
+
+class BillingRunError(Exception):
+    """A run that must not happen; `code` is the API's problem code."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run: BillingRun
+    created: bool  # False: the period was already finalized and nothing changed
+
+
+def safe_watermarks() -> tuple[int, int]:
+    """Highest usage-event and adjustment ids such that every lower id is committed.
+
+    On PostgreSQL an id is drawn inside the inserting transaction, so a lower id may commit
+    after a higher one. A SHARE lock waits for every in-flight insert to finish, and is held
+    only for the two MAX reads (ingest pauses for milliseconds, not for the whole run).
+    SQLite has one writer at a time, so MAX(id) is already safe there.
+    """
+    connection = connections[LEDGER]
+    with transaction.atomic(using=LEDGER):
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("LOCK TABLE billing_usageevent, billing_adjustment IN SHARE MODE")
+        events = UsageEvent.objects.using(LEDGER).aggregate(m=Max("id"))["m"] or 0
+        adjustments = Adjustment.objects.using(LEDGER).aggregate(m=Max("id"))["m"] or 0
+    return events, adjustments
+
+
+def _finalized_run(period: date) -> BillingRun | None:
+    return BillingRun.objects.using(LEDGER).filter(period=period, finalize=True).order_by("-started_at").first()
+
+
+def _cutoff(period: date, watermark: int, adjustment_watermark: int) -> Cutoff:
+    prior = (BillingRun.objects.using(LEDGER).filter(finalize=True, period__lt=period)
+             .order_by("-period", "-started_at").first())
+    if prior is None:
+        return Cutoff(watermark, adjustment_watermark)
+    return Cutoff(watermark, adjustment_watermark, prior.period, prior.watermark, prior.adjustment_watermark)
+
+
+def _check_finalizable(period: date, now: datetime) -> None:
+    if period_end(period) > now:
+        raise BillingRunError("period_open", f"{format_period(period)} has not ended yet; only past periods "
+                              "can be finalized. Run it without finalize to refresh the drafts.")
+    finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
+    open_earlier = (UsageEvent.objects.using(LEDGER).filter(period__lt=period).exclude(period__in=finalized)
+                    .order_by("period").values_list("period", flat=True).first())
+    if open_earlier is not None:
+        raise BillingRunError("earlier_period_open", f"{format_period(open_earlier)} has usage and is not "
+                              f"finalized; finalize it before {format_period(period)} (periods close in order).")
+
+
+def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[Invoice]:
+    drafts = {inv.tenant_id: inv for inv in Invoice.objects.using(LEDGER)
+              .select_for_update().filter(period=period, status=InvoiceStatus.DRAFT)}
+    InvoiceLine.objects.using(LEDGER).filter(invoice__in=list(drafts.values())).delete()
+    stale = [inv.pk for tenant, inv in drafts.items() if tenant not in rated]
+    if stale:
+        Invoice.objects.using(LEDGER).filter(pk__in=stale).delete()
+    invoices, new, lines = [], [], []
+    for tenant_id in sorted(rated, key=str):
+        invoice = drafts.get(tenant_id)
+        if invoice is None:
+            invoice = Invoice(tenant_id=tenant_id, period=period, currency=currency)
+            new.append(invoice)
+        invoice.total = sum((line.amount for line in rated[tenant_id]), Decimal("0.00"))
+        invoice.billing_run_id = run_id
+        invoices.append(invoice)
+        lines.extend(InvoiceLine(invoice=invoice, position=i + 1, kind=l.kind, sku=l.sku, description=l.description,
+                                 usage_period=l.usage_period, quantity=l.quantity, unit=l.unit,
+                                 unit_price=l.unit_price, amount=l.amount, reference=l.reference)
+                     for i, l in enumerate(rated[tenant_id]))
+    Invoice.objects.using(LEDGER).bulk_create(new, batch_size=500)
+    new_ids = {inv.pk for inv in new}
+    existing = [inv for inv in invoices if inv.pk not in new_ids]
+    if existing:
+        now = timezone.now()
+        for inv in existing:
+            inv.updated_at = now
+        Invoice.objects.using(LEDGER).bulk_update(existing, ["total", "billing_run_id", "updated_at"], batch_size=500)
+    InvoiceLine.objects.using(LEDGER).bulk_create(lines, batch_size=1000)
+    return invoices
+
+
+def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
+    """Gapless numbers: the counter row is locked and advanced in the run's transaction."""
+    if not invoices:
+        return
+    InvoiceCounter.objects.using(LEDGER).get_or_create(issuer=issuer)
+    counter = InvoiceCounter.objects.using(LEDGER).select_for_update().get(issuer=issuer)
+    for invoice in invoices:
+        counter.last_number += 1
+        invoice.number = f"{issuer.upper()}-{counter.last_number:06d}"
+        invoice.status = InvoiceStatus.FINALIZED
+        invoice.finalized_at = now
+        invoice.updated_at = now
+        invoice.issuer = issuer
+    counter.save(update_fields=["last_number"])
+    Invoice.objects.using(LEDGER).bulk_update(invoices, ["number", "status", "finalized_at", "updated_at", "issuer"],
+                                              batch_size=500)
+
+
+def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
+    """Rate `period` into draft invoices (and finalize them when `finalize`). Atomic."""
+    now = now or timezone.now()
+    started_at = timezone.now()
+    watermark, adjustment_watermark = safe_watermarks()
+    with transaction.atomic(using=LEDGER), advisory_lock("billing_run", using=LEDGER) as acquired:
+        if not acquired:
+            raise BillingRunError("billing_run_in_progress", "Another billing run is in progress; retry in a minute.")
+        done = _finalized_run(period)
+        if done is not None:
+            return RunOutcome(done, created=False)
+        if finalize:
+            _check_finalizable(period, now)
+        version = latest_price_book_version(on=period)
+        rated = rate_period(period=period, cutoff=_cutoff(period, watermark, adjustment_watermark),
+                            price_book_version=version)
+        digest = output_hash(period=period, price_book_version=version, rated=rated)
+        run = BillingRun(period=period, finalize=finalize, price_book_version=version, watermark=watermark,
+                         adjustment_watermark=adjustment_watermark, invoices=len(rated), output_hash=digest,
+                         actor=actor, started_at=started_at)
+        invoices = _write_invoices(period, rated, run.id, currency="USD")
+        if finalize:
+            _finalize(invoices, settings.BILLING_ISSUER, now)
+        run.finished_at = timezone.now()
+        run.save(using=LEDGER, force_insert=True)
+    record_audit(actor=actor, action="billing.run", target=run, reason="finalize" if finalize else "draft refresh",
+                 after={"period": format_period(period), "invoices": run.invoices, "watermark": watermark,
+                        "output_hash": digest, "price_book_version": version})
+    return RunOutcome(run, created=True)
+
+
+def due_finalizations(*, now: datetime) -> list[date]:
+    """Past periods with usage, not yet finalized, whose grace period has passed (oldest first)."""
+    grace = timedelta(hours=settings.BILLING_FINALIZE_GRACE_HOURS)
+    finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
+    periods = set(UsageEvent.objects.using(LEDGER).values_list("period", flat=True).distinct())
+    return sorted(p for p in periods - finalized if period_end(p) + grace <= now)
+
+
+def refresh_drafts(*, now: datetime, actor: str) -> list[RunOutcome]:
+    """Hourly: re-rate the current month's drafts (and last month's while it is in grace)."""
+    current = period_of(now)
+    periods = [current]
+    if _finalized_run(previous_period(current)) is None:
+        periods.insert(0, previous_period(current))
+    return [run_billing(period=p, finalize=False, actor=actor, now=now) for p in periods]
+
+
+def finalize_due(*, now: datetime, actor: str) -> list[RunOutcome]:
+    """Monthly close: finalize every past period whose grace has passed, in order."""
+    return [run_billing(period=p, finalize=True, actor=actor, now=now) for p in due_finalizations(now=now)]

@@ -1,0 +1,15 @@
+"""Billing's periodic tasks (thin: one service call each)."""
+from celery import shared_task
+from django.utils import timezone
+
+from billing.services.runs import finalize_due, refresh_drafts
+
+
+@shared_task(name="billing.tasks.refresh_draft_invoices", soft_time_limit=300, time_limit=360)
+def refresh_draft_invoices() -> int:
+    return len(refresh_drafts(now=timezone.now(), actor="system:billing_refresh"))
+
+
+@shared_task(name="billing.tasks.finalize_closed_periods", soft_time_limit=300, time_limit=360)
+def finalize_closed_periods() -> int:
+    return len(finalize_due(now=timezone.now(), actor="system:billing_finalize"))

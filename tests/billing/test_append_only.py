@@ -1,0 +1,67 @@
+"""Append-only is enforced by the database itself (triggers), on SQLite and PostgreSQL."""
+import uuid
+from datetime import UTC, date, datetime
+
+import pytest
+from django.db import DatabaseError, connections, transaction
+
+from billing.models import Invoice, InvoiceLine, PriceBookEntry, UsageEvent
+from billing.services.runs import run_billing
+
+from .conftest import LEDGER_DBS, make_event
+
+pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
+
+
+def _rejected(sql: str, params=()) -> bool:
+    try:
+        with transaction.atomic(using="ledger"), connections["ledger"].cursor() as cursor:
+            cursor.execute(sql, params)
+    except DatabaseError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("table", ["billing_usageevent", "billing_pricebookentry", "billing_billingrun",
+                                   "billing_adjustment"])
+def test_update_and_delete_fail_at_the_database(ingest, table):
+    ingest([make_event(tenant_id=uuid.uuid4(), start=datetime(2026, 9, 3, tzinfo=UTC))])
+    run_billing(period=date(2026, 9, 1), finalize=False, actor="test")
+    from billing.services.credits import record_sla_credit
+
+    record_sla_credit(tenant_id=uuid.uuid4(), allocation_id=uuid.uuid4(), node_id=uuid.uuid4(),
+                      start=datetime(2026, 9, 3, tzinfo=UTC), end=datetime(2026, 9, 3, 1, tzinfo=UTC), gpus=8,
+                      reason="xid 79", incident_id="inc-1", sku="h100-sxm-8x")
+    assert _rejected(f"UPDATE {table} SET id = id")
+    assert _rejected(f"DELETE FROM {table}")
+    if connections["ledger"].vendor == "postgresql":
+        assert _rejected(f"TRUNCATE {table}")
+
+
+def test_orm_writes_are_rejected_too(ingest):
+    ingest([make_event(tenant_id=uuid.uuid4(), start=datetime(2026, 9, 3, tzinfo=UTC))])
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        UsageEvent.objects.update(quantity_micro=0)
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        PriceBookEntry.objects.filter(sku="h100-sxm-8x").update(unit_price=0)
+    assert UsageEvent.objects.get().quantity_micro == 480 * 10**6
+
+
+def test_finalized_invoice_may_only_be_voided(ingest):
+    tenant = uuid.uuid4()
+    ingest([make_event(tenant_id=tenant, start=datetime(2026, 9, 3, tzinfo=UTC))])
+    run_billing(period=date(2026, 9, 1), finalize=True, actor="test", now=datetime(2026, 10, 2, tzinfo=UTC))
+    invoice = Invoice.objects.get()
+    assert invoice.status == "finalized" and invoice.number == "HANGAR-000001"
+    for change in ({"total": 0}, {"number": "X-1"}, {"status": "draft"}):
+        with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+            Invoice.objects.filter(pk=invoice.pk).update(**change)
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        InvoiceLine.objects.filter(invoice=invoice).update(amount=0)
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        InvoiceLine.objects.filter(invoice=invoice).delete()
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        Invoice.objects.filter(pk=invoice.pk).delete()
+    Invoice.objects.filter(pk=invoice.pk).update(status="void")
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        Invoice.objects.filter(pk=invoice.pk).update(status="finalized")
