@@ -41,7 +41,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     L.QUARANTINED: frozenset({L.DRAINING, L.TRIAGE}),  # fatal signals skip remediation
     L.DRAINING: frozenset({L.REMEDIATING, L.TRIAGE}),
     L.REMEDIATING: frozenset({L.VALIDATING, L.TRIAGE}),
-    L.VALIDATING: frozenset({L.AVAILABLE, L.TRIAGE}),
+    L.VALIDATING: frozenset({L.AVAILABLE, L.TRIAGE,
+                             L.WIPING}),  # passed, but was pulled from a tenant unwiped: wipe first
     L.TRIAGE: frozenset({L.REPAIR, L.RMA, L.DECOMMISSIONING,
                          L.VALIDATING}),  # diagnosis found nothing hardware: re-validate
     L.REPAIR: frozenset({L.BURN_IN}),

@@ -3,6 +3,8 @@
 After a GPU reset: DCGM r2 + NCCL all-reduce + IB link. After a power cycle or repair:
 DCGM r3 + NCCL + IB link. Burn-in at intake: DCGM r3 + NCCL + burn-in. Only results observed
 after the node entered the state count. Any failure → triage (burn-in → burn_in_failed).
+A node pulled from a tenant goes on to `wiping` instead of `available`, so the previous
+tenant's data is gone before it is placed again.
 Flapping: a node that already failed validation twice in 7 days is not accepted on a third
 pass → triage. A third triage within 30 days → RMA.
 """
@@ -12,6 +14,7 @@ from django.db.models import Count
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
+from fleet.services.agent_actions import request_agent_actions
 from fleet.services.lifecycle import STATE_TIMEOUTS, transition_many
 from health.choices import CheckStatus, IncidentState, IncidentStep
 from health.models import HealthCheckResult
@@ -19,6 +22,7 @@ from health.policy import (FLAP_FAILURES, FLAP_WINDOW, GATE_AFTER_REBOOT, GATE_A
                            RMA_WINDOW)
 from health.services.conditions import clear_node_conditions
 from health.services.incidents import record_step, settle_credits
+from tenants.models import AllocationNode
 
 
 def entered_at(node: Node):
@@ -70,9 +74,18 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
     to_triage = [n for n in failed if n.lifecycle == Lifecycle.VALIDATING] + [n for n in passed if n.pk in flapping]
     burn_failed = [n for n in failed if n.lifecycle == Lifecycle.BURN_IN]
 
-    returned = transition_many(accepted, Lifecycle.AVAILABLE, actor=actor, action="health_validated",
-                               reason="passed the validation gate", last_error="")
-    returned_ids = [c.node_id for c in returned]
+    # A node pulled from a tenant still holds the tenant's data: it is wiped before it is placed again.
+    unwiped = set(AllocationNode.objects.filter(node_id__in=[n.pk for n in accepted], ended_at__isnull=False,
+                                                wiped_at__isnull=True).values_list("node_id", flat=True))
+    returned = transition_many([n for n in accepted if n.pk not in unwiped], Lifecycle.AVAILABLE, actor=actor,
+                               action="health_validated", reason="passed the validation gate", last_error="")
+    to_wipe = transition_many([n for n in accepted if n.pk in unwiped], Lifecycle.WIPING, actor=actor,
+                              action="health_validated",
+                              reason="passed the validation gate; wiping the previous tenant's data before reuse",
+                              last_error="")
+    request_agent_actions(nodes=[n for n in accepted if n.pk in {c.node_id for c in to_wipe}],
+                          action=AgentAction.WIPE, actor=actor, reason="wipe before reuse after a health pull")
+    returned_ids = [c.node_id for c in returned + to_wipe]
     if returned_ids:
         Node.objects.filter(pk__in=returned_ids).update(cordoned=False, cordon_reason="", attribution="")
         clear_node_conditions(node_ids=returned_ids, now=now)

@@ -72,13 +72,8 @@ def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
         return 0
     for impact in impacts:
         impact.end = impact.end or end
-    try:
-        from billing.services.credits import record_sla_credit
-    except ImportError:
-        # Billing is not in this build: record the window's end but leave it uncredited, so a
-        # later settle (at close) writes the credit once billing is present.
-        IncidentImpact.objects.bulk_update(impacts, ["end"])
-        return 0
+    from billing.services.credits import record_sla_credit
+
     for impact in impacts:
         record_sla_credit(tenant_id=impact.tenant_id, allocation_id=impact.allocation_id, node_id=impact.node_id,
                           start=impact.start, end=impact.end, gpus=impact.gpus,

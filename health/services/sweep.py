@@ -173,12 +173,8 @@ def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
         IncidentImpact(incident_id=incident_of[m.node_id], node_id=m.node_id, allocation_id=m.allocation_id,
                        tenant_id=m.allocation.tenant_id, gpus=m.node.node_type.gpus_per_node, start=now)
         for m in memberships if m.node_id in incident_of])
-    try:
-        from tenants.services.allocations import replace_node
-    except ImportError:
-        record_step(node_ids=[m.node_id for m in memberships], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
-                    detail="allocation needs a replacement node (tenancy replacement service unavailable)")
-        return 0
+    from tenants.services.allocation_loop import replace_node
+
     replaced = 0
     for m in memberships:
         try:
@@ -191,7 +187,7 @@ def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
                         detail=f"replacement for allocation {m.allocation.name} failed: {exc}")
             continue
         replaced += 1
-        hostname = getattr(replacement, "hostname", None) or "none available yet"
+        hostname = replacement.node.hostname if replacement else "none free yet; the allocation loop keeps trying"
         record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
                     detail=f"allocation {m.allocation.name} degraded; replacement: {hostname}")
     return replaced

@@ -7,7 +7,9 @@ Each pass:
 3. places pending allocations, oldest first;
 4. provisioning → active when every node is `active`; degraded cleared when replacements are active;
    missing replacements retried;
-5. releasing/failed: a membership ends once its node has left the in-use states (the agents confirmed
+5. operator drains of nodes in use: the tenant moves to a replacement node, the drained node is
+   stopped (then wiped by the reconciler) and stays cordoned;
+6. releasing/failed: a membership ends once its node has left the in-use states (the agents confirmed
    stop and wipe and the reconciler moved it on); the allocation ends when none is left.
 
 Nodes never move further than the agents confirmed: this loop only asks (provision, stop) and
@@ -146,6 +148,32 @@ def _retry_replacement(allocation: Allocation, missing: int) -> None:
         pass  # stays degraded; retried next pass
 
 
+def _serve_drains(result: LoopResult) -> None:
+    """An operator drained a node a tenant is using: place a replacement (same generation and
+    fabric domain), then stop the drained node; the reconciler wipes it and it stays cordoned."""
+    from fleet.selectors import nodes_to_drain
+
+    qs = nodes_to_drain()
+    if connection.vendor == "postgresql":
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    draining = list(qs[:BATCH])
+    if not draining:
+        return
+    members = {m.node_id: m for m in AllocationNode.objects.filter(node__in=draining, ended_at__isnull=True)
+               .select_related("allocation")}
+    for node in draining:
+        member = members.get(node.pk)
+        if member is not None:
+            replace_node(allocation=member.allocation, node=node, actor=ACTOR, reason="operator drain")
+    running = [n for n in draining if n.pk in members and n.lifecycle in STOPPABLE_STATES]
+    stopped = {c.node_id for c in transition_many(running, Lifecycle.RELEASING, actor=ACTOR, action="drain",
+                                                  reason="drained: the tenant moved to a replacement node")}
+    request_agent_actions(nodes=[n for n in running if n.pk in stopped], action=AgentAction.STOP, actor=ACTOR,
+                          reason="drained by an operator")
+    Node.objects.filter(pk__in=[n.pk for n in draining]).update(drain_requested_at=None, drain_deadline=None)
+    result.counts["drained"] += len(draining)
+
+
 def _finish_releases(result: LoopResult, now) -> None:
     """End memberships whose nodes left the in-use states; end allocations with none left."""
     live = (AllocationNode.objects.filter(ended_at__isnull=True, allocation__state__in=(S.RELEASING, S.FAILED))
@@ -209,6 +237,7 @@ def run_allocation_loop() -> LoopResult:
         _fail_overdue(result, now)
         _place_pending(result)
         _activate(result)
+        _serve_drains(result)
         _finish_releases(result, now)
         _mark_wiped()
     return result
