@@ -73,3 +73,12 @@ def default_usage_window(now: datetime) -> tuple[datetime, datetime]:
     """This month so far."""
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return start, now + timedelta(seconds=1)
+
+
+def current_prices() -> dict[str, "Price"]:
+    """sku → today's price (unit price per GPU-hour and currency) from the latest price book."""
+    from django.utils import timezone
+
+    from billing.services.rating import latest_price_book_version, prices
+
+    return prices(latest_price_book_version(on=timezone.now().date()))

@@ -38,15 +38,15 @@ def advisory_lock(name: str, *, using: str = "default") -> Iterator[bool]:
     On PostgreSQL this must be entered inside `transaction.atomic(using=...)`: the lock is
     released with the transaction.
     """
+    key = lock_id(name)
     connection = connections[using]
     if connection.vendor == "postgresql":
         if not connection.in_atomic_block:
             raise RuntimeError("advisory_lock needs an open transaction on PostgreSQL")
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [lock_id(name)])
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
             yield bool(cursor.fetchone()[0])
         return
-    lock_id(name)
     lock_dir = settings.VAR_DIR / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with open(lock_dir / f"{name}.lock", "w") as handle:

@@ -459,15 +459,11 @@ def live_allocation_ids(node_ids) -> dict:
 
 
 def drives_for_nodes(node_ids) -> dict:
-    """node id → [{id, serial, sanitized}] (two queries at most). Sanitisation records belong to
-    the disposition feature; until it provides `sanitized_drive_ids`, no drive counts as sanitised."""
+    """node id → [{id, serial, sanitized}] (two queries at most)."""
     from .models import Drive
 
     rows = list(Drive.objects.filter(node_id__in=list(node_ids)).order_by("serial").values_list("id", "node_id", "serial"))
-    sanitized_ids: set = set()
-    lookup = globals().get("sanitized_drive_ids")
-    if lookup is not None and rows:
-        sanitized_ids = set(lookup([r[0] for r in rows]))
+    sanitized_ids = sanitized_drive_ids([r[0] for r in rows]) if rows else set()
     out: dict = {}
     for drive_id, node_id, serial in rows:
         out.setdefault(node_id, []).append({"id": str(drive_id), "serial": serial, "sanitized": drive_id in sanitized_ids})
@@ -475,11 +471,9 @@ def drives_for_nodes(node_ids) -> dict:
 
 
 def conditions_for_nodes(node_ids) -> dict:
-    """node id → its open health conditions, from the health app when it provides them."""
-    try:
-        from health.selectors import conditions_for_nodes as health_conditions
-    except ImportError:  # the health app has not landed its conditions yet
-        return {}
+    """node id → its open health conditions (the health app owns them)."""
+    from health.selectors import conditions_for_nodes as health_conditions  # health imports fleet: import late
+
     return health_conditions(list(node_ids))
 
 

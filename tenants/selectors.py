@@ -4,20 +4,12 @@ from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 
-from core.reference_data import parameter
+from billing.selectors import current_prices
 from fleet.models import NodeType
 from tenants.choices import TERMINAL_ALLOCATION_STATES
 from tenants.models import Allocation, AllocationNode, FabricPartition, Quota, Tenant, Volume
 
-CURRENCY = "USD"
-# Fallback list prices: the upper bound of the sourced rental range in core/reference/economics.csv
-# (on-demand rather than contract pricing), used until the billing price book is present.
-_REFERENCE_PRICE_PARAMETER = {
-    "A100": "rental_a100_80gb",
-    "H100": "rental_h100",
-    "H200": "rental_h200",
-    "B200": "rental_b200",
-}
+DEFAULT_CURRENCY = "USD"  # shown for a SKU the price book does not list
 
 
 @dataclass(frozen=True)
@@ -32,22 +24,6 @@ class InstanceType:
     available_nodes: int
 
 
-def _billing_prices() -> dict:
-    """sku → Decimal price per GPU-hour from the billing price book, when the billing app offers one."""
-    try:
-        from billing.selectors import current_prices
-    except ImportError:
-        return {}
-    return dict(current_prices())
-
-
-def reference_price(gpu_model: str) -> Decimal | None:
-    for prefix, name in _REFERENCE_PRICE_PARAMETER.items():
-        if gpu_model.upper().startswith(prefix):
-            return parameter(name).high
-    return None
-
-
 def _fabric_family(fabric: str) -> str:
     """`ib-ndr-400g` → `ib-ndr` (API.md names fabrics by family)."""
     parts = fabric.split("-")
@@ -58,16 +34,15 @@ def instance_types() -> list[InstanceType]:
     from fleet.services.placement import placeable_nodes
 
     available = dict(placeable_nodes().values_list("node_type").annotate(n=Count("id")))
-    prices = _billing_prices()
+    prices = current_prices()
     rows = []
     for nt in NodeType.objects.order_by("slug"):
         price = prices.get(nt.slug)
-        if price is None:
-            price = reference_price(nt.gpu_model)
         rows.append(InstanceType(name=nt.slug, gpu_model=nt.gpu_model, generation=nt.generation,
                                  gpus_per_node=nt.gpus_per_node, fabric=_fabric_family(nt.fabric),
-                                 price_per_gpu_hour=price.quantize(Decimal("0.01")) if price is not None else None,
-                                 currency=CURRENCY, available_nodes=available.get(nt.pk, 0)))
+                                 price_per_gpu_hour=price.unit_price.quantize(Decimal("0.01")) if price else None,
+                                 currency=price.currency if price else DEFAULT_CURRENCY,
+                                 available_nodes=available.get(nt.pk, 0)))
     return rows
 
 

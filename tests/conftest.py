@@ -15,6 +15,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)
+        _open_both_databases(item)
+
+
+def _open_both_databases(item) -> None:
+    """Pages and APIs read the ledger too (prices, usage): a test that uses the database may
+    use both, each wrapped in its own rolled-back transaction. Transactional tests are left as
+    they are: flushing the ledger would hit its append-only triggers, so they opt in explicitly."""
+    marker = item.get_closest_marker("django_db")
+    uses_db = marker is not None or "db" in getattr(item, "fixturenames", ())
+    if not uses_db or "transactional_db" in item.fixturenames or "live_server" in item.fixturenames:
+        return
+    kwargs = dict(marker.kwargs) if marker else {}
+    if kwargs.get("transaction") or kwargs.get("databases"):
+        return
+    item.add_marker(pytest.mark.django_db(databases=["default", "ledger"], **kwargs))
 
 
 @pytest.fixture(autouse=True)

@@ -49,7 +49,7 @@ def test_a_second_run_does_not_get_the_lock_while_the_first_holds_it():
         assert got  # released once the first run ended
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_advisory_lock_on_postgres_needs_a_transaction(is_postgres):
     if not is_postgres:
         pytest.skip("PostgreSQL-only rule")

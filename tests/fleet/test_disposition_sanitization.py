@@ -66,10 +66,7 @@ def test_one_unsanitised_drive_blocks_retire_and_is_listed(ops_api, sanitizing_n
 
 
 def test_retire_through_the_actions_api_answers_409_listing_the_drive(ops_api, sanitizing_node):
-    try:
-        url = reverse("ops-node-actions", kwargs={"pk": sanitizing_node.pk})
-    except NoReverseMatch:
-        pytest.skip("POST /api/v1/ops/nodes/{id}/actions is served by the lifecycle branch")
+    url = reverse("ops-node-actions", kwargs={"pk": sanitizing_node.pk})
     last = sanitizing_node.drives.order_by("serial").last()
     record_all(ops_api, sanitizing_node, skip={last.serial})
     r = ops_api.post(url, {"action": "retire", "reason": "end of life"}, format="json", HTTP_IDEMPOTENCY_KEY=key())

@@ -48,7 +48,8 @@ def test_simulated_agents_heartbeat_and_do_the_work_they_are_asked(live_server):
 def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
     from fleet.services.seeding import seed_fleet
 
-    health_sweep = pytest.importorskip("health.services.sweep")
+    from health.services.sweep import run_health_sweep
+
     seed_fleet(gpus=16)
     victim = Node.objects.order_by("hostname").first()
     simulator = FleetSimulator(url=live_server.url, speed=1.0, seed=5,
@@ -56,7 +57,7 @@ def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
     start = datetime.now(UTC)
     simulator.refresh(start)
     end = _run(simulator, start, seconds=60)
-    health_sweep.run_health_sweep(now=end)
+    run_health_sweep(now=end)
     victim.refresh_from_db()
     assert victim.lifecycle in (Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING)
     assert NodeAgentAction.objects.filter(node=victim, action__in=["reboot", "gpu_reset"]).exists() or \

@@ -40,7 +40,7 @@ def bearer(tenant_a, keep_test_connection):
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema/", application).include(path_regex=TENANT_PATHS)
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(databases=["default", "ledger"])
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_tenant_api_conforms_to_its_schema(case, small_fleet, bearer):
