@@ -17,7 +17,8 @@ def add_append_only_triggers(apps, schema_editor):
     schema_editor.execute(
         "CREATE OR REPLACE FUNCTION fleet_refuse_evidence_change() RETURNS trigger AS $$ "
         "BEGIN RAISE EXCEPTION '% rows are evidence and cannot be changed or deleted', TG_TABLE_NAME; END; "
-        "$$ LANGUAGE plpgsql"
+        "$$ LANGUAGE plpgsql",
+        params=None,  # the body's '%' is PL/pgSQL formatting, not a query placeholder
     )
     for table in APPEND_ONLY_TABLES:
         schema_editor.execute(
