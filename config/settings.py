@@ -162,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI assets come from drf-spectacular-sidecar so /api/v1/docs works offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.api.schema.strip_trailing_slashes",
+    ],
 }
 
 PAGE_SIZE_DEFAULT = 50
@@ -174,7 +178,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # runserver's per-request lines; `make demo` sets WARNING so its banner stays readable
+        "django.server": {"level": env.str("ACCESS_LOG_LEVEL", default="INFO")},
+    },
 }
 
 # --- Billing ----------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class UsageView(APIView):
 class InvoiceListView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(responses={200: InvoicePageSerializer}, tags=["billing"])
+    @extend_schema(operation_id="invoices_list", responses={200: InvoicePageSerializer}, tags=["billing"])
     def get(self, request):
         tenant_id = request.user.tenant_id
         page = paginate(invoices_for_tenant(tenant_id), request=request, scope=f"tenant:{tenant_id}")
@@ -68,7 +68,8 @@ def _invoice(request, pk):
 class InvoiceDetailView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(parameters=[INVOICE_ID], responses={200: InvoiceSerializer}, tags=["billing"])
+    @extend_schema(operation_id="invoices_retrieve", parameters=[INVOICE_ID], responses={200: InvoiceSerializer},
+                   tags=["billing"])
     def get(self, request, pk):
         return Response(InvoiceSerializer(_invoice(request, pk)).data)
 

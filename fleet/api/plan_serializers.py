@@ -9,22 +9,6 @@ from rest_framework import serializers
 from fleet.models import MigrationPlan
 
 
-class ProblemErrorSerializer(serializers.Serializer):
-    field = serializers.CharField()
-    message = serializers.CharField()
-
-
-class ProblemSerializer(serializers.Serializer):
-    """RFC 9457 problem+json (API.md)."""
-
-    type = serializers.CharField()
-    title = serializers.CharField()
-    status = serializers.IntegerField()
-    detail = serializers.CharField()
-    code = serializers.CharField()
-    errors = ProblemErrorSerializer(many=True, required=False)
-
-
 class VerdictsSerializer(serializers.Serializer):
     facility_first_ok = serializers.BooleanField()
     refused_positions = serializers.IntegerField()

@@ -12,7 +12,9 @@ from fleet.models import MigrationPlan
 from fleet.services.migration_inputs import PlanInputError, PlanParametersSerializer
 from fleet.services.migration_plans import PlanNotApplicable, apply_plan, create_plan
 
-from .plan_serializers import MigrationPlanSerializer, ProblemSerializer
+from core.api.schema import ProblemSerializer
+
+from .plan_serializers import MigrationPlanSerializer
 
 IDEMPOTENCY_KEY = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
                                    description="1-255 printable characters; a retry with the same key replays the answer")

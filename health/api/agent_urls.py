@@ -2,6 +2,8 @@
 from datetime import datetime
 
 from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.response import Response
 
@@ -9,6 +11,7 @@ from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
 from core.api.routes import api_route
+from core.api.schema import problems
 from fleet.choices import PowerState
 from health.choices import CheckName, CheckStatus
 from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
@@ -110,10 +113,51 @@ def _parse_report(body) -> tuple[datetime | None, list[dict]]:
     return observed_at, checks
 
 
+class GpuTelemetrySchema(serializers.Serializer):
+    """One GPU in a heartbeat (API.md). `xid_errors` are the XIDs seen since the previous heartbeat."""
+
+    index = serializers.IntegerField(min_value=0)
+    uuid = serializers.CharField(required=False)
+    temperature_c = serializers.FloatField(required=False, allow_null=True)
+    power_w = serializers.FloatField(required=False, allow_null=True)
+    utilization_pct = serializers.FloatField(required=False, allow_null=True)
+    memory_used_mb = serializers.IntegerField(required=False, allow_null=True)
+    ecc_sbe = serializers.IntegerField(required=False, allow_null=True)
+    ecc_dbe = serializers.IntegerField(required=False, allow_null=True)
+    retired_pages = serializers.IntegerField(required=False, allow_null=True)
+    row_remap_pending = serializers.JSONField(required=False, help_text="true/false or a count")
+    row_remap_failed = serializers.JSONField(required=False, help_text="true/false or a count")
+    xid_errors = serializers.ListField(child=serializers.IntegerField(), required=False)
+    nvlink_down = serializers.IntegerField(required=False, allow_null=True)
+
+
+class HeartbeatSchema(serializers.Serializer):
+    observed_at = serializers.DateTimeField()
+    power_state = serializers.ChoiceField(choices=PowerState.choices)
+    agent_version = serializers.CharField(required=False)
+    gpus = GpuTelemetrySchema(many=True)
+
+
+class CheckSchema(serializers.Serializer):
+    name = serializers.ChoiceField(choices=CheckName.choices)
+    status = serializers.ChoiceField(choices=CheckStatus.choices)
+    detail = serializers.CharField(required=False, allow_blank=True)
+
+
+class HealthReportSchema(serializers.Serializer):
+    observed_at = serializers.DateTimeField()
+    checks = CheckSchema(many=True)
+
+
+AGENT_ERRORS = problems(400, 401, 403, 404, 415)
+
+
 def _unknown_node() -> Problem:
     return Problem(404, "not_found", "This agent's node is not registered any more; re-enrol the node.")
 
 
+@extend_schema(operation_id="agent_heartbeat", request=HeartbeatSchema,
+               responses={202: OpenApiResponse(description="accepted"), **AGENT_ERRORS})
 @api_view(["POST"])
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
@@ -126,6 +170,8 @@ def heartbeat(request):
     return Response(status=202)
 
 
+@extend_schema(operation_id="agent_health_reports", request=HealthReportSchema,
+               responses={202: OpenApiResponse(description="accepted"), **AGENT_ERRORS})
 @api_view(["POST"])
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])

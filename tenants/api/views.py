@@ -16,7 +16,7 @@ from tenants.services.partitions import PartitionExists, create_partition
 from tenants.services.volumes import create_volume
 
 from . import serializers as s
-from .schema import IDEMPOTENCY_KEY, OPTIONAL_IDEMPOTENCY_KEY, PAGE_PARAMETERS, READ_ERRORS, WRITE_ERRORS
+from core.api.schema import IDEMPOTENCY_KEY, OPTIONAL_IDEMPOTENCY_KEY, PAGE_PARAMETERS, READ_ERRORS, WRITE_ERRORS
 
 ALLOCATION_PATH = "/api/v1/allocations/{}"
 

@@ -35,7 +35,8 @@ class Command(BaseCommand):
         self._serve()
 
     def _serve(self):
-        env = {**os.environ, "DEBUG": os.environ.get("DEBUG", "true")}
+        env = {**os.environ, "DEBUG": os.environ.get("DEBUG", "true"),
+               "ACCESS_LOG_LEVEL": os.environ.get("ACCESS_LOG_LEVEL", "WARNING")}
         children = []
         for label, argv in DEMO_PROCESSES:
             children.append((label, subprocess.Popen([sys.executable, *argv], env=env)))
@@ -44,6 +45,7 @@ class Command(BaseCommand):
             "\nHangar demo is running.\n"
             "  Console:  http://127.0.0.1:8000/\n"
             f"  Operator: {username} / {password}   (admin at http://127.0.0.1:8000/admin/)\n"
+            "  Tenants:  acme-admin / hangar-demo, globex-admin / hangar-demo   (portal at /portal/)\n"
             "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
             f"  Processes: {', '.join(label for label, _ in children)}\n"
             "Press Ctrl-C to stop."

@@ -1,4 +1,5 @@
-"""OpenAPI helpers for the tenant API: the problem body and the error answers each route documents."""
+"""OpenAPI helpers shared by every API: the problem body, the error answers each route
+documents, common parameters, and the bearer-token security schemes."""
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
@@ -45,10 +46,27 @@ PAGE_PARAMETERS = [
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    """Describes `Authorization: Bearer <token>` in the schema (tenant, operator and agent tokens)."""
+    """Describes `Authorization: Bearer <token>` in the schema (tenant and operator tokens)."""
 
     target_class = "core.api.authentication.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer"}
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    """Agent routes take only HMAC-signed agent tokens (`hga1.<node>.<signature>`)."""
+
+    target_class = "core.api.authentication.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "node agent token (manage.py create_token --agent HOST)"}
+
+
+def strip_trailing_slashes(result, generator, request, public):
+    """drf-spectacular postprocessing hook: paths are published as API.md writes them, without a
+    trailing slash (the server answers both forms)."""
+    result["paths"] = {(path.rstrip("/") or "/"): item for path, item in result.get("paths", {}).items()}
+    return result
