@@ -265,6 +265,8 @@ def real_executors(runner: CommandRunner | None = None) -> dict[str, Executor]:
     }
     for level in (1, 2, 3):
         executors[f"dcgm_r{level}"] = CommandExecutor(runner, *_dcgm(level))
+    # Burn-in at intake: the long DCGM level (r4 adds the memory tests; reliability.csv).
+    executors["burn_in"] = CommandExecutor(runner, *_dcgm(4))
     return executors
 
 
@@ -345,6 +347,8 @@ def simulated_executors(hardware: SimulatedHardware, rng: Random) -> dict[str, E
         "reboot": SimulatedExecutor(hw, rng, (300, 600), ok("host power-cycled and back"),
                                     on_start=lambda params, duration: hw.reboot(duration)),
         "sanitize_drive": SimulatedExecutor(hw, rng, (60, 300), sanitize),
+        # a node-level burn-in soak of hours, inside the 24 h stage facility.csv cites
+        "burn_in": SimulatedExecutor(hw, rng, (4 * 3600, 8 * 3600), dcgm(4)),
     }
     for level in (1, 2, 3):
         base = dcgm_seconds[f"dcgm_r{level}"]

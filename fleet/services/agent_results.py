@@ -5,8 +5,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.choices import AgentActionState
+from fleet.choices import AgentAction, AgentActionState
 from fleet.models import NodeAgentAction
+from fleet.services.sanitization import record_sanitization_from_agent
 
 
 class UnknownAction(Exception):
@@ -35,4 +36,7 @@ def record_action_result(*, node_id, action_id, action: str, status: str, detail
     row.output = output or {}
     row.finished_at = finished_at or timezone.now()
     row.save(update_fields=["state", "detail", "output", "finished_at"])
+    if row.action == AgentAction.SANITIZE_DRIVE:
+        # the erase's evidence becomes the drive's NIST SP 800-88 record (retire is gated on it)
+        record_sanitization_from_agent(row)
     return Recorded(row, duplicate=False)

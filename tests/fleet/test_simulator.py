@@ -62,3 +62,27 @@ def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
     assert victim.lifecycle in (Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING)
     assert NodeAgentAction.objects.filter(node=victim, action__in=["reboot", "gpu_reset"]).exists() or \
         victim.lifecycle != Lifecycle.REMEDIATING
+
+
+def test_simulated_agents_sanitise_every_drive_and_the_node_can_then_retire(live_server):
+    from fleet.models import SanitizationRecord
+    from fleet.services.node_actions import perform_node_action
+    from fleet.services.sanitization import record_bmc_reset
+    from fleet.services.seeding import seed_fleet
+
+    seed_fleet(gpus=16)
+    node = Node.objects.order_by("hostname").first()
+    perform_node_action(node_id=node.pk, action="decommission", actor="user:test", reason="end of life")
+    perform_node_action(node_id=node.pk, action="sanitize", actor="user:test", reason="before resale")
+    simulator = FleetSimulator(url=live_server.url, speed=120.0, seed=9, hostnames=[node.hostname])
+    start = datetime.now(UTC)
+    simulator.refresh(start)
+    _run(simulator, start, seconds=600)
+
+    records = SanitizationRecord.objects.filter(drive__node=node)
+    assert records.count() == node.drives.count() == 10
+    assert all(r.verified and r.source == "agent" for r in records)
+    assert {r.method for r in records} == {"purge", "clear"}  # crypto erase on the self-encrypting drives
+    record_bmc_reset(node=node, actor="user:test")
+    retired = perform_node_action(node_id=node.pk, action="retire", actor="user:test", reason="sanitised")
+    assert retired.lifecycle == Lifecycle.RETIRED
