@@ -219,10 +219,12 @@ def _mark_wiped() -> None:
     for node_id, at in NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.WIPING,
                                                 to_state=Lifecycle.AVAILABLE).values_list("node_id", "at"):
         wipes[node_id].append(at)
+    wiped = []
     for pk, node_id, ended in pending:
         seen = [at for at in wipes[node_id] if at >= ended]
         if seen:
-            AllocationNode.objects.filter(pk=pk).update(wiped_at=min(seen))
+            wiped.append(AllocationNode(pk=pk, wiped_at=min(seen)))
+    AllocationNode.objects.bulk_update(wiped, ["wiped_at"], batch_size=500)
 
 
 def run_allocation_loop() -> LoopResult:
