@@ -115,7 +115,7 @@ def billing_run() -> Measurement:
     started = time.perf_counter()
     outcome = run_billing(period=PERIOD, finalize=False, actor="bench")
     ours = time.perf_counter() - started
-    assert outcome.run.invoices == 1000
+    assert outcome.run.invoices >= 1000  # other benchmarks may have billed a tenant in this period too
     with connections[LEDGER].cursor() as cursor:
         started = time.perf_counter()
         cursor.execute(sql, params)

@@ -1,7 +1,6 @@
 """An operator drains a quarantined node in the console and watches it move through the states."""
 import pytest
 
-from tests.fleet.lifecycle_helpers import ensure_catalogue
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -11,7 +10,6 @@ def test_drain_then_validate_from_the_node_page(page, live_server, login, screen
     from fleet.services.reconcile import reconcile_nodes
     from fleet.services.seeding import seed_fleet
 
-    ensure_catalogue()
     seed_fleet(gpus=64)
     django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True, is_superuser=True)
     node = Node.objects.order_by("hostname").first()

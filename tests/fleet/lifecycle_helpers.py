@@ -23,13 +23,3 @@ def allocate(node: Node):
     allocation = Allocation.objects.create(tenant=tenant, name="job", instance_type=node.node_type, node_count=1,
                                            state="active")
     return AllocationNode.objects.create(allocation=allocation, node=node, started_at=timezone.now())
-
-
-def ensure_catalogue() -> None:
-    """Transactional tests flush the database after they run, migrated node-type rows included;
-    put the catalogue back so a later transactional test can seed a fleet."""
-    from fleet.catalogue import catalogue_rows
-    from fleet.models import NodeType
-
-    for row in catalogue_rows():
-        NodeType.objects.get_or_create(slug=row["slug"], defaults=row)

@@ -13,7 +13,7 @@ from fleet.services.agent_actions import request_agent_action
 from fleet.services.agent_results import record_action_result
 from fleet.services.reconcile import backoff, reconcile_nodes, reconcile_pass
 
-from .lifecycle_helpers import allocate, ensure_catalogue, place
+from .lifecycle_helpers import allocate, place
 
 pytestmark = pytest.mark.django_db
 
@@ -176,7 +176,6 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
 def test_two_workers_never_act_on_one_node_twice():
     from fleet.services.seeding import seed_fleet
 
-    ensure_catalogue()
     seed_fleet(gpus=640)
     nodes = list(Node.objects.all())
     for node in nodes:
