@@ -129,11 +129,11 @@ def test_unknown_or_malformed_id_is_404(ops_api, db):
 def test_schema_describes_the_endpoints(api, db):
     schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
     paths = schema["paths"]
-    create = paths["/api/v1/ops/migration-plans/"]["post"]
+    create = paths["/api/v1/ops/migration-plans"]["post"]
     assert {"201", "400", "403"} <= set(create["responses"])
     assert any(p["name"] == "Idempotency-Key" and p["required"] for p in create["parameters"])
-    assert "get" in paths["/api/v1/ops/migration-plans/{id}/"]
-    assert "post" in paths["/api/v1/ops/migration-plans/{id}/apply/"]
+    assert "get" in paths["/api/v1/ops/migration-plans/{id}"]
+    assert "post" in paths["/api/v1/ops/migration-plans/{id}/apply"]
     assert "deliveries" in schema["components"]["schemas"]["PlanParametersRequest"]["properties"]
 
 
