@@ -24,7 +24,7 @@ def request_agent_action(*, node: Node, action: str, actor: str, params: dict | 
         return pending.get()
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # all-or-nothing in the caller's transaction; no extra round trips
 def request_agent_actions(*, nodes: Iterable[Node], action: str, actor: str, params: dict | None = None,
                           reason: str = "") -> int:
     """Batch form for loops: one query to find what is already pending, one INSERT for the rest."""
