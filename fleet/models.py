@@ -227,7 +227,12 @@ class Node(BaseModel):
             models.UniqueConstraint(fields=["rack", "u_position"], name="fleet_node_rack_u_unique"),
             models.CheckConstraint(condition=Q(lifecycle__in=Lifecycle.values), name="fleet_node_lifecycle_valid"),
         ]
-        indexes = [models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx")]
+        indexes = [
+            models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),
+            # placement reads only the free nodes of one type per domain: keep them in their own small index
+            models.Index(fields=["node_type", "fabric_domain", "leaf_switch"],
+                         condition=Q(lifecycle="available", cordoned=False), name="fleet_node_free_by_type_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.hostname
