@@ -42,8 +42,32 @@ def _timestamp(value, field: str, errors: list[dict]):
     return parsed
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+POWER_STATES = frozenset(PowerState.values)
+
+
+def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
+    """One GPU's checks. JSON decodes to exact builtin types, so `type(v) is int` is the
+    bool-excluding integer test without a call per field (8 GPUs × 13 fields per heartbeat)."""
+    for name in GPU_INT_FIELDS:
+        value = gpu.get(name)
+        if (name == "index" or value is not None) and not (type(value) is int and value >= 0):
+            errors.append({"field": f"gpus.{i}.{name}", "message": "A non-negative integer."})
+    for name in GPU_FLAG_FIELDS:
+        value = gpu.get(name)
+        if value is not None and not (value is True or value is False or (type(value) is int and value >= 0)):
+            errors.append({"field": f"gpus.{i}.{name}", "message": "true/false or a non-negative count."})
+    for name in GPU_NUMBER_FIELDS:
+        value = gpu.get(name)
+        if value is not None and type(value) is not int and type(value) is not float:
+            errors.append({"field": f"gpus.{i}.{name}", "message": "A number."})
+    xids = gpu.get("xid_errors")
+    if xids is not None and not (type(xids) is list and all(type(x) is int and 0 < x < 100_000 for x in xids)):
+        errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
+    index = gpu.get("index")
+    if type(index) is int:
+        if index in seen:
+            errors.append({"field": f"gpus.{i}.index", "message": "Duplicate GPU index."})
+        seen.add(index)
 
 
 def _parse_heartbeat(body) -> tuple[str, list[dict]]:
@@ -52,7 +76,7 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
     errors: list[dict] = []
     _timestamp(body.get("observed_at"), "observed_at", errors)
     power_state = body.get("power_state", PowerState.ON)
-    if power_state not in PowerState.values:
+    if not isinstance(power_state, str) or power_state not in POWER_STATES:
         errors.append({"field": "power_state", "message": f"One of: {', '.join(PowerState.values)}."})
     gpus = body.get("gpus", [])
     if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
@@ -60,30 +84,10 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
         raise _invalid(errors)
     seen: set[int] = set()
     for i, gpu in enumerate(gpus):
-        if not isinstance(gpu, dict):
+        if isinstance(gpu, dict):
+            _gpu_errors(i, gpu, seen, errors)
+        else:
             errors.append({"field": f"gpus.{i}", "message": "Each GPU is an object."})
-            continue
-        for name in GPU_INT_FIELDS:
-            value = gpu.get(name)
-            if (name == "index" or value is not None) and not (_is_int(value) and value >= 0):
-                errors.append({"field": f"gpus.{i}.{name}", "message": "A non-negative integer."})
-        for name in GPU_FLAG_FIELDS:
-            value = gpu.get(name)
-            if value is not None and not (isinstance(value, bool) or (_is_int(value) and value >= 0)):
-                errors.append({"field": f"gpus.{i}.{name}", "message": "true/false or a non-negative count."})
-        for name in GPU_NUMBER_FIELDS:
-            value = gpu.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                errors.append({"field": f"gpus.{i}.{name}", "message": "A number."})
-        xids = gpu.get("xid_errors", [])
-        if xids is None:
-            xids = []
-        if not isinstance(xids, list) or not all(_is_int(x) and 0 < x < 100_000 for x in xids):
-            errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
-        if _is_int(gpu.get("index")):
-            if gpu["index"] in seen:
-                errors.append({"field": f"gpus.{i}.index", "message": "Duplicate GPU index."})
-            seen.add(gpu["index"])
     if errors:
         raise _invalid(errors)
     return power_state, gpus

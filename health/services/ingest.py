@@ -1,7 +1,7 @@
 """Agent telemetry in: heartbeats and health reports → node fields, conditions, check results.
 
-A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node,
-one SELECT of its conditions, and writes only when something changed.
+A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node
+(which also says whether a level condition is active), and writes only when something changed.
 """
 from datetime import datetime
 
@@ -55,18 +55,21 @@ def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
     return found
 
 
-def _quiet_update_sql() -> tuple[str, str]:
+def _heartbeat_sql() -> str:
+    """One round trip: the node UPDATE returns whether a level condition is still active
+    (no row back: the node is gone)."""
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
-    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s WHERE id = %s",
-            f"SELECT 1 FROM {condition_table} WHERE node_id = %s AND status = 'active' AND signal IN ({levels}) LIMIT 1")
+    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s WHERE id = %s "
+            f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
+            f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels}))")
 
 
-_UPDATE_NODE, _ACTIVE_LEVEL = _quiet_update_sql()
+_UPDATE_NODE = _heartbeat_sql()
 
 
 def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime) -> None:
-    """The common case (nothing wrong, nothing to clear) is two statements of fixed SQL: it is
+    """The common case (nothing wrong, nothing to clear) is one statement of fixed SQL: it is
     the hottest path in the control plane (every node, every 10 s)."""
     expected = _expected_gpus(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
@@ -75,13 +78,12 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
     with connection.cursor() as cursor:
         cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
                                       round(sum(power)) if power else None, db_id])
-        if cursor.rowcount == 0:
-            _gpus_per_node.pop(node_id, None)
-            raise UnknownNode(node_id)
-        if not signals:
-            cursor.execute(_ACTIVE_LEVEL, [db_id])
-            if cursor.fetchone() is None:
-                return
+        row = cursor.fetchone()
+    if row is None:
+        _gpus_per_node.pop(node_id, None)
+        raise UnknownNode(node_id)
+    if not signals and not row[0]:
+        return
     apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
 
 

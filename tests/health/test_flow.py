@@ -236,3 +236,26 @@ def test_health_report_stores_results_and_raises_conditions(nodes, agent_for):
     agent.report(ib_link="pass", nvme_smart="pass")
     run_health_sweep()
     assert refresh(nodes[0]).health == Health.HEALTHY
+
+
+def test_roll_up_sets_each_health_in_one_sweep_with_a_fixed_query_count(nodes, agent_for):
+    """One sweep sorts fresh nodes into unhealthy / degraded / healthy and stale ones into
+    unknown (unhealthy: test_flow's pull tests); the query count does not depend on how many
+    nodes there are."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for node in nodes[:4]:
+        agent_for(node).heartbeat()
+    agent_for(nodes[1]).report(ib_link="warn")
+    Node.objects.filter(pk=nodes[2].pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
+    with CaptureQueriesContext(connection) as small:
+        run_health_sweep()
+    assert [refresh(n).health for n in nodes[1:4]] == [Health.DEGRADED, Health.UNKNOWN, Health.HEALTHY]
+    for node in nodes[4:]:
+        agent_for(node).heartbeat()
+    agent_for(nodes[5]).report(ib_link="warn")
+    with CaptureQueriesContext(connection) as large:
+        run_health_sweep()
+    assert refresh(nodes[5]).health == Health.DEGRADED and refresh(nodes[6]).health == Health.HEALTHY
+    assert len(large.captured_queries) == len(small.captured_queries)
