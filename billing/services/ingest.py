@@ -7,7 +7,7 @@ same event id with different content is a conflict and the whole batch is refuse
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from uuid import UUID
 
@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from billing.models import MICRO, PriceBookEntry, Unit, UsageEvent
 from billing.periods import next_period, period_end, period_of
+from core.api.timestamps import parse_rfc3339
 
 MAX_BATCH = 1000
 FIELDS = ("event_id", "allocation_id", "tenant_id", "sku", "start", "end", "quantity", "unit")
@@ -51,15 +52,6 @@ class _Event:
     end: datetime
     quantity_micro: int
     payload_hash: str
-
-
-def parse_rfc3339(value) -> datetime:
-    if not isinstance(value, str) or "T" not in value.upper():
-        raise ValueError("must be an RFC 3339 timestamp, e.g. 2026-11-29T20:00:00Z")
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError("must carry a timezone (Z or an offset)")
-    return moment.astimezone(UTC)
 
 
 def _quantity_micro(value) -> int:

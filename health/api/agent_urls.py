@@ -11,6 +11,7 @@ from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
 from core.api.routes import api_route
+from core.api.timestamps import parse_rfc3339
 from core.api.schema import problems
 from fleet.choices import PowerState
 from health.choices import CheckName, CheckStatus
@@ -21,6 +22,7 @@ GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down",
 GPU_FLAG_FIELDS = ("row_remap_pending", "row_remap_failed")
 GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct")
 MAX_GPUS = 72
+MAX_READING = 1_000_000  # far above any real temperature, wattage or percentage; keeps sums in range
 
 
 def _invalid(errors: list[dict]) -> Problem:
@@ -30,13 +32,9 @@ def _invalid(errors: list[dict]) -> Problem:
 def _timestamp(value, field: str, errors: list[dict]):
     if value is None:
         return None
-    parsed = None
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            parsed = None
-    if parsed is None or parsed.tzinfo is None:
+    try:
+        parsed = parse_rfc3339(value)
+    except ValueError:
         errors.append({"field": field, "message": "Must be an RFC 3339 timestamp with a zone, e.g. 2026-11-02T10:00:00Z."})
         return None
     return parsed
@@ -58,13 +56,15 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
             errors.append({"field": f"gpus.{i}.{name}", "message": "true/false or a non-negative count."})
     for name in GPU_NUMBER_FIELDS:
         value = gpu.get(name)
-        if value is not None and type(value) is not int and type(value) is not float:
-            errors.append({"field": f"gpus.{i}.{name}", "message": "A number."})
+        if value is not None and not ((type(value) is int or type(value) is float) and -MAX_READING <= value <= MAX_READING):
+            errors.append({"field": f"gpus.{i}.{name}", "message": f"A number between -{MAX_READING} and {MAX_READING}."})
     xids = gpu.get("xid_errors")
     if xids is not None and not (type(xids) is list and all(type(x) is int and 0 < x < 100_000 for x in xids)):
         errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
     index = gpu.get("index")
     if type(index) is int:
+        if index >= MAX_GPUS:
+            errors.append({"field": f"gpus.{i}.index", "message": f"A GPU index below {MAX_GPUS}."})
         if index in seen:
             errors.append({"field": f"gpus.{i}.index", "message": "Duplicate GPU index."})
         seen.add(index)

@@ -259,3 +259,20 @@ def test_roll_up_sets_each_health_in_one_sweep_with_a_fixed_query_count(nodes, a
         run_health_sweep()
     assert refresh(nodes[5]).health == Health.DEGRADED and refresh(nodes[6]).health == Health.HEALTHY
     assert len(large.captured_queries) == len(small.captured_queries)
+
+
+@pytest.mark.parametrize("fault", [{"index": 70_000}, {"power_w": 1e300}, {"temperature_c": -1e12}])
+def test_out_of_range_telemetry_is_a_clear_400(nodes, agent_for, fault):
+    from tests.health.conftest import gpu
+
+    body = {"observed_at": "2026-11-29T20:00:00Z", "power_state": "on", "gpus": [{**gpu(0), **fault}]}
+    response = agent_for(nodes[0]).heartbeat(body=body)
+    assert response.status_code == 400 and response.json()["code"] == "validation_error"
+
+
+def test_nul_characters_are_refused_before_they_reach_the_database(nodes, agent_for):
+    response = agent_for(nodes[0]).client.post(
+        "/api/agent/v1/health-reports",
+        {"observed_at": "2026-11-29T20:00:00Z", "checks": [{"name": "ib_link", "status": "pass", "detail": "a\x00b"}]},
+        format="json")
+    assert response.status_code == 400 and "NUL" in response.json()["detail"]
