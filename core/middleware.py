@@ -43,3 +43,26 @@ class RequestLatencyMiddleware:
         REQUEST_LATENCY.labels(method=request.method, route=route, status=str(response.status_code)).observe(
             time.perf_counter() - started)
         return response
+
+
+class RejectNulCharactersMiddleware:
+    """A NUL character in the path or query string can never match stored text, and PostgreSQL
+    refuses it outright (a database error, i.e. a 500); answer a clear 400 before any view runs."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or any("\x00" in key or any("\x00" in v for v in values)
+                                          for key, values in request.GET.lists()):
+            from django.http import HttpResponseBadRequest, JsonResponse
+
+            from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+
+            detail = "The URL contains a NUL (%00) character; remove it and retry."
+            if request.path.startswith("/api/"):
+                return JsonResponse(problem_body(400, "validation_error", detail,
+                                                 errors=[{"field": "query", "message": "contains a NUL character"}]),
+                                    status=400, content_type=PROBLEM_CONTENT_TYPE)
+            return HttpResponseBadRequest(detail)
+        return self.get_response(request)

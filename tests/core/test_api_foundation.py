@@ -60,3 +60,9 @@ def test_setup_periodic_tasks_is_idempotent():
     call_command("setup_periodic_tasks")
     call_command("setup_periodic_tasks")
     assert PeriodicTask.objects.exclude(name__startswith="celery.").count() == len(PERIODIC_TASKS)
+
+
+@pytest.mark.parametrize("url", ["/api/v1/ops/nodes?rack=Q%00", "/api/v1/allocations?state=%00"])
+def test_nul_in_a_query_string_is_a_400_problem(client, url):
+    response = client.get(url)
+    assert response.status_code == 400 and response.json()["code"] == "validation_error"
