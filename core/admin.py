@@ -5,13 +5,8 @@ from django.contrib import admin, messages
 from .models import ApiToken, AuditEvent
 
 
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ("at", "actor", "action", "object_type", "object_id", "reason")
-    list_filter = ("action", "object_type")
-    search_fields = ("actor", "object_id", "reason", "request_id")
-    date_hierarchy = "at"
-    show_full_result_count = False
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by services (which audit them): viewable here, never added, changed or deleted."""
 
     def has_add_permission(self, request):
         return False
@@ -21,6 +16,15 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor", "action", "object_type", "object_id", "reason")
+    list_filter = ("action", "object_type")
+    search_fields = ("actor", "object_id", "reason", "request_id")
+    date_hierarchy = "at"
+    show_full_result_count = False
 
 
 @admin.register(ApiToken)

@@ -5,6 +5,8 @@ from import_export import fields, resources
 from import_export.admin import ImportExportModelAdmin
 from import_export.widgets import ForeignKeyWidget
 
+from core.admin import ReadOnlyAdmin
+
 from .models import (
     GPU,
     Drive,
@@ -206,19 +208,6 @@ class DriveAdmin(admin.ModelAdmin):
     list_select_related = ("node",)
     raw_id_fields = ("node",)
     show_full_result_count = False
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by services (which audit them): viewable here, never added, changed or deleted."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(SanitizationRecord)

@@ -47,45 +47,64 @@ class Sanitize(NodeAction):
         return node
 
 
+class GatedMove(NodeAction):
+    """One end-of-life move that the data-handling checklist must allow first."""
+
+    to_state: str
+    refusal_code: str
+
+    def missing(self, status) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def checklist_refusal(self, node: Node, status) -> ActionRefused:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def execute(self, node: Node, *, actor: str, reason: str) -> Node:
+        status = data_handling_status([node.pk])[node.pk]
+        if self.missing(status):
+            raise self.checklist_refusal(node, status)
+        before = node.lifecycle
+        node = transition(node, self.to_state, actor=actor, action=self.name, reason=reason)
+        record_audit(actor=actor, action=f"node.{self.name}", target=node, before={"lifecycle": before},
+                     after={"lifecycle": self.to_state}, reason=reason)
+        return node
+
+
 @register
-class Retire(NodeAction):
+class Retire(GatedMove):
     name = "retire"
     label = "Retire"
     allowed_states = frozenset({Lifecycle.SANITIZING})
+    to_state = Lifecycle.RETIRED
 
-    def execute(self, node: Node, *, actor: str, reason: str) -> Node:
-        status = data_handling_status([node.pk])[node.pk]
-        if status.retire_missing:
-            raise ActionRefused(
-                "sanitization_incomplete",
-                f"{node.hostname} cannot be retired yet: {len(status.unsanitized)} of {status.drives_total} drives "
-                f"lack a passing sanitisation record"
-                f"{' and the BMC reset is not recorded' if status.bmc_reset_at is None else ''}. "
-                "Run sanitize again or record the sanitisation with evidence, then retry.",
-                extra={"drives": status.unsanitized, "missing": status.retire_missing},
-            )
-        node = transition(node, Lifecycle.RETIRED, actor=actor, action=self.name, reason=reason)
-        record_audit(actor=actor, action="node.retire", target=node, before={"lifecycle": Lifecycle.SANITIZING},
-                     after={"lifecycle": Lifecycle.RETIRED}, reason=reason)
-        return node
+    def missing(self, status) -> list[str]:
+        return status.retire_missing
+
+    def checklist_refusal(self, node: Node, status) -> ActionRefused:
+        return ActionRefused(
+            "sanitization_incomplete",
+            f"{node.hostname} cannot be retired yet: {len(status.unsanitized)} of {status.drives_total} drives "
+            f"lack a passing sanitisation record"
+            f"{' and the BMC reset is not recorded' if status.bmc_reset_at is None else ''}. "
+            "Run sanitize again or record the sanitisation with evidence, then retry.",
+            extra={"drives": status.unsanitized, "missing": status.retire_missing},
+        )
 
 
 @register
-class Dispose(NodeAction):
+class Dispose(GatedMove):
     name = "dispose"
     label = "Dispose"
     allowed_states = frozenset({Lifecycle.RETIRED})
+    to_state = Lifecycle.DISPOSED
 
-    def execute(self, node: Node, *, actor: str, reason: str) -> Node:
-        status = data_handling_status([node.pk])[node.pk]
-        if status.dispose_missing:
-            raise ActionRefused(
-                "disposal_incomplete",
-                f"{node.hostname} cannot be disposed yet: {'; '.join(status.dispose_missing)}. "
-                "Record them (asset-tags-removed, custody-transfers), then retry.",
-                extra={"missing": status.dispose_missing},
-            )
-        node = transition(node, Lifecycle.DISPOSED, actor=actor, action=self.name, reason=reason)
-        record_audit(actor=actor, action="node.dispose", target=node, before={"lifecycle": Lifecycle.RETIRED},
-                     after={"lifecycle": Lifecycle.DISPOSED}, reason=reason)
-        return node
+    def missing(self, status) -> list[str]:
+        return status.dispose_missing
+
+    def checklist_refusal(self, node: Node, status) -> ActionRefused:
+        return ActionRefused(
+            "disposal_incomplete",
+            f"{node.hostname} cannot be disposed yet: {'; '.join(status.dispose_missing)}. "
+            "Record them (asset-tags-removed, custody-transfers), then retry.",
+            extra={"missing": status.dispose_missing},
+        )

@@ -86,29 +86,31 @@ def _checklist(node: Node) -> NodeDisposal:
     return disposal
 
 
+def _stamp_checklist(*, node: Node, field: str, action: str, actor: str, reason: str) -> NodeDisposal:
+    """Record that one checklist step was done now, by `actor` (audited, on the node's trail)."""
+    disposal = _checklist(node)
+    previous = getattr(disposal, f"{field}_at")
+    setattr(disposal, f"{field}_at", timezone.now())
+    setattr(disposal, f"{field}_by", actor)
+    disposal.save(update_fields=[f"{field}_at", f"{field}_by"])
+    record_audit(actor=actor, action=f"node.{action}", target=node,
+                 before={f"{field}_at": previous.isoformat() if previous else None},
+                 after={f"{field}_at": getattr(disposal, f"{field}_at").isoformat()}, reason=reason)
+    record_node_event(node, actor=actor, action=action, reason=reason)
+    return disposal
+
+
 @transaction.atomic
 def record_bmc_reset(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
     """BMC credentials reset to factory and its logs cleared (part of what must not leave)."""
-    disposal = _checklist(node)
-    before = disposal.bmc_reset_at.isoformat() if disposal.bmc_reset_at else None
-    disposal.bmc_reset_at, disposal.bmc_reset_by = timezone.now(), actor
-    disposal.save(update_fields=["bmc_reset_at", "bmc_reset_by"])
-    record_audit(actor=actor, action="node.bmc_reset", target=node, before={"bmc_reset_at": before},
-                 after={"bmc_reset_at": disposal.bmc_reset_at.isoformat()}, reason=reason)
-    record_node_event(node, actor=actor, action="bmc_reset", reason=reason or "BMC credentials reset, logs cleared")
-    return disposal
+    return _stamp_checklist(node=node, field="bmc_reset", action="bmc_reset", actor=actor,
+                            reason=reason or "BMC credentials reset, logs cleared")
 
 
 @transaction.atomic
 def record_asset_tags_removed(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
-    disposal = _checklist(node)
-    before = disposal.asset_tags_removed_at.isoformat() if disposal.asset_tags_removed_at else None
-    disposal.asset_tags_removed_at, disposal.asset_tags_removed_by = timezone.now(), actor
-    disposal.save(update_fields=["asset_tags_removed_at", "asset_tags_removed_by"])
-    record_audit(actor=actor, action="node.asset_tags_removed", target=node, before={"asset_tags_removed_at": before},
-                 after={"asset_tags_removed_at": disposal.asset_tags_removed_at.isoformat()}, reason=reason)
-    record_node_event(node, actor=actor, action="asset_tags_removed", reason=reason or "asset tags removed")
-    return disposal
+    return _stamp_checklist(node=node, field="asset_tags_removed", action="asset_tags_removed", actor=actor,
+                            reason=reason or "asset tags removed")
 
 
 @transaction.atomic
