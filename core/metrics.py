@@ -7,7 +7,7 @@ or directly `LOOP_DURATION.labels(loop="x").observe(s)`, `LOOP_LAST_RUN.labels(l
 They live in their own registry (not the library's global one) so `/metrics` can merge them with the
 fleet figures it computes per scrape without duplicate names.
 """
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -29,3 +29,7 @@ REQUEST_LATENCY = Histogram(
 def observe_loop(loop: str, seconds: float) -> None:
     LOOP_DURATION.labels(loop=loop).observe(seconds)
     LOOP_LAST_RUN.labels(loop=loop).set_to_current_time()
+PAGES = Counter(
+    "hangar_pages_total", "On-call pages sent by the control loops (one per correlated incident)", ["scope"],
+    registry=REGISTRY,
+)

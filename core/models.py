@@ -102,3 +102,18 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key} {self.state}"
+
+
+class LoopClock(models.Model):
+    """When each control loop last ran, so a loop can tell that it (or the whole control plane)
+    was away: a gap much longer than its interval is an outage nobody could act in, and the
+    deadlines that loop judges are re-armed rather than counted through it."""
+
+    name = models.CharField(primary_key=True, max_length=50)
+    last_run_at = models.DateTimeField()
+    resumed_at = models.DateTimeField(null=True, blank=True, help_text="end of the last detected outage")
+    last_gap_seconds = models.PositiveIntegerField(default=0, help_text="length of the last detected outage")
+    outages = models.PositiveIntegerField(default=0, help_text="outages detected so far")
+
+    def __str__(self) -> str:
+        return f"{self.name} last ran {self.last_run_at:%Y-%m-%d %H:%M:%S}"

@@ -7,12 +7,14 @@ one core at 1× speed. Faults come from the agent's simulated hardware at the ra
 mix of core/reference/reliability.csv; a scripted scenario ("xid 79 on gpu 3 at 30s") can be
 given per node for tests and demos.
 """
+import logging
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import requests
+from django.db import DatabaseError, close_old_connections
 from requests.adapters import HTTPAdapter
 
 from core.api.agent_tokens import mint_agent_token
@@ -21,6 +23,7 @@ from fleet.models import Node
 from hangar_agent.agent import Agent, simulated_agent
 
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +34,9 @@ class FleetSimulator:
     scenarios: dict[str, str] = field(default_factory=dict)  # hostname → scenario text
     hostnames: Iterable[str] | None = None  # limit to these nodes (tests)
     agents: dict[str, Agent] = field(default_factory=dict)
+    leaf_of: dict[str, str] = field(default_factory=dict)  # hostname → "fabric-domain/leaf"
+    failed_leaves: set[str] = field(default_factory=set)  # leaf switches the simulation has killed
+    refresh_failures: int = 0
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -40,11 +46,25 @@ class FleetSimulator:
         self.session.mount("https://", adapter)
 
     def refresh(self, start: datetime) -> int:
-        """Start agents for nodes that appeared; stop those of nodes that left. Returns the count."""
-        nodes = Node.objects.exclude(lifecycle__in=GONE).select_related("node_type")
+        """Start agents for nodes that appeared; stop those of nodes that left. Returns the count.
+
+        The simulator reads the node list straight from the database; when the database is
+        away the agents it already runs keep running (and keep their queues) and the list
+        is read again on the next refresh, so an outage never takes the fleet down with it."""
+        nodes = Node.objects.exclude(lifecycle__in=GONE).select_related("node_type", "fabric_domain")
         if self.hostnames is not None:
             nodes = nodes.filter(hostname__in=list(self.hostnames))
-        current = {n.hostname: n for n in nodes}
+        try:
+            current = {n.hostname: n for n in nodes}
+        except DatabaseError as exc:
+            self.refresh_failures += 1
+            log.warning("node list unavailable (%s); keeping %d running agents", exc, len(self.agents))
+            close_old_connections()
+            return len(self.agents)
+        for hostname, node in current.items():
+            if node.leaf_switch:
+                domain = node.fabric_domain.name if node.fabric_domain else "-"
+                self.leaf_of[hostname] = f"{domain}/{node.leaf_switch}"
         for hostname in set(self.agents) - set(current):
             del self.agents[hostname]
         for hostname, node in current.items():
@@ -57,7 +77,22 @@ class FleetSimulator:
                 )
         return len(self.agents)
 
+    def fail_leaf(self, leaf: str) -> list[str]:
+        """Kill a leaf switch ("fabric-domain/leaf"): every node behind it falls silent at once
+        (the simulation stops stepping their agents until `restore_leaf`). Returns their hostnames."""
+        self.failed_leaves.add(leaf)
+        return sorted(h for h, name in self.leaf_of.items() if name == leaf and h in self.agents)
+
+    def restore_leaf(self, leaf: str) -> None:
+        self.failed_leaves.discard(leaf)
+
     def step(self, now: datetime) -> None:
-        """One tick of every agent (each does only what is due)."""
-        for agent in self.agents.values():
-            agent.tick(now)
+        """One tick of every agent (each does only what is due). A failing tick is logged and
+        the next agent goes on: one agent's error never stops the fleet."""
+        for hostname, agent in self.agents.items():
+            if self.leaf_of.get(hostname) in self.failed_leaves:
+                continue  # cut off: nothing it would send gets through
+            try:
+                agent.tick(now)
+            except Exception:
+                log.exception("agent %s: tick failed; continuing", hostname)

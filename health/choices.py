@@ -61,5 +61,16 @@ class IncidentStep(models.TextChoices):
     DIAGNOSE = "diagnose", "Diagnose"
     REPAIR = "repair", "Repair"
     RETURN = "return", "Return"
+    PAGE = "page", "Page"
     NOTE = "note", "Note"
     CLOSE = "close", "Close"
+
+
+class IncidentScope(models.TextChoices):
+    """What an incident is about: one node, or a shared cause behind several (correlated lapses)."""
+
+    NODE = "node", "Node"
+    LEAF = "leaf", "Leaf switch"
+    RACK = "rack", "Rack (PDU or top-of-rack switch)"
+    SITE = "site", "Site (network or control plane lost the fleet)"
+    CONTROL_PLANE = "control_plane", "Control plane outage"

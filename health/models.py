@@ -6,8 +6,8 @@ from core.ids import uuid7
 from core.models import BaseModel
 from fleet.choices import Attribution
 
-from .choices import (CheckName, CheckStatus, ConditionEventKind, ConditionStatus, IncidentOpener, IncidentState,
-                      IncidentStep, Severity)
+from .choices import (CheckName, CheckStatus, ConditionEventKind, ConditionStatus, IncidentOpener, IncidentScope,
+                      IncidentState, IncidentStep, Severity)
 
 
 class Condition(models.Model):
@@ -71,8 +71,10 @@ class HealthCheckResult(models.Model):
     name = models.CharField(max_length=20, choices=CheckName.choices)
     status = models.CharField(max_length=4, choices=CheckStatus.choices)
     detail = models.TextField(blank=True)
-    observed_at = models.DateTimeField()
-    received_at = models.DateTimeField(auto_now_add=True)
+    observed_at = models.DateTimeField(help_text="the agent's clock")
+    received_at = models.DateTimeField(auto_now_add=True, help_text="the server's clock: what the gate compares")
+    refused = models.CharField(max_length=40, blank=True,
+                               help_text="why the gate ignores this result (e.g. clock_skew); kept for inspection")
 
     class Meta:
         ordering = ["-observed_at"]
@@ -94,6 +96,11 @@ class Incident(BaseModel):
     impact_gpu_hours = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
     cause = models.TextField(blank=True)
     attribution = models.CharField(max_length=16, choices=Attribution.choices, blank=True)
+    # correlated lapses: one incident for a shared cause (leaf, rack, site, control plane)
+    scope = models.CharField(max_length=16, choices=IncidentScope.choices, default=IncidentScope.NODE, db_index=True)
+    scope_key = models.CharField(max_length=200, blank=True, help_text="which leaf, rack or site")
+    likely_cause = models.CharField(max_length=300, blank=True)
+    paged_at = models.DateTimeField(null=True, blank=True, help_text="when on-call was paged (once per incident)")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -131,3 +138,23 @@ class IncidentEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class LapseHold(models.Model):
+    """A node whose silence is put down to a shared cause: while the hold is open the node is
+    `unknown` but never judged lost (no quarantine, no eviction, no RMA)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="holds")
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="lapse_holds")
+    held_at = models.DateTimeField()
+    silent_since = models.DateTimeField(help_text="the node's last heartbeat when it was held")
+    returned_at = models.DateTimeField(null=True, blank=True, help_text="heartbeats flowed again")
+    released_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="handed back to per-node judgement (its group came back, it did not)")
+
+    class Meta:
+        ordering = ["held_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["node"], name="health_one_open_lapse_hold_per_node",
+                                               condition=models.Q(returned_at__isnull=True,
+                                                                  released_at__isnull=True))]

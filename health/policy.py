@@ -16,6 +16,20 @@ from .choices import Severity as S
 HEARTBEAT_SOURCE = parameter("heartbeat_defaults")
 HEARTBEAT_UNKNOWN_AFTER = timedelta(seconds=40)
 HEARTBEAT_LOST_AFTER = timedelta(seconds=300)
+SWEEP_INTERVAL = timedelta(seconds=30)  # core.periodic "health sweep"
+
+# Correlated lapses (health.services.lapses). A site is "disrupted" the way the Kubernetes node
+# lifecycle controller judges a zone (node_lifecycle_zone_disruption, reliability.csv): more than
+# 2 nodes and at least 55 % of the reporting ones silent → no per-node judgement there.
+ZONE_SOURCE = parameter("node_lifecycle_zone_disruption")
+SITE_LAPSE_SHARE = 0.55
+SITE_LAPSE_MIN_NODES = 3
+# A leaf switch or a rack (its PDU, its top-of-rack switch) is suspected when at least 3 of its
+# nodes, and at least half of those reporting, went silent within one minute of each other:
+# independent node faults at the Llama 3 rate (~0.004 per node-day) almost never do that.
+LAPSE_WINDOW = timedelta(seconds=60)
+GROUP_LAPSE_MIN_NODES = 3
+GROUP_LAPSE_SHARE = 0.5
 
 THERMAL_THROTTLE_C = 87  # H100 SXM slowdown threshold reported by nvidia-smi (~87 C)
 REPEAT_WINDOW = timedelta(days=7)  # same fault twice in 7 days → fatal

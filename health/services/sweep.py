@@ -14,6 +14,7 @@ from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, Value,
 from django.utils import timezone
 
 from core.locks import locked_run
+from core.services.loop_clock import note_run, resumed_at
 from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_actions import request_agent_actions
@@ -22,10 +23,11 @@ from health.choices import ACTIONABLE, SEVERITY_RANK, ConditionEventKind, Condit
 from health.choices import Severity as S
 from health.models import Condition, ConditionEvent, IncidentImpact
 from health.policy import (EVENT_EXPIRY, GATE_AFTER_REBOOT, GATE_AFTER_RESET, HEARTBEAT_LOST_AFTER,
-                           HEARTBEAT_UNKNOWN_AFTER, HISTORY_RETENTION, REPEAT_WINDOW)
+                           HEARTBEAT_UNKNOWN_AFTER, HISTORY_RETENTION, REPEAT_WINDOW, SWEEP_INTERVAL)
 from health.services.conditions import apply_observations
 from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
 from health.services.incidents import open_incidents_by_node, open_policy_incidents, record_step
+from health.services.lapses import judge_lapses, note_control_plane_outage, open_hold, recently_released
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +46,13 @@ def run_health_sweep(now: datetime | None = None) -> dict:
 
 
 def sweep(*, now: datetime) -> dict:
-    summary = {"pruned": _prune(now)}
-    summary["heartbeat_lost"] = _lease(now)
+    # Was the control plane away? Then nothing is judged for the time nobody could act in.
+    outage = note_run("health_sweep", now=now, interval=SWEEP_INTERVAL)
+    note_control_plane_outage(outage=outage, now=now, actor=ACTOR)
+    resumed = resumed_at("health_sweep")
+    summary = {"pruned": _prune(now), "control_plane_outage_s": int(outage.length.total_seconds()) if outage else 0}
+    summary.update(judge_lapses(now=now, resumed=resumed, actor=ACTOR))
+    summary["heartbeat_lost"] = _lease(now, resumed)
     _roll_up(now)
     summary.update(_apply_policy(now))
     summary["remediating"] = _finish_drains(now)
@@ -62,12 +69,20 @@ def _prune(now: datetime) -> int:
     return pruned
 
 
-def _lease(now: datetime) -> int:
+def _lease(now: datetime, resumed: datetime | None) -> int:
     """Nodes that reported once and then went silent for 300 s raise heartbeat_lost. Nodes
-    that never reported (no agent yet) stay `unknown` without action."""
-    lost_ids = list(Node.objects.filter(lifecycle__in=LEASE_LIFECYCLES, last_heartbeat_at__lt=now - HEARTBEAT_LOST_AFTER)
+    that never reported (no agent yet) stay `unknown` without action.
+
+    The lease counts only time the control plane was there to hear: it restarts when the
+    sweep resumes after an outage and when a correlated-lapse hold hands a node back, and a
+    node under a hold (dead leaf, rack, site) is never judged on its own."""
+    cutoff = now - HEARTBEAT_LOST_AFTER
+    if resumed is not None and resumed > cutoff:
+        return 0
+    lost_ids = list(Node.objects.filter(lifecycle__in=LEASE_LIFECYCLES, last_heartbeat_at__lt=cutoff)
                     .exclude(Exists(Condition.objects.filter(node=OuterRef("pk"), gpu_index__isnull=True,
                                                              signal="heartbeat_lost", status=ConditionStatus.ACTIVE)))
+                    .exclude(open_hold()).exclude(recently_released(cutoff))
                     .values_list("pk", flat=True))
     if not lost_ids:
         return 0

@@ -205,6 +205,9 @@ def test_heartbeat_lease(nodes, agent_for):
     run_health_sweep(now=now + timedelta(seconds=45))
     node = refresh(node)
     assert node.health == Health.UNKNOWN and node.lifecycle == Lifecycle.AVAILABLE
+    for seconds in range(75, 300, 30):  # the sweep keeps running (a gap would be an outage: see test_lapses)
+        run_health_sweep(now=now + timedelta(seconds=seconds))
+        assert refresh(node).lifecycle == Lifecycle.AVAILABLE
     run_health_sweep(now=now + timedelta(seconds=301))
     node = refresh(node)
     assert node.lifecycle == Lifecycle.REMEDIATING
