@@ -4,7 +4,7 @@ Fleet figures are computed per scrape by a collector in a fresh registry, from t
 aggregate selectors the dashboards use (a handful of grouped queries, whatever the fleet size);
 loop durations and request latency come from core.metrics' process registry.
 """
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.http import HttpResponse
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -57,8 +57,25 @@ class FleetCollector:
         yield hall_kw
         yield budget
         yield facility
+        yield from agent_clock_skew()
         yield from periodic_task_lag(now)
         yield from process_metrics.REGISTRY.collect()
+
+
+def agent_clock_skew():
+    """Each agent's clock against the server's, as measured at its last heartbeat. Only clocks
+    off by a second or more get a per-node series (a healthy, NTP-synced fleet adds none)."""
+    skew = GaugeMetricFamily("hangar_agent_clock_skew_seconds",
+                             "Agent clock minus server clock at the last heartbeat (nodes off by >= 1 s)",
+                             labels=["node"])
+    worst = 0
+    for hostname, seconds in (Node.objects.filter(Q(agent_clock_skew_s__gte=1) | Q(agent_clock_skew_s__lte=-1))
+                              .values_list("hostname", "agent_clock_skew_s")):
+        skew.add_metric([hostname], seconds)
+        worst = max(worst, abs(seconds))
+    yield skew
+    yield GaugeMetricFamily("hangar_agent_clock_skew_max_abs_seconds",
+                            "Largest agent clock skew in the fleet (seconds)", value=worst)
 
 
 def periodic_task_lag(now):

@@ -212,6 +212,8 @@ class Node(BaseModel):
     failed_attempts = models.PositiveSmallIntegerField(default=0, help_text="consecutive failed actions (backoff)")
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_clock_skew_s = models.IntegerField(
+        null=True, blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)")
     observed_power_w = models.IntegerField(
         null=True, blank=True,
         help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",

@@ -16,7 +16,10 @@ from .choices import Severity as S
 HEARTBEAT_SOURCE = parameter("heartbeat_defaults")
 HEARTBEAT_UNKNOWN_AFTER = timedelta(seconds=40)
 HEARTBEAT_LOST_AFTER = timedelta(seconds=300)
-SWEEP_INTERVAL = timedelta(seconds=30)  # core.periodic "health sweep"
+SWEEP_INTERVAL = timedelta(seconds=30)
+# Server time decides: a health report stamped more than this far from its receipt is refused
+# (kept, marked clock_skew); the gate compares receipt times, never the agent's stamp.
+AGENT_CLOCK_SKEW_LIMIT = timedelta(minutes=5)  # core.periodic "health sweep"
 
 # Correlated lapses (health.services.lapses). A site is "disrupted" the way the Kubernetes node
 # lifecycle controller judges a zone (node_lifecycle_zone_disruption, reliability.csv): more than

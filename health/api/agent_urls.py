@@ -15,7 +15,8 @@ from core.api.timestamps import parse_rfc3339
 from core.api.schema import problems
 from fleet.choices import PowerState
 from health.choices import CheckName, CheckStatus
-from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
+from health.policy import AGENT_CLOCK_SKEW_LIMIT
+from health.services.ingest import ClockSkewed, UnknownNode, ingest_health_report, ingest_heartbeat
 
 GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb")
 # NVML reports remapped rows as counts, nvidia-smi as Yes/No: accept a flag or a count.
@@ -70,11 +71,11 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
         seen.add(index)
 
 
-def _parse_heartbeat(body) -> tuple[str, list[dict]]:
+def _parse_heartbeat(body) -> tuple[datetime | None, str, list[dict]]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
-    _timestamp(body.get("observed_at"), "observed_at", errors)
+    observed_at = _timestamp(body.get("observed_at"), "observed_at", errors)
     power_state = body.get("power_state", PowerState.ON)
     if not isinstance(power_state, str) or power_state not in POWER_STATES:
         errors.append({"field": "power_state", "message": f"One of: {', '.join(PowerState.values)}."})
@@ -90,7 +91,7 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
             errors.append({"field": f"gpus.{i}", "message": "Each GPU is an object."})
     if errors:
         raise _invalid(errors)
-    return power_state, gpus
+    return observed_at, power_state, gpus
 
 
 def _parse_report(body) -> tuple[datetime | None, list[dict]]:
@@ -154,6 +155,7 @@ class HealthReportSchema(serializers.Serializer):
 
 
 AGENT_ERRORS = problems(400, 401, 403, 404, 415)
+REPORT_ERRORS = problems(400, 401, 403, 404, 415, 422)
 
 
 def _unknown_node() -> Problem:
@@ -166,16 +168,17 @@ def _unknown_node() -> Problem:
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def heartbeat(request):
-    power_state, gpus = _parse_heartbeat(request.data)
+    observed_at, power_state, gpus = _parse_heartbeat(request.data)
     try:
-        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now())
+        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now(),
+                         observed_at=observed_at)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)
 
 
 @extend_schema(operation_id="agent_health_reports", request=HealthReportSchema,
-               responses={202: OpenApiResponse(description="accepted"), **AGENT_ERRORS})
+               responses={202: OpenApiResponse(description="accepted"), **REPORT_ERRORS})
 @api_view(["POST"])
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
@@ -186,6 +189,12 @@ def health_reports(request):
         ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now)
     except UnknownNode:
         raise _unknown_node() from None
+    except ClockSkewed as exc:
+        limit = int(AGENT_CLOCK_SKEW_LIMIT.total_seconds())
+        raise Problem(422, "clock_skew",
+                      f"observed_at is {exc.skew_seconds:+d} s from the server's clock (allowed ±{limit} s); the "
+                      "report was kept but not counted. Fix the node's time sync (NTP/PTP) and run the checks again.",
+                      errors=[{"field": "observed_at", "message": f"{exc.skew_seconds:+d} s from server time"}]) from None
     return Response(status=202)
 
 

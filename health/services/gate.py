@@ -1,8 +1,10 @@
 """The validation gate: the checks a node must pass to leave `validating` (or `burn_in`).
 
 After a GPU reset: DCGM r2 + NCCL all-reduce + IB link. After a power cycle or repair:
-DCGM r3 + NCCL + IB link. Burn-in at intake: DCGM r3 + NCCL + burn-in. Only results observed
-after the node entered the state count. Any failure → triage (burn-in → burn_in_failed).
+DCGM r3 + NCCL + IB link. Burn-in at intake: DCGM r3 + NCCL + burn-in. Server time decides:
+only results the server RECEIVED after it requested the checks count (never the agent's own
+timestamp, which a skewed or forged clock could put anywhere), and results refused at ingest
+(clock_skew) never count. Any failure → triage (burn-in → burn_in_failed).
 A node pulled from a tenant goes on to `wiping` instead of `available`, so the previous
 tenant's data is gone before it is placed again.
 Flapping: a node that already failed validation twice in 7 days is not accepted on a third
@@ -55,14 +57,15 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
         return {"passed": 0, "failed": 0, "flapping": 0, "rma": 0}
     ids = [n.pk for n in nodes]
     remediation = last_remediation(ids)
+    requested = _checks_requested(nodes)
     results: dict = {}
-    for node_id, name, status, observed_at in (HealthCheckResult.objects.filter(node_id__in=ids)
-                                               .order_by("observed_at")
-                                               .values_list("node_id", "name", "status", "observed_at")):
-        results.setdefault(node_id, []).append((name, status, observed_at))
+    for node_id, name, status, received_at in (HealthCheckResult.objects.filter(node_id__in=ids, refused="")
+                                               .order_by("received_at")
+                                               .values_list("node_id", "name", "status", "received_at")):
+        results.setdefault(node_id, []).append((name, status, received_at))
     passed, failed = [], []
     for node in nodes:
-        since = entered_at(node)
+        since = requested.get(node.pk) or entered_at(node)
         need = required_checks(node.lifecycle, remediation.get(node.pk))
         latest = {name: status for name, status, at in results.get(node.pk, []) if since is None or at >= since}
         if any(latest.get(name) == CheckStatus.FAIL for name in need):
@@ -96,6 +99,22 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
                     reason="failed a burn-in check")
     triaged = _triage(to_triage, flapping=flapping, now=now, actor=actor)
     return {"passed": len(returned_ids), "failed": len(failed), "flapping": len(flapping), "rma": triaged}
+
+
+CHECK_ACTIONS = (AgentAction.DCGM_R2, AgentAction.DCGM_R3, AgentAction.BURN_IN)
+
+
+def _checks_requested(nodes: list[Node]) -> dict:
+    """{node_id: when the server asked for this state's checks} (one query): the first check
+    request at or after the node entered its state, by the server's clock."""
+    entered = {n.pk: entered_at(n) for n in nodes}
+    first: dict = {}
+    for node_id, created in (NodeAgentAction.objects.filter(node_id__in=list(entered), action__in=CHECK_ACTIONS)
+                             .order_by("created_at").values_list("node_id", "created_at")):
+        since = entered[node_id]
+        if node_id not in first and (since is None or created >= since):
+            first[node_id] = created
+    return first
 
 
 def _flapping(node_ids: set, now: datetime) -> set:

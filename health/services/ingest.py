@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from fleet.models import Node
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
-from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
+from health.policy import (AGENT_CLOCK_SKEW_LIMIT, CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
                            HEARTBEAT_LEVEL_SIGNALS, THERMAL_THROTTLE_C)
 from health.services.conditions import apply_observations
 
@@ -19,6 +19,19 @@ _gpus_per_node: dict = {}  # node id → node type's GPU count (immutable for a 
 
 class UnknownNode(Exception):
     """The token is valid but the node no longer exists."""
+
+
+class ClockSkewed(Exception):
+    """The agent's timestamp is too far from the server's clock; the report was kept, not counted."""
+
+    def __init__(self, skew_seconds: int):
+        super().__init__(skew_seconds)
+        self.skew_seconds = skew_seconds
+
+
+def clock_skew_seconds(observed_at: datetime | None, now: datetime) -> int | None:
+    """The agent's clock minus the server's (positive: the agent runs ahead)."""
+    return None if observed_at is None else round((observed_at - now).total_seconds())
 
 
 def _expected_gpus(node_id) -> int | None:
@@ -60,7 +73,8 @@ def _heartbeat_sql() -> str:
     (no row back: the node is gone)."""
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
-    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s WHERE id = %s "
+    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s, "
+            f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s) WHERE id = %s "
             f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
             f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels}))")
 
@@ -68,16 +82,19 @@ def _heartbeat_sql() -> str:
 _UPDATE_NODE = _heartbeat_sql()
 
 
-def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime) -> None:
+def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime,
+                     observed_at: datetime | None = None) -> None:
     """The common case (nothing wrong, nothing to clear) is one statement of fixed SQL: it is
-    the hottest path in the control plane (every node, every 10 s)."""
+    the hottest path in the control plane (every node, every 10 s). The server's `now` is what
+    the lease reads; the agent's `observed_at` only measures its clock skew."""
     expected = _expected_gpus(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
     signals = heartbeat_signals(gpus, expected)
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
-                                      round(sum(power)) if power else None, db_id])
+                                      round(sum(power)) if power else None, clock_skew_seconds(observed_at, now),
+                                      db_id])
         row = cursor.fetchone()
     if row is None:
         _gpus_per_node.pop(node_id, None)
@@ -87,8 +104,23 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
     apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
 
 
-@transaction.atomic
 def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
+    """Store the results and apply them. A report stamped outside ±AGENT_CLOCK_SKEW_LIMIT of
+    its receipt is kept for inspection, marked `clock_skew`, and changes nothing (ClockSkewed)."""
+    skew = clock_skew_seconds(observed_at, now)
+    if abs(skew) > AGENT_CLOCK_SKEW_LIMIT.total_seconds():
+        with transaction.atomic():
+            if not Node.objects.filter(pk=node_id).update(agent_clock_skew_s=skew):
+                raise UnknownNode(node_id)
+            HealthCheckResult.objects.bulk_create([
+                HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], refused="clock_skew",
+                                  detail=(c.get("detail") or "")[:2000], observed_at=observed_at) for c in checks])
+        raise ClockSkewed(skew)
+    return _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now)
+
+
+@transaction.atomic
+def _apply_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
     if not Node.objects.filter(pk=node_id).exists():
         raise UnknownNode(node_id)
     HealthCheckResult.objects.bulk_create([
