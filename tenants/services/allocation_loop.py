@@ -1,10 +1,13 @@
 """The allocation loop: level-triggered, batched, under the `allocation_loop` advisory lock.
 
 Each pass:
+0. outage: when the previous pass is minutes old (broker, beat, worker or database away), every
+   pending and provisioning deadline moves by the gap: nobody could place or provision in it;
 1. cancel intents: pending → cancelled; provisioning/active → nodes releasing + `stop`, allocation releasing;
-2. deadlines: pending past 10 min → failed (insufficient capacity); provisioning past its deadline → failed,
+2. places pending allocations, oldest first (before any deadline is judged: an allocation that
+   fits now is placed, never failed for "insufficient capacity" while nodes are free);
+3. deadlines: pending past 10 min → failed (insufficient capacity); provisioning past its deadline → failed,
    its nodes released;
-3. places pending allocations, oldest first;
 4. provisioning → active when every node is `active`; degraded cleared when replacements are active;
    missing replacements retried;
 5. operator drains of nodes in use: the tenant moves to a replacement node, the drained node is
@@ -18,12 +21,16 @@ moves nodes into `provisioning` and `releasing`.
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from datetime import timedelta
+
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core.locks import locked_run
 from core.services.audit import record_audit
+from core.models import LoopClock
+from core.services.loop_clock import note_run
 from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Node, NodeEvent
 from fleet.services.agent_actions import request_agent_actions
@@ -34,6 +41,7 @@ from tenants.services.allocations import InsufficientCapacity, transition_alloca
 
 ACTOR = "system:allocation-loop"
 BATCH = 200
+LOOP_INTERVAL = timedelta(seconds=10)  # core.periodic "allocation loop"
 # Node states in which a node still belongs to its allocation.
 HELD_STATES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING, Lifecycle.WIPING)
 # Node states the loop stops (the agent runs the tenant's workload or is setting it up).
@@ -86,6 +94,20 @@ def _serve_cancels(result: LoopResult) -> None:
             _release_nodes(allocation, members[allocation.pk], "tenant cancelled the allocation")
             transition_allocation(allocation, S.RELEASING, actor=ACTOR, reason="tenant cancelled the allocation")
         result.counts["cancelled"] += 1
+
+
+def _rearm_deadlines(result: LoopResult, outage) -> None:
+    """Give back the time the loop was away: pending and provisioning deadlines that were still
+    running when the outage began move later by its length (one UPDATE)."""
+    moved = (Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__gt=outage.started)
+             .update(state_deadline=F("state_deadline") + outage.length))
+    if moved:
+        record_audit(actor=ACTOR, action="allocation.deadlines_rearmed",
+                     target=LoopClock.objects.get(name="allocation_loop"),
+                     after={"allocations": moved, "gap_seconds": int(outage.length.total_seconds())},
+                     reason=f"allocation loop was away {int(outage.length.total_seconds())} s "
+                            f"(from {outage.started:%H:%M:%S} UTC); deadlines moved by the gap")
+    result.counts["rearmed"] += moved
 
 
 def _fail_overdue(result: LoopResult, now) -> None:
@@ -235,9 +257,12 @@ def run_allocation_loop() -> LoopResult:
             result.skipped = True
             return result
         now = timezone.now()
+        outage = note_run("allocation_loop", now=now, interval=LOOP_INTERVAL)
+        if outage is not None:
+            _rearm_deadlines(result, outage)
         _serve_cancels(result)
-        _fail_overdue(result, now)
         _place_pending(result)
+        _fail_overdue(result, now)
         _activate(result)
         _serve_drains(result)
         _finish_releases(result, now)

@@ -168,3 +168,35 @@ def test_run_loops_once_places_pending_allocations(small_fleet, client_a):
     call_command("run_loops", "--once", stdout=out)
     assert "allocation_loop" in out.getvalue()
     assert Allocation.objects.get(pk=alloc).state == "provisioning"
+
+
+def test_allocations_accepted_during_an_11_minute_loop_outage_are_placed_not_failed(small_fleet, client_a,
+                                                                                     monkeypatch):
+    """A broker outage: the API keeps accepting creates, no loop runs for 11 minutes. The first
+    pass afterwards places them (nodes are free) instead of failing them for "insufficient
+    capacity within 10 minutes". The clock is moved, not waited for."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    real_now = timezone.now
+    run_allocation_loop()  # the loop was running before the outage
+    ids = [_create(client_a, key=f"out-{i}", node_count=1).data["id"] for i in range(3)]
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(minutes=11))
+    result = run_allocation_loop()
+    assert result.counts["rearmed"] == 3 and result.counts["placed"] == 3 and not result.counts["failed"]
+    states = set(Allocation.objects.filter(pk__in=ids).values_list("state", flat=True))
+    assert states == {"provisioning"}
+    event = AuditEvent.objects.get(action="allocation.deadlines_rearmed")
+    assert event.after["allocations"] == 3 and event.after["gap_seconds"] >= 660
+
+
+def test_a_pending_allocation_that_fits_is_placed_even_past_its_deadline(small_fleet, client_a):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    alloc = _create(client_a, node_count=1).data["id"]
+    Allocation.objects.filter(pk=alloc).update(state_deadline=timezone.now() - timedelta(seconds=1))
+    run_allocation_loop()
+    assert Allocation.objects.get(pk=alloc).state == "provisioning"
