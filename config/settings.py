@@ -169,6 +169,11 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
+# Fault points for the fault suite only (core.faults); empty in every real deployment.
+from core.faults import parse_fault_points  # noqa: E402  (pure function, no Django needed)
+
+FAULT_POINTS = parse_fault_points(env.str("HANGAR_FAULT_POINTS", default=""))
+
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
 IDEMPOTENCY_KEY_TTL_DAYS = 7
