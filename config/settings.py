@@ -50,6 +50,7 @@ MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",
     "core.middleware.RejectNulCharactersMiddleware",
     "core.middleware.RequestLatencyMiddleware",
+    "core.middleware.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -173,6 +174,9 @@ SPECTACULAR_SETTINGS = {
 from core.faults import parse_fault_points  # noqa: E402  (pure function, no Django needed)
 
 FAULT_POINTS = parse_fault_points(env.str("HANGAR_FAULT_POINTS", default=""))
+
+# Seconds a client is told to wait when the database or broker is unavailable (core.outages).
+OUTAGE_RETRY_AFTER_S = env.int("OUTAGE_RETRY_AFTER_S", default=5)
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200

@@ -4,7 +4,9 @@ import re
 import time
 import uuid
 
+from .api.problems import unavailable_response
 from .context import request_id_var
+from .outages import is_outage
 
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
@@ -66,3 +68,17 @@ class RejectNulCharactersMiddleware:
                                     status=400, content_type=PROBLEM_CONTENT_TYPE)
             return HttpResponseBadRequest(detail)
         return self.get_response(request)
+
+
+class OutageMiddleware:
+    """Console views (anything DRF does not handle) that hit a down database or broker answer
+    503 with Retry-After instead of 500 (core.outages)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        return unavailable_response(request, exception) if is_outage(exception) else None

@@ -5,12 +5,16 @@ Every error the API answers has `type`, `title`, `status`, `detail` and a stable
 exception) and the handler below renders it.
 """
 import logging
+import sys
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404, JsonResponse
+from django.conf import settings
+from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
+
+from core.outages import is_outage
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +94,8 @@ def _flatten_errors(detail, prefix: str = "") -> list[dict]:
 
 def problem_exception_handler(exc, context):
     """DRF EXCEPTION_HANDLER: every exception a view raises becomes problem+json."""
+    if is_outage(exc):
+        return unavailable_response(context["request"], exc)
     if isinstance(exc, Problem):
         return problem_response(exc.status_code, exc.code, str(exc.detail), errors=exc.errors,
                                 extra=exc.extra, headers=exc.headers)
@@ -146,7 +152,11 @@ def api_not_found(request, exception=None):
 
 
 def api_server_error(request):
-    """handler500: even an unexpected failure answers problem+json under /api/."""
+    """handler500: even an unexpected failure answers problem+json under /api/; a down
+    database or broker (raised anywhere, middleware included) answers 503, not 500."""
+    exc = sys.exc_info()[1]
+    if is_outage(exc):
+        return unavailable_response(request, exc)
     if _is_api(request):
         body = problem_body(500, "internal_error", "The server failed to handle this request; it has been logged. Retry later.")
         return JsonResponse(body, status=500, content_type=PROBLEM_CONTENT_TYPE)
@@ -155,3 +165,22 @@ def api_server_error(request):
     return server_error(request)
 
 
+
+
+def unavailable_response(request, exc: BaseException):
+    """503 for a down database or broker: problem+json under /api/ and /metrics, a page that
+    reloads itself elsewhere; `Retry-After` on both."""
+    wait = str(settings.OUTAGE_RETRY_AFTER_S)
+    logger.warning("dependency unavailable on %s %s: %s", request.method, request.path, exc)
+    detail = (f"A service this request needs (database or message broker) is unavailable right now; "
+              f"nothing was changed. Retry in {wait} s.")
+    if _is_api(request) or request.path == "/metrics":
+        response = JsonResponse(problem_body(503, "service_unavailable", detail), status=503,
+                                content_type=PROBLEM_CONTENT_TYPE)
+    else:
+        response = HttpResponse(
+            f'<!doctype html><title>Hangar: temporarily unavailable</title><meta http-equiv="refresh" '
+            f'content="{wait}"><h1>Temporarily unavailable</h1><p>{detail}</p><p>This page reloads by itself.</p>',
+            status=503, content_type="text/html; charset=utf-8")
+    response["Retry-After"] = wait
+    return response
