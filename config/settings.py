@@ -134,11 +134,22 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
+# Late acknowledgement: a task is acked when it finishes, so a worker killed mid-task leaves the
+# message to be delivered again. A worker child that dies is requeued at once (reject on worker
+# lost); a whole worker killed with -9 leaves the message unacked in Redis until the visibility
+# timeout, sized just above the longest task time limit (billing, 360 s) so a running task is
+# never delivered twice and a killed one is re-run within ~8 minutes. Every task is idempotent
+# (advisory locks, level-triggered loops), so a second delivery cannot do the work twice.
 CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_LONGEST_TASK_TIME_LIMIT_S = 360
+CELERY_VISIBILITY_TIMEOUT_S = env.int("CELERY_VISIBILITY_TIMEOUT_S", default=CELERY_LONGEST_TASK_TIME_LIMIT_S + 120)
+if not CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}
 CELERY_TASK_SOFT_TIME_LIMIT = 50
 CELERY_TASK_TIME_LIMIT = 60
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULER = "core.beat:SingleBeatScheduler"  # DatabaseScheduler behind the single-beat lease
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 

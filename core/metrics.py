@@ -33,3 +33,23 @@ PAGES = Counter(
     "hangar_pages_total", "On-call pages sent by the control loops (one per correlated incident)", ["scope"],
     registry=REGISTRY,
 )
+
+
+def beat_lease_families(now):
+    """Per scrape, from the database: who holds the single-beat lease, how stale it is, and how
+    many ticks other beats refused (a non-zero rate means a second beat is running)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from core.services.beat_lease import beat_lease
+
+    lease = beat_lease()
+    holder = GaugeMetricFamily("hangar_beat_lease_holder", "The beat holding the single-beat lease", labels=["holder"])
+    age = GaugeMetricFamily("hangar_beat_lease_age_seconds", "Seconds since the lease holder last renewed it")
+    refused = CounterMetricFamily("hangar_beat_refused_ticks", "Ticks a second beat declined to schedule")
+    if lease is not None:
+        holder.add_metric([lease.holder], 1)
+        age.add_metric([], round((now - lease.renewed_at).total_seconds(), 1))
+        refused.add_metric([], lease.refused_ticks)
+    yield holder
+    yield age
+    yield refused

@@ -117,3 +117,16 @@ class LoopClock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} last ran {self.last_run_at:%Y-%m-%d %H:%M:%S}"
+
+
+class BeatLease(models.Model):
+    """The single-beat lease: only the holder schedules periodic tasks; a second beat started by
+    mistake finds a fresh lease held by someone else, refuses to schedule, and counts it."""
+
+    name = models.CharField(primary_key=True, max_length=50)
+    holder = models.CharField(max_length=200, help_text="host:pid of the beat that schedules")
+    renewed_at = models.DateTimeField()
+    refused_ticks = models.PositiveBigIntegerField(default=0, help_text="ticks other beats declined to schedule")
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder}"

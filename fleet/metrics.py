@@ -59,6 +59,7 @@ class FleetCollector:
         yield facility
         yield from agent_clock_skew()
         yield from periodic_task_lag(now)
+        yield from process_metrics.beat_lease_families(now)
         yield from process_metrics.REGISTRY.collect()
 
 
