@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test install migrate bench ci clean
+.PHONY: demo test install migrate bench ci clean chaos
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: migrate
 
 test: install
 	@$(VENV)/bin/pytest
+
+# The fault suite: its own PostgreSQL cluster and Redis on free ports (never yours); see docs/faults.md.
+chaos: install
+	@$(PY) -m tests.chaos.harness
 
 bench: migrate
 	@$(PY) -m benchmarks

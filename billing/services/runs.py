@@ -19,6 +19,7 @@ from billing.models import (Adjustment, BillingRun, Invoice, InvoiceCounter, Inv
                             UsageEvent)
 from billing.periods import format_period, period_end, period_of, previous_period
 from billing.services.rating import Cutoff, latest_price_book_version, output_hash, rate_period
+from core.faults import fault_point
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
@@ -153,6 +154,7 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
                          adjustment_watermark=adjustment_watermark, invoices=len(rated), output_hash=digest,
                          actor=actor, started_at=started_at)
         invoices = _write_invoices(period, rated, run.id, currency="USD")
+        fault_point("billing.after_write")  # the fault suite kills the worker here (uncommitted)
         if finalize:
             _finalize(invoices, settings.BILLING_ISSUER, now)
         run.finished_at = timezone.now()
