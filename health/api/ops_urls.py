@@ -46,7 +46,8 @@ class IncidentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Incident
         fields = ["id", "title", "opened_by", "state", "severity", "signals", "nodes", "affected", "opened_at",
-                  "closed_at", "impact_gpu_hours", "cause", "attribution", "timeline"]
+                  "closed_at", "impact_gpu_hours", "cause", "attribution", "scope", "scope_key", "likely_cause",
+                  "paged_at", "timeline"]
 
     @extend_schema_field(IncidentNodeSerializer(many=True))
     def get_nodes(self, obj):

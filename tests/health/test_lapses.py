@@ -87,7 +87,8 @@ def test_a_node_silent_after_an_outage_is_still_judged_a_full_lease_after_the_re
 
 
 @pytest.mark.django_db
-def test_most_of_a_site_going_silent_is_one_incident_and_no_quarantine(nodes, agent_for, clock):
+def test_most_of_a_site_going_silent_is_one_incident_and_no_quarantine(nodes, agent_for, clock, ops_api,
+                                                                       operator_client):
     """The web tier (or the site network) loses the fleet while the sweep keeps running."""
     agents = [agent_for(n) for n in nodes]
     _beat(agents, clock, 60)
@@ -98,6 +99,10 @@ def test_most_of_a_site_going_silent_is_one_incident_and_no_quarantine(nodes, ag
     assert IncidentEvent.objects.filter(incident=incident, step=IncidentStep.PAGE).count() == 1
     assert _pulled() == 0
     assert Node.objects.filter(health=Health.UNKNOWN).count() == 6
+    body = ops_api.get(f"/api/v1/ops/incidents/{incident.pk}").json()
+    assert body["scope"] == "site" and "lost the fleet" in body["likely_cause"] and body["paged_at"]
+    page = operator_client.get(f"/health/incidents/{incident.pk}/").content.decode()
+    assert "likely cause: the site network or the control plane" in page
     _beat(agents, clock, 30)
     incident.refresh_from_db()
     assert incident.state == IncidentState.CLOSED
