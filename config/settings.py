@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "tenants",
     "health",
     "billing",
+    "planning",
 ]
 
 MIDDLEWARE = [

@@ -4,7 +4,7 @@ is imported lazily so an app adds its own step here without touching the command
 DEMO_SEED_STEPS: tuple[str, ...] = (
     "fleet.services.seeding.seed_demo_fleet",
     "fleet.services.snapshots.seed_demo_history",
-    "fleet.services.migration_plans.seed_demo_plan",
+    "planning.services.migration_plans.seed_demo_plan",
     "core.services.demo_users.ensure_demo_operator",
     "tenants.services.demo.seed_demo_tenant",
     "billing.services.demo.seed_demo_billing",
