@@ -4,7 +4,7 @@ from fleet.models import Hall
 from planning.engines import migration as mp
 from planning.inputs import validate_parameters
 from planning.services.migration_plans import create_plan
-from fleet.services.seeding import seed_fleet
+from devtools.services.fleet_seed import seed_fleet
 
 SITE = "plans"
 

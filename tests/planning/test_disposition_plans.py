@@ -6,7 +6,7 @@ import pytest
 
 from fleet.models import Node
 from planning.models import DispositionAssignment, DispositionPlan
-from fleet.services.seeding import seed_fleet
+from devtools.services.fleet_seed import seed_fleet
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from fleet.choices import AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_actions import request_agent_action
 from fleet.services.lifecycle import transition
-from fleet.simulator import FleetSimulator
+from devtools.simulator import FleetSimulator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,7 +22,7 @@ def _run(simulator: FleetSimulator, start: datetime, seconds: int, step: int = 5
 
 
 def test_simulated_agents_heartbeat_and_do_the_work_they_are_asked(live_server):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=32)
     nodes = list(Node.objects.order_by("hostname"))
@@ -46,7 +46,7 @@ def test_simulated_agents_heartbeat_and_do_the_work_they_are_asked(live_server):
 
 
 def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     from health.services.sweep import run_health_sweep
 
@@ -68,7 +68,7 @@ def test_simulated_agents_sanitise_every_drive_and_the_node_can_then_retire(live
     from fleet.models import SanitizationRecord
     from fleet.services.node_actions import perform_node_action
     from fleet.services.sanitization import record_bmc_reset
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=16)
     node = Node.objects.order_by("hostname").first()

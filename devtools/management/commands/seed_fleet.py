@@ -4,7 +4,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.models import Node, Site
-from fleet.services.seeding import seed_fleet
+from devtools.services.fleet_seed import seed_fleet
 
 
 class Command(BaseCommand):
