@@ -4,6 +4,7 @@ Unset variables give the embedded default: SQLite files and Celery's filesystem 
 under var/, so `make demo` needs nothing but Python. Production and CI set DATABASE_URL,
 LEDGER_DATABASE_URL and REDIS_URL (PostgreSQL + Redis).
 """
+
 from pathlib import Path
 
 import environ
@@ -44,7 +45,12 @@ INSTALLED_APPS = [
     "tenants",
     "health",
     "billing",
+    "planning",
 ]
+# Demo seeding, `manage.py demo`, seed_fleet and the fleet simulator. The product never imports
+# them; a production deployment sets HANGAR_DEVTOOLS=false and the app is not installed.
+if env.bool("HANGAR_DEVTOOLS", default=True):
+    INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",

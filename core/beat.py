@@ -5,6 +5,7 @@ loop. Each tick first holds the lease (core.services.beat_lease); a beat that do
 sends nothing, logs once, and tries again a few seconds later, ready to take over when the
 holder's lease goes stale.
 """
+
 import logging
 import os
 import socket
@@ -33,8 +34,13 @@ class SingleBeatScheduler(DatabaseScheduler):
             close_old_connections()
             return RETRY_SECONDS
         if leading != self._leading:
-            logger.warning("beat %s %s", self.holder, "holds the single-beat lease: scheduling" if leading
-                           else "found another beat holding the lease: NOT scheduling")
+            logger.warning(
+                "beat %s %s",
+                self.holder,
+                "holds the single-beat lease: scheduling"
+                if leading
+                else "found another beat holding the lease: NOT scheduling",
+            )
             self._leading = leading
         if not leading:
             return RETRY_SECONDS

@@ -7,6 +7,7 @@ Actions: `exit` ends the process at once (os._exit, as kill -9 would: no cleanup
 goes through; `raise` raises SimulatedCrash (a BaseException: nothing catches it, every open
 transaction rolls back) for in-process tests.
 """
+
 import os
 from pathlib import Path
 

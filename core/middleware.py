@@ -1,11 +1,16 @@
 """Request id: taken from X-Request-ID when a proxy set one, otherwise minted; echoed back
 and recorded on every audit row written during the request."""
+
 import re
 import time
 import uuid
 
-from .api.problems import unavailable_response
+from django.http import HttpResponseBadRequest, JsonResponse
+
+from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body, unavailable_response
+
 from .context import request_id_var
+from .metrics import REQUEST_LATENCY
 from .outages import is_outage
 
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -36,14 +41,14 @@ class RequestLatencyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        from .metrics import REQUEST_LATENCY
 
         started = time.perf_counter()
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         route = ("/" + match.route) if match is not None else "unmatched"
         REQUEST_LATENCY.labels(method=request.method, route=route, status=str(response.status_code)).observe(
-            time.perf_counter() - started)
+            time.perf_counter() - started
+        )
         return response
 
 
@@ -55,17 +60,21 @@ class RejectNulCharactersMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if "\x00" in request.path or any("\x00" in key or any("\x00" in v for v in values)
-                                          for key, values in request.GET.lists()):
-            from django.http import HttpResponseBadRequest, JsonResponse
-
-            from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
-
+        if "\x00" in request.path or any(
+            "\x00" in key or any("\x00" in v for v in values) for key, values in request.GET.lists()
+        ):
             detail = "The URL contains a NUL (%00) character; remove it and retry."
             if request.path.startswith("/api/"):
-                return JsonResponse(problem_body(400, "validation_error", detail,
-                                                 errors=[{"field": "query", "message": "contains a NUL character"}]),
-                                    status=400, content_type=PROBLEM_CONTENT_TYPE)
+                return JsonResponse(
+                    problem_body(
+                        400,
+                        "validation_error",
+                        detail,
+                        errors=[{"field": "query", "message": "contains a NUL character"}],
+                    ),
+                    status=400,
+                    content_type=PROBLEM_CONTENT_TYPE,
+                )
             return HttpResponseBadRequest(detail)
         return self.get_response(request)
 

@@ -1,6 +1,5 @@
 """Models every app shares: the base model, the audit trail, API tokens and the
 idempotency record store."""
-import uuid
 
 from django.conf import settings
 from django.db import models
@@ -18,6 +17,35 @@ class BaseModel(models.Model):
 
     class Meta:
         abstract = True
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """Evidence rows are written once: bulk update and delete are refused here, and on
+    PostgreSQL a trigger refuses them in the database too (each app's migration adds it)."""
+
+    def update(self, **kwargs):
+        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be changed")
+
+    def delete(self):
+        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be deleted")
+
+
+class AppendOnlyModel(models.Model):
+    """Base of evidence tables (sanitisation records, custody transfers): rows are inserted,
+    never changed or deleted, whether through the ORM or the queryset."""
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be deleted")
 
 
 class AuditEvent(models.Model):
@@ -51,7 +79,9 @@ class ApiToken(models.Model):
     kind = models.CharField(max_length=16, choices=ApiTokenKind.choices)
     name = models.CharField(max_length=100, blank=True)
     tenant = models.ForeignKey("tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="tokens")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     role = models.CharField(max_length=16, choices=TenantRole.choices, blank=True)
     prefix = models.CharField(max_length=16, help_text="first characters of the token, to recognise it")
     digest = models.CharField(max_length=64, unique=True, editable=False)

@@ -7,6 +7,7 @@ path is left out: the DRF exception handler (API views), `OutageMiddleware.proce
 (console views) and handler500 (anything raised in middleware); all three answer with
 core.api.problems.unavailable_response.
 """
+
 from django.db import InterfaceError, OperationalError
 
 

@@ -1,22 +1,23 @@
 """Inventory admin, NetBox-style: filters, search, sensible columns, inline GPUs and drives,
 CSV import/export of racks and nodes (validated by each model's clean())."""
-from django.contrib import admin
+from django.contrib import admin, messages
 from import_export import fields, resources
 from import_export.admin import ImportExportModelAdmin
 from import_export.widgets import ForeignKeyWidget
 
 from core.admin import ReadOnlyAdmin
+from core.services.audit import actor_label
+from fleet.services.lifecycle import InvalidTransition
+from fleet.services.operator_actions import ActionRefused, perform_operator_action
 
 from .models import (
     GPU,
     Drive,
     FabricDomain,
     Hall,
-    MigrationPlan,
     Node,
     NodeEvent,
     NodeType,
-    PlannedAction,
     PowerFeed,
     Rack,
     SanitizationRecord,
@@ -158,17 +159,13 @@ class NodeAdmin(ImportExportModelAdmin):
     actions = ["cordon_nodes", "uncordon_nodes", "drain_nodes"]
 
     def _node_action(self, request, queryset, action: str):
-        """The console's path: each node through perform_node_action (checked, evented, audited)."""
-        from django.contrib import messages
+        """The console's path: each node through perform_operator_action (checked, evented, audited)."""
 
-        from core.services.audit import actor_label
-        from fleet.services.lifecycle import InvalidTransition
-        from fleet.services.node_actions import ActionRefused, perform_node_action
 
         done, refused = 0, []
         for node_id, hostname in queryset.values_list("pk", "hostname"):
             try:
-                perform_node_action(node_id=node_id, action=action, actor=actor_label(request.user),
+                perform_operator_action(node_id=node_id, action=action, actor=actor_label(request.user),
                                     reason="admin bulk action", user=request.user)
                 done += 1
             except (InvalidTransition, ActionRefused) as exc:
@@ -218,24 +215,3 @@ class SanitizationRecordAdmin(ReadOnlyAdmin):
     list_filter = ("method", "verified", "source")
     search_fields = ("drive__serial", "drive__node__hostname")
     list_select_related = ("drive",)
-
-
-# Migration plans are created and applied by fleet.services.migration_plans (console /plans/ or the
-# ops API); the admin shows them and the work they scheduled.
-@admin.register(MigrationPlan)
-class MigrationPlanAdmin(ReadOnlyAdmin):
-    list_display = ("name", "created_at", "created_by", "feasible", "status", "applied_at")
-    list_filter = ("feasible", "status")
-    search_fields = ("name", "created_by")
-    exclude = ("inputs", "result")  # large JSON: read them on /plans/<id>/ or through the API
-
-
-@admin.register(PlannedAction)
-class PlannedActionAdmin(ReadOnlyAdmin):
-    list_display = ("kind", "starts_on", "ends_on", "rack", "node", "node_type", "nodes", "gpus", "plan")
-    list_filter = ("kind", "plan")
-    search_fields = ("rack__name", "node__hostname", "key")
-    list_select_related = ("rack", "node", "node_type", "plan")
-    raw_id_fields = ("rack", "node")
-    date_hierarchy = "starts_on"
-    show_full_result_count = False

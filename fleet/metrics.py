@@ -4,9 +4,11 @@ Fleet figures are computed per scrape by a collector in a fresh registry, from t
 aggregate selectors the dashboards use (a handful of grouped queries, whatever the fleet size);
 loop durations and request latency come from core.metrics' process registry.
 """
+
 from django.db.models import Count, F, Q, Sum
 from django.http import HttpResponse
 from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from rest_framework.negotiation import BaseContentNegotiation
@@ -23,13 +25,20 @@ from .selectors import hall_power, racks_with_draw
 class FleetCollector:
     def collect(self):
         now = timezone.now()
-        gpus = GaugeMetricFamily("hangar_gpus", "GPUs by node lifecycle state and generation", labels=["state", "generation"])
+        gpus = GaugeMetricFamily(
+            "hangar_gpus", "GPUs by node lifecycle state and generation", labels=["state", "generation"]
+        )
         nodes = GaugeMetricFamily("hangar_nodes", "Nodes by lifecycle and health", labels=["lifecycle", "health"])
         per_state: dict[tuple[str, str], int] = {}
         per_health: dict[tuple[str, str], int] = {}
-        for row in (Node.objects.values(generation=F("node_type__generation"), state=F("lifecycle"), h=F("health"))
-                    .annotate(n=Count("id"), g=Sum("node_type__gpus_per_node")).order_by()):
-            per_state[(row["state"], row["generation"])] = per_state.get((row["state"], row["generation"]), 0) + row["g"]
+        for row in (
+            Node.objects.values(generation=F("node_type__generation"), state=F("lifecycle"), h=F("health"))
+            .annotate(n=Count("id"), g=Sum("node_type__gpus_per_node"))
+            .order_by()
+        ):
+            per_state[(row["state"], row["generation"])] = (
+                per_state.get((row["state"], row["generation"]), 0) + row["g"]
+            )
             per_health[(row["state"], row["h"])] = per_health.get((row["state"], row["h"]), 0) + row["n"]
         for (state, generation), value in sorted(per_state.items()):
             gpus.add_metric([state, generation], value)
@@ -38,8 +47,12 @@ class FleetCollector:
         yield gpus
         yield nodes
 
-        rack_kw = GaugeMetricFamily("hangar_rack_power_kw", "Rack IT draw (agent readings, else rated kW)", labels=["rack", "hall"])
-        rack_rated = GaugeMetricFamily("hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"])
+        rack_kw = GaugeMetricFamily(
+            "hangar_rack_power_kw", "Rack IT draw (agent readings, else rated kW)", labels=["rack", "hall"]
+        )
+        rack_rated = GaugeMetricFamily(
+            "hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"]
+        )
         for rack in (r for r in racks_with_draw(now=now) if r.node_count):
             hall = rack.hall
             rack_kw.add_metric([rack.name, hall], round(rack.drawn, 3))
@@ -49,7 +62,9 @@ class FleetCollector:
 
         hall_kw = GaugeMetricFamily("hangar_hall_power_kw", "Hall IT draw (kW)", labels=["hall"])
         budget = GaugeMetricFamily("hangar_hall_power_budget_kw", "Hall IT power budget (kW)", labels=["hall"])
-        facility = GaugeMetricFamily("hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)", labels=["hall"])
+        facility = GaugeMetricFamily(
+            "hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)", labels=["hall"]
+        )
         for hall in hall_power(now=now):
             hall_kw.add_metric([hall.name], hall.drawn_kw)
             budget.add_metric([hall.name], hall.budget_kw)
@@ -66,26 +81,32 @@ class FleetCollector:
 def agent_clock_skew():
     """Each agent's clock against the server's, as measured at its last heartbeat. Only clocks
     off by a second or more get a per-node series (a healthy, NTP-synced fleet adds none)."""
-    skew = GaugeMetricFamily("hangar_agent_clock_skew_seconds",
-                             "Agent clock minus server clock at the last heartbeat (nodes off by >= 1 s)",
-                             labels=["node"])
+    skew = GaugeMetricFamily(
+        "hangar_agent_clock_skew_seconds",
+        "Agent clock minus server clock at the last heartbeat (nodes off by >= 1 s)",
+        labels=["node"],
+    )
     worst = 0
-    for hostname, seconds in (Node.objects.filter(Q(agent_clock_skew_s__gte=1) | Q(agent_clock_skew_s__lte=-1))
-                              .values_list("hostname", "agent_clock_skew_s")):
+    for hostname, seconds in Node.objects.filter(
+        Q(agent_clock_skew_s__gte=1) | Q(agent_clock_skew_s__lte=-1)
+    ).values_list("hostname", "agent_clock_skew_s"):
         skew.add_metric([hostname], seconds)
         worst = max(worst, abs(seconds))
     yield skew
-    yield GaugeMetricFamily("hangar_agent_clock_skew_max_abs_seconds",
-                            "Largest agent clock skew in the fleet (seconds)", value=worst)
+    yield GaugeMetricFamily(
+        "hangar_agent_clock_skew_max_abs_seconds", "Largest agent clock skew in the fleet (seconds)", value=worst
+    )
 
 
 def periodic_task_lag(now):
     """Seconds since each beat-scheduled task last started, across every worker (from beat's table)."""
-    from django_celery_beat.models import PeriodicTask
 
-    lag = GaugeMetricFamily("hangar_periodic_task_last_run_age_seconds",
-                            "Seconds since Celery beat last started the task", labels=["task"])
-    for name, last_run in PeriodicTask.objects.filter(enabled=True, last_run_at__isnull=False).values_list("task", "last_run_at"):
+    lag = GaugeMetricFamily(
+        "hangar_periodic_task_last_run_age_seconds", "Seconds since Celery beat last started the task", labels=["task"]
+    )
+    for name, last_run in PeriodicTask.objects.filter(enabled=True, last_run_at__isnull=False).values_list(
+        "task", "last_run_at"
+    ):
         lag.add_metric([name], round((now - last_run).total_seconds(), 1))
     yield lag
 

@@ -4,6 +4,7 @@ and drives, plus each node's event trail.
 Cross-object rules (a rack must power and cool what is placed in it; a node and its fabric
 sit in one site) live in `clean()`, so the admin, imports and services all enforce them.
 """
+
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -12,7 +13,7 @@ from django.db import models
 from django.db.models import Q, Sum
 
 from core.ids import uuid7
-from core.models import BaseModel
+from core.models import AppendOnlyModel, BaseModel
 
 from .choices import (
     COOLING_SATISFIES,
@@ -21,7 +22,6 @@ from .choices import (
     Attribution,
     Cooling,
     CoolingRequirement,
-    DispositionOption,
     DriveInterface,
     FabricTechnology,
     Health,
@@ -55,7 +55,9 @@ class Hall(BaseModel):
     name = models.CharField(max_length=100)
     it_power_budget_kw = models.DecimalField(**KW, help_text="IT power the hall's electrical plant can deliver (kW)")
     pue = models.DecimalField(
-        max_digits=4, decimal_places=2, default=Decimal("1.58"),
+        max_digits=4,
+        decimal_places=2,
+        default=Decimal("1.58"),
         validators=[MinValueValidator(Decimal("1"))],
         help_text="Power usage effectiveness; default 1.58 = Uptime Institute 2023 industry average",
     )
@@ -165,7 +167,9 @@ class NodeType(BaseModel):
     gpus_per_node = models.PositiveSmallIntegerField()
     node_kw = models.DecimalField(**KW, help_text="maximum draw of one node (kW)")
     rack_kw = models.DecimalField(
-        **KW, null=True, blank=True,
+        **KW,
+        null=True,
+        blank=True,
         help_text="for rack-scale systems (NVL72): the whole rack's draw; such a type needs a rack that carries it",
     )
     cooling_requirement = models.CharField(max_length=16, choices=CoolingRequirement.choices)
@@ -195,14 +199,18 @@ class Node(BaseModel):
     rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="nodes")
     u_position = models.PositiveSmallIntegerField(help_text="lowest U the node occupies (1 = bottom)")
     node_type = models.ForeignKey(NodeType, on_delete=models.PROTECT, related_name="nodes")
-    fabric_domain = models.ForeignKey(FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    fabric_domain = models.ForeignKey(
+        FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes"
+    )
     leaf_switch = models.CharField(max_length=50, blank=True, help_text="the fabric leaf the node's ports land on")
     bmc_address = models.GenericIPAddressField(null=True, blank=True)
     commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
 
     lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
     target_lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, blank=True)
-    state_deadline = models.DateTimeField(null=True, blank=True, help_text="a working state past this moves to its failure state")
+    state_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="a working state past this moves to its failure state"
+    )
     power_state = models.CharField(max_length=8, choices=PowerState.choices, default=PowerState.UNKNOWN)
     cordoned = models.BooleanField(default=False)
     cordon_reason = models.CharField(max_length=200, blank=True)
@@ -213,9 +221,11 @@ class Node(BaseModel):
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_clock_skew_s = models.IntegerField(
-        null=True, blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)")
+        null=True, blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)"
+    )
     observed_power_w = models.IntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",
     )
     # A drain asked of a node that carries a live allocation: the allocation loop moves the
@@ -232,8 +242,11 @@ class Node(BaseModel):
         indexes = [
             models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),
             # placement reads only the free nodes of one type per domain: keep them in their own small index
-            models.Index(fields=["node_type", "fabric_domain", "leaf_switch"],
-                         condition=Q(lifecycle="available", cordoned=False), name="fleet_node_free_by_type_idx"),
+            models.Index(
+                fields=["node_type", "fabric_domain", "leaf_switch"],
+                condition=Q(lifecycle="available", cordoned=False),
+                name="fleet_node_free_by_type_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -273,7 +286,9 @@ class Node(BaseModel):
             for other in others.select_related("node_type"):
                 other_top = other.u_position + other.node_type.u_height - 1
                 if self.u_position <= other_top and other.u_position <= top:
-                    errors.append(f"U{self.u_position}-U{top} overlaps {other.hostname} at U{other.u_position}-U{other_top}.")
+                    errors.append(
+                        f"U{self.u_position}-U{top} overlaps {other.hostname} at U{other.u_position}-U{other_top}."
+                    )
         if self.fabric_domain_id and self.fabric_domain.site_id != rack.hall.site_id:
             errors.append(
                 f"Fabric {self.fabric_domain.name} is in site {self.fabric_domain.site}; rack {rack.name} is in "
@@ -365,10 +380,16 @@ class NodeAgentAction(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "action"], condition=Q(state="pending", drive__isnull=True),
-                                    name="fleet_agentaction_one_pending_per_kind"),
-            models.UniqueConstraint(fields=["drive", "action"], condition=Q(state="pending", drive__isnull=False),
-                                    name="fleet_agentaction_one_pending_per_drive"),
+            models.UniqueConstraint(
+                fields=["node", "action"],
+                condition=Q(state="pending", drive__isnull=True),
+                name="fleet_agentaction_one_pending_per_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["drive", "action"],
+                condition=Q(state="pending", drive__isnull=False),
+                name="fleet_agentaction_one_pending_per_drive",
+            ),
         ]
         indexes = [models.Index(fields=["node", "state"], name="fleet_agentaction_node_state")]
 
@@ -401,38 +422,17 @@ class FleetSnapshot(models.Model):
     class Meta:
         ordering = ["-at"]
         constraints = [
-            models.UniqueConstraint(fields=["resolution", "at", "generation", "hall"], name="fleet_snapshot_point_unique"),
+            models.UniqueConstraint(
+                fields=["resolution", "at", "generation", "hall"], name="fleet_snapshot_point_unique"
+            ),
         ]
         indexes = [models.Index(fields=["resolution", "at"], name="fleet_snapshot_res_at_idx")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.resolution} {self.generation} {self.hall_id}"
+
+
 # ---- end of life: sanitisation, disposal checklist, custody, disposition plans -------------------
-
-class AppendOnlyQuerySet(models.QuerySet):
-    """Evidence rows are written once: bulk update and delete are refused here, and on
-    PostgreSQL a trigger refuses them in the database too (migration `eol`)."""
-
-    def update(self, **kwargs):
-        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be changed")
-
-    def delete(self):
-        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be deleted")
-
-
-class AppendOnlyModel(models.Model):
-    objects = AppendOnlyQuerySet.as_manager()
-
-    class Meta:
-        abstract = True
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be changed")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be deleted")
 
 
 class SanitizationRecord(AppendOnlyModel):
@@ -451,8 +451,9 @@ class SanitizationRecord(AppendOnlyModel):
     actor = models.CharField(max_length=200, help_text="operator or agent that performed it")
     performed_at = models.DateTimeField(db_index=True)
     source = models.CharField(max_length=8, choices=SanitizationSource.choices)
-    node_agent_action = models.OneToOneField(NodeAgentAction, null=True, blank=True, on_delete=models.PROTECT,
-                                             related_name="sanitization_record")
+    node_agent_action = models.OneToOneField(
+        NodeAgentAction, null=True, blank=True, on_delete=models.PROTECT, related_name="sanitization_record"
+    )
 
     class Meta:
         ordering = ["performed_at", "id"]
@@ -492,90 +493,3 @@ class CustodyTransfer(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_party} → {self.to_party}"
-
-
-class DispositionPlan(BaseModel):
-    """A disposition run: the inputs the operator chose and the valuation's answer, stored as
-    computed so the plan reads the same later even if reference prices change."""
-
-    name = models.CharField(max_length=200)
-    created_by = models.CharField(max_length=200)
-    inputs = models.JSONField(help_text="selection, demands, horizon, channel, lease cap, assumption overrides")
-    result = models.JSONField(help_text="option values per block, split, reasoning, assumptions with sources")
-    nodes = models.ManyToManyField(Node, through="DispositionAssignment", related_name="disposition_plans")
-
-    class Meta:
-        ordering = ["-created_at"]
-class DispositionAssignment(models.Model):
-    """Which option (and pool) the plan gives one node."""
-
-    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    plan = models.ForeignKey(DispositionPlan, on_delete=models.CASCADE, related_name="assignments")
-    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="disposition_assignments")
-    option = models.CharField(max_length=8, choices=DispositionOption.choices)
-    pool = models.CharField(max_length=100, blank=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["plan", "node"], name="fleet_disposition_one_per_node")]
-
-    def __str__(self) -> str:
-        return f"{self.node_id} → {self.option}"
-
-
-# ---- generation migration plans ----------------------------------------------------------
-
-class MigrationPlan(BaseModel):
-    """A stored generation-migration plan: the canonical inputs it was computed from and the
-    planner's answer. Applying it schedules the work in the inventory (``PlannedAction``)."""
-
-    class Status(models.TextChoices):
-        DRAFT = "draft", "Draft"
-        APPLIED = "applied", "Applied"
-
-    name = models.CharField(max_length=100)
-    created_by = models.CharField(max_length=200, help_text="actor who created it (user:NAME or token:ID)")
-    inputs = models.JSONField(help_text="operator parameters and the resolved planner inputs (canonical JSON)")
-    result = models.JSONField(help_text="the serialised plan: verdicts, phases, timeline, naive sequences, fixes")
-    feasible = models.BooleanField()
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
-    applied_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def drain_node_ids(self) -> list:
-        """The nodes this plan decommissions: known once it is applied and its work scheduled."""
-        return list(self.actions.filter(kind="decommission", node__isnull=False).values_list("node_id", flat=True))
-
-
-class PlannedAction(BaseModel):
-    """Work an applied migration plan scheduled: a facility upgrade, a node intake into a rack,
-    or the decommission of a drained node. ``key`` makes applying a plan twice a no-op."""
-
-    class Kind(models.TextChoices):
-        FACILITY_UPGRADE = "facility_upgrade", "Facility upgrade"
-        NODE_INTAKE = "node_intake", "Node intake"
-        DECOMMISSION = "decommission", "Decommission"
-
-    plan = models.ForeignKey(MigrationPlan, on_delete=models.CASCADE, related_name="actions")
-    key = models.CharField(max_length=200, help_text="what this action is within its plan (unique per plan)")
-    kind = models.CharField(max_length=20, choices=Kind.choices)
-    rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="planned_actions")
-    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions")
-    node_type = models.ForeignKey(NodeType, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions")
-    nodes = models.PositiveIntegerField(default=0)
-    gpus = models.PositiveIntegerField(default=0)
-    starts_on = models.DateField()
-    ends_on = models.DateField(help_text="upgrade ready / intake in service / node shipped")
-    detail = models.TextField(blank=True)
-
-    class Meta:
-        ordering = ["starts_on", "kind", "key"]
-        constraints = [models.UniqueConstraint(fields=["plan", "key"], name="fleet_plannedaction_plan_key_unique")]
-        indexes = [models.Index(fields=["rack", "starts_on"], name="fleet_plannedaction_rack_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.key} {self.starts_on}"

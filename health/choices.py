@@ -1,4 +1,5 @@
 """Health choice sets."""
+
 from django.db import models
 
 

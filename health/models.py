@@ -1,13 +1,23 @@
 """Health state: conditions (latest per node/GPU/signal plus bounded history), check results
 and incidents."""
+
 from django.db import models
 
 from core.ids import uuid7
 from core.models import BaseModel
 from fleet.choices import Attribution
 
-from .choices import (CheckName, CheckStatus, ConditionEventKind, ConditionStatus, IncidentOpener, IncidentScope,
-                      IncidentState, IncidentStep, Severity)
+from .choices import (
+    CheckName,
+    CheckStatus,
+    ConditionEventKind,
+    ConditionStatus,
+    IncidentOpener,
+    IncidentScope,
+    IncidentState,
+    IncidentStep,
+    Severity,
+)
 
 
 class Condition(models.Model):
@@ -32,10 +42,16 @@ class Condition(models.Model):
         ordering = ["node_id", "gpu_index", "signal"]
         constraints = [
             # NULLs are distinct in a plain unique index, so node-level and GPU-level rows need one each.
-            models.UniqueConstraint(fields=["node", "gpu_index", "signal"], condition=models.Q(gpu_index__isnull=False),
-                                    name="health_condition_gpu_unique"),
-            models.UniqueConstraint(fields=["node", "signal"], condition=models.Q(gpu_index__isnull=True),
-                                    name="health_condition_node_unique"),
+            models.UniqueConstraint(
+                fields=["node", "gpu_index", "signal"],
+                condition=models.Q(gpu_index__isnull=False),
+                name="health_condition_gpu_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["node", "signal"],
+                condition=models.Q(gpu_index__isnull=True),
+                name="health_condition_node_unique",
+            ),
         ]
         # The sweep asks "does this node have an active condition of severity X" per node.
         indexes = [models.Index(fields=["node", "status", "severity"], name="health_condition_node_active")]
@@ -73,8 +89,9 @@ class HealthCheckResult(models.Model):
     detail = models.TextField(blank=True)
     observed_at = models.DateTimeField(help_text="the agent's clock")
     received_at = models.DateTimeField(auto_now_add=True, help_text="the server's clock: what the gate compares")
-    refused = models.CharField(max_length=40, blank=True,
-                               help_text="why the gate ignores this result (e.g. clock_skew); kept for inspection")
+    refused = models.CharField(
+        max_length=40, blank=True, help_text="why the gate ignores this result (e.g. clock_skew); kept for inspection"
+    )
 
     class Meta:
         ordering = ["-observed_at"]
@@ -150,11 +167,19 @@ class LapseHold(models.Model):
     held_at = models.DateTimeField()
     silent_since = models.DateTimeField(help_text="the node's last heartbeat when it was held")
     returned_at = models.DateTimeField(null=True, blank=True, help_text="heartbeats flowed again")
-    released_at = models.DateTimeField(null=True, blank=True,
-                                       help_text="handed back to per-node judgement (its group came back, it did not)")
+    released_at = models.DateTimeField(
+        null=True, blank=True, help_text="handed back to per-node judgement (its group came back, it did not)"
+    )
 
     class Meta:
         ordering = ["held_at", "id"]
-        constraints = [models.UniqueConstraint(fields=["node"], name="health_one_open_lapse_hold_per_node",
-                                               condition=models.Q(returned_at__isnull=True,
-                                                                  released_at__isnull=True))]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"],
+                name="health_one_open_lapse_hold_per_node",
+                condition=models.Q(returned_at__isnull=True, released_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"hold of {self.node_id} in {self.incident_id}"

@@ -4,11 +4,13 @@ Every signal the agent can raise maps to a severity; the severity decides the ac
 The sweep, the heartbeat ingest and the console page `/health/policy/` all read these tables;
 nothing else hard-codes a signal's meaning.
 """
+
 from dataclasses import dataclass
 from datetime import timedelta
 
 from core.reference_data import parameter
 
+from .choices import SEVERITY_RANK
 from .choices import Severity as S
 
 # heartbeat_defaults (reliability.csv, Kubernetes node lifecycle defaults): 10 s beat,
@@ -64,22 +66,38 @@ XID_SEVERITY: dict[int, str] = {
     **{x: S.INFO for x in (13, 31, 43, 45, 63, 92)},
     94: S.WARN,
     **{x: S.RESET for x in (46, 48, 62, 95, 109, 119, 120, 136, 140)},
-    79: S.REBOOT, 74: S.REBOOT,
+    79: S.REBOOT,
+    74: S.REBOOT,
     64: S.FATAL,
 }
 XID_DESCRIPTIONS = {
-    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-    45: "preemptive cleanup", 63: "ECC page retirement / row remap event", 92: "high single-bit ECC rate",
-    94: "contained ECC error", 46: "GPU stopped processing (timeout)", 48: "double-bit ECC error",
-    62: "internal micro-controller halt", 95: "uncontained ECC error", 109: "context switch timeout",
-    119: "GSP RPC timeout", 120: "GSP error", 136: "link training failure", 140: "unrecovered ECC error",
-    79: "GPU has fallen off the bus", 74: "NVLink error", 64: "ECC page retirement / row remap failure",
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+    63: "ECC page retirement / row remap event",
+    92: "high single-bit ECC rate",
+    94: "contained ECC error",
+    46: "GPU stopped processing (timeout)",
+    48: "double-bit ECC error",
+    62: "internal micro-controller halt",
+    95: "uncontained ECC error",
+    109: "context switch timeout",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    136: "link training failure",
+    140: "unrecovered ECC error",
+    79: "GPU has fallen off the bus",
+    74: "NVLink error",
+    64: "ECC page retirement / row remap failure",
 }
 UNLISTED_XID_SEVERITY = S.INFO  # recorded so an operator sees it; no automatic action
 
 RULES: dict[str, Rule] = {
-    **{f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {XID_DESCRIPTIONS[x]}", event=True)
-       for x, sev in XID_SEVERITY.items()},
+    **{
+        f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {XID_DESCRIPTIONS[x]}", event=True)
+        for x, sev in XID_SEVERITY.items()
+    },
     "ecc_sbe": Rule("ecc_sbe", S.INFO, "single-bit ECC errors corrected"),
     "row_remap_pending": Rule("row_remap_pending", S.WARN, "row remap pending (needs a GPU reset)"),
     "row_remap_failed": Rule("row_remap_failed", S.FATAL, "row remap failed (no spare rows)"),
@@ -106,16 +124,19 @@ ESCALATIONS: tuple[tuple[str, str, str], ...] = (
 )
 
 # A failing health-report check raises the condition named here; a warning raises the second.
-CHECK_FAIL_SIGNAL = {name: name for name in ("dcgm_r1", "dcgm_r2", "dcgm_r3", "nccl_allreduce", "ib_link",
-                                               "nvme_smart", "burn_in")}
+CHECK_FAIL_SIGNAL = {
+    name: name for name in ("dcgm_r1", "dcgm_r2", "dcgm_r3", "nccl_allreduce", "ib_link", "nvme_smart", "burn_in")
+}
 CHECK_WARN_SIGNAL = {"ib_link": "ib_symbol_errors", "nvme_smart": "nvme_smart"}
 # A passing check clears these conditions.
-CHECK_PASS_CLEARS = {name: [name] + ([CHECK_WARN_SIGNAL[name]] if name in CHECK_WARN_SIGNAL else [])
-                     for name in CHECK_FAIL_SIGNAL}
+CHECK_PASS_CLEARS = {
+    name: [name] + ([CHECK_WARN_SIGNAL[name]] if name in CHECK_WARN_SIGNAL else []) for name in CHECK_FAIL_SIGNAL
+}
 
 # Level signals the heartbeat reports every time: absent from a heartbeat → cleared.
-HEARTBEAT_LEVEL_SIGNALS = frozenset({"ecc_sbe", "row_remap_pending", "thermal_throttle", "nvlink_down",
-                                     "gpu_count_mismatch", "heartbeat_lost"})
+HEARTBEAT_LEVEL_SIGNALS = frozenset(
+    {"ecc_sbe", "row_remap_pending", "thermal_throttle", "nvlink_down", "gpu_count_mismatch", "heartbeat_lost"}
+)
 
 # The validation gate (health.services.gate).
 GATE_AFTER_RESET = ("dcgm_r2", "nccl_allreduce", "ib_link")
@@ -135,8 +156,9 @@ def is_event(signal: str) -> bool:
 
 def policy_rows() -> list[dict]:
     """The table the console shows: one row per signal, most severe first."""
-    from .choices import SEVERITY_RANK
 
-    rows = [{"signal": r.signal, "severity": r.severity, "description": r.description, "action": ACTIONS[r.severity]}
-            for r in RULES.values()]
+    rows = [
+        {"signal": r.signal, "severity": r.severity, "description": r.description, "action": ACTIONS[r.severity]}
+        for r in RULES.values()
+    ]
     return sorted(rows, key=lambda r: (-SEVERITY_RANK[r["severity"]], r["signal"]))

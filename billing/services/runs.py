@@ -6,6 +6,7 @@ consumed invoice number). Draft invoices are rewritten in place; finalized ones 
 touched again (triggers enforce it), so re-running a finalized period is a no-op that
 returns the run that finalized it.
 """
+
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -15,10 +16,22 @@ from django.db import connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from billing.models import (Adjustment, BillingRun, Invoice, InvoiceCounter, InvoiceLine, InvoiceStatus,
-                            UsageEvent)
+from billing.models import (
+    Adjustment,
+    BillingRun,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    InvoiceStatus,
+    UsageEvent,
+)
 from billing.periods import format_period, period_end, period_of, previous_period
-from billing.services.rating import Cutoff, latest_price_book_version, output_hash, rate_period
+from billing.services.rating import (
+    Cutoff,
+    latest_price_book_version,
+    output_hash,
+    rate_period,
+)
 from core.faults import fault_point
 from core.locks import advisory_lock
 from core.services.audit import record_audit
@@ -64,8 +77,12 @@ def _finalized_run(period: date) -> BillingRun | None:
 
 
 def _cutoff(period: date, watermark: int, adjustment_watermark: int) -> Cutoff:
-    prior = (BillingRun.objects.using(LEDGER).filter(finalize=True, period__lt=period)
-             .order_by("-period", "-started_at").first())
+    prior = (
+        BillingRun.objects.using(LEDGER)
+        .filter(finalize=True, period__lt=period)
+        .order_by("-period", "-started_at")
+        .first()
+    )
     if prior is None:
         return Cutoff(watermark, adjustment_watermark)
     return Cutoff(watermark, adjustment_watermark, prior.period, prior.watermark, prior.adjustment_watermark)
@@ -73,19 +90,33 @@ def _cutoff(period: date, watermark: int, adjustment_watermark: int) -> Cutoff:
 
 def _check_finalizable(period: date, now: datetime) -> None:
     if period_end(period) > now:
-        raise BillingRunError("period_open", f"{format_period(period)} has not ended yet; only past periods "
-                              "can be finalized. Run it without finalize to refresh the drafts.")
+        raise BillingRunError(
+            "period_open",
+            f"{format_period(period)} has not ended yet; only past periods "
+            "can be finalized. Run it without finalize to refresh the drafts.",
+        )
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
-    open_earlier = (UsageEvent.objects.using(LEDGER).filter(period__lt=period).exclude(period__in=finalized)
-                    .order_by("period").values_list("period", flat=True).first())
+    open_earlier = (
+        UsageEvent.objects.using(LEDGER)
+        .filter(period__lt=period)
+        .exclude(period__in=finalized)
+        .order_by("period")
+        .values_list("period", flat=True)
+        .first()
+    )
     if open_earlier is not None:
-        raise BillingRunError("earlier_period_open", f"{format_period(open_earlier)} has usage and is not "
-                              f"finalized; finalize it before {format_period(period)} (periods close in order).")
+        raise BillingRunError(
+            "earlier_period_open",
+            f"{format_period(open_earlier)} has usage and is not "
+            f"finalized; finalize it before {format_period(period)} (periods close in order).",
+        )
 
 
 def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[Invoice]:
-    drafts = {inv.tenant_id: inv for inv in Invoice.objects.using(LEDGER)
-              .select_for_update().filter(period=period, status=InvoiceStatus.DRAFT)}
+    drafts = {
+        inv.tenant_id: inv
+        for inv in Invoice.objects.using(LEDGER).select_for_update().filter(period=period, status=InvoiceStatus.DRAFT)
+    }
     InvoiceLine.objects.using(LEDGER).filter(invoice__in=list(drafts.values())).delete()
     stale = [inv.pk for tenant, inv in drafts.items() if tenant not in rated]
     if stale:
@@ -99,10 +130,22 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
         invoice.total = sum((line.amount for line in rated[tenant_id]), Decimal("0.00"))
         invoice.billing_run_id = run_id
         invoices.append(invoice)
-        lines.extend(InvoiceLine(invoice=invoice, position=i + 1, kind=l.kind, sku=l.sku, description=l.description,
-                                 usage_period=l.usage_period, quantity=l.quantity, unit=l.unit,
-                                 unit_price=l.unit_price, amount=l.amount, reference=l.reference)
-                     for i, l in enumerate(rated[tenant_id]))
+        lines.extend(
+            InvoiceLine(
+                invoice=invoice,
+                position=i + 1,
+                kind=l.kind,
+                sku=l.sku,
+                description=l.description,
+                usage_period=l.usage_period,
+                quantity=l.quantity,
+                unit=l.unit,
+                unit_price=l.unit_price,
+                amount=l.amount,
+                reference=l.reference,
+            )
+            for i, l in enumerate(rated[tenant_id])
+        )
     Invoice.objects.using(LEDGER).bulk_create(new, batch_size=500)
     new_ids = {inv.pk for inv in new}
     existing = [inv for inv in invoices if inv.pk not in new_ids]
@@ -129,8 +172,9 @@ def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
         invoice.updated_at = now
         invoice.issuer = issuer
     counter.save(update_fields=["last_number"])
-    Invoice.objects.using(LEDGER).bulk_update(invoices, ["number", "status", "finalized_at", "updated_at", "issuer"],
-                                              batch_size=500)
+    Invoice.objects.using(LEDGER).bulk_update(
+        invoices, ["number", "status", "finalized_at", "updated_at", "issuer"], batch_size=500
+    )
 
 
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
@@ -147,21 +191,40 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         if finalize:
             _check_finalizable(period, now)
         version = latest_price_book_version(on=period)
-        rated = rate_period(period=period, cutoff=_cutoff(period, watermark, adjustment_watermark),
-                            price_book_version=version)
+        rated = rate_period(
+            period=period, cutoff=_cutoff(period, watermark, adjustment_watermark), price_book_version=version
+        )
         digest = output_hash(period=period, price_book_version=version, rated=rated)
-        run = BillingRun(period=period, finalize=finalize, price_book_version=version, watermark=watermark,
-                         adjustment_watermark=adjustment_watermark, invoices=len(rated), output_hash=digest,
-                         actor=actor, started_at=started_at)
+        run = BillingRun(
+            period=period,
+            finalize=finalize,
+            price_book_version=version,
+            watermark=watermark,
+            adjustment_watermark=adjustment_watermark,
+            invoices=len(rated),
+            output_hash=digest,
+            actor=actor,
+            started_at=started_at,
+        )
         invoices = _write_invoices(period, rated, run.id, currency="USD")
         fault_point("billing.after_write")  # the fault suite kills the worker here (uncommitted)
         if finalize:
             _finalize(invoices, settings.BILLING_ISSUER, now)
         run.finished_at = timezone.now()
         run.save(using=LEDGER, force_insert=True)
-    record_audit(actor=actor, action="billing.run", target=run, reason="finalize" if finalize else "draft refresh",
-                 after={"period": format_period(period), "invoices": run.invoices, "watermark": watermark,
-                        "output_hash": digest, "price_book_version": version})
+    record_audit(
+        actor=actor,
+        action="billing.run",
+        target=run,
+        reason="finalize" if finalize else "draft refresh",
+        after={
+            "period": format_period(period),
+            "invoices": run.invoices,
+            "watermark": watermark,
+            "output_hash": digest,
+            "price_book_version": version,
+        },
+    )
     return RunOutcome(run, created=True)
 
 

@@ -6,6 +6,7 @@ create) nor a record without its resource. Concurrent retries are settled by the
 one request does the work, the others wait on the unique index and get the stored answer.
 A request whose work fails leaves no record, so the client may retry with the same key.
 """
+
 import hashlib
 import json
 import re
@@ -41,9 +42,12 @@ def read_key(request, *, required: bool = True) -> str | None:
     if key is None and not required:
         return None
     if key is None or not _KEY_PATTERN.match(key) or key != key.strip():
-        raise Problem(400, "idempotency_key_missing",
-                      f"Send an {HEADER} header of 1-255 printable characters (a UUID is a good choice) "
-                      "so that retrying this request cannot create a second resource.")
+        raise Problem(
+            400,
+            "idempotency_key_missing",
+            f"Send an {HEADER} header of 1-255 printable characters (a UUID is a good choice) "
+            "so that retrying this request cannot create a second resource.",
+        )
     return key
 
 
@@ -72,7 +76,8 @@ def idempotent_create(request, *, scope: str, key: str | None, perform: Callable
     try:
         with transaction.atomic():
             record = IdempotencyRecord.objects.create(
-                scope=scope, key=key, method=request.method, path=path, body_digest=digest)
+                scope=scope, key=key, method=request.method, path=path, body_digest=digest
+            )
             response = perform()
             if response.status_code >= 400:
                 transaction.set_rollback(True)  # a refused request leaves nothing: the client may retry
@@ -103,16 +108,22 @@ def _stored_answer(scope: str, key: str, digest: str) -> Response | None:
         if record is None:
             return None
         if record.body_digest != digest:
-            raise Problem(422, "idempotency_key_reused",
-                          f"This {HEADER} was already used with a different request; use a new key for a new request.")
+            raise Problem(
+                422,
+                "idempotency_key_reused",
+                f"This {HEADER} was already used with a different request; use a new key for a new request.",
+            )
         if record.state == IdempotencyState.COMPLETED:
             return _replay(record)
         # An in-progress row can only be left by a version that committed the record before the
         # work; a young one may still be running, an old one belongs to a request that died.
         if record.created_at > timezone.now() - ABANDONED_AFTER:
-            raise Problem(409, "idempotency_key_in_use",
-                          "A request with this Idempotency-Key is still being processed; retry shortly.",
-                          headers={"Retry-After": "1"})
+            raise Problem(
+                409,
+                "idempotency_key_in_use",
+                "A request with this Idempotency-Key is still being processed; retry shortly.",
+                headers={"Retry-After": "1"},
+            )
         record.delete()
         return None
 

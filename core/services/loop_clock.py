@@ -5,6 +5,7 @@ lock. When the previous pass is older than `outage_after(interval)` nobody could
 gap (database, broker, beat or worker down), so the call reports the gap and the loop re-arms
 what it times: pending deadlines move by the gap, leases restart at `resumed_at`.
 """
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 

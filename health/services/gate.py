@@ -10,18 +10,26 @@ tenant's data is gone before it is placed again.
 Flapping: a node that already failed validation twice in 7 days is not accepted on a third
 pass → triage. A third triage within 30 days → RMA.
 """
+
 from datetime import datetime
 
 from django.db.models import Count
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
-from fleet.services.agent_actions import request_agent_actions
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import STATE_TIMEOUTS, transition_many
 from health.choices import CheckStatus, IncidentState, IncidentStep
 from health.models import HealthCheckResult
-from health.policy import (FLAP_FAILURES, FLAP_WINDOW, GATE_AFTER_REBOOT, GATE_AFTER_RESET, GATE_BURN_IN, RMA_TRIAGES,
-                           RMA_WINDOW)
+from health.policy import (
+    FLAP_FAILURES,
+    FLAP_WINDOW,
+    GATE_AFTER_REBOOT,
+    GATE_AFTER_RESET,
+    GATE_BURN_IN,
+    RMA_TRIAGES,
+    RMA_WINDOW,
+)
 from health.services.conditions import clear_node_conditions
 from health.services.incidents import record_step, settle_credits
 from tenants.models import AllocationNode
@@ -41,27 +49,41 @@ def required_checks(lifecycle: str, remediation: str | None) -> tuple[str, ...]:
 def last_remediation(node_ids) -> dict:
     """{node_id: gpu_reset | reboot} for nodes that came to validating straight from remediation
     (two queries). Anything else (repair, an operator's re-validation) gets the long checks."""
-    came_from = dict(NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.VALIDATING)
-                     .order_by("at").values_list("node_id", "from_state"))
+    came_from = dict(
+        NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.VALIDATING)
+        .order_by("at")
+        .values_list("node_id", "from_state")
+    )
     remediated = [n for n, state in came_from.items() if state == Lifecycle.REMEDIATING]
-    rows = (NodeAgentAction.objects.filter(node_id__in=remediated, state=AgentActionState.SUCCEEDED,
-                                           action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT))
-            .order_by("created_at").values_list("node_id", "action"))
+    rows = (
+        NodeAgentAction.objects.filter(
+            node_id__in=remediated,
+            state=AgentActionState.SUCCEEDED,
+            action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT),
+        )
+        .order_by("created_at")
+        .values_list("node_id", "action")
+    )
     return dict(rows)
 
 
 def apply_gate(*, now: datetime, actor: str) -> dict:
-    nodes = list(Node.objects.filter(lifecycle__in=(Lifecycle.VALIDATING, Lifecycle.BURN_IN))
-                 .select_for_update(skip_locked=True).only("id", "hostname", "lifecycle", "state_deadline"))
+    nodes = list(
+        Node.objects.filter(lifecycle__in=(Lifecycle.VALIDATING, Lifecycle.BURN_IN))
+        .select_for_update(skip_locked=True)
+        .only("id", "hostname", "lifecycle", "state_deadline")
+    )
     if not nodes:
         return {"passed": 0, "failed": 0, "flapping": 0, "rma": 0}
     ids = [n.pk for n in nodes]
     remediation = last_remediation(ids)
     requested = _checks_requested(nodes)
     results: dict = {}
-    for node_id, name, status, received_at in (HealthCheckResult.objects.filter(node_id__in=ids, refused="")
-                                               .order_by("received_at")
-                                               .values_list("node_id", "name", "status", "received_at")):
+    for node_id, name, status, received_at in (
+        HealthCheckResult.objects.filter(node_id__in=ids, refused="")
+        .order_by("received_at")
+        .values_list("node_id", "name", "status", "received_at")
+    ):
         results.setdefault(node_id, []).append((name, status, received_at))
     passed, failed = [], []
     for node in nodes:
@@ -78,25 +100,53 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
     burn_failed = [n for n in failed if n.lifecycle == Lifecycle.BURN_IN]
 
     # A node pulled from a tenant still holds the tenant's data: it is wiped before it is placed again.
-    unwiped = set(AllocationNode.objects.filter(node_id__in=[n.pk for n in accepted], ended_at__isnull=False,
-                                                wiped_at__isnull=True).values_list("node_id", flat=True))
-    returned = transition_many([n for n in accepted if n.pk not in unwiped], Lifecycle.AVAILABLE, actor=actor,
-                               action="health_validated", reason="passed the validation gate", last_error="")
-    to_wipe = transition_many([n for n in accepted if n.pk in unwiped], Lifecycle.WIPING, actor=actor,
-                              action="health_validated",
-                              reason="passed the validation gate; wiping the previous tenant's data before reuse",
-                              last_error="")
-    request_agent_actions(nodes=[n for n in accepted if n.pk in {c.node_id for c in to_wipe}],
-                          action=AgentAction.WIPE, actor=actor, reason="wipe before reuse after a health pull")
+    unwiped = set(
+        AllocationNode.objects.filter(
+            node_id__in=[n.pk for n in accepted], ended_at__isnull=False, wiped_at__isnull=True
+        ).values_list("node_id", flat=True)
+    )
+    returned = transition_many(
+        [n for n in accepted if n.pk not in unwiped],
+        Lifecycle.AVAILABLE,
+        actor=actor,
+        action="health_validated",
+        reason="passed the validation gate",
+        last_error="",
+    )
+    to_wipe = transition_many(
+        [n for n in accepted if n.pk in unwiped],
+        Lifecycle.WIPING,
+        actor=actor,
+        action="health_validated",
+        reason="passed the validation gate; wiping the previous tenant's data before reuse",
+        last_error="",
+    )
+    request_agent_actions(
+        nodes=[n for n in accepted if n.pk in {c.node_id for c in to_wipe}],
+        action=AgentAction.WIPE,
+        actor=actor,
+        reason="wipe before reuse after a health pull",
+    )
     returned_ids = [c.node_id for c in returned + to_wipe]
     if returned_ids:
         Node.objects.filter(pk__in=returned_ids).update(cordoned=False, cordon_reason="", attribution="")
         clear_node_conditions(node_ids=returned_ids, now=now)
-        record_step(node_ids=returned_ids, step=IncidentStep.RETURN, actor=actor, now=now,
-                    detail="passed the validation gate; back in service", state=IncidentState.REPAIRED)
+        record_step(
+            node_ids=returned_ids,
+            step=IncidentStep.RETURN,
+            actor=actor,
+            now=now,
+            detail="passed the validation gate; back in service",
+            state=IncidentState.REPAIRED,
+        )
         settle_credits(node_ids=returned_ids, end=now, actor=actor)
-    transition_many(burn_failed, Lifecycle.BURN_IN_FAILED, actor=actor, action="health_burn_in_failed",
-                    reason="failed a burn-in check")
+    transition_many(
+        burn_failed,
+        Lifecycle.BURN_IN_FAILED,
+        actor=actor,
+        action="health_burn_in_failed",
+        reason="failed a burn-in check",
+    )
     triaged = _triage(to_triage, flapping=flapping, now=now, actor=actor)
     return {"passed": len(returned_ids), "failed": len(failed), "flapping": len(flapping), "rma": triaged}
 
@@ -109,8 +159,11 @@ def _checks_requested(nodes: list[Node]) -> dict:
     request at or after the node entered its state, by the server's clock."""
     entered = {n.pk: entered_at(n) for n in nodes}
     first: dict = {}
-    for node_id, created in (NodeAgentAction.objects.filter(node_id__in=list(entered), action__in=CHECK_ACTIONS)
-                             .order_by("created_at").values_list("node_id", "created_at")):
+    for node_id, created in (
+        NodeAgentAction.objects.filter(node_id__in=list(entered), action__in=CHECK_ACTIONS)
+        .order_by("created_at")
+        .values_list("node_id", "created_at")
+    ):
         since = entered[node_id]
         if node_id not in first and (since is None or created >= since):
             first[node_id] = created
@@ -120,9 +173,14 @@ def _checks_requested(nodes: list[Node]) -> dict:
 def _flapping(node_ids: set, now: datetime) -> set:
     if not node_ids:
         return set()
-    rows = (NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.VALIDATING, to_state=Lifecycle.TRIAGE,
-                                     at__gte=now - FLAP_WINDOW)
-            .values("node_id").annotate(n=Count("id")).filter(n__gte=FLAP_FAILURES))
+    rows = (
+        NodeEvent.objects.filter(
+            node_id__in=node_ids, from_state=Lifecycle.VALIDATING, to_state=Lifecycle.TRIAGE, at__gte=now - FLAP_WINDOW
+        )
+        .values("node_id")
+        .annotate(n=Count("id"))
+        .filter(n__gte=FLAP_FAILURES)
+    )
     return {r["node_id"] for r in rows}
 
 
@@ -132,27 +190,61 @@ def _triage(nodes: list[Node], *, flapping: set, now: datetime, actor: str) -> i
         return 0
     flappers = [n for n in nodes if n.pk in flapping]
     failures = [n for n in nodes if n.pk not in flapping]
-    transition_many(failures, Lifecycle.TRIAGE, actor=actor, action="health_validation_failed",
-                    reason="failed a validation check", last_error="failed the validation gate")
-    transition_many(flappers, Lifecycle.TRIAGE, actor=actor, action="health_flapping",
-                    reason=f"failed validation {FLAP_FAILURES} times in {FLAP_WINDOW.days} days; not accepted again",
-                    last_error="flapping: not accepted on a third validation pass")
+    transition_many(
+        failures,
+        Lifecycle.TRIAGE,
+        actor=actor,
+        action="health_validation_failed",
+        reason="failed a validation check",
+        last_error="failed the validation gate",
+    )
+    transition_many(
+        flappers,
+        Lifecycle.TRIAGE,
+        actor=actor,
+        action="health_flapping",
+        reason=f"failed validation {FLAP_FAILURES} times in {FLAP_WINDOW.days} days; not accepted again",
+        last_error="flapping: not accepted on a third validation pass",
+    )
     ids = [n.pk for n in nodes]
-    record_step(node_ids=ids, step=IncidentStep.DIAGNOSE, actor=actor, now=now, state=IncidentState.DIAGNOSED,
-                detail="validation gate failed (or node flapping): sent to triage")
+    record_step(
+        node_ids=ids,
+        step=IncidentStep.DIAGNOSE,
+        actor=actor,
+        now=now,
+        state=IncidentState.DIAGNOSED,
+        detail="validation gate failed (or node flapping): sent to triage",
+    )
     return send_repeat_triage_to_rma(node_ids=ids, now=now, actor=actor)
 
 
 def send_repeat_triage_to_rma(*, node_ids, now: datetime, actor: str) -> int:
-    repeat = {r["node_id"] for r in NodeEvent.objects.filter(node_id__in=list(node_ids), to_state=Lifecycle.TRIAGE,
-                                                             at__gte=now - RMA_WINDOW)
-              .exclude(from_state=Lifecycle.TRIAGE).values("node_id").annotate(n=Count("id"))
-              .filter(n__gte=RMA_TRIAGES)}
+    repeat = {
+        r["node_id"]
+        for r in NodeEvent.objects.filter(
+            node_id__in=list(node_ids), to_state=Lifecycle.TRIAGE, at__gte=now - RMA_WINDOW
+        )
+        .exclude(from_state=Lifecycle.TRIAGE)
+        .values("node_id")
+        .annotate(n=Count("id"))
+        .filter(n__gte=RMA_TRIAGES)
+    }
     if not repeat:
         return 0
     nodes = list(Node.objects.filter(pk__in=repeat, lifecycle=Lifecycle.TRIAGE))
-    changes = transition_many(nodes, Lifecycle.RMA, actor=actor, action="health_rma",
-                              reason=f"{RMA_TRIAGES} triages in {RMA_WINDOW.days} days")
-    record_step(node_ids=[c.node_id for c in changes], step=IncidentStep.DIAGNOSE, actor=actor, now=now,
-                detail="sent for RMA (repeated triage)", state=IncidentState.DIAGNOSED)
+    changes = transition_many(
+        nodes,
+        Lifecycle.RMA,
+        actor=actor,
+        action="health_rma",
+        reason=f"{RMA_TRIAGES} triages in {RMA_WINDOW.days} days",
+    )
+    record_step(
+        node_ids=[c.node_id for c in changes],
+        step=IncidentStep.DIAGNOSE,
+        actor=actor,
+        now=now,
+        detail="sent for RMA (repeated triage)",
+        state=IncidentState.DIAGNOSED,
+    )
     return len(changes)

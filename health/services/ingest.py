@@ -3,6 +3,7 @@
 A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node
 (which also says whether a level condition is active), and writes only when something changed.
 """
+
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -10,8 +11,14 @@ from django.db import connection, transaction
 from fleet.models import Node
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
-from health.policy import (AGENT_CLOCK_SKEW_LIMIT, CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
-                           HEARTBEAT_LEVEL_SIGNALS, THERMAL_THROTTLE_C)
+from health.policy import (
+    AGENT_CLOCK_SKEW_LIMIT,
+    CHECK_FAIL_SIGNAL,
+    CHECK_PASS_CLEARS,
+    CHECK_WARN_SIGNAL,
+    HEARTBEAT_LEVEL_SIGNALS,
+    THERMAL_THROTTLE_C,
+)
 from health.services.conditions import apply_observations
 
 _gpus_per_node: dict = {}  # node id → node type's GPU count (immutable for a node's life)
@@ -54,8 +61,9 @@ def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
             found[(index, "ecc_sbe")] = f"{gpu['ecc_sbe']} single-bit ECC errors"
         if gpu.get("row_remap_pending"):
             pending = gpu["row_remap_pending"]
-            found[(index, "row_remap_pending")] = ("row remap pending" if pending is True
-                                                   else f"{pending} rows pending remap")
+            found[(index, "row_remap_pending")] = (
+                "row remap pending" if pending is True else f"{pending} rows pending remap"
+            )
         if gpu.get("row_remap_failed"):
             found[(index, "row_remap_failed")] = "row remap failed"
         temperature = gpu.get("temperature_c")
@@ -73,17 +81,20 @@ def _heartbeat_sql() -> str:
     (no row back: the node is gone)."""
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
-    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s, "
-            f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s) WHERE id = %s "
-            f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
-            f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels}))")
+    return (
+        f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s, "
+        f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s) WHERE id = %s "
+        f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
+        f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels}))"
+    )
 
 
 _UPDATE_NODE = _heartbeat_sql()
 
 
-def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime,
-                     observed_at: datetime | None = None) -> None:
+def ingest_heartbeat(
+    *, node_id, power_state: str, gpus: list[dict], now: datetime, observed_at: datetime | None = None
+) -> None:
     """The common case (nothing wrong, nothing to clear) is one statement of fixed SQL: it is
     the hottest path in the control plane (every node, every 10 s). The server's `now` is what
     the lease reads; the agent's `observed_at` only measures its clock skew."""
@@ -92,9 +103,16 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
     signals = heartbeat_signals(gpus, expected)
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
     with connection.cursor() as cursor:
-        cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
-                                      round(sum(power)) if power else None, clock_skew_seconds(observed_at, now),
-                                      db_id])
+        cursor.execute(
+            _UPDATE_NODE,
+            [
+                connection.ops.adapt_datetimefield_value(now),
+                power_state,
+                round(sum(power)) if power else None,
+                clock_skew_seconds(observed_at, now),
+                db_id,
+            ],
+        )
         row = cursor.fetchone()
     if row is None:
         _gpus_per_node.pop(node_id, None)
@@ -112,9 +130,19 @@ def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], 
         with transaction.atomic():
             if not Node.objects.filter(pk=node_id).update(agent_clock_skew_s=skew):
                 raise UnknownNode(node_id)
-            HealthCheckResult.objects.bulk_create([
-                HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], refused="clock_skew",
-                                  detail=(c.get("detail") or "")[:2000], observed_at=observed_at) for c in checks])
+            HealthCheckResult.objects.bulk_create(
+                [
+                    HealthCheckResult(
+                        node_id=node_id,
+                        name=c["name"],
+                        status=c["status"],
+                        refused="clock_skew",
+                        detail=(c.get("detail") or "")[:2000],
+                        observed_at=observed_at,
+                    )
+                    for c in checks
+                ]
+            )
         raise ClockSkewed(skew)
     return _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now)
 
@@ -123,9 +151,18 @@ def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], 
 def _apply_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
     if not Node.objects.filter(pk=node_id).exists():
         raise UnknownNode(node_id)
-    HealthCheckResult.objects.bulk_create([
-        HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], detail=c.get("detail") or "",
-                          observed_at=observed_at) for c in checks])
+    HealthCheckResult.objects.bulk_create(
+        [
+            HealthCheckResult(
+                node_id=node_id,
+                name=c["name"],
+                status=c["status"],
+                detail=c.get("detail") or "",
+                observed_at=observed_at,
+            )
+            for c in checks
+        ]
+    )
     observed: dict = {}
     clears: set[str] = set()
     for check in checks:

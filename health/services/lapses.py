@@ -12,6 +12,7 @@ re-arms every lease from the moment it resumed (core.services.loop_clock).
 Judged every pass, level-triggered, in a fixed number of queries: nothing is fetched per
 node when no node is silent.
 """
+
 import logging
 import uuid
 from collections import defaultdict
@@ -20,13 +21,21 @@ from datetime import datetime
 
 from django.db.models import Count, Exists, OuterRef, Q
 
+from core.metrics import PAGES
 from fleet.choices import Attribution, Lifecycle
-from fleet.models import Node
+from fleet.models import FabricDomain, Node, Rack, Site
 from health.choices import IncidentOpener, IncidentScope, IncidentState, IncidentStep
 from health.choices import Severity as S
 from health.models import Incident, IncidentEvent, LapseHold
-from health.policy import (GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE, HEARTBEAT_LOST_AFTER, HEARTBEAT_UNKNOWN_AFTER,
-                           LAPSE_WINDOW, SITE_LAPSE_MIN_NODES, SITE_LAPSE_SHARE)
+from health.policy import (
+    GROUP_LAPSE_MIN_NODES,
+    GROUP_LAPSE_SHARE,
+    HEARTBEAT_LOST_AFTER,
+    HEARTBEAT_UNKNOWN_AFTER,
+    LAPSE_WINDOW,
+    SITE_LAPSE_MIN_NODES,
+    SITE_LAPSE_SHARE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +49,7 @@ LIKELY_CAUSE = {
     IncidentScope.LEAF: "leaf switch {key} (its nodes went silent together; check the switch and its uplinks)",
     IncidentScope.RACK: "rack {key}: its PDU / power feed or its top-of-rack switch",
     IncidentScope.CONTROL_PLANE: "the control plane itself was down (no health sweep ran); node silences in that "
-                                 "time are not node faults",
+    "time are not node faults",
 }
 
 
@@ -55,21 +64,28 @@ class Silent:
 
 def _page(incident: Incident, *, now: datetime, actor: str) -> None:
     """On-call hears once per incident: a PAGE step on the timeline and a warning in the log."""
-    from core.metrics import PAGES
-
     incident.paged_at = now
     Incident.objects.filter(pk=incident.pk).update(paged_at=now)
-    IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.PAGE, actor=actor,
-                                 detail=f"paged on-call: {incident.title}")
+    IncidentEvent.objects.create(
+        incident=incident, at=now, step=IncidentStep.PAGE, actor=actor, detail=f"paged on-call: {incident.title}"
+    )
     PAGES.labels(scope=incident.scope).inc()
     logger.warning("PAGE %s: %s (likely cause: %s)", incident.scope, incident.title, incident.likely_cause)
 
 
 def _open_incident(*, scope: str, key: str, label: str, title: str, now: datetime, actor: str) -> Incident:
     incident = Incident.objects.create(
-        title=title[:200], opened_by=IncidentOpener.POLICY, severity=S.WARN, signals=["heartbeat_lapse"],
-        opened_at=now, attribution=Attribution.PROVIDER, scope=scope, scope_key=key,
-        likely_cause=LIKELY_CAUSE[scope].format(key=label)[:300], state=IncidentState.STABILISED)
+        title=title[:200],
+        opened_by=IncidentOpener.POLICY,
+        severity=S.WARN,
+        signals=["heartbeat_lapse"],
+        opened_at=now,
+        attribution=Attribution.PROVIDER,
+        scope=scope,
+        scope_key=key,
+        likely_cause=LIKELY_CAUSE[scope].format(key=label)[:300],
+        state=IncidentState.STABILISED,
+    )
     IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.DETECT, actor=actor, detail=title)
     _page(incident, now=now, actor=actor)
     return incident
@@ -82,13 +98,21 @@ def note_control_plane_outage(*, outage, now: datetime, actor: str) -> Incident 
     if Incident.objects.filter(scope=IncidentScope.CONTROL_PLANE, state__in=OPEN_STATES).exists():
         return None
     seconds = int(outage.length.total_seconds())
-    title = (f"Control plane away for {seconds} s: no health sweep from {outage.started:%H:%M:%S} to "
-             f"{outage.ended:%H:%M:%S} UTC; leases re-armed, nothing judged for that time")
-    incident = _open_incident(scope=IncidentScope.CONTROL_PLANE, key=CONTROL_PLANE_KEY, label="", title=title,
-                              now=now, actor=actor)
-    IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.STABILISE, actor=actor,
-                                 detail=f"per-node heartbeat judgement resumes at "
-                                        f"{now + HEARTBEAT_LOST_AFTER:%H:%M:%S} UTC, one full lease after the restart")
+    title = (
+        f"Control plane away for {seconds} s: no health sweep from {outage.started:%H:%M:%S} to "
+        f"{outage.ended:%H:%M:%S} UTC; leases re-armed, nothing judged for that time"
+    )
+    incident = _open_incident(
+        scope=IncidentScope.CONTROL_PLANE, key=CONTROL_PLANE_KEY, label="", title=title, now=now, actor=actor
+    )
+    IncidentEvent.objects.create(
+        incident=incident,
+        at=now,
+        step=IncidentStep.STABILISE,
+        actor=actor,
+        detail=f"per-node heartbeat judgement resumes at "
+        f"{now + HEARTBEAT_LOST_AFTER:%H:%M:%S} UTC, one full lease after the restart",
+    )
     return incident
 
 
@@ -109,12 +133,21 @@ def _close_control_plane(*, resumed: datetime | None, now: datetime, actor: str)
 
 
 def _close(incident: Incident, *, now: datetime, actor: str, detail: str) -> None:
-    IncidentEvent.objects.bulk_create([
-        IncidentEvent(incident=incident, at=now, step=IncidentStep.RETURN, actor=actor, detail=detail),
-        IncidentEvent(incident=incident, at=now, step=IncidentStep.CLOSE, actor=actor,
-                      detail=f"closed by the health sweep; cause: {incident.likely_cause}")])
-    Incident.objects.filter(pk=incident.pk).update(state=IncidentState.CLOSED, closed_at=now, updated_at=now,
-                                                   cause=incident.cause or incident.likely_cause)
+    IncidentEvent.objects.bulk_create(
+        [
+            IncidentEvent(incident=incident, at=now, step=IncidentStep.RETURN, actor=actor, detail=detail),
+            IncidentEvent(
+                incident=incident,
+                at=now,
+                step=IncidentStep.CLOSE,
+                actor=actor,
+                detail=f"closed by the health sweep; cause: {incident.likely_cause}",
+            ),
+        ]
+    )
+    Incident.objects.filter(pk=incident.pk).update(
+        state=IncidentState.CLOSED, closed_at=now, updated_at=now, cause=incident.cause or incident.likely_cause
+    )
 
 
 def _densest(silent: list[Silent]) -> list[Silent]:
@@ -126,7 +159,7 @@ def _densest(silent: list[Silent]) -> list[Silent]:
         while ordered[end].since - ordered[start].since > LAPSE_WINDOW:
             start += 1
         if end - start + 1 > len(best):
-            best = ordered[start:end + 1]
+            best = ordered[start : end + 1]
     return best
 
 
@@ -141,7 +174,8 @@ def _silent_nodes(now: datetime, resumed: datetime | None) -> tuple[list[Silent]
     totals: dict = defaultdict(int)
     silent: list[Silent] = []
     for node_id, last, site, domain, leaf, rack in reporting.values_list(
-            "pk", "last_heartbeat_at", "rack__hall__site_id", "fabric_domain_id", "leaf_switch", "rack_id"):
+        "pk", "last_heartbeat_at", "rack__hall__site_id", "fabric_domain_id", "leaf_switch", "rack_id"
+    ):
         leaf_key = f"{domain}/{leaf}" if domain and leaf else None
         for group in ((IncidentScope.SITE, site), (IncidentScope.LEAF, leaf_key), (IncidentScope.RACK, rack)):
             if group[1] is not None:
@@ -154,8 +188,6 @@ def _silent_nodes(now: datetime, resumed: datetime | None) -> tuple[list[Silent]
 
 def _labels(scope: str, keys: set) -> dict:
     """Names people know for the group keys (one query per scope that has groups)."""
-    from fleet.models import FabricDomain, Rack, Site
-
     if not keys:
         return {}
     if scope == IncidentScope.SITE:
@@ -176,8 +208,9 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
     summary["closed"] += _close_control_plane(resumed=resumed, now=now, actor=actor)
     silent, totals = _silent_nodes(now, resumed)
     silent_ids = {s.node_id for s in silent}
-    open_holds = list(LapseHold.objects.filter(returned_at__isnull=True, released_at__isnull=True)
-                      .select_related("incident"))
+    open_holds = list(
+        LapseHold.objects.filter(returned_at__isnull=True, released_at__isnull=True).select_related("incident")
+    )
     held_ids = {h.node_id for h in open_holds}
 
     # Back: a held node that is no longer silent.
@@ -189,9 +222,11 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
     # New holds: site first (it explains everything under it), then leaf, then rack.
     unheld = [s for s in silent if s.node_id not in held_ids]
     new_holds: list[LapseHold] = []
-    for scope, min_nodes, share in ((IncidentScope.SITE, SITE_LAPSE_MIN_NODES, SITE_LAPSE_SHARE),
-                                    (IncidentScope.LEAF, GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE),
-                                    (IncidentScope.RACK, GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE)):
+    for scope, min_nodes, share in (
+        (IncidentScope.SITE, SITE_LAPSE_MIN_NODES, SITE_LAPSE_SHARE),
+        (IncidentScope.LEAF, GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE),
+        (IncidentScope.RACK, GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE),
+    ):
         attr = {IncidentScope.SITE: "site", IncidentScope.LEAF: "leaf", IncidentScope.RACK: "rack"}[scope]
         groups: dict = defaultdict(list)
         for s in silent:
@@ -202,37 +237,57 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
             together = _densest(members) if scope != IncidentScope.SITE else members
             if len(together) >= min_nodes and len(together) >= share * totals[(scope, _raw(scope, key))]:
                 correlated[key] = together
-        existing = {i.scope_key: i for i in Incident.objects.filter(scope=scope, scope_key__in=list(correlated),
-                                                                   state__in=OPEN_STATES)}
+        existing = {
+            i.scope_key: i
+            for i in Incident.objects.filter(scope=scope, scope_key__in=list(correlated), state__in=OPEN_STATES)
+        }
         labels = _labels(scope, set(correlated) - set(existing))
         taken = {h.node_id for h in new_holds}
         for key, together in correlated.items():
             # site-wide: hold every silent node there; leaf/rack: the ones that went silent together
-            members = [s for s in (groups[key] if scope == IncidentScope.SITE else together)
-                       if s.node_id not in held_ids and s.node_id not in taken]
+            members = [
+                s
+                for s in (groups[key] if scope == IncidentScope.SITE else together)
+                if s.node_id not in held_ids and s.node_id not in taken
+            ]
             if not members:
                 continue
             incident = existing.get(key)
             reporting = totals[(scope, _raw(scope, key))]
-            detail = (f"{len(together)} of {reporting} reporting nodes silent within "
-                      f"{int(LAPSE_WINDOW.total_seconds())} s" if scope != IncidentScope.SITE else
-                      f"{len(together)} of {reporting} reporting nodes silent")
+            detail = (
+                f"{len(together)} of {reporting} reporting nodes silent within {int(LAPSE_WINDOW.total_seconds())} s"
+                if scope != IncidentScope.SITE
+                else f"{len(together)} of {reporting} reporting nodes silent"
+            )
             if incident is None:
                 label = labels.get(key, key)
-                incident = _open_incident(scope=scope, key=key, label=label, now=now, actor=actor,
-                                          title=f"{IncidentScope(scope).label} {label}: {detail}")
+                incident = _open_incident(
+                    scope=scope,
+                    key=key,
+                    label=label,
+                    now=now,
+                    actor=actor,
+                    title=f"{IncidentScope(scope).label} {label}: {detail}",
+                )
                 summary["lapse_incidents"] += 1
             else:
-                IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.NOTE, actor=actor,
-                                             detail=f"{len(members)} more node(s) silent; {detail}")
-            new_holds += [LapseHold(incident=incident, node_id=s.node_id, held_at=now, silent_since=s.since)
-                          for s in members]
+                IncidentEvent.objects.create(
+                    incident=incident,
+                    at=now,
+                    step=IncidentStep.NOTE,
+                    actor=actor,
+                    detail=f"{len(members)} more node(s) silent; {detail}",
+                )
+            new_holds += [
+                LapseHold(incident=incident, node_id=s.node_id, held_at=now, silent_since=s.since) for s in members
+            ]
             taken.update(s.node_id for s in members)
         unheld = [s for s in unheld if s.node_id not in taken]
     if new_holds:
         LapseHold.objects.bulk_create(new_holds)
-        NodeNodes.objects.bulk_create([NodeNodes(incident_id=h.incident_id, node_id=h.node_id) for h in new_holds],
-                                      ignore_conflicts=True)
+        NodeNodes.objects.bulk_create(
+            [NodeNodes(incident_id=h.incident_id, node_id=h.node_id) for h in new_holds], ignore_conflicts=True
+        )
         summary["held"] = len(new_holds)
 
     summary["released"] = _release_stragglers(open_holds, back, silent, totals, now=now, actor=actor)
@@ -257,8 +312,12 @@ def _release_stragglers(open_holds, back, silent, totals, *, now: datetime, acto
         if h.pk not in back_ids:
             still[h.incident_id].append(h)
     release = []
-    returned_before = dict(LapseHold.objects.filter(incident_id__in=list(still), returned_at__isnull=False)
-                           .values("incident_id").annotate(n=Count("id")).values_list("incident_id", "n"))
+    returned_before = dict(
+        LapseHold.objects.filter(incident_id__in=list(still), returned_at__isnull=False)
+        .values("incident_id")
+        .annotate(n=Count("id"))
+        .values_list("incident_id", "n")
+    )
     for incident_id, holds in still.items():
         returned = returned_before.get(incident_id, 0)
         if returned and returned >= len(holds) and len(holds) < GROUP_LAPSE_MIN_NODES:
@@ -269,21 +328,35 @@ def _release_stragglers(open_holds, back, silent, totals, *, now: datetime, acto
     by_incident: dict = defaultdict(int)
     for h in release:
         by_incident[h.incident_id] += 1
-    IncidentEvent.objects.bulk_create([
-        IncidentEvent(incident_id=i, at=now, step=IncidentStep.NOTE, actor=actor,
-                      detail=f"{n} node(s) still silent after the rest came back: judged on their own from now")
-        for i, n in by_incident.items()])
+    IncidentEvent.objects.bulk_create(
+        [
+            IncidentEvent(
+                incident_id=i,
+                at=now,
+                step=IncidentStep.NOTE,
+                actor=actor,
+                detail=f"{n} node(s) still silent after the rest came back: judged on their own from now",
+            )
+            for i, n in by_incident.items()
+        ]
+    )
     return len(release)
 
 
 def _close_finished(*, now: datetime, actor: str) -> int:
     """Lapse incidents whose holds have all ended close together, with one line of how."""
     holds = LapseHold.objects.filter(incident=OuterRef("pk"))
-    done = list(Incident.objects.filter(scope__in=(IncidentScope.SITE, IncidentScope.LEAF, IncidentScope.RACK),
-                                        state__in=OPEN_STATES)
-                .filter(Exists(holds)).exclude(Exists(holds.filter(returned_at__isnull=True, released_at__isnull=True)))
-                .annotate(returned=Count("holds", filter=Q(holds__returned_at__isnull=False)),
-                          released=Count("holds", filter=Q(holds__released_at__isnull=False))))
+    done = list(
+        Incident.objects.filter(
+            scope__in=(IncidentScope.SITE, IncidentScope.LEAF, IncidentScope.RACK), state__in=OPEN_STATES
+        )
+        .filter(Exists(holds))
+        .exclude(Exists(holds.filter(returned_at__isnull=True, released_at__isnull=True)))
+        .annotate(
+            returned=Count("holds", filter=Q(holds__returned_at__isnull=False)),
+            released=Count("holds", filter=Q(holds__released_at__isnull=False)),
+        )
+    )
     for incident in done:
         detail = f"{incident.returned} node(s) reporting again"
         if incident.released:
@@ -292,11 +365,11 @@ def _close_finished(*, now: datetime, actor: str) -> int:
     return len(done)
 
 
-def open_hold(node_ref=OuterRef("pk")):
-    """Exists() probe: the node is under an open lapse hold (the lease skips it)."""
-    return Exists(LapseHold.objects.filter(node=node_ref, returned_at__isnull=True, released_at__isnull=True))
+def open_hold():
+    """Exists() probe on a Node queryset: the node is under an open lapse hold (the lease skips it)."""
+    return Exists(LapseHold.objects.filter(node=OuterRef("pk"), returned_at__isnull=True, released_at__isnull=True))
 
 
-def recently_released(since: datetime, node_ref=OuterRef("pk")):
-    """Exists() probe: the node's hold was released after `since` (its lease restarted then)."""
-    return Exists(LapseHold.objects.filter(node=node_ref, released_at__gte=since))
+def recently_released(since: datetime):
+    """Exists() probe on a Node queryset: the node's hold was released after `since` (its lease restarted then)."""
+    return Exists(LapseHold.objects.filter(node=OuterRef("pk"), released_at__gte=since))

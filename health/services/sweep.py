@@ -6,6 +6,7 @@ over the same signals does nothing new. Every step is a fixed number of batched 
 (grouped by severity or state, never per node); lifecycle moves go through
 fleet.services.lifecycle.transition_many.
 """
+
 import logging
 from datetime import datetime
 
@@ -17,17 +18,38 @@ from core.locks import locked_run
 from core.services.loop_clock import note_run, resumed_at
 from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle
 from fleet.models import Node, NodeAgentAction
-from fleet.services.agent_actions import request_agent_actions
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
-from health.choices import ACTIONABLE, SEVERITY_RANK, ConditionEventKind, ConditionStatus, IncidentState, IncidentStep
+from health.choices import (
+    ACTIONABLE,
+    SEVERITY_RANK,
+    ConditionEventKind,
+    ConditionStatus,
+    IncidentState,
+    IncidentStep,
+)
 from health.choices import Severity as S
 from health.models import Condition, ConditionEvent, IncidentImpact
-from health.policy import (EVENT_EXPIRY, GATE_AFTER_REBOOT, GATE_AFTER_RESET, HEARTBEAT_LOST_AFTER,
-                           HEARTBEAT_UNKNOWN_AFTER, HISTORY_RETENTION, REPEAT_WINDOW, SWEEP_INTERVAL)
+from health.policy import (
+    EVENT_EXPIRY,
+    GATE_AFTER_REBOOT,
+    GATE_AFTER_RESET,
+    HEARTBEAT_LOST_AFTER,
+    HEARTBEAT_UNKNOWN_AFTER,
+    HISTORY_RETENTION,
+    REPEAT_WINDOW,
+    SWEEP_INTERVAL,
+)
 from health.services.conditions import apply_observations
 from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
-from health.services.incidents import open_incidents_by_node, open_policy_incidents, record_step
+from health.services.incidents import (
+    open_incidents_by_node,
+    open_policy_incidents,
+    record_step,
+)
 from health.services.lapses import judge_lapses, note_control_plane_outage, open_hold, recently_released
+from tenants.models import AllocationNode
+from tenants.services.allocation_loop import replace_node
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +86,12 @@ def sweep(*, now: datetime) -> dict:
 def _prune(now: datetime) -> int:
     """Bounded history: drop old events; expire info/warn event signals that stopped recurring."""
     pruned, _ = ConditionEvent.objects.filter(at__lt=now - HISTORY_RETENTION).delete()
-    Condition.objects.filter(status=ConditionStatus.ACTIVE, severity__in=(S.INFO, S.WARN), signal__startswith="xid_",
-                             last_seen__lt=now - EVENT_EXPIRY).update(status=ConditionStatus.CLEARED, last_seen=now)
+    Condition.objects.filter(
+        status=ConditionStatus.ACTIVE,
+        severity__in=(S.INFO, S.WARN),
+        signal__startswith="xid_",
+        last_seen__lt=now - EVENT_EXPIRY,
+    ).update(status=ConditionStatus.CLEARED, last_seen=now)
     return pruned
 
 
@@ -79,16 +105,25 @@ def _lease(now: datetime, resumed: datetime | None) -> int:
     cutoff = now - HEARTBEAT_LOST_AFTER
     if resumed is not None and resumed > cutoff:
         return 0
-    lost_ids = list(Node.objects.filter(lifecycle__in=LEASE_LIFECYCLES, last_heartbeat_at__lt=cutoff)
-                    .exclude(Exists(Condition.objects.filter(node=OuterRef("pk"), gpu_index__isnull=True,
-                                                             signal="heartbeat_lost", status=ConditionStatus.ACTIVE)))
-                    .exclude(open_hold()).exclude(recently_released(cutoff))
-                    .values_list("pk", flat=True))
+    lost_ids = list(
+        Node.objects.filter(lifecycle__in=LEASE_LIFECYCLES, last_heartbeat_at__lt=cutoff)
+        .exclude(
+            Exists(
+                Condition.objects.filter(
+                    node=OuterRef("pk"), gpu_index__isnull=True, signal="heartbeat_lost", status=ConditionStatus.ACTIVE
+                )
+            )
+        )
+        .exclude(open_hold())
+        .exclude(recently_released(cutoff))
+        .values_list("pk", flat=True)
+    )
     if not lost_ids:
         return 0
     detail = f"no heartbeat for {int(HEARTBEAT_LOST_AFTER.total_seconds())} s"
-    return apply_observations(observed={n: {(None, "heartbeat_lost"): detail} for n in lost_ids}, now=now,
-                              load_signals=["heartbeat_lost"])
+    return apply_observations(
+        observed={n: {(None, "heartbeat_lost"): detail} for n in lost_ids}, now=now, load_signals=["heartbeat_lost"]
+    )
 
 
 def _roll_up(now: datetime) -> None:
@@ -103,9 +138,12 @@ def _roll_up(now: datetime) -> None:
     stale = Q(last_heartbeat_at__isnull=True) | Q(last_heartbeat_at__lt=now - HEARTBEAT_UNKNOWN_AFTER)
     Node.objects.filter(stale).exclude(health=Health.UNKNOWN).update(health=Health.UNKNOWN)
     active = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE)
-    wanted = Case(When(Exists(active.filter(severity__in=ACTIONABLE)), then=Value(Health.UNHEALTHY)),
-                  When(Exists(active.filter(severity=S.WARN)), then=Value(Health.DEGRADED)),
-                  default=Value(Health.HEALTHY), output_field=CharField())
+    wanted = Case(
+        When(Exists(active.filter(severity__in=ACTIONABLE)), then=Value(Health.UNHEALTHY)),
+        When(Exists(active.filter(severity=S.WARN)), then=Value(Health.DEGRADED)),
+        default=Value(Health.HEALTHY),
+        output_field=CharField(),
+    )
     Node.objects.exclude(stale).exclude(health=wanted).update(health=wanted)
 
 
@@ -131,26 +169,44 @@ def _decide(rows: list[dict], repeats: set) -> dict:
 
 
 def _apply_policy(now: datetime) -> dict:
-    rows = list(Condition.objects.filter(status=ConditionStatus.ACTIVE, node__lifecycle__in=POLICY_LIFECYCLES)
-                .filter(Q(severity__in=ACTIONABLE) | Q(signal__in=COMBO_SIGNALS))
-                .values("node_id", "signal", "severity", "count"))
+    rows = list(
+        Condition.objects.filter(status=ConditionStatus.ACTIVE, node__lifecycle__in=POLICY_LIFECYCLES)
+        .filter(Q(severity__in=ACTIONABLE) | Q(signal__in=COMBO_SIGNALS))
+        .values("node_id", "signal", "severity", "count")
+    )
     if not rows:
         return {"pulled": 0}
     node_ids = {r["node_id"] for r in rows}
-    repeats = {(r["node_id"], r["signal"]) for r in
-               ConditionEvent.objects.filter(node_id__in=node_ids, kind=ConditionEventKind.RAISED,
-                                             severity__in=(S.RESET, S.REBOOT), at__gte=now - REPEAT_WINDOW)
-               .values("node_id", "signal").annotate(n=Count("id")).filter(n__gte=2)}
+    repeats = {
+        (r["node_id"], r["signal"])
+        for r in ConditionEvent.objects.filter(
+            node_id__in=node_ids,
+            kind=ConditionEventKind.RAISED,
+            severity__in=(S.RESET, S.REBOOT),
+            at__gte=now - REPEAT_WINDOW,
+        )
+        .values("node_id", "signal")
+        .annotate(n=Count("id"))
+        .filter(n__gte=2)
+    }
     decisions = _decide(rows, repeats)
-    nodes = list(Node.objects.filter(pk__in=list(decisions), lifecycle__in=POLICY_LIFECYCLES)
-                 .select_for_update(skip_locked=True).select_related("node_type"))
+    nodes = list(
+        Node.objects.filter(pk__in=list(decisions), lifecycle__in=POLICY_LIFECYCLES)
+        .select_for_update(skip_locked=True)
+        .select_related("node_type")
+    )
     by_severity: dict = {}
     for node in nodes:
         by_severity.setdefault(decisions[node.pk][0], []).append(node)
     pulled: list[Node] = []
     for severity, group in by_severity.items():
-        changes = transition_many(group, Lifecycle.QUARANTINED, actor=ACTOR, action="health_quarantine",
-                                  reason=f"health policy: {severity}-class signal")
+        changes = transition_many(
+            group,
+            Lifecycle.QUARANTINED,
+            actor=ACTOR,
+            action="health_quarantine",
+            reason=f"health policy: {severity}-class signal",
+        )
         moved = {c.node_id for c in changes}
         pulled += [n for n in group if n.pk in moved]
     if not pulled:
@@ -167,13 +223,30 @@ def _apply_policy(now: datetime) -> dict:
         open_policy_incidents(nodes=members, severity=severity, signals_by_node=signals_by_node, now=now, actor=ACTOR)
     fatal = [n for n in pulled if decisions[n.pk][0] == S.FATAL]
     transition_many(fatal, Lifecycle.TRIAGE, actor=ACTOR, action="health_triage", reason="fatal health signal")
-    transition_many([n for n in pulled if n not in fatal], Lifecycle.DRAINING, actor=ACTOR, action="health_drain",
-                    reason="draining after quarantine")
-    record_step(node_ids=[n.pk for n in pulled], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
-                state=IncidentState.STABILISED, detail="quarantined and cordoned (attribution: provider)")
+    transition_many(
+        [n for n in pulled if n not in fatal],
+        Lifecycle.DRAINING,
+        actor=ACTOR,
+        action="health_drain",
+        reason="draining after quarantine",
+    )
+    record_step(
+        node_ids=[n.pk for n in pulled],
+        step=IncidentStep.STABILISE,
+        actor=ACTOR,
+        now=now,
+        state=IncidentState.STABILISED,
+        detail="quarantined and cordoned (attribution: provider)",
+    )
     if fatal:
-        record_step(node_ids=[n.pk for n in fatal], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
-                    state=IncidentState.DIAGNOSED, detail="fatal signal: sent to triage (repair or RMA)")
+        record_step(
+            node_ids=[n.pk for n in fatal],
+            step=IncidentStep.DIAGNOSE,
+            actor=ACTOR,
+            now=now,
+            state=IncidentState.DIAGNOSED,
+            detail="fatal signal: sent to triage (repair or RMA)",
+        )
         send_repeat_triage_to_rma(node_ids=[n.pk for n in fatal], now=now, actor=ACTOR)
     replaced = _replace_in_allocations(pulled, now)
     return {"pulled": len(pulled), "replaced": replaced}
@@ -182,42 +255,65 @@ def _apply_policy(now: datetime) -> dict:
 def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
     """Pulled nodes in a live allocation: record the impact (for the SLA credit) and ask
     tenancy for a same-generation, same-fabric replacement (marks the allocation degraded)."""
-    from tenants.models import AllocationNode
 
-    memberships = list(AllocationNode.objects.filter(node__in=pulled, ended_at__isnull=True)
-                       .select_related("allocation", "node__node_type"))
+    memberships = list(
+        AllocationNode.objects.filter(node__in=pulled, ended_at__isnull=True).select_related(
+            "allocation", "node__node_type"
+        )
+    )
     if not memberships:
         return 0
     incident_of = open_incidents_by_node([m.node_id for m in memberships])
-    IncidentImpact.objects.bulk_create([
-        IncidentImpact(incident_id=incident_of[m.node_id], node_id=m.node_id, allocation_id=m.allocation_id,
-                       tenant_id=m.allocation.tenant_id, gpus=m.node.node_type.gpus_per_node, start=now)
-        for m in memberships if m.node_id in incident_of])
-    from tenants.services.allocation_loop import replace_node
+    IncidentImpact.objects.bulk_create(
+        [
+            IncidentImpact(
+                incident_id=incident_of[m.node_id],
+                node_id=m.node_id,
+                allocation_id=m.allocation_id,
+                tenant_id=m.allocation.tenant_id,
+                gpus=m.node.node_type.gpus_per_node,
+                start=now,
+            )
+            for m in memberships
+            if m.node_id in incident_of
+        ]
+    )
 
     replaced = 0
     for m in memberships:
         try:
             with transaction.atomic():
-                replacement = replace_node(allocation=m.allocation, node=m.node, actor=ACTOR,
-                                           reason=f"health policy pulled {m.node.hostname}")
+                replacement = replace_node(
+                    allocation=m.allocation, node=m.node, actor=ACTOR, reason=f"health policy pulled {m.node.hostname}"
+                )
         except Exception as exc:  # the pull must stand even when placing a replacement fails
             logger.exception("replacing %s in allocation %s failed", m.node.hostname, m.allocation_id)
-            record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
-                        detail=f"replacement for allocation {m.allocation.name} failed: {exc}")
+            record_step(
+                node_ids=[m.node_id],
+                step=IncidentStep.STABILISE,
+                actor=ACTOR,
+                now=now,
+                detail=f"replacement for allocation {m.allocation.name} failed: {exc}",
+            )
             continue
         replaced += 1
         hostname = replacement.node.hostname if replacement else "none free yet; the allocation loop keeps trying"
-        record_step(node_ids=[m.node_id], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
-                    detail=f"allocation {m.allocation.name} degraded; replacement: {hostname}")
+        record_step(
+            node_ids=[m.node_id],
+            step=IncidentStep.STABILISE,
+            actor=ACTOR,
+            now=now,
+            detail=f"allocation {m.allocation.name} degraded; replacement: {hostname}",
+        )
     return replaced
 
 
 def _actionable_severity(node_ids) -> dict:
     """{node_id: highest actionable severity} over active conditions (one query)."""
     worst: dict = {}
-    for node_id, severity in (Condition.objects.filter(node_id__in=node_ids, status=ConditionStatus.ACTIVE,
-                                                       severity__in=ACTIONABLE).values_list("node_id", "severity")):
+    for node_id, severity in Condition.objects.filter(
+        node_id__in=node_ids, status=ConditionStatus.ACTIVE, severity__in=ACTIONABLE
+    ).values_list("node_id", "severity"):
         if SEVERITY_RANK[severity] > SEVERITY_RANK.get(worst.get(node_id), -1):
             worst[node_id] = severity
     return worst
@@ -225,29 +321,38 @@ def _actionable_severity(node_ids) -> dict:
 
 def _finish_drains(now: datetime) -> int:
     """Health-pulled draining nodes with no live allocation left go on to remediation."""
-    from tenants.models import AllocationNode
 
     live = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=True)
     pulled = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE, severity__in=ACTIONABLE)
-    nodes = list(Node.objects.filter(lifecycle=Lifecycle.DRAINING, attribution=Attribution.PROVIDER)
-                 .filter(Exists(pulled)).exclude(Exists(live)).select_for_update(skip_locked=True))
-    changes = transition_many(nodes, Lifecycle.REMEDIATING, actor=ACTOR, action="health_remediate",
-                              reason="drained; remediating")
+    nodes = list(
+        Node.objects.filter(lifecycle=Lifecycle.DRAINING, attribution=Attribution.PROVIDER)
+        .filter(Exists(pulled))
+        .exclude(Exists(live))
+        .select_for_update(skip_locked=True)
+    )
+    changes = transition_many(
+        nodes, Lifecycle.REMEDIATING, actor=ACTOR, action="health_remediate", reason="drained; remediating"
+    )
     return len(changes)
 
 
 def _remediate(now: datetime) -> dict:
     """Remediating nodes: queue a GPU reset or power cycle; on success → validating (and queue
     the validation checks); on failure → triage."""
-    nodes = list(Node.objects.filter(lifecycle=Lifecycle.REMEDIATING).select_for_update(skip_locked=True)
-                 .only("id", "hostname", "lifecycle", "state_deadline"))
+    nodes = list(
+        Node.objects.filter(lifecycle=Lifecycle.REMEDIATING)
+        .select_for_update(skip_locked=True)
+        .only("id", "hostname", "lifecycle", "state_deadline")
+    )
     if not nodes:
         return {"queued": 0, "validating": 0}
     ids = [n.pk for n in nodes]
     actions: dict = {}
-    for node_id, action, state, created in (NodeAgentAction.objects.filter(
-            node_id__in=ids, action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT)).order_by("created_at")
-            .values_list("node_id", "action", "state", "created_at")):
+    for node_id, action, state, created in (
+        NodeAgentAction.objects.filter(node_id__in=ids, action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT))
+        .order_by("created_at")
+        .values_list("node_id", "action", "state", "created_at")
+    ):
         actions.setdefault(node_id, []).append((action, state, created))
     worst = _actionable_severity(ids)
     to_queue: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
@@ -268,24 +373,49 @@ def _remediate(now: datetime) -> dict:
     for kind, group in to_queue.items():
         if group:
             request_agent_actions(nodes=group, action=kind, actor=ACTOR, reason="health policy remediation")
-            record_step(node_ids=[n.pk for n in group], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
-                        state=IncidentState.DIAGNOSED, detail=f"remediation queued: {kind}")
+            record_step(
+                node_ids=[n.pk for n in group],
+                step=IncidentStep.DIAGNOSE,
+                actor=ACTOR,
+                now=now,
+                state=IncidentState.DIAGNOSED,
+                detail=f"remediation queued: {kind}",
+            )
     validating = 0
     for kind, group in done.items():
-        changes = transition_many(group, Lifecycle.VALIDATING, actor=ACTOR, action="health_validate",
-                                  reason=f"{kind} succeeded; validating")
+        changes = transition_many(
+            group, Lifecycle.VALIDATING, actor=ACTOR, action="health_validate", reason=f"{kind} succeeded; validating"
+        )
         moved = [n for n in group if n.pk in {c.node_id for c in changes}]
         if not moved:
             continue
         validating += len(moved)
         checks = GATE_AFTER_RESET if kind == AgentAction.GPU_RESET else GATE_AFTER_REBOOT
-        request_agent_actions(nodes=moved, action=checks[0], actor=ACTOR, params={"checks": list(checks)},
-                              reason="validation gate")
-        record_step(node_ids=[n.pk for n in moved], step=IncidentStep.REPAIR, actor=ACTOR, now=now,
-                    detail=f"{kind} succeeded; validating with {', '.join(checks)}")
-    changes = transition_many(failed, Lifecycle.TRIAGE, actor=ACTOR, action="health_remediation_failed",
-                              reason="remediation failed", last_error="remediation failed")
+        request_agent_actions(
+            nodes=moved, action=checks[0], actor=ACTOR, params={"checks": list(checks)}, reason="validation gate"
+        )
+        record_step(
+            node_ids=[n.pk for n in moved],
+            step=IncidentStep.REPAIR,
+            actor=ACTOR,
+            now=now,
+            detail=f"{kind} succeeded; validating with {', '.join(checks)}",
+        )
+    changes = transition_many(
+        failed,
+        Lifecycle.TRIAGE,
+        actor=ACTOR,
+        action="health_remediation_failed",
+        reason="remediation failed",
+        last_error="remediation failed",
+    )
     if changes:
-        record_step(node_ids=[c.node_id for c in changes], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
-                    state=IncidentState.DIAGNOSED, detail="remediation failed: sent to triage")
+        record_step(
+            node_ids=[c.node_id for c in changes],
+            step=IncidentStep.DIAGNOSE,
+            actor=ACTOR,
+            now=now,
+            state=IncidentState.DIAGNOSED,
+            detail="remediation failed: sent to triage",
+        )
     return {"queued": sum(len(g) for g in to_queue.values()), "validating": validating}

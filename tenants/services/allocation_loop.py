@@ -18,9 +18,9 @@ Each pass:
 Nodes never move further than the agents confirmed: this loop only asks (provision, stop) and
 moves nodes into `provisioning` and `releasing`.
 """
+
 from collections import defaultdict
 from dataclasses import dataclass, field
-
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -28,16 +28,23 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.locks import locked_run
-from core.services.audit import record_audit
 from core.models import LoopClock
+from core.services.audit import record_audit
 from core.services.loop_clock import note_run
 from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Node, NodeEvent
-from fleet.services.agent_actions import request_agent_actions
+from fleet.selectors import nodes_to_drain
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
-from tenants.choices import AllocationNodeRole, AllocationState as S
+from tenants.choices import AllocationNodeRole
+from tenants.choices import AllocationState as S
 from tenants.models import Allocation, AllocationNode
-from tenants.services.allocations import InsufficientCapacity, transition_allocation
+from tenants.services.allocations import transition_allocation
+from tenants.services.placement import (
+    InsufficientCapacity,
+    claim_nodes,
+    place_allocation,
+)
 
 ACTOR = "system:allocation-loop"
 BATCH = 200
@@ -67,8 +74,7 @@ def _claim(qs):
 
 
 def _live_members(allocation_ids) -> dict:
-    rows = (AllocationNode.objects.filter(allocation_id__in=allocation_ids, ended_at__isnull=True)
-            .select_related("node"))
+    rows = AllocationNode.objects.filter(allocation_id__in=allocation_ids, ended_at__isnull=True).select_related("node")
     out: dict = defaultdict(list)
     for m in rows:
         out[m.allocation_id].append(m)
@@ -79,13 +85,19 @@ def _release_nodes(allocation: Allocation, members: list[AllocationNode], reason
     nodes = [m.node for m in members if m.node.lifecycle in STOPPABLE_STATES]
     if nodes:
         transition_many(nodes, Lifecycle.RELEASING, actor=ACTOR, action="release", reason=reason)
-        request_agent_actions(nodes=nodes, action=AgentAction.STOP, actor=ACTOR,
-                              params={"allocation_id": str(allocation.pk)}, reason=reason)
+        request_agent_actions(
+            nodes=nodes,
+            action=AgentAction.STOP,
+            actor=ACTOR,
+            params={"allocation_id": str(allocation.pk)},
+            reason=reason,
+        )
 
 
 def _serve_cancels(result: LoopResult) -> None:
-    wanted = _claim(Allocation.objects.filter(cancel_requested_at__isnull=False,
-                                              state__in=(S.PENDING, S.PROVISIONING, S.ACTIVE)))
+    wanted = _claim(
+        Allocation.objects.filter(cancel_requested_at__isnull=False, state__in=(S.PENDING, S.PROVISIONING, S.ACTIVE))
+    )
     members = _live_members([a.pk for a in wanted])
     for allocation in wanted:
         if allocation.state == S.PENDING:
@@ -99,25 +111,34 @@ def _serve_cancels(result: LoopResult) -> None:
 def _rearm_deadlines(result: LoopResult, outage) -> None:
     """Give back the time the loop was away: pending and provisioning deadlines that were still
     running when the outage began move later by its length (one UPDATE)."""
-    moved = (Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__gt=outage.started)
-             .update(state_deadline=F("state_deadline") + outage.length))
+    moved = Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__gt=outage.started).update(
+        state_deadline=F("state_deadline") + outage.length
+    )
     if moved:
-        record_audit(actor=ACTOR, action="allocation.deadlines_rearmed",
-                     target=LoopClock.objects.get(name="allocation_loop"),
-                     after={"allocations": moved, "gap_seconds": int(outage.length.total_seconds())},
-                     reason=f"allocation loop was away {int(outage.length.total_seconds())} s "
-                            f"(from {outage.started:%H:%M:%S} UTC); deadlines moved by the gap")
+        record_audit(
+            actor=ACTOR,
+            action="allocation.deadlines_rearmed",
+            target=LoopClock.objects.get(name="allocation_loop"),
+            after={"allocations": moved, "gap_seconds": int(outage.length.total_seconds())},
+            reason=f"allocation loop was away {int(outage.length.total_seconds())} s "
+            f"(from {outage.started:%H:%M:%S} UTC); deadlines moved by the gap",
+        )
     result.counts["rearmed"] += moved
 
 
 def _fail_overdue(result: LoopResult, now) -> None:
-    overdue = _claim(Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__lt=now)
-                     .select_related("instance_type"))
+    overdue = _claim(
+        Allocation.objects.filter(state__in=(S.PENDING, S.PROVISIONING), state_deadline__lt=now).select_related(
+            "instance_type"
+        )
+    )
     members = _live_members([a.pk for a in overdue if a.state == S.PROVISIONING])
     for allocation in overdue:
         if allocation.state == S.PENDING:
-            reason = (f"insufficient capacity: no fabric domain had {allocation.node_count} free "
-                      f"{allocation.instance_type.slug} node(s) within 10 minutes; ask for fewer nodes and retry")
+            reason = (
+                f"insufficient capacity: no fabric domain had {allocation.node_count} free "
+                f"{allocation.instance_type.slug} node(s) within 10 minutes; ask for fewer nodes and retry"
+            )
         else:
             reason = "provisioning did not finish before its deadline; the nodes were released"
             _release_nodes(allocation, members[allocation.pk], reason)
@@ -126,10 +147,12 @@ def _fail_overdue(result: LoopResult, now) -> None:
 
 
 def _place_pending(result: LoopResult) -> None:
-    from fleet.services.placement import place_allocation
 
-    for allocation in _claim(Allocation.objects.filter(state=S.PENDING, cancel_requested_at__isnull=True)
-                             .select_related("instance_type", "tenant")):
+    for allocation in _claim(
+        Allocation.objects.filter(state=S.PENDING, cancel_requested_at__isnull=True).select_related(
+            "instance_type", "tenant"
+        )
+    ):
         try:
             place_allocation(allocation, actor=ACTOR)
         except InsufficientCapacity:
@@ -140,8 +163,11 @@ def _place_pending(result: LoopResult) -> None:
 
 
 def _activate(result: LoopResult) -> None:
-    candidates = _claim(Allocation.objects.filter(Q(state=S.PROVISIONING) | Q(state=S.ACTIVE, degraded=True))
-                        .select_related("instance_type", "tenant"))
+    candidates = _claim(
+        Allocation.objects.filter(Q(state=S.PROVISIONING) | Q(state=S.ACTIVE, degraded=True)).select_related(
+            "instance_type", "tenant"
+        )
+    )
     members = _live_members([a.pk for a in candidates])
     for allocation in candidates:
         live = members[allocation.pk]
@@ -155,17 +181,28 @@ def _activate(result: LoopResult) -> None:
             result.counts["activated"] += 1
         else:
             Allocation.objects.filter(pk=allocation.pk).update(degraded=False, updated_at=timezone.now())
-            record_audit(actor=ACTOR, action="allocation.restored", target=allocation,
-                         before={"degraded": True}, after={"degraded": False}, reason="replacement node active")
+            record_audit(
+                actor=ACTOR,
+                action="allocation.restored",
+                target=allocation,
+                before={"degraded": True},
+                after={"degraded": False},
+                reason="replacement node active",
+            )
             result.counts["restored"] += 1
 
 
 def _retry_replacement(allocation: Allocation, missing: int) -> None:
-    from fleet.services.placement import claim_nodes
 
     try:
-        claim_nodes(allocation=allocation, instance_type=allocation.instance_type, node_count=missing,
-                    actor=ACTOR, role=AllocationNodeRole.REPLACEMENT, fabric_domain_id=allocation.fabric_domain_id)
+        claim_nodes(
+            allocation=allocation,
+            instance_type=allocation.instance_type,
+            node_count=missing,
+            actor=ACTOR,
+            role=AllocationNodeRole.REPLACEMENT,
+            fabric_domain_id=allocation.fabric_domain_id,
+        )
     except InsufficientCapacity:
         pass  # stays degraded; retried next pass
 
@@ -173,7 +210,6 @@ def _retry_replacement(allocation: Allocation, missing: int) -> None:
 def _serve_drains(result: LoopResult) -> None:
     """An operator drained a node a tenant is using: place a replacement (same generation and
     fabric domain), then stop the drained node; the reconciler wipes it and it stays cordoned."""
-    from fleet.selectors import nodes_to_drain
 
     qs = nodes_to_drain()
     if connection.vendor == "postgresql":
@@ -181,31 +217,49 @@ def _serve_drains(result: LoopResult) -> None:
     draining = list(qs[:BATCH])
     if not draining:
         return
-    members = {m.node_id: m for m in AllocationNode.objects.filter(node__in=draining, ended_at__isnull=True)
-               .select_related("allocation")}
+    members = {
+        m.node_id: m
+        for m in AllocationNode.objects.filter(node__in=draining, ended_at__isnull=True).select_related("allocation")
+    }
     for node in draining:
         member = members.get(node.pk)
         if member is not None:
             replace_node(allocation=member.allocation, node=node, actor=ACTOR, reason="operator drain")
     running = [n for n in draining if n.pk in members and n.lifecycle in STOPPABLE_STATES]
-    stopped = {c.node_id for c in transition_many(running, Lifecycle.RELEASING, actor=ACTOR, action="drain",
-                                                  reason="drained: the tenant moved to a replacement node")}
-    request_agent_actions(nodes=[n for n in running if n.pk in stopped], action=AgentAction.STOP, actor=ACTOR,
-                          reason="drained by an operator")
+    stopped = {
+        c.node_id
+        for c in transition_many(
+            running,
+            Lifecycle.RELEASING,
+            actor=ACTOR,
+            action="drain",
+            reason="drained: the tenant moved to a replacement node",
+        )
+    }
+    request_agent_actions(
+        nodes=[n for n in running if n.pk in stopped],
+        action=AgentAction.STOP,
+        actor=ACTOR,
+        reason="drained by an operator",
+    )
     Node.objects.filter(pk__in=[n.pk for n in draining]).update(drain_requested_at=None, drain_deadline=None)
     result.counts["drained"] += len(draining)
 
 
 def _finish_releases(result: LoopResult, now) -> None:
     """End memberships whose nodes left the in-use states; end allocations with none left."""
-    live = (AllocationNode.objects.filter(ended_at__isnull=True, allocation__state__in=(S.RELEASING, S.FAILED))
-            .exclude(node__lifecycle__in=HELD_STATES))
+    live = AllocationNode.objects.filter(ended_at__isnull=True, allocation__state__in=(S.RELEASING, S.FAILED)).exclude(
+        node__lifecycle__in=HELD_STATES
+    )
     done = list(live.values_list("id", "node_id", "started_at")[:2000])
     if done:
         _end_memberships(done, "released", now)
     releasing = _claim(Allocation.objects.filter(state=S.RELEASING))
-    still = set(AllocationNode.objects.filter(allocation__in=releasing, ended_at__isnull=True)
-                .values_list("allocation_id", flat=True))
+    still = set(
+        AllocationNode.objects.filter(allocation__in=releasing, ended_at__isnull=True).values_list(
+            "allocation_id", flat=True
+        )
+    )
     for allocation in releasing:
         if allocation.pk in still:
             continue
@@ -219,8 +273,9 @@ def _end_memberships(rows: list[tuple], reason: str, now) -> None:
     node_ids = [node_id for _, node_id, _ in rows]
     earliest = min(started for _, _, started in rows)
     wipes: dict = defaultdict(list)
-    for node_id, at in NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.WIPING,
-                                                to_state=Lifecycle.AVAILABLE, at__gte=earliest).values_list("node_id", "at"):
+    for node_id, at in NodeEvent.objects.filter(
+        node_id__in=node_ids, from_state=Lifecycle.WIPING, to_state=Lifecycle.AVAILABLE, at__gte=earliest
+    ).values_list("node_id", "at"):
         wipes[node_id].append(at)
     wiped_ids, unwiped_ids = [], []
     for pk, node_id, started in rows:
@@ -232,14 +287,18 @@ def _end_memberships(rows: list[tuple], reason: str, now) -> None:
 def _mark_wiped() -> None:
     """Memberships ended without a wipe (e.g. a node pulled for health) are cleared once the node
     has gone wiping → available since; until then placement never uses the node."""
-    pending = list(AllocationNode.objects.filter(ended_at__isnull=False, wiped_at__isnull=True)
-                   .values_list("id", "node_id", "ended_at")[:2000])
+    pending = list(
+        AllocationNode.objects.filter(ended_at__isnull=False, wiped_at__isnull=True).values_list(
+            "id", "node_id", "ended_at"
+        )[:2000]
+    )
     if not pending:
         return
     node_ids = [n for _, n, _ in pending]
     wipes: dict = defaultdict(list)
-    for node_id, at in NodeEvent.objects.filter(node_id__in=node_ids, from_state=Lifecycle.WIPING,
-                                                to_state=Lifecycle.AVAILABLE).values_list("node_id", "at"):
+    for node_id, at in NodeEvent.objects.filter(
+        node_id__in=node_ids, from_state=Lifecycle.WIPING, to_state=Lifecycle.AVAILABLE
+    ).values_list("node_id", "at"):
         wipes[node_id].append(at)
     wiped = []
     for pk, node_id, ended in pending:
@@ -275,21 +334,32 @@ def replace_node(*, allocation: Allocation, node: Node, actor: str, reason: str)
     """Pull `node` out of `allocation` (health), mark it degraded and place one replacement of the same
     type in the same fabric domain. Returns the replacement membership, or None if none is free now
     (the loop keeps trying while the allocation stays degraded)."""
-    from fleet.services.placement import claim_nodes
 
     now = timezone.now()
     ended = AllocationNode.objects.filter(allocation=allocation, node=node, ended_at__isnull=True).update(
-        ended_at=now, end_reason=f"replaced: {reason}"[:200])
+        ended_at=now, end_reason=f"replaced: {reason}"[:200]
+    )
     if not ended:
         return None
     Allocation.objects.filter(pk=allocation.pk).update(degraded=True, updated_at=now)
-    record_audit(actor=actor, action="allocation.node_replaced", target=allocation,
-                 before={"degraded": allocation.degraded, "node": str(node.pk)}, after={"degraded": True},
-                 reason=reason)
+    record_audit(
+        actor=actor,
+        action="allocation.node_replaced",
+        target=allocation,
+        before={"degraded": allocation.degraded, "node": str(node.pk)},
+        after={"degraded": True},
+        reason=reason,
+    )
     allocation.degraded = True
     try:
-        placed = claim_nodes(allocation=allocation, instance_type=allocation.instance_type, node_count=1, actor=actor,
-                             role=AllocationNodeRole.REPLACEMENT, fabric_domain_id=allocation.fabric_domain_id)
+        placed = claim_nodes(
+            allocation=allocation,
+            instance_type=allocation.instance_type,
+            node_count=1,
+            actor=actor,
+            role=AllocationNodeRole.REPLACEMENT,
+            fabric_domain_id=allocation.fabric_domain_id,
+        )
     except InsufficientCapacity:
         return None
     return AllocationNode.objects.get(allocation=allocation, node=placed[0], ended_at__isnull=True)

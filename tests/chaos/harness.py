@@ -8,6 +8,7 @@ DATABASE_URL / LEDGER_DATABASE_URL / REDIS_URL pointing there, then stops both a
 the cluster. The tests stop and start these servers themselves (HANGAR_CHAOS_* variables).
 Figures measured by the tests land in var/chaos/figures.json (docs/faults.md quotes them).
 """
+
 import os
 import shutil
 import socket
@@ -68,33 +69,65 @@ def main(argv: list[str]) -> int:
         shutil.chown(CHAOS_DIR, "postgres")
         shutil.chown(sockets, "postgres")
     pg_port, redis_port = free_port(), free_port()
-    subprocess.run(_as_pg_user([_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]),
-                   check=True, capture_output=True)
+    subprocess.run(
+        _as_pg_user([_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]),
+        check=True,
+        capture_output=True,
+    )
     start = pg_ctl_command("start", data, pg_port, sockets, log)
     stop = pg_ctl_command("stop", data, pg_port, sockets, log)
     subprocess.run(start, check=True, capture_output=True)
-    redis = subprocess.Popen([shutil.which("redis-server") or "redis-server", "--port", str(redis_port),
-                              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    redis = subprocess.Popen(
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--port",
+            str(redis_port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     started = time.monotonic()
     try:
         base = f"postgres://postgres@127.0.0.1:{pg_port}"
-        env = {**os.environ,
-               "DATABASE_URL": f"{base}/hangar_chaos", "LEDGER_DATABASE_URL": f"{base}/hangar_chaos_ledger",
-               "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "HANGAR_VAR_DIR": str(CHAOS_DIR / "var"),
-               "HANGAR_CHAOS_PG_START": "\x1f".join(start), "HANGAR_CHAOS_PG_STOP": "\x1f".join(stop),
-               "HANGAR_CHAOS_FIGURES": str(CHAOS_DIR / "figures.json"), "HANGAR_FAULT_POINTS": ""}
+        env = {
+            **os.environ,
+            "DATABASE_URL": f"{base}/hangar_chaos",
+            "LEDGER_DATABASE_URL": f"{base}/hangar_chaos_ledger",
+            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "HANGAR_VAR_DIR": str(CHAOS_DIR / "var"),
+            "HANGAR_CHAOS_PG_START": "\x1f".join(start),
+            "HANGAR_CHAOS_PG_STOP": "\x1f".join(stop),
+            "HANGAR_CHAOS_FIGURES": str(CHAOS_DIR / "figures.json"),
+            "HANGAR_FAULT_POINTS": "",
+        }
         # The ledger the billing scenario's worker writes to (pytest-django makes test copies of
         # the rest); a real database on the throw-away cluster.
-        subprocess.run([_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "postgres",
-                        "hangar_chaos_ledger"], check=True, capture_output=True)
-        subprocess.run([sys.executable, "manage.py", "migrate", "--database", "ledger", "--noinput"], cwd=ROOT,
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            [_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "postgres", "hangar_chaos_ledger"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--database", "ledger", "--noinput"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         tests = argv or ["tests/chaos", *CLOCK_MOVED_TESTS]
-        result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", *tests],
-                                cwd=ROOT, env=env)
-        print(f"fault suite: {'passed' if result.returncode == 0 else 'FAILED'} in {time.monotonic() - started:.0f} s; "
-              f"figures in {CHAOS_DIR / 'figures.json'}")
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", *tests], cwd=ROOT, env=env
+        )
+        print(
+            f"fault suite: {'passed' if result.returncode == 0 else 'FAILED'} in {time.monotonic() - started:.0f} s; "
+            f"figures in {CHAOS_DIR / 'figures.json'}"
+        )
         return result.returncode
     finally:
         redis.terminate()

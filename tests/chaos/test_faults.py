@@ -3,6 +3,7 @@ stop, on the cluster tests/chaos/harness.py started. Skipped outside `make chaos
 
 Durations are shortened and stated (docs/faults.md): the database is down for OUTAGE_S, not 30 s.
 """
+
 import json
 import os
 import signal
@@ -46,8 +47,13 @@ def _db_url(alias: str) -> str:
 
 def child_env(**extra) -> dict:
     """The test databases pytest-django created, for the processes the test starts."""
-    return {**os.environ, "DATABASE_URL": _db_url("default"), "LEDGER_DATABASE_URL": _db_url("ledger"),
-            "DJANGO_SETTINGS_MODULE": "config.settings", **extra}
+    return {
+        **os.environ,
+        "DATABASE_URL": _db_url("default"),
+        "LEDGER_DATABASE_URL": _db_url("ledger"),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        **extra,
+    }
 
 
 def pg(action: str) -> None:
@@ -67,9 +73,27 @@ class Server:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{self.port}",
-             "-w", "1", "--threads", "4", "--timeout", "30", "--graceful-timeout", "2"],
-            cwd=ROOT, env=child_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "-b",
+                f"127.0.0.1:{self.port}",
+                "-w",
+                "1",
+                "--threads",
+                "4",
+                "--timeout",
+                "30",
+                "--graceful-timeout",
+                "2",
+            ],
+            cwd=ROOT,
+            env=child_env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -86,7 +110,7 @@ class Server:
 
 @pytest.fixture
 def fleet(db):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=32)
 
@@ -133,14 +157,20 @@ def test_kill_between_the_idempotency_phases_leaves_one_allocation(fleet, tenant
     assert answers[-1] == 202 and again.status_code == 202 and again.headers["Idempotent-Replayed"] == "true"
     assert again.json()["id"] == response.json()["id"]
     assert Allocation.objects.count() == 1
-    record("idempotency_kill", {"allocations": Allocation.objects.count(), "retry_answers": answers,
-                                "seconds_to_202_after_kill": round(recovered, 1)})
+    record(
+        "idempotency_kill",
+        {
+            "allocations": Allocation.objects.count(),
+            "retry_answers": answers,
+            "seconds_to_202_after_kill": round(recovered, 1),
+        },
+    )
 
 
 def test_a_database_outage_gives_503s_not_500s_and_the_simulator_keeps_going(fleet, operator_token):
+    from devtools.simulator import FleetSimulator
     from fleet.choices import Lifecycle
     from fleet.models import Node
-    from fleet.simulator import FleetSimulator
 
     server = Server()
     try:
@@ -158,8 +188,9 @@ def test_a_database_outage_gives_503s_not_500s_and_the_simulator_keeps_going(fle
                 simulator.refresh(now)
                 if probe:
                     for path in ("/api/v1/ops/nodes", "/api/v1/allocations", "/fleet/nodes/"):
-                        code = requests.get(server.url + path, headers=ops, timeout=10,
-                                            allow_redirects=False).status_code
+                        code = requests.get(
+                            server.url + path, headers=ops, timeout=10, allow_redirects=False
+                        ).status_code
                         statuses[code] = statuses.get(code, 0) + 1
                 time.sleep(0.5)
 
@@ -181,19 +212,40 @@ def test_a_database_outage_gives_503s_not_500s_and_the_simulator_keeps_going(fle
     assert len(simulator.agents) == len(hosts) and simulator.refresh_failures > 0
     assert fresh == len(hosts)  # every agent reported again after the restart
     assert lifecycles == {Lifecycle.AVAILABLE}
-    record("database_outage", {"outage_seconds": OUTAGE_S, "statuses_during_outage": statuses,
-                               "simulator_refresh_failures": simulator.refresh_failures,
-                               "agents_alive": len(simulator.agents),
-                               "nodes_reporting_within_15_s_of_restart": f"{fresh}/{len(hosts)}",
-                               "measured_down_seconds": round(time.monotonic() - down_at, 1)})
+    record(
+        "database_outage",
+        {
+            "outage_seconds": OUTAGE_S,
+            "statuses_during_outage": statuses,
+            "simulator_refresh_failures": simulator.refresh_failures,
+            "agents_alive": len(simulator.agents),
+            "nodes_reporting_within_15_s_of_restart": f"{fresh}/{len(hosts)}",
+            "measured_down_seconds": round(time.monotonic() - down_at, 1),
+        },
+    )
 
 
 def _worker(tmp_path: Path, **env):
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "--without-heartbeat",
-         "--without-mingle", "--without-gossip", "-l", "warning"],
-        cwd=ROOT, env=child_env(CELERY_VISIBILITY_TIMEOUT_S=str(CHAOS_VISIBILITY_TIMEOUT_S), **env),
-        stdout=open(tmp_path / "worker.log", "ab"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=child_env(CELERY_VISIBILITY_TIMEOUT_S=str(CHAOS_VISIBILITY_TIMEOUT_S), **env),
+        stdout=open(tmp_path / "worker.log", "ab"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 LEDGER_SNIPPET = """
@@ -211,8 +263,13 @@ print(json.dumps({"invoices": Invoice.objects.count(), "runs": BillingRun.object
 def ledger(tmp_path, command: str, events) -> dict:
     """Ingest (or just count) through a child process: invoices, and billing runs of the usage's month
     (a draft refresh also re-rates last month while it is in grace: that run is not counted)."""
-    out = subprocess.run([sys.executable, "-c", LEDGER_SNIPPET, command, json.dumps(events)], cwd=ROOT,
-                         env=child_env(), capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", LEDGER_SNIPPET, command, json.dumps(events)],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -224,10 +281,19 @@ def test_a_killed_billing_task_is_rerun_within_minutes_and_bills_once(tmp_path):
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     if start.month != datetime.now(UTC).month:  # keep the usage inside the current (draft) month
         start = datetime.now(UTC).replace(microsecond=0, second=0, minute=0)
-    events = [{"event_id": str(uuid.uuid4()), "allocation_id": str(uuid.UUID(int=1)), "tenant_id": str(tenant),
-               "sku": "h100-sxm-8x", "start": (start + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
-               "end": (start + timedelta(minutes=i + 1)).isoformat().replace("+00:00", "Z"),
-               "quantity": "480", "unit": "gpu_second"} for i in range(5)]
+    events = [
+        {
+            "event_id": str(uuid.uuid4()),
+            "allocation_id": str(uuid.UUID(int=1)),
+            "tenant_id": str(tenant),
+            "sku": "h100-sxm-8x",
+            "start": (start + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
+            "end": (start + timedelta(minutes=i + 1)).isoformat().replace("+00:00", "Z"),
+            "quantity": "480",
+            "unit": "gpu_second",
+        }
+        for i in range(5)
+    ]
     assert ledger(tmp_path, "ingest", events) == {"invoices": 0, "runs": 0}
     first = _worker(tmp_path, HANGAR_FAULT_POINTS=f"billing.after_write=exit-once:{tmp_path / 'fired'}")
     second = None
@@ -249,6 +315,12 @@ def test_a_killed_billing_task_is_rerun_within_minutes_and_bills_once(tmp_path):
                 proc.terminate()
                 proc.wait(timeout=20)
     assert final == {"invoices": 1, "runs": 1}, final
-    record("killed_billing_task", {"visibility_timeout_s": CHAOS_VISIBILITY_TIMEOUT_S, **final,
-                                   "seconds_from_kill_to_invoice": round(rerun_after, 1),
-                                   "seconds_from_send_to_kill": round(killed - sent, 1)})
+    record(
+        "killed_billing_task",
+        {
+            "visibility_timeout_s": CHAOS_VISIBILITY_TIMEOUT_S,
+            **final,
+            "seconds_from_kill_to_invoice": round(rerun_after, 1),
+            "seconds_from_send_to_kill": round(killed - sent, 1),
+        },
+    )

@@ -1,4 +1,5 @@
 """A database or broker that is down answers 503 + Retry-After everywhere, never 500."""
+
 import pytest
 from django.db import OperationalError
 from django.db.backends import utils as db_utils
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def database_down(monkeypatch):
     """Every query on the control-plane database fails the way a stopped server makes it fail."""
+
     def refuse(self, *args, **kwargs):
         if self.db.alias == "default":
             raise OperationalError('connection to server at "127.0.0.1", port 5432 failed: Connection refused')
@@ -43,9 +45,14 @@ def test_tenant_ops_and_agent_apis_answer_503(small_fleet, operator_token, reque
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node.pk)}")
     request.getfixturevalue("database_down")
     _assert_503_problem(tenant_api.get("/api/v1/allocations"))
-    _assert_503_problem(tenant_api.post("/api/v1/allocations", {"name": "x", "instance_type": "h100-sxm-8x",
-                                                                 "node_count": 1}, format="json",
-                                        HTTP_IDEMPOTENCY_KEY="k"))
+    _assert_503_problem(
+        tenant_api.post(
+            "/api/v1/allocations",
+            {"name": "x", "instance_type": "h100-sxm-8x", "node_count": 1},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY="k",
+        )
+    )
     _assert_503_problem(ops.get("/api/v1/ops/nodes"))
     _assert_503_problem(agent.post("/api/agent/v1/heartbeat", {"power_state": "on", "gpus": []}, format="json"))
     _assert_503_problem(ops.get("/metrics"))

@@ -1,4 +1,5 @@
 """Workers and beat: a killed task comes back within minutes, a second beat schedules nothing."""
+
 from datetime import timedelta
 
 import pytest
@@ -20,7 +21,7 @@ def test_late_ack_and_a_visibility_timeout_just_above_the_longest_task():
     limits = {name: task.time_limit for name, task in current_app.tasks.items() if not name.startswith("celery.")}
     assert limits and all(limit is not None for limit in limits.values()), limits
     assert settings.CELERY_TASK_ACKS_LATE and settings.CELERY_TASK_REJECT_ON_WORKER_LOST
-    assert settings.CELERY_LONGEST_TASK_TIME_LIMIT_S == max(limits.values())
+    assert max(limits.values()) == settings.CELERY_LONGEST_TASK_TIME_LIMIT_S
     # never redelivered while it may still run; retried within minutes once its worker is gone
     assert max(limits.values()) < settings.CELERY_VISIBILITY_TIMEOUT_S <= 600
 
@@ -47,7 +48,9 @@ def test_the_scheduler_of_a_beat_without_the_lease_sends_nothing(monkeypatch):
     scheduler = SingleBeatScheduler.__new__(SingleBeatScheduler)  # no app/DB sync needed for tick()
     scheduler.holder, scheduler._leading = "here:2", None
     sent = []
-    monkeypatch.setattr("django_celery_beat.schedulers.DatabaseScheduler.tick", lambda self, *a, **k: sent.append(1) or 1)
+    monkeypatch.setattr(
+        "django_celery_beat.schedulers.DatabaseScheduler.tick", lambda self, *a, **k: sent.append(1) or 1
+    )
     assert scheduler.tick() == 5.0 and sent == []
     BeatLease.objects.update(renewed_at=timezone.now() - LEASE_TTL - timedelta(seconds=1))
     assert scheduler.tick() == 1 and sent == [1]

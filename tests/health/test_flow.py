@@ -1,4 +1,5 @@
 """The health chain end to end, driven by agent payloads through the real endpoints."""
+
 from datetime import timedelta
 
 import pytest
@@ -7,7 +8,13 @@ from django.utils import timezone
 from fleet.choices import AgentAction, AgentActionState, Health, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from health.choices import ConditionStatus, IncidentState
-from health.models import Condition, ConditionEvent, HealthCheckResult, Incident, IncidentEvent
+from health.models import (
+    Condition,
+    ConditionEvent,
+    HealthCheckResult,
+    Incident,
+    IncidentEvent,
+)
 from health.services.sweep import run_health_sweep
 
 pytestmark = pytest.mark.django_db
@@ -19,8 +26,12 @@ def refresh(node):
 
 
 def finish_action(node, action, state=AgentActionState.SUCCEEDED):
-    assert NodeAgentAction.objects.filter(node=node, action=action, state=AgentActionState.PENDING).update(
-        state=state, finished_at=timezone.now()) == 1
+    assert (
+        NodeAgentAction.objects.filter(node=node, action=action, state=AgentActionState.PENDING).update(
+            state=state, finished_at=timezone.now()
+        )
+        == 1
+    )
 
 
 def pass_gate(agent, first_check):
@@ -37,11 +48,20 @@ def test_heartbeat_updates_node_and_records_power(nodes, agent_for):
     assert not Condition.objects.exists()
 
 
-@pytest.mark.parametrize("body", [
-    [], "x", {"gpus": "nope"}, {"gpus": [{"index": -1}]}, {"gpus": [{"index": 0, "xid_errors": ["79"]}]},
-    {"observed_at": "yesterday", "gpus": []}, {"power_state": "sideways", "gpus": []},
-    {"gpus": [{"index": 0}, {"index": 0}]}, {"gpus": [{"index": 0, "temperature_c": "hot"}]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        "x",
+        {"gpus": "nope"},
+        {"gpus": [{"index": -1}]},
+        {"gpus": [{"index": 0, "xid_errors": ["79"]}]},
+        {"observed_at": "yesterday", "gpus": []},
+        {"power_state": "sideways", "gpus": []},
+        {"gpus": [{"index": 0}, {"index": 0}]},
+        {"gpus": [{"index": 0, "temperature_c": "hot"}]},
+    ],
+)
 def test_bad_heartbeats_are_400_problems(nodes, agent_for, body):
     response = agent_for(nodes[0]).heartbeat(body=body)
     assert response.status_code == 400
@@ -51,8 +71,12 @@ def test_bad_heartbeats_are_400_problems(nodes, agent_for, body):
 
 def test_bad_health_reports_are_400(nodes, agent_for):
     agent = agent_for(nodes[0])
-    for body in ({}, {"checks": []}, {"checks": [{"name": "dcgm_r9", "status": "pass"}]},
-                 {"checks": [{"name": "dcgm_r2", "status": "ok"}]}):
+    for body in (
+        {},
+        {"checks": []},
+        {"checks": [{"name": "dcgm_r9", "status": "pass"}]},
+        {"checks": [{"name": "dcgm_r2", "status": "ok"}]},
+    ):
         response = agent.client.post("/api/agent/v1/health-reports", body, format="json")
         assert response.status_code == 400, body
         assert response.json()["code"] == "validation_error"
@@ -134,8 +158,9 @@ def test_gpu_count_mismatch_is_reboot_class(nodes, agent_for):
     assert NodeAgentAction.objects.filter(node=nodes[0], action="reboot").exists()
 
 
-@pytest.mark.parametrize("faults", [{0: {"xid_errors": [64]}}, {5: {"row_remap_failed": 1}},
-                                    {2: {"xid_errors": [48, 63]}}])
+@pytest.mark.parametrize(
+    "faults", [{0: {"xid_errors": [64]}}, {5: {"row_remap_failed": 1}}, {2: {"xid_errors": [48, 63]}}]
+)
 def test_fatal_goes_to_triage(nodes, agent_for, faults):
     agent = agent_for(nodes[0])
     agent.heartbeat(faults=faults)
@@ -160,8 +185,9 @@ def test_validation_fail_goes_to_triage_and_r3_fail_is_fatal(nodes, agent_for):
 
 def test_same_fault_twice_in_7_days_is_fatal(nodes, agent_for):
     node, agent = nodes[0], agent_for(nodes[0])
-    ConditionEvent.objects.create(node=node, gpu_index=4, signal="xid_79", severity="reboot", kind="raised",
-                                  at=timezone.now() - timedelta(days=3))
+    ConditionEvent.objects.create(
+        node=node, gpu_index=4, signal="xid_79", severity="reboot", kind="raised", at=timezone.now() - timedelta(days=3)
+    )
     agent.heartbeat(faults={4: {"xid_errors": [79]}})
     run_health_sweep()
     assert refresh(node).lifecycle == Lifecycle.TRIAGE
@@ -220,12 +246,22 @@ def test_sweeps_are_idempotent(nodes, agent_for):
     agent_for(nodes[0]).heartbeat(faults={0: {"xid_errors": [79]}})
     agent_for(nodes[1]).heartbeat(faults={0: {"xid_errors": [64]}})
     run_health_sweep()
-    counts = (Incident.objects.count(), IncidentEvent.objects.count(), NodeAgentAction.objects.count(),
-              ConditionEvent.objects.count(), list(Node.objects.values_list("lifecycle", flat=True)))
+    counts = (
+        Incident.objects.count(),
+        IncidentEvent.objects.count(),
+        NodeAgentAction.objects.count(),
+        ConditionEvent.objects.count(),
+        list(Node.objects.values_list("lifecycle", flat=True)),
+    )
     run_health_sweep()
     run_health_sweep()
-    assert counts == (Incident.objects.count(), IncidentEvent.objects.count(), NodeAgentAction.objects.count(),
-                      ConditionEvent.objects.count(), list(Node.objects.values_list("lifecycle", flat=True)))
+    assert counts == (
+        Incident.objects.count(),
+        IncidentEvent.objects.count(),
+        NodeAgentAction.objects.count(),
+        ConditionEvent.objects.count(),
+        list(Node.objects.values_list("lifecycle", flat=True)),
+    )
     assert Incident.objects.count() == 2
 
 
@@ -277,5 +313,6 @@ def test_nul_characters_are_refused_before_they_reach_the_database(nodes, agent_
     response = agent_for(nodes[0]).client.post(
         "/api/agent/v1/health-reports",
         {"observed_at": "2026-11-29T20:00:00Z", "checks": [{"name": "ib_link", "status": "pass", "detail": "a\x00b"}]},
-        format="json")
+        format="json",
+    )
     assert response.status_code == 400 and "NUL" in response.json()["detail"]

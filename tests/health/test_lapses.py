@@ -4,6 +4,7 @@ quarantined for a silence the node did not cause.
 The server's clock is moved by a fixture (every `timezone.now()` in the process, the live
 server's thread included), so minutes of simulated silence take milliseconds.
 """
+
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -46,8 +47,10 @@ def _beat(agents, clock, seconds, *, sweep_every=30, step=10):
 
 
 def _pulled():
-    return Node.objects.exclude(lifecycle=Lifecycle.AVAILABLE).count() + NodeAgentAction.objects.filter(
-        action__in=(AgentAction.REBOOT, AgentAction.GPU_RESET)).count()
+    return (
+        Node.objects.exclude(lifecycle=Lifecycle.AVAILABLE).count()
+        + NodeAgentAction.objects.filter(action__in=(AgentAction.REBOOT, AgentAction.GPU_RESET)).count()
+    )
 
 
 @pytest.mark.django_db
@@ -87,8 +90,9 @@ def test_a_node_silent_after_an_outage_is_still_judged_a_full_lease_after_the_re
 
 
 @pytest.mark.django_db
-def test_most_of_a_site_going_silent_is_one_incident_and_no_quarantine(nodes, agent_for, clock, ops_api,
-                                                                       operator_client):
+def test_most_of_a_site_going_silent_is_one_incident_and_no_quarantine(
+    nodes, agent_for, clock, ops_api, operator_client
+):
     """The web tier (or the site network) loses the fleet while the sweep keeps running."""
     agents = [agent_for(n) for n in nodes]
     _beat(agents, clock, 60)
@@ -122,8 +126,8 @@ def test_one_silent_node_is_still_its_own_fault(nodes, agent_for, clock):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_simulator_killing_a_leaf_switch_opens_one_incident_and_rmas_nothing(live_server, clock):
-    from fleet.services.seeding import seed_fleet
-    from fleet.simulator import FleetSimulator
+    from devtools.services.fleet_seed import seed_fleet
+    from devtools.simulator import FleetSimulator
 
     seed_fleet(gpus=64)
     # two leaves of four nodes each (the seeded pod puts 32 nodes on one leaf)

@@ -1,5 +1,6 @@
 """Server time decides: an agent's clock can neither pass a node through validation nor
 hide how far off it is."""
+
 from datetime import timedelta
 
 import pytest
@@ -18,14 +19,20 @@ def _stamp(delta: timedelta) -> str:
 
 
 def _report(agent, delta=timedelta(0), **checks):
-    body = {"observed_at": _stamp(delta),
-            "checks": [{"name": name, "status": status, "detail": ""} for name, status in checks.items()]}
+    body = {
+        "observed_at": _stamp(delta),
+        "checks": [{"name": name, "status": status, "detail": ""} for name, status in checks.items()],
+    }
     return agent.client.post("/api/agent/v1/health-reports", body, format="json")
 
 
 def _validate(ops_api, node, key="v1"):
-    response = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "validate", "reason": "suspect"},
-                            format="json", HTTP_IDEMPOTENCY_KEY=key)
+    response = ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions",
+        {"action": "validate", "reason": "suspect"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
     assert response.status_code == 202, response.content
     return response
 

@@ -1,13 +1,13 @@
 """The whole flow through the public API and the loop, with the agents simulated."""
+
 import pytest
 from django.core.management import call_command
 
 from core.models import AuditEvent
 from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Node, NodeAgentAction
-from tenants.models import AllocationNode, FabricPartition
-from tenants.services.allocation_loop import run_allocation_loop, replace_node
-from tenants.models import Allocation
+from tenants.models import Allocation, AllocationNode, FabricPartition
+from tenants.services.allocation_loop import replace_node, run_allocation_loop
 
 from .conftest import provision_succeeds, stop_and_wipe_succeed
 
@@ -63,8 +63,14 @@ def test_create_place_activate_cancel_release(small_fleet, client_a):
     terminal = client_a.post(f"/api/v1/allocations/{alloc_id}/cancel")
     assert terminal.status_code == 200 and terminal.data == final
     actions = set(AuditEvent.objects.filter(object_id=alloc_id).values_list("action", flat=True))
-    assert {"allocation.create", "allocation.provisioning", "allocation.active", "allocation.releasing",
-            "allocation.released", "allocation.cancel_requested"} <= actions
+    assert {
+        "allocation.create",
+        "allocation.provisioning",
+        "allocation.active",
+        "allocation.releasing",
+        "allocation.released",
+        "allocation.cancel_requested",
+    } <= actions
     call_command("isolation_audit")
 
 
@@ -85,8 +91,9 @@ def test_cancel_while_pending_and_while_provisioning(small_fleet, client_a):
 
 
 def test_pending_past_deadline_fails_with_reason(small_fleet, client_a, tenant_b):
-    from django.utils import timezone
     from datetime import timedelta
+
+    from django.utils import timezone
 
     alloc = _create(client_a, node_count=8).data["id"]
     Node.objects.filter(lifecycle=Lifecycle.AVAILABLE).update(cordoned=True)  # capacity vanishes after the check
@@ -99,8 +106,9 @@ def test_pending_past_deadline_fails_with_reason(small_fleet, client_a, tenant_b
 
 
 def test_provisioning_past_deadline_fails_and_releases(small_fleet, client_a):
-    from django.utils import timezone
     from datetime import timedelta
+
+    from django.utils import timezone
 
     alloc = _create(client_a).data["id"]
     run_allocation_loop()
@@ -147,6 +155,7 @@ def test_isolation_audit_flags_a_shared_partition(small_fleet, tenant_a, tenant_
     p = create_partition(tenant=tenant_b, fabric_domain=domain, name="b", actor="t")
     assert FabricPartition.objects.filter(fabric_domain=domain).values("partition_key").distinct().count() == 2
     from tenants.models import Volume
+
     Volume.objects.create(tenant=tenant_a, name="leak", size_gb=1, export_partition=p)
     with pytest.raises(SystemExit) as exit_:
         call_command("isolation_audit")
@@ -156,6 +165,7 @@ def test_isolation_audit_flags_a_shared_partition(small_fleet, tenant_a, tenant_
 def test_create_tenant_command_sets_quota_for_every_generation(small_fleet):
     call_command("create_tenant", "initech", "--name", "Initech", "--max-nodes", "4")
     from tenants.models import Quota
+
     quotas = dict(Quota.objects.filter(tenant__slug="initech").values_list("generation", "max_nodes"))
     assert quotas and set(quotas.values()) == {4} and "hopper" in quotas
 
@@ -170,8 +180,7 @@ def test_run_loops_once_places_pending_allocations(small_fleet, client_a):
     assert Allocation.objects.get(pk=alloc).state == "provisioning"
 
 
-def test_allocations_accepted_during_an_11_minute_loop_outage_are_placed_not_failed(small_fleet, client_a,
-                                                                                     monkeypatch):
+def test_allocations_accepted_during_an_11_minute_loop_outage_are_placed_not_failed(small_fleet, client_a, monkeypatch):
     """A broker outage: the API keeps accepting creates, no loop runs for 11 minutes. The first
     pass afterwards places them (nodes are free) instead of failing them for "insufficient
     capacity within 10 minutes". The clock is moved, not waited for."""

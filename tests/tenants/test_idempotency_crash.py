@@ -1,5 +1,6 @@
 """Exactly-once creates: a process killed between the phases of an idempotent create never
 leaves a second allocation behind (the fault suite does the same with a real kill -9)."""
+
 import pytest
 from django.test import override_settings
 
@@ -14,9 +15,8 @@ BODY = {"name": "train", "instance_type": "h100-sxm-8x", "node_count": 1}
 
 @pytest.mark.parametrize("point", ["idempotency.after_perform", "idempotency.before_commit"])
 def test_a_crash_between_the_phases_then_a_retry_makes_one_allocation(small_fleet, client_a, point):
-    with override_settings(FAULT_POINTS={point: "raise"}):
-        with pytest.raises(SimulatedCrash):
-            client_a.post("/api/v1/allocations", BODY, format="json", HTTP_IDEMPOTENCY_KEY="crash-1")
+    with override_settings(FAULT_POINTS={point: "raise"}), pytest.raises(SimulatedCrash):
+        client_a.post("/api/v1/allocations", BODY, format="json", HTTP_IDEMPOTENCY_KEY="crash-1")
     # the work and the record died together: nothing to find, nothing half-done
     assert Allocation.objects.count() == 0 and IdempotencyRecord.objects.count() == 0
     retry = client_a.post("/api/v1/allocations", BODY, format="json", HTTP_IDEMPOTENCY_KEY="crash-1")
@@ -28,8 +28,9 @@ def test_a_crash_between_the_phases_then_a_retry_makes_one_allocation(small_flee
 
 
 def test_a_refused_create_leaves_no_record(small_fleet, client_a):
-    refused = client_a.post("/api/v1/allocations", {**BODY, "node_count": 0}, format="json",
-                            HTTP_IDEMPOTENCY_KEY="bad-1")
+    refused = client_a.post(
+        "/api/v1/allocations", {**BODY, "node_count": 0}, format="json", HTTP_IDEMPOTENCY_KEY="bad-1"
+    )
     assert refused.status_code == 400
     assert not IdempotencyRecord.objects.exists()
     fixed = client_a.post("/api/v1/allocations", BODY, format="json", HTTP_IDEMPOTENCY_KEY="bad-1")
