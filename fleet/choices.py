@@ -151,6 +151,11 @@ class SanitizationSource(models.TextChoices):
     OPERATOR = "operator", "Operator"
 
 
+class CustodyKind(models.TextChoices):
+    DISPOSAL = "disposal", "Disposal (buyer or recycler)"
+    RMA_SHIPMENT = "rma_shipment", "RMA shipment with drives aboard"
+
+
 class DispositionOption(models.TextChoices):
     REDEPLOY = "redeploy", "Redeploy internally"
     LEASE = "lease", "Lease as a cheaper SKU"

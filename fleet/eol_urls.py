@@ -8,4 +8,5 @@ urlpatterns = [
     path("plans/disposition/<str:pk>/", eol_views.plan_detail, name="disposition-plan"),
     path("plans/disposition/<str:pk>/nodes/", eol_views.plan_node_action, name="disposition-plan-nodes"),
     path("fleet/nodes/<str:pk>/certificate/", eol_views.certificate, name="node-certificate"),
+    path("fleet/nodes/<str:pk>/certificate.pdf", eol_views.certificate_pdf, name="node-certificate-pdf"),
 ]

@@ -3,7 +3,8 @@ per-node data-handling checklist and its actions, and the certificate of sanitis
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
+from django.template.loader import render_to_string
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -14,6 +15,7 @@ from core.services.audit import actor_label
 
 from .api.eol_urls import DispositionPlanIn, create_plan_from
 from .models import DispositionPlan, Node
+from .pdf import certificate_pdf_bytes
 from .selectors import certificate_for, data_handling_status, halls_for_filter
 from .services import sanitization
 from .services.lifecycle import InvalidTransition
@@ -129,7 +131,7 @@ def plan_node_action(request, pk):
                 messages.error(request, f"Unknown action {action!r}.")
                 break
             done += 1
-        except (ActionRefused, InvalidTransition) as exc:
+        except (ActionRefused, InvalidTransition, sanitization.CustodyRefused) as exc:
             refused.append(f"{node.hostname}: {exc}")
     if done:
         messages.success(request, f"{action.replace('_', ' ')}: done on {done} node(s).")
@@ -138,6 +140,21 @@ def plan_node_action(request, pk):
     if len(refused) > 10:
         messages.warning(request, f"... and {len(refused) - 10} more refused.")
     return redirect("fleet:disposition-plan", pk=plan.pk)
+
+
+@operator_required
+def certificate_pdf(request, pk):
+    """The same certificate as a PDF (WeasyPrint), only once it is complete."""
+    try:
+        cert = certificate_for(parse_uuid(pk))
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    if not cert["complete"]:
+        return render(request, "fleet/certificate.html", {"nav": "fleet", **cert}, status=409)
+    html = render_to_string("fleet/certificate_pdf.html", cert, request=request)
+    response = HttpResponse(certificate_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="certificate-{cert["node"].hostname}.pdf"'
+    return response
 
 
 @operator_required

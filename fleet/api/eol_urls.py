@@ -16,10 +16,11 @@ from core.api.lookups import uuid_or_404
 from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from core.api.routes import api_route
-from fleet.choices import SanitizationMethod
+from fleet.choices import CustodyKind, SanitizationMethod
 from fleet.models import DispositionPlan, Drive, Node
 from fleet.selectors import data_handling_status
 from fleet.services import disposition, sanitization
+from fleet.services.drive_gate import RMA, gate_status
 from fleet.services.disposition_valuation import InternalDemand
 
 IDEMPOTENCY_HEADER = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
@@ -81,11 +82,21 @@ class ReasonIn(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+class DriveStatusIn(serializers.Serializer):
+    serial = serializers.CharField(max_length=64)
+    status = serializers.CharField(max_length=200, help_text="e.g. sealed in tamper-evident bag 12345, unsanitised")
+
+
 class CustodyTransferIn(serializers.Serializer):
     from_party = serializers.CharField(max_length=200, help_text="who hands the node over (e.g. the site)")
-    to_party = serializers.CharField(max_length=200, help_text="buyer or recycler")
+    to_party = serializers.CharField(max_length=200, help_text="buyer, recycler or RMA vendor")
     document_ref = serializers.CharField(max_length=200, help_text="bill of lading, sale contract, certificate")
     at = serializers.DateTimeField(required=False, help_text="when custody passed; now if omitted")
+    kind = serializers.ChoiceField(choices=CustodyKind.choices, default=CustodyKind.DISPOSAL,
+                                   help_text="rma_shipment: the drives ship with the node under the carrier's custody")
+    carrier = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    drive_status = DriveStatusIn(many=True, required=False, default=list, max_length=64,
+                                 help_text="rma_shipment: the status of every drive aboard")
 
 
 class DataHandlingOut(serializers.Serializer):
@@ -100,6 +111,11 @@ class DataHandlingOut(serializers.Serializer):
     custody_transfers = serializers.IntegerField()
     retire_missing = serializers.ListField(child=serializers.CharField())
     dispose_missing = serializers.ListField(child=serializers.CharField())
+    destination = serializers.CharField(help_text="inside (redeploy, lease: clear) or outside (purge or destroy)")
+    inventory_reported_at = serializers.DateTimeField(allow_null=True, help_text="when the agent last counted drives")
+    drives = serializers.ListField(child=serializers.DictField(),
+                                   help_text="every drive: serial, required_method, record_id, ok, problem")
+    rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")
 
 
 def data_handling_body(node: Node) -> dict:
@@ -109,7 +125,9 @@ def data_handling_body(node: Node) -> dict:
         "drives_total": s.drives_total, "drives_sanitized": s.drives_sanitized, "unsanitized_drives": s.unsanitized,
         "bmc_reset_at": s.bmc_reset_at, "asset_tags_removed_at": s.asset_tags_removed_at,
         "custody_transfers": s.custody_transfers, "retire_missing": s.retire_missing,
-        "dispose_missing": s.dispose_missing,
+        "dispose_missing": s.dispose_missing, "destination": s.gate.destination,
+        "inventory_reported_at": s.gate.inventory_reported_at, "drives": [d.as_dict() for d in s.gate.drives],
+        "rma_gate": gate_status([node.pk], RMA)[node.pk].as_dict(),
     }).data
 
 
@@ -165,7 +183,11 @@ class CustodyTransfers(NodeChecklistStep):
         return super().post(request, pk)
 
     def record(self, node, request, data):
-        sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+        try:
+            sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+        except sanitization.CustodyRefused as exc:
+            raise Problem(409, exc.code, exc.detail,
+                          extra={"drives": [d.as_dict() for d in exc.status.drives] if exc.status else []}) from None
 
 
 class DataHandling(OpsView):

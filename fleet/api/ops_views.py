@@ -12,7 +12,7 @@ from core.api.problems import Problem
 from fleet import selectors
 from fleet.choices import Health, Lifecycle
 from fleet.models import Node, NodeEvent
-from fleet.services.lifecycle import InvalidTransition
+from fleet.services.lifecycle import ExitRefused, InvalidTransition
 from fleet.services.node_actions import REGISTRY, ActionRefused, perform_node_action
 
 from .serializers import NodeActionIn, NodeEventOut, NodeOut
@@ -92,6 +92,8 @@ class NodeActionsView(APIView):
         def perform():
             try:
                 perform_node_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason)
+            except ExitRefused as exc:
+                raise Problem(409, exc.code, exc.detail, extra={"gate": exc.status.as_dict()}) from None
             except InvalidTransition as exc:
                 raise Problem(409, "invalid_transition", exc.detail,
                               extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None

@@ -13,7 +13,8 @@ from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
 from core.api.schema import problems
-from fleet.choices import PowerState
+from fleet.choices import DriveInterface, PowerState
+from fleet.services.drive_inventory import MAX_CAPACITY_GB, MAX_DRIVES
 from health.choices import CheckName, CheckStatus
 from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
 
@@ -93,14 +94,48 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
     return power_state, gpus
 
 
-def _parse_report(body) -> tuple[datetime | None, list[dict]]:
+def _drive_errors(drives, errors: list[dict]) -> None:
+    if not isinstance(drives, list) or len(drives) > MAX_DRIVES:
+        errors.append({"field": "drives", "message": f"A list of at most {MAX_DRIVES} drive objects."})
+        return
+    seen: set[str] = set()
+    for i, drive in enumerate(drives):
+        if not isinstance(drive, dict):
+            errors.append({"field": f"drives.{i}", "message": "Each drive is an object."})
+            continue
+        serial = drive.get("serial")
+        if not (isinstance(serial, str) and 0 < len(serial.strip()) <= 64 and serial.isprintable()):
+            errors.append({"field": f"drives.{i}.serial", "message": "The drive's serial: 1 to 64 printable characters."})
+        elif serial in seen:
+            errors.append({"field": f"drives.{i}.serial", "message": "Duplicate serial."})
+        else:
+            seen.add(serial)
+        model = drive.get("model", "")
+        if not (isinstance(model, str) and len(model) <= 100 and model.isprintable()):
+            errors.append({"field": f"drives.{i}.model", "message": "At most 100 printable characters."})
+        size = drive.get("capacity_gb", 0)
+        if not (type(size) is int and 0 <= size <= MAX_CAPACITY_GB):
+            errors.append({"field": f"drives.{i}.capacity_gb", "message": f"An integer from 0 to {MAX_CAPACITY_GB}."})
+        for flag in ("self_encrypting", "purge_supported"):
+            if drive.get(flag) not in (None, True, False):
+                errors.append({"field": f"drives.{i}.{flag}", "message": "true or false."})
+        if drive.get("interface") not in (None, *DriveInterface.values):
+            errors.append({"field": f"drives.{i}.interface", "message": f"One of: {', '.join(DriveInterface.values)}."})
+
+
+def _parse_report(body) -> tuple[datetime | None, list[dict], list[dict] | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
     observed_at = _timestamp(body.get("observed_at"), "observed_at", errors)
-    checks = body.get("checks")
-    if not isinstance(checks, list) or not checks or len(checks) > 50:
-        errors.append({"field": "checks", "message": "A list of 1 to 50 check objects."})
+    drives = body.get("drives")
+    if drives is not None:
+        _drive_errors(drives, errors)
+    checks = body.get("checks", [] if drives is not None else None)
+    # A report carries checks, a drive inventory, or both.
+    if not isinstance(checks, list) or len(checks) > 50 or (not checks and drives is None):
+        errors.append({"field": "checks", "message": "A list of up to 50 check objects (at least one unless the "
+                                                     "report carries `drives`)."})
         raise _invalid(errors)
     for i, check in enumerate(checks):
         if not isinstance(check, dict):
@@ -114,7 +149,7 @@ def _parse_report(body) -> tuple[datetime | None, list[dict]]:
             errors.append({"field": f"checks.{i}.detail", "message": "A string."})
     if errors:
         raise _invalid(errors)
-    return observed_at, checks
+    return observed_at, checks, drives
 
 
 class GpuTelemetrySchema(serializers.Serializer):
@@ -148,9 +183,22 @@ class CheckSchema(serializers.Serializer):
     detail = serializers.CharField(required=False, allow_blank=True)
 
 
+class DriveInventorySchema(serializers.Serializer):
+    """One drive the agent sees (NVMe identify data)."""
+
+    serial = serializers.CharField(max_length=64)
+    model = serializers.CharField(max_length=100, required=False)
+    capacity_gb = serializers.IntegerField(min_value=0, max_value=MAX_CAPACITY_GB, required=False)
+    interface = serializers.ChoiceField(choices=DriveInterface.choices, required=False)
+    self_encrypting = serializers.BooleanField(required=False, help_text="encrypts all user data (crypto erase)")
+    purge_supported = serializers.BooleanField(required=False, help_text="NVMe sanitize or crypto erase available")
+
+
 class HealthReportSchema(serializers.Serializer):
     observed_at = serializers.DateTimeField()
-    checks = CheckSchema(many=True)
+    checks = CheckSchema(many=True, required=False)
+    drives = DriveInventorySchema(many=True, required=False,
+                                  help_text="every drive the agent sees; reconciled with the node's drive records")
 
 
 AGENT_ERRORS = problems(400, 401, 403, 404, 415)
@@ -180,10 +228,11 @@ def heartbeat(request):
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def health_reports(request):
-    observed_at, checks = _parse_report(request.data)
+    observed_at, checks, drives = _parse_report(request.data)
     now = timezone.now()
     try:
-        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now)
+        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now,
+                             drives=drives)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)

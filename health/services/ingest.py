@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from fleet.models import Node
+from fleet.services.drive_inventory import reconcile_drive_inventory
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
 from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
@@ -88,9 +89,12 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
 
 
 @transaction.atomic
-def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
+def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime,
+                         drives: list[dict] | None = None) -> int:
     if not Node.objects.filter(pk=node_id).exists():
         raise UnknownNode(node_id)
+    if drives is not None:
+        reconcile_drive_inventory(node_id=node_id, drives=drives, observed_at=observed_at, now=now)
     HealthCheckResult.objects.bulk_create([
         HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], detail=c.get("detail") or "",
                           observed_at=observed_at) for c in checks])

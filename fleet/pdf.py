@@ -1,0 +1,15 @@
+"""HTML to PDF for documents that leave the console (certificates of sanitisation).
+
+WeasyPrint renders the page's own HTML and CSS; the templates it gets are self-contained
+(inline CSS, no images), and the URL fetcher refuses everything so that rendering never
+reaches the network or the filesystem.
+"""
+import weasyprint
+
+
+def _no_fetch(url: str, *args, **kwargs):
+    raise ValueError(f"certificate PDFs load no external resources ({url})")
+
+
+def certificate_pdf_bytes(html: str) -> bytes:
+    return weasyprint.HTML(string=html, url_fetcher=_no_fetch).write_pdf()
