@@ -6,8 +6,8 @@ into `rma`, `retired` or `disposed`, so the console, the admin, the API and the 
 loops all meet the same refusal; `record_custody_transfer` runs it for transfers.
 
 What the gate asks, per node (NIST SP 800-88 Rev. 1):
-- the agent's drive inventory exists, was taken after the node stopped serving (its last
-  tenant use and its entry into triage or decommissioning), and agrees with the Drive rows
+- the agent's drive inventory exists, was taken after the node last served a tenant and
+  after its last burn-in or decommissioning entry, and agrees with the Drive rows
   (every reported drive has a row on this node; no row is flagged missing);
 - every drive has a counting sanitisation record: verified, with evidence, made after the
   last tenant use, by a method at least as strong as the destination needs — inside the
@@ -33,8 +33,10 @@ INSIDE, OUTSIDE = "inside", "outside"
 # Disposition options that keep the hardware inside the organisation.
 INSIDE_OPTIONS = frozenset({DispositionOption.REDEPLOY, DispositionOption.LEASE})
 METHOD_RANK = {SanitizationMethod.CLEAR: 1, SanitizationMethod.PURGE: 2, SanitizationMethod.DESTROY: 3}
-# Entering one of these starts the way out: the inventory must be at least this recent.
-EXIT_PATH_STATES = (L.TRIAGE, L.DECOMMISSIONING)
+# The inventory must be newer than the node's last tenant use and than its last entry into one
+# of these: burn-in (hardware may have changed in repair or RMA) and decommissioning (the way
+# out starts; the agent counts again while the drives are sanitised).
+EXIT_PATH_STATES = (L.BURN_IN, L.DECOMMISSIONING)
 
 
 def required_method(*, destination: str, self_encrypting: bool, purge_supported: bool) -> str:

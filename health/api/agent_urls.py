@@ -18,10 +18,12 @@ from fleet.services.drive_inventory import MAX_CAPACITY_GB, MAX_DRIVES
 from health.choices import CheckName, CheckStatus
 from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
 
-GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb")
+GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb",
+                  "recovery_action", "throttle_reasons", "nvlink_errors_1h")
 # NVML reports remapped rows as counts, nvidia-smi as Yes/No: accept a flag or a count.
 GPU_FLAG_FIELDS = ("row_remap_pending", "row_remap_failed")
-GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct")
+GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct", "slowdown_temp_c")
+MAX_IB_PORTS = 32
 MAX_GPUS = 72
 MAX_READING = 1_000_000  # far above any real temperature, wattage or percentage; keeps sums in range
 
@@ -71,7 +73,25 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
         seen.add(index)
 
 
-def _parse_heartbeat(body) -> tuple[str, list[dict]]:
+def _ib_port_errors(ports, errors: list[dict]) -> None:
+    if not isinstance(ports, list) or len(ports) > MAX_IB_PORTS:
+        errors.append({"field": "ib_ports", "message": f"A list of at most {MAX_IB_PORTS} port objects."})
+        return
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict):
+            errors.append({"field": f"ib_ports.{i}", "message": "Each port is an object."})
+            continue
+        for name in ("port", "state"):
+            value = port.get(name)
+            if not (isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable()):
+                errors.append({"field": f"ib_ports.{i}.{name}", "message": "1 to 64 printable characters."})
+        for name in ("link_downed_1h", "symbol_errors_1h"):
+            value = port.get(name)
+            if value is not None and not (type(value) is int and 0 <= value <= MAX_READING):
+                errors.append({"field": f"ib_ports.{i}.{name}", "message": f"An integer from 0 to {MAX_READING}."})
+
+
+def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
@@ -89,9 +109,12 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
             _gpu_errors(i, gpu, seen, errors)
         else:
             errors.append({"field": f"gpus.{i}", "message": "Each GPU is an object."})
+    ib_ports = body.get("ib_ports")
+    if ib_ports is not None:
+        _ib_port_errors(ib_ports, errors)
     if errors:
         raise _invalid(errors)
-    return power_state, gpus
+    return power_state, gpus, ib_ports
 
 
 def _drive_errors(drives, errors: list[dict]) -> None:
@@ -168,6 +191,21 @@ class GpuTelemetrySchema(serializers.Serializer):
     row_remap_failed = serializers.JSONField(required=False, help_text="true/false or a count")
     xid_errors = serializers.ListField(child=serializers.IntegerField(), required=False)
     nvlink_down = serializers.IntegerField(required=False, allow_null=True)
+    recovery_action = serializers.IntegerField(required=False, allow_null=True,
+                                               help_text="NVML GPU recovery action: 0 none, 1 GPU reset, 2 node reboot, "
+                                                         "3 drain P2P, 4 drain and reset, 5 recover IMEX domain, "
+                                                         "6 bus reset, 7 system reboot")
+    throttle_reasons = serializers.IntegerField(required=False, allow_null=True, help_text="NVML clock event bitmask")
+    slowdown_temp_c = serializers.FloatField(required=False, allow_null=True, help_text="the GPU's slowdown threshold")
+    nvlink_errors_1h = serializers.IntegerField(required=False, allow_null=True,
+                                                help_text="NVLink replay+recovery+CRC errors over the last hour")
+
+
+class IbPortSchema(serializers.Serializer):
+    port = serializers.CharField(max_length=64, help_text="e.g. mlx5_0/1")
+    state = serializers.CharField(max_length=64, help_text="e.g. 4: ACTIVE")
+    link_downed_1h = serializers.IntegerField(required=False, help_text="LinkDownedCounter increase, last hour")
+    symbol_errors_1h = serializers.IntegerField(required=False, help_text="SymbolErrorCounter increase, last hour")
 
 
 class HeartbeatSchema(serializers.Serializer):
@@ -175,6 +213,7 @@ class HeartbeatSchema(serializers.Serializer):
     power_state = serializers.ChoiceField(choices=PowerState.choices)
     agent_version = serializers.CharField(required=False)
     gpus = GpuTelemetrySchema(many=True)
+    ib_ports = IbPortSchema(many=True, required=False)
 
 
 class CheckSchema(serializers.Serializer):
@@ -214,9 +253,10 @@ def _unknown_node() -> Problem:
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def heartbeat(request):
-    power_state, gpus = _parse_heartbeat(request.data)
+    power_state, gpus, ib_ports = _parse_heartbeat(request.data)
     try:
-        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now())
+        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now(),
+                         ib_ports=ib_ports)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)
