@@ -46,7 +46,7 @@ THERMAL_WINDOW = timedelta(minutes=10)  # OWN_CHOICE: a burst of slowdown under 
 # Fallback slowdown temperature per GPU model when the GPU does not report its own threshold
 # (NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, which the agent sends as `slowdown_temp_c`).
 SLOWDOWN_TEMP_C: dict[str, int] = {
-    "H100": 87,  # nvidia-smi -q "GPU Slowdown Temp" on H100 SXM5
+    "H100": 89,  # nvidia-smi -q gpu_temp_slow_threshold on H100 SXM5 (recorded in tests/agent/samples)
 }
 THERMAL_THROTTLE_C = SLOWDOWN_TEMP_C["H100"]  # kept for the console line and older callers
 THROTTLE_THERMAL_BITS = 0x20 | 0x40  # SW thermal slowdown | HW thermal slowdown (NVML)
