@@ -5,6 +5,7 @@ from decimal import Decimal
 
 from django.db.models import Case, Count, DecimalField, F, FloatField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Cast, Coalesce
+from django.utils import timezone
 
 from .choices import Health, Lifecycle
 from .models import Hall, Node, NodeEvent, Rack
@@ -383,11 +384,11 @@ class DataHandlingStatus:
 def data_handling_status(node_ids) -> dict:
     """node id → DataHandlingStatus, in a fixed number of queries whatever the number of nodes."""
     from .models import CustodyTransfer, NodeDisposal
-    from .services.drive_gate import DISPOSE, RETIRE, gate_status
+    from .services.drive_gate import DISPOSE, RETIRE, gate_statuses
 
     node_ids = list(node_ids)
-    gates = gate_status(node_ids, RETIRE)
-    dispose_gates = gate_status(node_ids, DISPOSE)
+    both = gate_statuses(node_ids, (RETIRE, DISPOSE))
+    gates, dispose_gates = both[RETIRE], both[DISPOSE]
     disposals = {d.node_id: d for d in NodeDisposal.objects.filter(node_id__in=node_ids)}
     custody = dict(CustodyTransfer.objects.filter(node_id__in=node_ids).values("node_id")
                    .annotate(n=Count("id")).values_list("node_id", "n"))
@@ -484,6 +485,18 @@ def conditions_for_nodes(node_ids) -> dict:
     from health.selectors import conditions_for_nodes as health_conditions  # health imports fleet: import late
 
     return health_conditions(list(node_ids))
+
+
+VALIDATION_HISTORY_DAYS = 7  # the flapping window (health.policy.FLAP_WINDOW)
+
+
+def validation_history(node_id) -> list:
+    """The node's burn-in and validation runs of the flapping window, newest first: how each
+    ended (passed, failed, held for an operator), so the operator deciding sees them all."""
+    since = timezone.now() - timedelta(days=VALIDATION_HISTORY_DAYS)
+    return list(NodeEvent.objects.filter(node_id=node_id, at__gte=since,
+                                         from_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING))
+                .exclude(to_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING)).order_by("-at")[:50])
 
 
 def pending_agent_actions(node) -> QuerySet:

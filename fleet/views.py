@@ -12,6 +12,7 @@ from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
 from .models import Hall, Rack
+from .services.drive_gate import RETIRE, RMA, gate_status
 from .selectors import (
     HOT_FRACTION,
     POWER_READING_FRESH,
@@ -193,17 +194,21 @@ def node_detail(request, pk):
     from django.http import Http404
 
     from .models import Node
-    from .selectors import conditions_for_nodes, drives_for_nodes, live_allocation_ids, pending_agent_actions
+    from .selectors import (conditions_for_nodes, drives_for_nodes, live_allocation_ids, pending_agent_actions,
+                            validation_history)
     from .services.node_actions import available_actions
 
     node = Node.objects.select_related("rack__hall__site", "node_type", "fabric_domain").filter(
         pk=parse_uuid(pk)).first()
     if node is None:
         raise Http404("no such node")
+    gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
     return render(request, "fleet/node_detail.html", {
         "nav": "fleet", "node": node,
         "gpus": node.gpus.order_by("index"),
         "drives": drives_for_nodes([node.pk]).get(node.pk, []),
+        "gate": gate,
+        "runs": validation_history(node.pk),
         "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
         "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
         "pending": pending_agent_actions(node),

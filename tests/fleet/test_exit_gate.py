@@ -8,7 +8,7 @@ batched moves) and never gets a node with unverified drives out of custody.
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fleet.choices import AgentAction, DispositionOption, Lifecycle
@@ -213,7 +213,18 @@ STATES = sorted(Lifecycle.values)
 ATTEMPTED_EXITS: set = set()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Walks that surely reach each gated move (active → … → sanitizing → retired; active →
+# quarantined → triage → rma), single and batched, besides the random ones.
+TO_RETIRED = [(1, False, False), (1, False, False), (0, False, False), (0, False, False), (0, False, False)]
+TO_RMA = [(0, False, False), (1, False, False)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(walk=TO_RETIRED + [(0, False, False)], inventory=True, wrong_records=True)
+@example(walk=TO_RETIRED + [(0, True, False)], inventory=False, wrong_records=False)
+@example(walk=TO_RMA + [(2, False, False)], inventory=True, wrong_records=True)
+@example(walk=TO_RMA + [(2, True, False)], inventory=True, wrong_records=False)
 @given(walk=st.lists(st.tuples(st.integers(0, 40), st.booleans(), st.booleans()), min_size=1, max_size=30),
        inventory=st.booleans(), wrong_records=st.booleans())
 def test_no_walk_through_the_table_takes_unverified_drives_out_of_custody(used_node, walk, inventory, wrong_records):
@@ -251,3 +262,35 @@ def test_the_random_walks_did_try_every_exit():
     """The property above is only worth something if its walks reached the gated moves
     (disposed is only reachable from retired, which the gate already stopped)."""
     assert {Lifecycle.RMA, Lifecycle.RETIRED} <= ATTEMPTED_EXITS
+
+
+def test_the_node_page_shows_the_gate_and_the_certificate_comes_as_pdf(operator_client, ops_api, used_node,
+                                                                     django_user_model):
+    from django.test import Client
+
+    node = transition(used_node, Lifecycle.DECOMMISSIONING, actor="test", action="setup")
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert "Drives and the exit gate" in page and "none reported" in page
+    report_drives(node)
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert "purge" in page and "Burn-in and validation runs" in page
+    pdf_url = f"/fleet/nodes/{node.pk}/certificate.pdf"
+    assert operator_client.get(pdf_url).status_code == 409  # not complete: no certificate
+    for drive in node.drives.all():
+        record(ops_api, drive, "purge")
+    ops_api.post(f"/api/v1/ops/nodes/{node.pk}/bmc-reset", {}, format="json", HTTP_IDEMPOTENCY_KEY=key())
+    act(ops_api, node, "sanitize")
+    assert act(ops_api, node, "retire").status_code == 202
+    html = operator_client.get(f"/fleet/nodes/{node.pk}/certificate/").content.decode()
+    assert all(d.serial in html for d in node.drives.all()) and "leaves the organisation" in html
+    assert "Signed off by user:" in html or "Signed off by token:" in html
+    response = operator_client.get(pdf_url)
+    assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
+    assert response.content.startswith(b"%PDF") and len(response.content) > 2000
+    anonymous = Client().get(pdf_url)
+    assert anonymous.status_code in (302, 403) and not anonymous.content.startswith(b"%PDF")
+    tenant_user = Client()
+    tenant_user.force_login(django_user_model.objects.create_user("tenant-user", password="pw-123456789"))
+    refused = tenant_user.get(pdf_url)
+    assert refused.status_code in (302, 403, 404) and not refused.content.startswith(b"%PDF")
+    assert operator_client.get(f"/fleet/nodes/{uuid.uuid4()}/certificate.pdf").status_code == 404
