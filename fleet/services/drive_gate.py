@@ -25,7 +25,7 @@ from django.db.models import Max, Q
 
 from fleet.choices import CustodyKind, DispositionOption, SanitizationMethod
 from fleet.choices import Lifecycle as L
-from fleet.models import CustodyTransfer, DispositionAssignment, Drive, NodeDriveInventory, NodeEvent, SanitizationRecord
+from fleet.models import CustodyTransfer, Drive, Node, NodeDriveInventory, NodeEvent, SanitizationRecord
 
 RMA, RETIRE, DISPOSE, CUSTODY = "rma", "retire", "dispose", "custody"
 EXIT_OF_STATE = {L.RMA: RMA, L.RETIRED: RETIRE, L.DISPOSED: DISPOSE}
@@ -99,9 +99,12 @@ def destinations(node_ids, exit: str, option: dict | None = None) -> dict:
 
 
 def latest_dispositions(node_ids) -> dict:
+    """node id → the option of the latest disposition plan that covers it. Read through the
+    node's reverse relation so that fleet does not import the planning app."""
     option: dict = {}
-    for node_id, opt in (DispositionAssignment.objects.filter(node_id__in=node_ids)
-                         .order_by("plan__created_at", "plan_id").values_list("node_id", "option")):
+    for node_id, opt in (Node.objects.filter(pk__in=node_ids, disposition_assignments__isnull=False)
+                         .order_by("disposition_assignments__plan__created_at", "disposition_assignments__plan_id")
+                         .values_list("pk", "disposition_assignments__option")):
         option[node_id] = opt  # the latest plan wins
     return option
 

@@ -77,9 +77,9 @@ def queue_idle_diagnostics(now: datetime, actor: str) -> dict:
             for node in nodes:
                 record_node_event(node, actor=actor, action="health_idle_diagnostic",
                                   reason=f"{signal}: {check} queued at idle; cordoned while it runs")
-        done = [n for n, created in asked.items()
-                if HealthCheckResult.objects.filter(node_id=n, name=check, status=CheckStatus.PASS,
-                                                    observed_at__gte=created).exists()]
+        passes = HealthCheckResult.objects.filter(node_id__in=list(asked), name=check, status=CheckStatus.PASS) \
+            .values_list("node_id", "observed_at")
+        done = sorted({n for n, at in passes if at >= asked[n]}, key=str)
         if done:
             Condition.objects.filter(node_id__in=done, signal=signal, status=ConditionStatus.ACTIVE).update(
                 status=ConditionStatus.CLEARED, last_seen=now)
@@ -121,14 +121,15 @@ def hold_nvlink_domains(now: datetime, actor: str) -> dict:
              .select_related("node_type")
              if _domain_key(n) in faulty and not (n.cordoned and n.cordon_reason.startswith(DOMAIN_HOLD))]
     incidents = open_incidents_by_node([n.pk for n in faulty.values()])
+    links = []
     for node in peers:
         cause = faulty[_domain_key(node)]
         node.cordoned, node.attribution = True, Attribution.PROVIDER
         node.cordon_reason = f"{DOMAIN_HOLD}: {cause.hostname} pulled for a GPU/NVLink fault"[:200]
         record_node_event(node, actor=actor, action="health_domain_hold", reason=node.cordon_reason)
-        incident_id = incidents.get(cause.pk)
-        if incident_id:
-            NodeNodes.objects.get_or_create(incident_id=incident_id, node_id=node.pk)
+        if incidents.get(cause.pk):
+            links.append(NodeNodes(incident_id=incidents[cause.pk], node_id=node.pk))
+    NodeNodes.objects.bulk_create(links, ignore_conflicts=True)
     Node.objects.bulk_update(peers, ["cordoned", "cordon_reason", "attribution"], batch_size=1000)
     for cause in faulty.values():
         held = [n.hostname for n in peers if _domain_key(n) == _domain_key(cause)]
