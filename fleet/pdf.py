@@ -4,7 +4,13 @@ WeasyPrint renders the page's own HTML and CSS; the templates it gets are self-c
 (inline CSS, no images), and the URL fetcher refuses everything so that rendering never
 reaches the network or the filesystem.
 """
+import logging
+
 import weasyprint
+
+# WeasyPrint and fontTools log every rendering step at INFO: keep the application log readable.
+for _name in ("weasyprint", "fontTools"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 def _no_fetch(url: str, *args, **kwargs):

@@ -2,6 +2,7 @@
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from core.api.lookups import parse_uuid, uuid_or_404
@@ -11,10 +12,12 @@ from core.reference_data import parameter
 from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
-from .models import Hall, Rack
+from .models import Hall, Node, Rack
+from .pdf import certificate_pdf_bytes
 from .services.drive_gate import RETIRE, RMA, gate_status
 from .selectors import (
     HOT_FRACTION,
+    certificate_for,
     POWER_READING_FRESH,
     fleet_summary,
     hall_power,
@@ -249,3 +252,28 @@ def node_action(request, pk):
         return redirect("fleet:node-detail", pk=pk)
 
     return run(request)
+
+
+@operator_required
+def certificate(request, pk):
+    try:
+        cert = certificate_for(parse_uuid(pk))
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    return render(request, "fleet/certificate.html", {"nav": "fleet", **cert},
+                  status=200 if cert["complete"] else 409)
+
+
+@operator_required
+def certificate_pdf(request, pk):
+    """The same certificate as a PDF (WeasyPrint), only once it is complete."""
+    try:
+        cert = certificate_for(parse_uuid(pk))
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    if not cert["complete"]:
+        return render(request, "fleet/certificate.html", {"nav": "fleet", **cert}, status=409)
+    html = render_to_string("fleet/certificate_pdf.html", cert, request=request)
+    response = HttpResponse(certificate_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="certificate-{cert["node"].hostname}.pdf"'
+    return response

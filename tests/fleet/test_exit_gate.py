@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fleet.choices import AgentAction, DispositionOption, Lifecycle
-from fleet.models import DispositionAssignment, DispositionPlan, Drive, Node, NodeAgentAction
+from fleet.models import Drive, Node, NodeAgentAction
 from fleet.services import sanitization
 from fleet.services.drive_gate import EXIT_OF_STATE
 from fleet.services.lifecycle import TRANSITIONS, InvalidTransition, transition, transition_many
+from planning.models import DispositionAssignment, DispositionPlan
 
 from .lifecycle_helpers import place, report_drives
 
