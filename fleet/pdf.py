@@ -6,11 +6,12 @@ reaches the network or the filesystem.
 """
 import logging
 
-import weasyprint
-
-# WeasyPrint and fontTools log every rendering step at INFO: keep the application log readable.
+# WeasyPrint and fontTools log every step (even parsing its stylesheet on import) at INFO:
+# keep the application log readable. Set before the import so the import is quiet too.
 for _name in ("weasyprint", "fontTools"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+
+import weasyprint  # noqa: E402
 
 
 def _no_fetch(url: str, *args, **kwargs):

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from core.reference_data import parameter
 
+from .choices import SEVERITY_RANK
 from .choices import Severity as S
 
 # ---- sources ----------------------------------------------------------------------------------
@@ -239,7 +240,6 @@ def slowdown_temp_c(gpu_model: str) -> int | None:
 
 def policy_rows() -> list[dict]:
     """The table the console shows: one row per signal, most severe first, each with its source."""
-    from .choices import SEVERITY_RANK
 
     rows = [{"signal": r.signal, "severity": r.severity, "description": r.description, "source": r.source,
              "action": ACTIONS[r.severity] + (f"; {r.then}" if r.then else "")}

@@ -10,9 +10,9 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from fleet.choices import AgentAction, AgentActionState, Attribution, Lifecycle
+from fleet.choices import AgentActionState, Attribution, Lifecycle
 from fleet.models import Node, NodeAgentAction
-from fleet.services.agent_actions import request_agent_actions
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import record_node_event
 from health.choices import CheckStatus, ConditionStatus, IncidentStep
 from health.models import Condition, HealthCheckResult, Incident

@@ -11,9 +11,18 @@ from fleet.models import Node
 from fleet.services.drive_inventory import reconcile_drive_inventory
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
-from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL, HEARTBEAT_LEVEL_SIGNALS,
-                           IB_LINK_DOWNED_REPAIR, IB_SYMBOL_ERRORS_WARN, NVLINK_ERRORS_WARN, RECOVERY_ACTIONS,
-                           THROTTLE_THERMAL_BITS, slowdown_temp_c)
+from health.policy import (
+    CHECK_FAIL_SIGNAL,
+    CHECK_PASS_CLEARS,
+    CHECK_WARN_SIGNAL,
+    HEARTBEAT_LEVEL_SIGNALS,
+    IB_LINK_DOWNED_REPAIR,
+    IB_SYMBOL_ERRORS_WARN,
+    NVLINK_ERRORS_WARN,
+    RECOVERY_ACTIONS,
+    THROTTLE_THERMAL_BITS,
+    slowdown_temp_c,
+)
 from health.services.conditions import apply_observations
 
 _gpus_per_node: dict = {}  # node id → (GPU count, SKU slowdown °C) of its type (immutable for a node's life)

@@ -9,7 +9,11 @@ from random import Random
 import pytest
 
 from hangar_agent.hardware.simulated import (
-    FaultProcess, ScriptedFault, load_reliability, parse_scenario)
+    FaultProcess,
+    ScriptedFault,
+    load_reliability,
+    parse_scenario,
+)
 
 # The published Llama 3 table (reliability.csv), % of the 419 unexpected interruptions.
 PUBLISHED = {"gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,

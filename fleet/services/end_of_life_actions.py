@@ -11,10 +11,10 @@ from fleet.choices import AgentAction, Lifecycle, SanitizationMethod
 from fleet.models import Drive, Node
 from fleet.selectors import data_handling_status
 
-from .agent_actions import request_agent_action
+from .action_base import ActionRefused, OperatorAction
+from .agent_work import request_agent_action
 from .drive_gate import RETIRE, RMA, gate_status
 from .lifecycle import transition
-from .node_actions import ActionRefused, NodeAction, register
 
 SANITIZE_REASON = "NIST SP 800-88 sanitisation before the node leaves"
 AGENT_METHODS = frozenset({SanitizationMethod.CLEAR, SanitizationMethod.PURGE})  # destroy is physical
@@ -27,8 +27,7 @@ def sanitize_params(drive: Drive, method: str) -> dict:
     return {"device": device, "serial": drive.serial, "method": method}
 
 
-@register
-class Sanitize(NodeAction):
+class Sanitize(OperatorAction):
     """decommissioning → sanitizing, queueing one `sanitize_drive` per drive with the method its
     destination requires (shown before it starts: `GET /nodes/{id}/data-handling`). From
     sanitizing it re-queues only the drives the gate does not pass yet; from triage (a node
@@ -56,7 +55,7 @@ class Sanitize(NodeAction):
         return node
 
 
-class GatedMove(NodeAction):
+class GatedMove(OperatorAction):
     """One end-of-life move that the data-handling checklist must allow first."""
 
     to_state: str
@@ -79,7 +78,6 @@ class GatedMove(NodeAction):
         return node
 
 
-@register
 class Retire(GatedMove):
     name = "retire"
     label = "Retire"
@@ -99,7 +97,6 @@ class Retire(GatedMove):
         )
 
 
-@register
 class Dispose(GatedMove):
     name = "dispose"
     label = "Dispose"
