@@ -3,6 +3,7 @@ import pytest
 
 from fleet.choices import Lifecycle
 from fleet.models import Node, NodeEvent
+from fleet.services.drive_gate import EXIT_OF_STATE
 from fleet.services.lifecycle import (
     DEADLINE_FAILURE,
     STATE_TIMEOUTS,
@@ -11,8 +12,6 @@ from fleet.services.lifecycle import (
     transition,
     transition_many,
 )
-
-from fleet.services.drive_gate import EXIT_OF_STATE
 
 from .lifecycle_helpers import pass_drive_gate
 
