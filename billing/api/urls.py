@@ -43,8 +43,9 @@ class UsageView(APIView):
             errors.append({"field": "end", "message": "must be after start"})
         if errors:
             raise Problem(400, "validation_error", "Give start and end as RFC 3339 times, start before end.", errors=errors)
-        rows = usage_by_sku(tenant_id=request.user.tenant_id, start=bounds["start"], end=bounds["end"])
-        return Response({"results": UsageRowSerializer(rows, many=True).data, "next_page_token": None})
+        report = usage_by_sku(tenant_id=request.user.tenant_id, start=bounds["start"], end=bounds["end"])
+        return Response({"results": UsageRowSerializer(report.rows, many=True).data,
+                         "as_of": report.as_of.isoformat().replace("+00:00", "Z"), "next_page_token": None})
 
 
 class InvoiceListView(APIView):
@@ -74,23 +75,32 @@ class InvoiceDetailView(APIView):
         return Response(InvoiceSerializer(_invoice(request, pk)).data)
 
 
-CSV_HEADER = ("invoice", "status", "period", "line", "kind", "sku", "description", "usage_period", "quantity",
-              "unit", "unit_price", "amount", "currency", "reference")
+CSV_HEADER = ("invoice", "status", "period", "line", "kind", "sku", "description", "usage_period", "start", "end",
+              "gpu_seconds", "quantity", "unit", "unit_price", "price_version", "rate", "amount", "currency", "note",
+              "reference")
+
+
+def _when(moment) -> str:
+    return "" if moment is None else moment.isoformat().replace("+00:00", "Z")
 
 
 def invoice_csv(invoice) -> str:
-    """The invoice as CSV: one row per line, then a total row."""
+    """The invoice as CSV: one row per line, then a total row. `amount` = ±round_half_even(
+    gpu_seconds × unit_price × rate ÷ 3600) unless `note` says the line was capped."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_HEADER)
     label = invoice.number or f"draft-{invoice.pk}"
     for line in invoice.lines.all():
         writer.writerow((label, invoice.status, format_period(invoice.period), line.position, line.kind, line.sku,
-                         line.description, format_period(line.usage_period), line.quantity, line.unit,
-                         "" if line.unit_price is None else line.unit_price, line.amount, invoice.currency,
+                         line.description, format_period(line.usage_period), _when(line.start), _when(line.end),
+                         line.gpu_seconds, line.quantity, line.unit, "" if line.unit_price is None else line.unit_price,
+                         line.price_version or "", line.rate, line.amount, invoice.currency, line.note,
                          line.reference))
-    writer.writerow((label, invoice.status, format_period(invoice.period), "", "total", "", "", "", "", "", "",
-                     invoice.total, invoice.currency, ""))
+    total = dict.fromkeys(CSV_HEADER, "") | {"invoice": label, "status": invoice.status, "kind": "total",
+                                             "period": format_period(invoice.period), "amount": invoice.total,
+                                             "currency": invoice.currency}
+    writer.writerow(total.values())
     return buffer.getvalue()
 
 
