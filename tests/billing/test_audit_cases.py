@@ -205,3 +205,24 @@ def test_money_is_stored_exactly_on_every_backend(ingest, node_id):
     # 8 GPUs × 0.875 s × 2.35 / 3600 = 0.004569444… → 6 places, exactly (text on SQLite, numeric on PostgreSQL)
     assert Decimal(str(stored)) == Decimal("-0.004569") and not isinstance(stored, float)
     assert Adjustment.objects.get().amount == Decimal("-0.004569")
+
+
+def test_the_worked_invoice_in_the_docs(ingest, node_id):
+    """docs/billing.md, "A worked invoice": July 2026 for one tenant comes to 46.20."""
+    tenant, allocation = uuid.uuid4(), uuid.uuid4()
+    _price_v2("3.00", at(JUL, 15))
+    ingest([gpu_hours(tenant, at(JUN, 3), 8, allocation=allocation)])
+    finalize(JUN)
+    ingest([gpu_hours(tenant, at(JUN, 28), 2, allocation=allocation),  # arrives after June closed
+            gpu_hours(tenant, at(JUL, 10), 10, allocation=allocation),
+            gpu_hours(tenant, at(JUL, 20), 10, allocation=allocation)])
+    _credit(tenant, allocation, node_id, at(JUL, 20, 10), at(JUL, 20, 10) + timedelta(minutes=30))
+    finalize(JUL)
+    july = invoice(tenant, JUL)
+    assert [(l.kind, l.gpu_seconds, l.unit_price, l.price_version, l.amount) for l in july.lines.all()] == [
+        ("late_usage", Decimal("7200"), Decimal("2.35"), 1, Decimal("4.70")),
+        ("usage", Decimal("36000"), Decimal("2.35"), 1, Decimal("23.50")),
+        ("usage", Decimal("36000"), Decimal("3.00"), 2, Decimal("30.00")),
+        ("sla_credit", Decimal("14400"), Decimal("3.00"), 2, Decimal("-12.00")),
+    ]
+    assert july.total == Decimal("46.20") and july.number == "HANGAR-000002"

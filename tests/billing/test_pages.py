@@ -47,6 +47,7 @@ def test_portal_usage_and_invoices(member_client, tenants, ingest):
     _bill_now(ingest, tenants[0])
     usage = member_client.get("/portal/usage/")
     assert usage.status_code == 200 and b"h100-sxm-8x" in usage.content and b"plotly.min.js" in usage.content
+    assert b"Standard SLA (v1)" in usage.content and b"a replacement ends it" in usage.content  # the policy, shown
     listing = member_client.get("/portal/invoices/")
     invoice = Invoice.objects.get(tenant_id=tenants[0].pk)
     assert listing.status_code == 200 and b"upcoming (draft)" in listing.content
