@@ -29,7 +29,7 @@ import hashlib
 import json
 from bisect import bisect_right
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
@@ -142,38 +142,48 @@ def split_by_time(start: datetime, end: datetime, quantity_micro: int, cuts: lis
 Buckets = dict[tuple, int]
 
 
-def usage_buckets(usage, book: PriceBook) -> Buckets:
-    """GPU-µs of a usage queryset by tenant, allocation, period, SKU and price-book version in
-    force. Rows inside one version's span are summed in SQL (one grouped query); the few rows
-    that straddle a version change are read and split in Python (a second query)."""
-    times = book.change_times
+def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool = False) -> Buckets:
+    """GPU-µs of a usage queryset by tenant, (allocation when `by_allocation`, else None),
+    period, SKU and price-book version in force.
+
+    Rows never cross a month (ingest splits them), so only version changes strictly inside
+    one of the months involved (`periods`; read from the rows when not given) can split a
+    row. Months without one are priced per month: a plain grouped SUM. Otherwise rows inside
+    one version's span are summed in SQL by span, and the few rows straddling a change are
+    read and split in Python."""
     buckets: Buckets = defaultdict(int)
-    if not times:
-        first = usage.values_list("sku", flat=True).first()
-        if first is not None:
-            raise UnpricedSku(f"no price book in force for SKU {first!r}")
+    if periods is None:
+        periods = set(usage.order_by().values_list("period", flat=True).distinct())
+    cuts = sorted({t for t in book.change_times for p in periods if period_start(p) < t < period_end(p)})
+    group = ("tenant_id", "allocation_id", "period", "sku") if by_allocation else ("tenant_id", "period", "sku")
+    if not cuts:
+        for row in usage.values(*group).annotate(micro=Sum("quantity_micro")).order_by():
+            version = book.version_at(period_start(row["period"]))
+            if version is None:
+                raise UnpricedSku(f"usage of {row['sku']!r} before the first price-book version took effect")
+            buckets[(row["tenant_id"], row.get("allocation_id"), row["period"], row["sku"], version)] += row["micro"]
         return buckets
     straddles = Q()
-    for moment in times:
+    for moment in cuts:
         straddles |= Q(start__lt=moment, end__gt=moment)
+    times = book.change_times
     segment = Case(*[When(start__gte=moment, then=Value(i)) for i, moment in reversed(list(enumerate(times)))],
                    default=Value(-1), output_field=IntegerField())
-    whole = (usage.exclude(straddles).annotate(segment=segment)
-             .values("tenant_id", "allocation_id", "period", "sku", "segment")
+    whole = (usage.exclude(straddles).annotate(segment=segment).values(*group, "segment")
              .annotate(micro=Sum("quantity_micro")).order_by())
     for row in whole:
         if row["segment"] < 0:
             raise UnpricedSku(f"usage of {row['sku']!r} before the first price-book version took effect")
-        buckets[(row["tenant_id"], row["allocation_id"], row["period"], row["sku"],
+        buckets[(row["tenant_id"], row.get("allocation_id"), row["period"], row["sku"],
                  book.change_versions[row["segment"]])] += row["micro"]
     for tenant, allocation, period, sku, start, end, micro in (
             usage.filter(straddles).values_list("tenant_id", "allocation_id", "period", "sku", "start", "end",
                                                 "quantity_micro").order_by("id")):
-        for lo, _hi, share in split_by_time(start, end, micro, times):
+        for lo, _hi, share in split_by_time(start, end, micro, cuts):
             version = book.version_at(lo)
             if version is None:
                 raise UnpricedSku(f"usage of {sku!r} before the first price-book version took effect")
-            buckets[(tenant, allocation, period, sku, version)] += share
+            buckets[(tenant, allocation if by_allocation else None, period, sku, version)] += share
     return buckets
 
 
@@ -236,6 +246,9 @@ class RatedLine:
     start: datetime | None = None
     end: datetime | None = None
     note: str = ""
+
+
+LINE_FIELDS = fields(RatedLine)
 
 
 @dataclass(frozen=True)
@@ -312,7 +325,8 @@ def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> di
     pairs = {(c.allocation_id, c.period) for c in credits}
     allocations, periods = {a for a, _ in pairs}, {p for _, p in pairs}
     charged = exact_charges(usage_buckets(UsageEvent.objects.using(LEDGER).filter(
-        allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark), book), book)
+        allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark), book, periods=periods,
+        by_allocation=True), book)
     history = list(Adjustment.objects.using(LEDGER).filter(
         kind=AdjustmentKind.SLA_CREDIT, allocation_id__in=allocations, period__in=periods,
         id__lte=cutoff.adjustment_watermark).order_by("id"))
@@ -380,7 +394,8 @@ def rate_period(*, period: date, cutoff: Cutoff, book: PriceBook | None = None,
     if tenant_ids is not None:
         usage, adjustments = usage.filter(tenant_id__in=tenant_ids), adjustments.filter(tenant_id__in=tenant_ids)
     lines: dict = defaultdict(list)
-    for priced in price_buckets(usage_buckets(usage, book), book):
+    periods = {period, *_late_periods(period, cutoff)}
+    for priced in price_buckets(usage_buckets(usage, book, periods=periods), book):
         lines[priced.tenant_id].append(_usage_line(priced, period))
     adjustments = list(adjustments.order_by("tenant_id", "id"))
     sla = _sla_lines([a for a in adjustments if a.kind == AdjustmentKind.SLA_CREDIT], cutoff, book)
@@ -402,7 +417,7 @@ def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:
     canonical = {
         "period": format_period(period),
         "price_book_version": price_book_version,
-        "invoices": {str(tenant): [{k: str(v) for k, v in asdict(line).items()} for line in rated[tenant]]
+        "invoices": {str(tenant): [{f.name: str(getattr(line, f.name)) for f in LINE_FIELDS} for line in rated[tenant]]
                      for tenant in sorted(rated, key=str)},
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
