@@ -272,6 +272,9 @@ class CreditNote(models.Model):
     class Meta:
         ordering = ["-issued_at"]
 
+    def __str__(self) -> str:
+        return self.number
+
 
 class CreditNoteLine(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
@@ -284,6 +287,9 @@ class CreditNoteLine(models.Model):
     class Meta:
         ordering = ["credit_note", "position"]
         constraints = [models.UniqueConstraint(fields=["credit_note", "position"], name="billing_cnline_position")]
+
+    def __str__(self) -> str:
+        return f"{self.credit_note_id} line {self.position}"
 
 
 class InvoiceCounter(models.Model):

@@ -4,9 +4,16 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.api.serializers import (AdjustmentRequestSerializer, AdjustmentSerializer, BillingRunRequestSerializer,
-                                     BillingRunSerializer, CreditNoteRequestSerializer, CreditNoteSerializer,
-                                     InvoiceSerializer, ReissueRequestSerializer)
+from billing.api.serializers import (
+    AdjustmentRequestSerializer,
+    AdjustmentSerializer,
+    BillingRunRequestSerializer,
+    BillingRunSerializer,
+    CreditNoteRequestSerializer,
+    CreditNoteSerializer,
+    InvoiceSerializer,
+    ReissueRequestSerializer,
+)
 from billing.periods import parse_period
 from billing.services.corrections import CorrectionError, CreditRequest, issue_credit_note, reissue_invoice
 from billing.services.credits import CreditError, record_manual_adjustment

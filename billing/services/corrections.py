@@ -133,7 +133,7 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
         rated = rate_period(period=old.period, cutoff=cutoff_of(run), book=PriceBook.load(),
                             tenant_ids=[old.tenant_id]).get(old.tenant_id, [])
         new = Invoice(tenant_id=old.tenant_id, period=old.period, currency=old.currency, issuer=old.issuer,
-                      billing_run_id=run.pk, replaces=old, total=sum((l.amount for l in rated), Decimal("0.00")))
+                      billing_run_id=run.pk, replaces=old, total=sum((line.amount for line in rated), Decimal("0.00")))
         new.save(using=LEDGER, force_insert=True)
         InvoiceLine.objects.using(LEDGER).bulk_create(line_rows(new, rated))
         new.number = number_documents(old.issuer, 1)[0]

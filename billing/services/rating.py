@@ -35,8 +35,16 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.db.models import Case, IntegerField, Q, Sum, Value, When
 
-from billing.models import (MICRO_PER_HOUR, Adjustment, AdjustmentKind, LineKind, PriceBookEntry, SlaPolicy, Unit,
-                            UsageEvent)
+from billing.models import (
+    MICRO_PER_HOUR,
+    Adjustment,
+    AdjustmentKind,
+    LineKind,
+    PriceBookEntry,
+    SlaPolicy,
+    Unit,
+    UsageEvent,
+)
 from billing.periods import format_period, period_end, period_start
 
 LEDGER = "ledger"
@@ -113,7 +121,7 @@ class PriceBook:
         """[start, end) cut at every version change inside it: (lo, hi, version in force or None)."""
         cuts = [t for t in self.change_times if start < t < end]
         bounds = [start, *cuts, end]
-        return [(lo, hi, self.version_at(lo)) for lo, hi in zip(bounds, bounds[1:])]
+        return [(lo, hi, self.version_at(lo)) for lo, hi in zip(bounds, bounds[1:], strict=False)]
 
     def in_force(self, sku: str, row_version: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
         """The part of [start, end) during which `sku` was charged at its row of `row_version`."""
@@ -130,7 +138,7 @@ def split_by_time(start: datetime, end: datetime, quantity_micro: int, cuts: lis
         return [(start, end, quantity_micro)]
     total = (end - start) // _US
     pieces, assigned = [], 0
-    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
         last = i == len(bounds) - 2
         share = quantity_micro - assigned if last else quantity_micro * ((hi - lo) // _US) // total
         assigned += share
@@ -367,8 +375,8 @@ def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> di
 
 def _cap_credits_at_invoice(lines: list[RatedLine]) -> list[RatedLine]:
     """SLA credits never exceed what the invoice charges: the last credits give way first."""
-    charges = sum((l.amount for l in lines if l.kind != LineKind.SLA_CREDIT), Decimal("0.00"))
-    credits = -sum((l.amount for l in lines if l.kind == LineKind.SLA_CREDIT), Decimal("0.00"))
+    charges = sum((line.amount for line in lines if line.kind != LineKind.SLA_CREDIT), Decimal("0.00"))
+    credits = -sum((line.amount for line in lines if line.kind == LineKind.SLA_CREDIT), Decimal("0.00"))
     excess = credits - max(charges, Decimal("0.00"))
     if excess <= 0:
         return lines

@@ -23,8 +23,15 @@ from django.db import connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from billing.models import (Adjustment, BillingRun, Invoice, InvoiceCounter, InvoiceLine, InvoiceStatus,
-                            UsageEvent)
+from billing.models import (
+    Adjustment,
+    BillingRun,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    InvoiceStatus,
+    UsageEvent,
+)
 from billing.periods import format_period, period_end, period_of, previous_period
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period
 from core.locks import advisory_lock
@@ -141,11 +148,11 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
 
 
 def line_rows(invoice: Invoice, rated_lines) -> list[InvoiceLine]:
-    return [InvoiceLine(invoice=invoice, position=i + 1, kind=l.kind, sku=l.sku, description=l.description,
-                        usage_period=l.usage_period, quantity=l.quantity, quantity_micro=l.quantity_micro,
-                        unit=l.unit, unit_price=l.unit_price, rate=l.rate, price_version=l.price_version,
-                        start=l.start, end=l.end, amount=l.amount, note=l.note, reference=l.reference)
-            for i, l in enumerate(rated_lines)]
+    return [InvoiceLine(invoice=invoice, position=i + 1, kind=r.kind, sku=r.sku, description=r.description,
+                        usage_period=r.usage_period, quantity=r.quantity, quantity_micro=r.quantity_micro,
+                        unit=r.unit, unit_price=r.unit_price, rate=r.rate, price_version=r.price_version,
+                        start=r.start, end=r.end, amount=r.amount, note=r.note, reference=r.reference)
+            for i, r in enumerate(rated_lines)]
 
 
 def number_documents(issuer: str, count: int, *, series: str = "") -> list[str]:
@@ -165,7 +172,7 @@ def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
     """Gapless numbers: the counter row is locked and advanced in the run's transaction."""
     if not invoices:
         return
-    for invoice, number in zip(invoices, number_documents(issuer, len(invoices))):
+    for invoice, number in zip(invoices, number_documents(issuer, len(invoices)), strict=True):
         invoice.number = number
         invoice.status = InvoiceStatus.FINALIZED
         invoice.finalized_at = now

@@ -82,8 +82,8 @@ def test_an_interval_across_a_price_change_is_split_there(ingest):
     ingest([make_event(tenant_id=tenant, start=at(JUL, 14, 23), seconds=7200, gpus=8)])  # 8 GPU-h each side
     run_billing(period=JUL, finalize=False, actor="test")
     lines = list(invoice(tenant, JUL).lines.all())
-    assert [(l.quantity, l.amount) for l in lines] == [(Decimal("8"), Decimal("18.80")), (Decimal("8"), Decimal("24.00"))]
-    assert sum(l.quantity_micro for l in lines) == 16 * 3600 * 10**6
+    assert [(line.quantity, line.amount) for line in lines] == [(Decimal("8"), Decimal("18.80")), (Decimal("8"), Decimal("24.00"))]
+    assert sum(line.quantity_micro for line in lines) == 16 * 3600 * 10**6
 
 
 def test_late_usage_is_priced_at_its_own_months_prices(ingest):
@@ -219,7 +219,7 @@ def test_the_worked_invoice_in_the_docs(ingest, node_id):
     _credit(tenant, allocation, node_id, at(JUL, 20, 10), at(JUL, 20, 10) + timedelta(minutes=30))
     finalize(JUL)
     july = invoice(tenant, JUL)
-    assert [(l.kind, l.gpu_seconds, l.unit_price, l.price_version, l.amount) for l in july.lines.all()] == [
+    assert [(line.kind, line.gpu_seconds, line.unit_price, line.price_version, line.amount) for line in july.lines.all()] == [
         ("late_usage", Decimal("7200"), Decimal("2.35"), 1, Decimal("4.70")),
         ("usage", Decimal("36000"), Decimal("2.35"), 1, Decimal("23.50")),
         ("usage", Decimal("36000"), Decimal("3.00"), 2, Decimal("30.00")),

@@ -1,9 +1,9 @@
 """Corrections are documents: void → re-issue, credit notes, manual adjustments (operators only)."""
 import uuid
 from datetime import UTC, date, datetime
+from decimal import Decimal
 
 import pytest
-from decimal import Decimal
 
 from billing.models import CreditNote, Invoice
 from billing.services.runs import run_billing
@@ -39,14 +39,14 @@ def test_a_voided_invoice_is_reissued_with_its_usage_under_a_new_number(ingest, 
     assert new["total"] == "24.80"
     old.refresh_from_db()
     assert old.status == "void" and old.void_reason == "bill-to address was wrong"
-    old_lines = [(l.kind, l.sku, l.quantity_micro, l.unit_price, l.amount) for l in old.lines.all()]
-    new_lines = [(l.kind, l.sku, l.quantity_micro, l.unit_price, l.amount)
-                 for l in Invoice.objects.get(number="HANGAR-000002").lines.all()]
+    old_lines = [(line.kind, line.sku, line.quantity_micro, line.unit_price, line.amount) for line in old.lines.all()]
+    new_lines = [(line.kind, line.sku, line.quantity_micro, line.unit_price, line.amount)
+                 for line in Invoice.objects.get(number="HANGAR-000002").lines.all()]
     assert new_lines == old_lines
     # Usage billed once: the next month does not pick September up again.
     ingest([make_event(tenant_id=acme.pk, start=datetime(2026, 10, 3, tzinfo=UTC))])
     run_billing(period=OCT, finalize=True, actor="test", now=NOW)
-    assert [l.kind for l in Invoice.objects.get(tenant_id=acme.pk, period=OCT).lines.all()] == ["usage"]
+    assert [line.kind for line in Invoice.objects.get(tenant_id=acme.pk, period=OCT).lines.all()] == ["usage"]
     # Voiding the void one again is refused; the tenant sees both documents.
     again = _post(ops_api, f"/api/v1/ops/invoices/{old.pk}/reissue", {"reason": "again"})
     assert again.status_code == 409 and again.json()["code"] == "invoice_not_finalized"
@@ -58,7 +58,7 @@ def test_a_voided_invoice_is_reissued_with_its_usage_under_a_new_number(ingest, 
 def test_credit_notes_are_numbered_and_capped_at_what_the_line_billed(ingest, ops_api, tenants, acme_api):
     invoice = _finalized_september(ingest, tenants[0].pk)
     path = f"/api/v1/ops/invoices/{invoice.pk}/credit-notes"
-    assert [(l.position, l.amount) for l in invoice.lines.all()] == [(1, Decimal("6.00")), (2, Decimal("18.80"))]
+    assert [(line.position, line.amount) for line in invoice.lines.all()] == [(1, Decimal("6.00")), (2, Decimal("18.80"))]
     first = _post(ops_api, path, {"reason": "goodwill", "lines": [{"position": 2, "amount": "10.00"}]})
     assert first.status_code == 201, first.json()
     assert first.json()["number"] == "HANGAR-CN-000001" and first.json()["invoice"] == "HANGAR-000001"
@@ -115,8 +115,9 @@ def test_manual_adjustment_lands_on_the_invoice_with_its_reason(ingest, ops_api,
 
 def test_tenants_cannot_correct_invoices(ingest, acme_api, tenants):
     """The attacker's requests: a tenant token on every correction route is 403 and changes nothing."""
-    from core.services.tokens import create_api_token
     from rest_framework.test import APIClient
+
+    from core.services.tokens import create_api_token
 
     invoice = _finalized_september(ingest, tenants[0].pk)
     _, plain = create_api_token(kind="tenant", tenant=tenants[0], role="admin", actor="test")
