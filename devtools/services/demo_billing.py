@@ -56,7 +56,7 @@ def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
     hours = int((now.replace(minute=0, second=0, microsecond=0) - first_hour) / timedelta(hours=1))
     fleet_nodes = list(Node.objects.order_by("hostname").values_list("pk", flat=True)[:16])
     by_node: dict[uuid.UUID, list[dict]] = {}
-    for index, (slug, name, sku, node_count, gpus, busy) in enumerate(WORKLOADS):
+    for slug, name, sku, node_count, gpus, busy in WORKLOADS:
         allocation = uuid.uuid5(NAMESPACE, f"{slug}/{name}")
         for n in range(node_count):
             node = fleet_nodes.pop(0) if fleet_nodes else uuid.uuid5(NAMESPACE, f"{slug}/{name}/node{n}")
