@@ -2,6 +2,7 @@
 import io
 
 import pytest
+
 from billing.models import Invoice, UsageEvent
 from devtools.services.demo_billing import seed_demo_billing
 
