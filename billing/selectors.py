@@ -7,7 +7,8 @@ from decimal import Decimal
 from django.db.models import Count, Prefetch, Sum
 from django.db.models.functions import TruncDate
 
-from billing.models import BillingRun, Invoice, InvoiceLine, Unit, UsageEvent
+from billing.models import (BILLABLE_USAGE, BillingRun, DisputeStatus, Invoice, InvoiceLine, RejectedMeterEvent, Unit,
+                            UsageDispute, UsageEvent)
 from billing.services.rating import gpu_hours, latest_price_book_version, prices, usage_amount
 
 LEDGER = "ledger"
@@ -23,11 +24,12 @@ class UsageRow:
 
 
 def usage_by_sku(*, tenant_id, start: datetime, end: datetime) -> list[UsageRow]:
-    """Usage metered in [start, end) (by event start), priced at the current price book.
+    """Usage metered in [start, end) (by event start), priced at the current price book; usage
+    held as disputed is left out until it is accepted.
 
     Draft pricing for display only; invoices are what is charged."""
     price_of = prices(latest_price_book_version())
-    rows = (UsageEvent.objects.using(LEDGER).filter(tenant_id=tenant_id, start__gte=start, start__lt=end)
+    rows = (UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end)
             .values("sku").annotate(micro=Sum("quantity_micro")).order_by("sku"))
     out = []
     for row in rows:
@@ -40,7 +42,7 @@ def usage_by_sku(*, tenant_id, start: datetime, end: datetime) -> list[UsageRow]
 
 def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, dict[date, Decimal]]:
     """{sku: {day: GPU-hours}} by event start day (UTC), for the usage chart."""
-    rows = (UsageEvent.objects.using(LEDGER).filter(tenant_id=tenant_id, start__gte=start, start__lt=end)
+    rows = (UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end)
             .annotate(day=TruncDate("start")).values("sku", "day").annotate(micro=Sum("quantity_micro"))
             .order_by("sku", "day"))
     out: dict[str, dict[date, Decimal]] = defaultdict(dict)
@@ -82,3 +84,32 @@ def current_prices() -> dict[str, "Price"]:
     from billing.services.rating import latest_price_book_version, prices
 
     return prices(latest_price_book_version(on=timezone.now().date()))
+
+
+DISPUTES_SHOWN = 200
+REJECTIONS_SHOWN = 200
+
+
+def open_disputes(limit: int = DISPUTES_SHOWN) -> list[UsageDispute]:
+    """Oldest first (two queries however many: the disputes with their usage rows)."""
+    return list(UsageDispute.objects.using(LEDGER).filter(status=DisputeStatus.OPEN).select_related("usage_event")
+                .order_by("id")[:limit])
+
+
+def resolved_disputes(limit: int = 50) -> list[UsageDispute]:
+    return list(UsageDispute.objects.using(LEDGER).exclude(status=DisputeStatus.OPEN).select_related("usage_event")
+                .order_by("-resolved_at")[:limit])
+
+
+def dispute_by_public_id(public_id) -> UsageDispute | None:
+    return UsageDispute.objects.using(LEDGER).select_related("usage_event").filter(public_id=public_id).first()
+
+
+def recent_rejections(limit: int = REJECTIONS_SHOWN) -> list[RejectedMeterEvent]:
+    """Meter events ingest refused, newest first."""
+    return list(RejectedMeterEvent.objects.using(LEDGER).order_by("-id")[:limit])
+
+
+def dispute_counts() -> dict[str, int]:
+    rows = UsageDispute.objects.using(LEDGER).values("status").annotate(n=Count("id")).order_by()
+    return {row["status"]: row["n"] for row in rows}

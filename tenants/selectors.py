@@ -1,9 +1,11 @@
 """Reads for the tenant API and portal (every query is scoped to one tenant)."""
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 
+from billing.grants import MeteringGrant, grant_window, sign_grant
 from billing.selectors import current_prices
 from fleet.models import NodeType
 from tenants.choices import TERMINAL_ALLOCATION_STATES
@@ -75,3 +77,20 @@ def tenants_with_usage() -> list[dict]:
                                             .values("tenant").annotate(allocations=Count("id"), nodes=Sum("node_count")))}
     return [{"tenant": t, "allocations": held.get(t.pk, {}).get("allocations", 0),
              "nodes": held.get(t.pk, {}).get("nodes", 0)} for t in Tenant.objects.order_by("slug")]
+
+
+def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
+    """The signed grants a node's agent attaches to its meter events: one per live allocation
+    membership of the node, from the membership's start to a few hours ahead (renewed on every
+    desired-state poll while the membership lives; none once it ends). One query."""
+    rows = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+            .values_list("allocation_id", "allocation__tenant_id", "allocation__instance_type__slug",
+                         "allocation__instance_type__gpus_per_node", "started_at").order_by("started_at"))
+    grants = []
+    for allocation_id, tenant_id, sku, gpus, started_at in rows:
+        valid_from, valid_until = grant_window(started_at=started_at, now=now)
+        grant = MeteringGrant(node_id=node.pk, tenant_id=tenant_id, allocation_id=allocation_id, sku=sku, gpus=gpus,
+                              valid_from=valid_from, valid_until=valid_until)
+        grants.append({"grant": sign_grant(grant), "allocation_id": str(allocation_id), "tenant_id": str(tenant_id),
+                       "sku": sku, "gpus": gpus, "valid_from": valid_from, "valid_until": valid_until})
+    return grants

@@ -12,7 +12,8 @@ from core.api.routes import api_route
 
 
 class MeterEventsView(APIView):
-    """Signature-only auth and ledger-only writes: never touches the control-plane database."""
+    """Signature-only auth (token and grant) and ledger-only writes: never touches the control-plane
+    database. Events their grant does not allow are answered in `rejected`, never charged."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
@@ -32,7 +33,9 @@ class MeterEventsView(APIView):
                           "event forever. Nothing in this batch was stored; send new ids for new events.",
                           extra={"event_ids": exc.event_ids},
                           errors=[{"field": "event_id", "message": eid} for eid in exc.event_ids]) from None
-        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=202)
+        return Response({"accepted": result.accepted, "duplicates": result.duplicates,
+                         "rejected": [{"event_id": r.event_id, "code": r.code, "detail": r.detail}
+                                      for r in result.rejected]}, status=202)
 
 
 urlpatterns = [api_route("meter-events", MeterEventsView.as_view(), "meter-events")]

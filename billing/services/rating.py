@@ -12,6 +12,7 @@ the watermarks W0/AW0 of the last finalized run of an earlier period F:
 - late usage: rows of periods ≤ F that arrived after F was finalized (W0 < id ≤ W), as
   `late_usage` lines (periods finalize in order, so each such row is billed exactly once);
 - adjustments (SLA credits, manual) of P with id ≤ AW, and late ones of periods ≤ F with AW0 < id ≤ AW.
+Disputed usage is never rated unless an operator accepted it (billing.services.disputes).
 """
 import hashlib
 import json
@@ -22,7 +23,8 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.db.models import Q, Sum
 
-from billing.models import MICRO_PER_HOUR, Adjustment, AdjustmentKind, LineKind, PriceBookEntry, Unit, UsageEvent
+from billing.models import (BILLABLE_USAGE, MICRO_PER_HOUR, Adjustment, AdjustmentKind, LineKind, PriceBookEntry,
+                            Unit, UsageEvent)
 from billing.periods import format_period
 
 LEDGER = "ledger"
@@ -92,7 +94,7 @@ def gpu_hours(quantity_micro: int) -> Decimal:
     return (Decimal(quantity_micro) / MICRO_PER_HOUR).quantize(HOUR_PLACES, rounding=ROUND_HALF_EVEN)
 
 
-def _usage_filter(period: date, cut: Cutoff) -> Q:
+def usage_scope(period: date, cut: Cutoff) -> Q:
     current = Q(period=period, id__lte=cut.watermark)
     if cut.last_final_period is None:
         return current
@@ -113,7 +115,7 @@ def rate_period(*, period: date, cutoff: Cutoff, price_book_version: int,
                 tenant_ids: list | None = None) -> dict:
     """{tenant_id: [RatedLine, ...]} for every tenant with something to bill in `period`."""
     price_of = prices(price_book_version)
-    usage = UsageEvent.objects.using(LEDGER).filter(_usage_filter(period, cutoff))
+    usage = UsageEvent.objects.using(LEDGER).filter(usage_scope(period, cutoff)).filter(BILLABLE_USAGE)
     adjustments = Adjustment.objects.using(LEDGER).filter(_adjustment_filter(period, cutoff))
     if tenant_ids is not None:
         usage, adjustments = usage.filter(tenant_id__in=tenant_ids), adjustments.filter(tenant_id__in=tenant_ids)
@@ -136,7 +138,8 @@ def rate_period(*, period: date, cutoff: Cutoff, price_book_version: int,
             amount=usage_amount(row["micro"], price.unit_price),
         ))
     for adj in adjustments.order_by("tenant_id", "id"):
-        kind = {AdjustmentKind.SLA_CREDIT: LineKind.SLA_CREDIT}.get(adj.kind, LineKind.MANUAL)
+        kind = {AdjustmentKind.SLA_CREDIT: LineKind.SLA_CREDIT,
+                AdjustmentKind.LATE_USAGE: LineKind.LATE_USAGE}.get(adj.kind, LineKind.MANUAL)
         lines[adj.tenant_id].append(RatedLine(
             kind=kind, sku=adj.sku, description=adj.reason[:300], usage_period=adj.period,
             quantity=gpu_hours(adj.quantity_micro), unit=Unit.GPU_HOUR, unit_price=None,

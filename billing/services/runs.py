@@ -1,6 +1,8 @@
 """Billing runs: rate a period into draft invoices, optionally finalize them.
 
-A run is one transaction on the ledger database holding the `billing_run` advisory lock:
+A run first holds as disputed the usage the allocation history contradicts (never rated until
+an operator accepts it), then rates. It is one transaction on the ledger database holding the
+`billing_run` advisory lock:
 a worker killed mid-run leaves nothing behind (no partial invoice, no BillingRun row, no
 consumed invoice number). Draft invoices are rewritten in place; finalized ones are never
 touched again (triggers enforce it), so re-running a finalized period is a no-op that
@@ -18,7 +20,8 @@ from django.utils import timezone
 from billing.models import (Adjustment, BillingRun, Invoice, InvoiceCounter, InvoiceLine, InvoiceStatus,
                             UsageEvent)
 from billing.periods import format_period, period_end, period_of, previous_period
-from billing.services.rating import Cutoff, latest_price_book_version, output_hash, rate_period
+from billing.services.disputes import hold_disputed_usage
+from billing.services.rating import Cutoff, usage_scope, latest_price_book_version, output_hash, rate_period
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
@@ -146,8 +149,10 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         if finalize:
             _check_finalizable(period, now)
         version = latest_price_book_version(on=period)
-        rated = rate_period(period=period, cutoff=_cutoff(period, watermark, adjustment_watermark),
-                            price_book_version=version)
+        cutoff = _cutoff(period, watermark, adjustment_watermark)
+        # Reconcile first: usage the allocation history contradicts is held, not rated.
+        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
+        rated = rate_period(period=period, cutoff=cutoff, price_book_version=version)
         digest = output_hash(period=period, price_book_version=version, rated=rated)
         run = BillingRun(period=period, finalize=finalize, price_book_version=version, watermark=watermark,
                          adjustment_watermark=adjustment_watermark, invoices=len(rated), output_hash=digest,
@@ -159,6 +164,7 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         run.save(using=LEDGER, force_insert=True)
     record_audit(actor=actor, action="billing.run", target=run, reason="finalize" if finalize else "draft refresh",
                  after={"period": format_period(period), "invoices": run.invoices, "watermark": watermark,
+                        "disputes_opened": disputed,
                         "output_hash": digest, "price_book_version": version})
     return RunOutcome(run, created=True)
 

@@ -4,7 +4,7 @@ import io
 import pytest
 from django.db.models import Sum
 
-from billing.models import Invoice, UsageEvent
+from billing.models import Invoice, UsageDispute, UsageEvent
 from billing.services.demo import seed_demo_billing
 
 from .conftest import LEDGER_DBS
@@ -12,7 +12,7 @@ from .conftest import LEDGER_DBS
 pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
 
 
-def test_demo_billing_seeds_invoices_that_add_up():
+def test_demo_billing_seeds_invoices_that_add_up(small_fleet):
     seed_demo_billing(io.StringIO())
     events = UsageEvent.objects.count()
     assert events > 5000
@@ -21,6 +21,7 @@ def test_demo_billing_seeds_invoices_that_add_up():
     for invoice in invoices:
         assert invoice.total == invoice.lines.aggregate(s=Sum("amount"))["s"]
     assert any(line.kind == "sla_credit" for i in invoices for line in i.lines.all())
+    assert not UsageDispute.objects.exists()  # usage with its grants and allocation history
     finalized = {i.pk: i.total for i in invoices if i.status == "finalized"}
     out = io.StringIO()
     seed_demo_billing(out)
