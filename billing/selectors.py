@@ -7,9 +7,23 @@ from decimal import Decimal
 from django.db.models import Count, Prefetch, Sum
 from django.db.models.functions import TruncDate
 
-from billing.models import (BILLABLE_USAGE, BillingRun, DisputeStatus, Invoice, InvoiceLine, RejectedMeterEvent, Unit,
-                            UsageDispute, UsageEvent)
-from billing.services.rating import gpu_hours, latest_price_book_version, prices, usage_amount
+from billing.models import (
+    BILLABLE_USAGE,
+    BillingRun,
+    DisputeStatus,
+    Invoice,
+    InvoiceLine,
+    RejectedMeterEvent,
+    Unit,
+    UsageDispute,
+    UsageEvent,
+)
+from billing.services.rating import (
+    gpu_hours,
+    latest_price_book_version,
+    prices,
+    usage_amount,
+)
 
 LEDGER = "ledger"
 

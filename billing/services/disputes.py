@@ -15,7 +15,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from billing.models import (Adjustment, AdjustmentKind, BillingRun, DisputeStatus, UsageDispute)
+from billing.models import (
+    Adjustment,
+    AdjustmentKind,
+    BillingRun,
+    DisputeStatus,
+    UsageDispute,
+)
 from billing.periods import format_period
 from billing.reconcile import contradicted_usage
 from billing.services.rating import latest_price_book_version, prices, usage_amount

@@ -23,8 +23,16 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.db.models import Q, Sum
 
-from billing.models import (BILLABLE_USAGE, MICRO_PER_HOUR, Adjustment, AdjustmentKind, LineKind, PriceBookEntry,
-                            Unit, UsageEvent)
+from billing.models import (
+    BILLABLE_USAGE,
+    MICRO_PER_HOUR,
+    Adjustment,
+    AdjustmentKind,
+    LineKind,
+    PriceBookEntry,
+    Unit,
+    UsageEvent,
+)
 from billing.periods import format_period
 
 LEDGER = "ledger"
