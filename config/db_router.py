@@ -5,13 +5,15 @@ database is down (DESIGN.md, "Billing").
 """
 
 LEDGER_APPS = frozenset({"billing"})
-# Models of other apps that meter ingest must read while the control plane is down.
-LEDGER_MODELS = frozenset({("core", "agenttokenrevocation")})
+# Models kept in both databases, each side reading its own copy with .using(): the agent-token
+# revocation list, so meter ingest needs no control-plane database and the control-plane agent
+# routes no ledger (core.services.agent_credentials writes both).
+BOTH_DATABASES_MODELS = frozenset({("core", "agenttokenrevocation")})
 LEDGER_ALIAS = "ledger"
 
 
 def _in_ledger(app_label: str, model_name: str | None) -> bool:
-    return app_label in LEDGER_APPS or (app_label, model_name) in LEDGER_MODELS
+    return app_label in LEDGER_APPS
 
 
 class LedgerRouter:
@@ -26,6 +28,8 @@ class LedgerRouter:
         return len(in_ledger) == 1
 
     def allow_migrate(self, db, app_label, model_name=None, **hints):
+        if (app_label, model_name) in BOTH_DATABASES_MODELS:
+            return True
         if _in_ledger(app_label, model_name):
             return db == LEDGER_ALIAS
         return db == "default"

@@ -107,8 +107,9 @@ class IdempotencyRecord(models.Model):
 class AgentTokenRevocation(models.Model):
     """The revocation list of agent tokens, one row per node that has one.
 
-    Stored in the ledger database (config.db_router) so meter ingest can check it while the
-    control-plane database is down. Agent tokens carry their issue time: every token of the
+    Kept in both databases (config.db_router): meter ingest reads the ledger's copy, so it works
+    while the control-plane database is down; the control-plane agent routes read theirs.
+    Agent tokens carry their issue time: every token of the
     node issued before `not_before` is revoked (re-keying moves it to the new token's issue
     time); `revoked_all` ends every token of a retired or disposed node.
     """

@@ -5,7 +5,7 @@ from rest_framework.views import APIView
 
 from billing.api.serializers import MeterBatchSerializer, MeterResultSerializer
 from billing.services.ingest import EventConflict, IngestValidationError, ingest_meter_events
-from core.api.authentication import AgentTokenAuthentication
+from core.api.authentication import LedgerAgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
 from core.api.routes import api_route
@@ -15,7 +15,7 @@ class MeterEventsView(APIView):
     """Signature-only auth (token and grant) and ledger-only writes: never touches the control-plane
     database. Events their grant does not allow are answered in `rejected`, never charged."""
 
-    authentication_classes = [AgentTokenAuthentication]
+    authentication_classes = [LedgerAgentTokenAuthentication]
     permission_classes = [IsAgent]
 
     @extend_schema(request=MeterBatchSerializer, responses={202: MeterResultSerializer}, tags=["agent"])

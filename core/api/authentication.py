@@ -134,13 +134,24 @@ class AgentTokenAuthentication(BearerTokenAuthentication):
         return _agent_principal(plain), plain
 
 
-def _agent_principal(plain: str) -> Principal:
+class LedgerAgentTokenAuthentication(AgentTokenAuthentication):
+    """Meter ingest: the same check against the ledger's copy of the revocation list, so it
+    needs no control-plane database."""
+
+    def authenticate(self, request):
+        plain = _bearer(request)
+        if plain is None:
+            return None
+        return _agent_principal(plain, using="ledger"), plain
+
+
+def _agent_principal(plain: str, using: str = "default") -> Principal:
     identity = verify_agent_token(plain)
     if identity is None:
         raise exceptions.AuthenticationFailed(
             "Not a valid agent token (forged, malformed, of the old hga1 form, or signed under another key); "
             "issue one with manage.py create_token --agent HOSTNAME.")
-    reason = revocation_reason(identity)
+    reason = revocation_reason(identity, using=using)
     if reason is not None:
         raise exceptions.AuthenticationFailed(f"Revoked agent token: {reason}.")
     return Principal(kind="agent", node_id=identity.node_id,

@@ -102,3 +102,22 @@ def test_the_agent_token_key_is_not_the_secret_key():
 
     assert settings.AGENT_TOKEN_KEY and settings.AGENT_TOKEN_KEY != settings.SECRET_KEY
     assert settings.METERING_GRANT_KEY not in (settings.SECRET_KEY, settings.AGENT_TOKEN_KEY)
+
+
+def test_each_side_checks_its_own_copy_of_the_revocation_list(small_fleet, django_assert_num_queries):
+    """Heartbeats and desired-state never need the ledger; meter ingest never the control plane."""
+    from django.core.cache import cache
+    from django.db import connections
+
+    from fleet.models import Node
+
+    node = Node.objects.first()
+    token = _create_token(node.hostname)
+    cache.clear()  # the check itself, not a cached answer
+    with django_assert_num_queries(0, connection=connections["ledger"]):
+        assert _client(token).get(DESIRED).status_code == 200
+    with django_assert_num_queries(0, connection=connections["default"]):
+        assert _client(token).post(METER, {"events": [{"event_id": "x"}]}, format="json").status_code == 400
+    old = token
+    _create_token(node.hostname)
+    assert _works(old) == REFUSED  # both copies moved
