@@ -89,8 +89,8 @@ def meter_ingest() -> Measurement:
 def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
     """What the control plane would hold for this usage: each tenant's allocation (id = the
     tenant's) on one node for all of September, so the run's reconciliation finds nothing."""
-    from fleet.models import Node, NodeType
     from devtools.services.fleet_seed import seed_fleet
+    from fleet.models import Node, NodeType
     from tenants.models import Allocation, AllocationNode, Tenant
 
     node = Node.objects.order_by("hostname").first()

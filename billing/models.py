@@ -248,6 +248,9 @@ class RejectedMeterEvent(models.Model):
         constraints = [models.UniqueConstraint(fields=["node_id", "event_id", "payload_hash", "code"],
                                                name="billing_rejected_event_unique")]
 
+    def __str__(self) -> str:
+        return f"refused {self.event_id} from node {self.node_id}: {self.code}"
+
     @property
     def quantity(self) -> Decimal:
         return Decimal(self.quantity_micro) / MICRO
@@ -284,6 +287,9 @@ class UsageDispute(models.Model):
         ordering = ["id"]
         indexes = [models.Index(fields=["status", "period"], name="billing_dispute_status_idx")]
         permissions = [("resolve_usagedispute", "Can accept or reject disputed usage")]
+
+    def __str__(self) -> str:
+        return f"dispute {self.public_id} ({self.status})"
 
 
 # Usage that may be rated or shown as charges: not disputed, or disputed and accepted.

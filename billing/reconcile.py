@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from billing.models import UsageEvent
 from billing.periods import period_end, period_start
+from tenants.models import AllocationNode
 
 LEDGER = "ledger"
 
@@ -42,7 +43,6 @@ class ReconcileReport:
 
 
 def reconcile(*, period: date, min_overlap: timedelta = timedelta(minutes=10)) -> ReconcileReport:
-    from tenants.models import AllocationNode
 
     start, end = period_start(period), period_end(period)
     now = timezone.now()
@@ -94,8 +94,6 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Cont
     Cost: one grouped query over the scope and one membership query per 1,000 allocations; rows
     are read one by one only for (allocation, node) pairs whose span is not inside a membership.
     """
-    from tenants.models import AllocationNode
-
     now = now or timezone.now()
     rows = UsageEvent.objects.using(LEDGER).filter(scope, dispute__isnull=True)
     spans = list(rows.values("allocation_id", "node_id", "tenant_id")

@@ -6,7 +6,9 @@ from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 from django.db.models.functions import TruncDate
+from django.utils import timezone
 
+from billing.grants import MeteringGrant, grant_window, sign_grant
 from billing.models import (
     BILLABLE_USAGE,
     BillingRun,
@@ -19,11 +21,13 @@ from billing.models import (
     UsageEvent,
 )
 from billing.services.rating import (
+    Price,
     gpu_hours,
     latest_price_book_version,
     prices,
     usage_amount,
 )
+from tenants.models import AllocationNode
 
 LEDGER = "ledger"
 
@@ -93,10 +97,6 @@ def default_usage_window(now: datetime) -> tuple[datetime, datetime]:
 
 def current_prices() -> dict[str, "Price"]:
     """sku → today's price (unit price per GPU-hour and currency) from the latest price book."""
-    from django.utils import timezone
-
-    from billing.services.rating import latest_price_book_version, prices
-
     return prices(latest_price_book_version(on=timezone.now().date()))
 
 
@@ -127,3 +127,20 @@ def recent_rejections(limit: int = REJECTIONS_SHOWN) -> list[RejectedMeterEvent]
 def dispute_counts() -> dict[str, int]:
     rows = UsageDispute.objects.using(LEDGER).values("status").annotate(n=Count("id")).order_by()
     return {row["status"]: row["n"] for row in rows}
+
+
+def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
+    """The signed grants a node's agent attaches to its meter events: one per live allocation
+    membership of the node, from the membership's start to a few hours ahead (renewed on every
+    desired-state poll while the membership lives; none once it ends). One query."""
+    rows = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+            .values_list("allocation_id", "allocation__tenant_id", "allocation__instance_type__slug",
+                         "allocation__instance_type__gpus_per_node", "started_at").order_by("started_at"))
+    grants = []
+    for allocation_id, tenant_id, sku, gpus, started_at in rows:
+        valid_from, valid_until = grant_window(started_at=started_at, now=now)
+        grant = MeteringGrant(node_id=node.pk, tenant_id=tenant_id, allocation_id=allocation_id, sku=sku, gpus=gpus,
+                              valid_from=valid_from, valid_until=valid_until)
+        grants.append({"grant": sign_grant(grant), "allocation_id": str(allocation_id), "tenant_id": str(tenant_id),
+                       "sku": sku, "gpus": gpus, "valid_from": valid_from, "valid_until": valid_until})
+    return grants

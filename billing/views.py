@@ -30,6 +30,7 @@ from billing.services.disputes import RESOLVE_PERMISSION, DisputeError, transiti
 from core.api.lookups import parse_uuid
 from core.decorators import operator_required
 from core.services.audit import actor_label
+from tenants.models import Membership, Tenant
 
 PORTAL_USAGE_DAYS = 30
 PORTAL_INVOICES = 100
@@ -37,7 +38,6 @@ PORTAL_INVOICES = 100
 
 @operator_required
 def billing_overview(request):
-    from tenants.models import Tenant
 
     totals = invoice_totals_by_tenant()
     slugs = dict(Tenant.objects.filter(pk__in={row["tenant_id"] for row in totals}).values_list("pk", "slug"))
@@ -48,8 +48,6 @@ def billing_overview(request):
 
 
 def _tenant_slugs(tenant_ids) -> dict:
-    from tenants.models import Tenant
-
     return dict(Tenant.objects.filter(pk__in=set(tenant_ids)).values_list("pk", "slug"))
 
 
@@ -97,7 +95,6 @@ def dispute_detail(request, pk):
 
 def _portal_tenant(request):
     """The tenant the logged-in user is a member of (first by slug)."""
-    from tenants.models import Membership
 
     membership = Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
     if membership is None:

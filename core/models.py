@@ -1,6 +1,5 @@
 """Models every app shares: the base model, the audit trail, API tokens and the
 idempotency record store."""
-import uuid
 
 from django.conf import settings
 from django.db import models

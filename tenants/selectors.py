@@ -1,15 +1,20 @@
 """Reads for the tenant API and portal (every query is scoped to one tenant)."""
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 
-from billing.grants import MeteringGrant, grant_window, sign_grant
-from billing.selectors import current_prices
 from fleet.models import NodeType
 from tenants.choices import TERMINAL_ALLOCATION_STATES
-from tenants.models import Allocation, AllocationNode, FabricPartition, Quota, Tenant, Volume
+from tenants.models import (
+    Allocation,
+    AllocationNode,
+    FabricPartition,
+    Quota,
+    Tenant,
+    Volume,
+)
+from tenants.services.placement import placeable_nodes
 
 DEFAULT_CURRENCY = "USD"  # shown for a SKU the price book does not list
 
@@ -32,11 +37,10 @@ def _fabric_family(fabric: str) -> str:
     return "-".join(parts[:2]) if fabric.startswith("ib-") and len(parts) > 2 else fabric
 
 
-def instance_types() -> list[InstanceType]:
-    from fleet.services.placement import placeable_nodes
-
+def instance_types(prices: dict) -> list[InstanceType]:
+    """What can be rented now. ``prices`` is sku → today's price (billing.selectors.current_prices):
+    prices are billing's, which sits above tenancy, so the caller passes them in."""
     available = dict(placeable_nodes().values_list("node_type").annotate(n=Count("id")))
-    prices = current_prices()
     rows = []
     for nt in NodeType.objects.order_by("slug"):
         price = prices.get(nt.slug)
@@ -79,18 +83,13 @@ def tenants_with_usage() -> list[dict]:
              "nodes": held.get(t.pk, {}).get("nodes", 0)} for t in Tenant.objects.order_by("slug")]
 
 
-def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
-    """The signed grants a node's agent attaches to its meter events: one per live allocation
-    membership of the node, from the membership's start to a few hours ahead (renewed on every
-    desired-state poll while the membership lives; none once it ends). One query."""
-    rows = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
-            .values_list("allocation_id", "allocation__tenant_id", "allocation__instance_type__slug",
-                         "allocation__instance_type__gpus_per_node", "started_at").order_by("started_at"))
-    grants = []
-    for allocation_id, tenant_id, sku, gpus, started_at in rows:
-        valid_from, valid_until = grant_window(started_at=started_at, now=now)
-        grant = MeteringGrant(node_id=node.pk, tenant_id=tenant_id, allocation_id=allocation_id, sku=sku, gpus=gpus,
-                              valid_from=valid_from, valid_until=valid_until)
-        grants.append({"grant": sign_grant(grant), "allocation_id": str(allocation_id), "tenant_id": str(tenant_id),
-                       "sku": sku, "gpus": gpus, "valid_from": valid_from, "valid_until": valid_until})
-    return grants
+def live_allocation_ids(node_ids) -> dict:
+    """node id → id of the allocation it is in now (one query)."""
+    return dict(AllocationNode.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True)
+                .values_list("node_id", "allocation_id"))
+
+
+def live_allocation_of_node(node) -> tuple | None:
+    """(allocation id, tenant id) of the allocation the node is in now, or None."""
+    return (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+            .values_list("allocation_id", "allocation__tenant_id").first())

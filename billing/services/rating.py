@@ -33,7 +33,7 @@ from billing.models import (
     Unit,
     UsageEvent,
 )
-from billing.periods import format_period
+from billing.periods import format_period, period_start
 
 LEDGER = "ledger"
 CENT = Decimal("0.01")
@@ -78,7 +78,6 @@ class Cutoff:
 def latest_price_book_version(*, on: date | None = None) -> int:
     entries = PriceBookEntry.objects.using(LEDGER)
     if on is not None:
-        from billing.periods import period_start
 
         dated = entries.filter(effective_from__lte=period_start(on))
         if dated.exists():

@@ -20,6 +20,8 @@ from billing.services.credits import record_sla_credit
 from billing.services.ingest import ingest_meter_events
 from billing.services.runs import run_billing
 from core.services.audit import record_audit
+from fleet.models import Node, NodeType
+from tenants.models import Allocation, AllocationNode, Membership, Tenant
 
 HISTORY_DAYS = 60
 METER_SECONDS = 3600  # hourly events keep the demo ledger small (~40k rows); agents default to 60 s
@@ -36,7 +38,6 @@ WORKLOADS = (
 
 @transaction.atomic
 def _demo_tenants(stdout) -> dict:
-    from tenants.models import Membership, Tenant
 
     tenants = {}
     for slug in sorted({w[0] for w in WORKLOADS}):
@@ -58,9 +59,6 @@ def _history(tenants: dict, first_hour: datetime, last_hour: datetime) -> dict[t
     """The demo allocations (released) and their nodes' past memberships; returns which fleet node
     ran which workload's n-th node. Without a fleet the usage has no history: billing holds it
     as disputed (which the console's disputes page then shows)."""
-    from fleet.models import Node, NodeType
-    from tenants.models import Allocation, AllocationNode
-
     fleet_nodes = list(Node.objects.order_by("hostname")[:sum(w[3] for w in WORKLOADS)])
     placed = {}
     for slug, name, sku, node_count, _gpus, _busy in WORKLOADS:
@@ -79,6 +77,7 @@ def _history(tenants: dict, first_hour: datetime, last_hour: datetime) -> dict[t
 
 def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
     """{node_id: events}, deterministic for a given hour."""
+
     rng = random.Random(7)
     first_hour = (now - timedelta(days=HISTORY_DAYS)).replace(minute=0, second=0, microsecond=0)
     last_hour = now.replace(minute=0, second=0, microsecond=0)

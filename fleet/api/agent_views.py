@@ -5,6 +5,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.selectors import metering_grants_for_node
 from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
@@ -12,8 +13,7 @@ from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
 from fleet.services.lifecycle import GONE
-from tenants.models import AllocationNode
-from tenants.selectors import metering_grants_for_node
+from tenants.selectors import live_allocation_of_node
 
 from .serializers import ActionResultIn, DesiredStateOut
 
@@ -37,8 +37,7 @@ class DesiredStateView(AgentView):
     @extend_schema(responses=DesiredStateOut, summary="What the control plane wants this node to do now")
     def get(self, request):
         node = self.node(request)
-        live = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
-                .values_list("allocation_id", "allocation__tenant_id").first())
+        live = live_allocation_of_node(node)
         actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
         return Response({
             "lifecycle": node.lifecycle,

@@ -19,7 +19,14 @@ from fleet.models import Drive, Node, NodeEvent
 from fleet.selectors import data_handling_status
 from fleet.services import sanitization
 from fleet.services.lifecycle import InvalidTransition
-from fleet.services.node_actions import REGISTRY, ActionRefused, perform_node_action
+from fleet.services.operator_actions import (
+    REGISTRY,
+    ActionRefused,
+    available_actions,
+    perform_operator_action,
+)
+from health.selectors import conditions_for_nodes
+from tenants.selectors import live_allocation_ids
 
 from .serializers import (
     CustodyTransferIn,
@@ -68,8 +75,8 @@ def _filters(params) -> dict:
 def serialize_nodes(nodes: list[Node]) -> list[dict]:
     """Nodes with their allocation, drives and conditions: a fixed number of queries per page."""
     ids = [n.pk for n in nodes]
-    context = {"allocations": selectors.live_allocation_ids(ids), "drives": selectors.drives_for_nodes(ids),
-               "conditions": selectors.conditions_for_nodes(ids)}
+    context = {"allocations": live_allocation_ids(ids), "drives": selectors.drives_for_nodes(ids),
+               "conditions": conditions_for_nodes(ids)}
     return NodeOut(nodes, many=True, context=context).data
 
 
@@ -115,7 +122,7 @@ class NodeActionsView(APIView):
 
         def perform():
             try:
-                perform_node_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason)
+                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason)
             except InvalidTransition as exc:
                 raise Problem(409, "invalid_transition", exc.detail,
                               extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None
@@ -127,7 +134,6 @@ class NodeActionsView(APIView):
 
 
 def _allowed_names(node_id) -> list[str]:
-    from fleet.services.node_actions import available_actions
 
     return [a.name for a in available_actions(Node.objects.get(pk=node_id))]
 

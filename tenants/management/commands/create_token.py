@@ -11,6 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 from core.choices import ApiTokenKind, TenantRole
 from core.services.agent_credentials import NodeRetired, issue_agent_token
 from core.services.tokens import create_api_token
+from fleet.models import Node
+from tenants.models import Tenant
 
 
 class Command(BaseCommand):
@@ -27,7 +29,6 @@ class Command(BaseCommand):
     def handle(self, *args, tenant=None, operator=None, agent=None, role=None, name="", **options):
         actor = "system:create_token"
         if agent:
-            from fleet.models import Node
 
             node = Node.objects.filter(hostname=agent).first()
             if node is None:
@@ -38,7 +39,6 @@ class Command(BaseCommand):
             except NodeRetired as exc:
                 raise CommandError(str(exc)) from None
         elif tenant:
-            from tenants.models import Tenant
 
             if not role:
                 raise CommandError("--tenant needs --role (admin, member or viewer).")
