@@ -16,6 +16,7 @@ from tenants.selectors import live_allocation_ids
 from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
+from .filters import NodeFilterSet
 from .models import Hall, Node, Rack
 from .selectors import (
     HOT_FRACTION,
@@ -175,22 +176,19 @@ def rack_detail(request, rack_id):
 NODES_PER_PAGE = 100
 
 
-def _node_filters(params) -> dict:
-    """Console filters; unknown values are ignored rather than failing the page."""
-
-    filters = {name: params.get(name) or None for name in ("site", "rack", "generation")}
-    filters["hall"] = parse_uuid(params.get("hall"))
-    filters["lifecycle"] = params.get("lifecycle") if params.get("lifecycle") in Lifecycle.values else None
-    filters["health"] = params.get("health") if params.get("health") in Health.values else None
-    filters["cordoned"] = {"true": True, "false": False}.get(params.get("cordoned") or "")
-    return filters
-
 
 @operator_required
 def node_list(request):
 
-    filters = _node_filters(request.GET)
-    paginator = Paginator(select_nodes(filters).order_by("hostname"), NODES_PER_PAGE)
+    filterset = NodeFilterSet(request.GET, queryset=select_nodes({}))
+    if filterset.is_valid():
+        nodes = filterset.qs
+    else:  # the same validation as the API: say what is wrong instead of listing everything
+        for error in filterset.errors_as_list():
+            messages.error(request, f"Filter {error['field']}: {error['message']}")
+        nodes = select_nodes({}).none()
+    filters = filterset.normalised()
+    paginator = Paginator(nodes.order_by("hostname"), NODES_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)

@@ -84,7 +84,7 @@ def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
     hours = int((last_hour - first_hour) / timedelta(hours=1))
     placed = _history(tenants, first_hour, last_hour)
     by_node: dict[uuid.UUID, list[dict]] = {}
-    for index, (slug, name, sku, node_count, gpus, busy) in enumerate(WORKLOADS):
+    for slug, name, sku, node_count, gpus, busy in WORKLOADS:
         allocation = uuid.uuid5(NAMESPACE, f"{slug}/{name}")
         for n in range(node_count):
             node = placed.get((slug, name, n)) or uuid.uuid5(NAMESPACE, f"{slug}/{name}/node{n}")
