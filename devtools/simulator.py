@@ -41,7 +41,7 @@ class FleetSimulator:
 
     def refresh(self, start: datetime) -> int:
         """Start agents for nodes that appeared; stop those of nodes that left. Returns the count."""
-        nodes = Node.objects.exclude(lifecycle__in=GONE).select_related("node_type")
+        nodes = Node.objects.exclude(lifecycle__in=GONE).select_related("node_type").prefetch_related("drives")
         if self.hostnames is not None:
             nodes = nodes.filter(hostname__in=list(self.hostnames))
         current = {n.hostname: n for n in nodes}
@@ -54,6 +54,9 @@ class FleetSimulator:
                     rng=self.rng, start=start, speed=self.speed, generation=node.node_type.generation,
                     gpu_count=node.node_type.gpus_per_node, sku=node.node_type.slug,
                     scenario=self.scenarios.get(hostname),
+                    drives=[{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb,
+                             "self_encrypting": d.self_encrypting, "purge_supported": d.purge_supported}
+                            for d in node.drives.all()],
                 )
         return len(self.agents)
 

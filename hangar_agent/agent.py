@@ -276,6 +276,7 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                     rng: random.Random, start: datetime, speed: float = 1.0,
                     generation: str = "hopper", gpu_count: int = 8, sku: str = "",
                     scenario: str | list[dict[str, Any]] | None = None,
+                    drives: list[dict[str, Any]] | None = None,
                     spool_path: str = ":memory:", **config: Any) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
 
@@ -288,7 +289,7 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                       max_attempts=1, **config).validated()
     hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), start=start,
                                  generation=generation, gpu_count=gpu_count, speed=speed,
-                                 hostname=hostname, scenario=scenario)
+                                 hostname=hostname, scenario=scenario, drives=drives)
     transport = AgentTransport(url, token, session=session, max_attempts=1,
                                timeout=(cfg.connect_timeout, cfg.read_timeout))
     return Agent(config=cfg, transport=transport, hardware=hardware,

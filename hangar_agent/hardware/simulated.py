@@ -230,7 +230,8 @@ class SimulatedHardware:
     def __init__(self, *, rng: Random | None = None, start: datetime | None = None,
                  generation: str = "hopper", gpu_count: int = 8, speed: float = 1.0,
                  hostname: str | None = None, scenario: str | list[dict[str, Any]] | None = None,
-                 random_faults: bool = True, reference: ReliabilityReference | None = None) -> None:
+                 random_faults: bool = True, reference: ReliabilityReference | None = None,
+                 drives: list[dict[str, Any]] | None = None) -> None:
         if generation not in PROFILES:
             raise ValueError(f"unknown generation {generation!r}; known: {', '.join(PROFILES)}")
         self.rng = rng or Random()
@@ -240,7 +241,12 @@ class SimulatedHardware:
         self.memory_mb, self.idle_w, self.busy_w = PROFILES[generation]
         self.gpu_state = [_GpuState(uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}")
                           for _ in range(gpu_count)]
-        self.serials = [f"SIM{self.rng.getrandbits(40):012X}" for _ in range(2)]
+        # The drives the node was enrolled with (serial, model, capacity_gb, self_encrypting,
+        # purge_supported) when the simulator knows them; else a boot and a scratch drive.
+        self.drive_inventory = [dict(d) for d in drives] if drives else [
+            {"serial": f"SIM{self.rng.getrandbits(40):012X}", "model": "SIM NVMe 3.84TB", "capacity_gb": 3840,
+             "self_encrypting": i == 0, "purge_supported": True} for i in range(2)]
+        self.serials = [d["serial"] for d in self.drive_inventory]
         self.allocated = False
         self.offline_until: datetime | None = None
         self.ib_fail_until: datetime | None = None
@@ -299,10 +305,7 @@ class SimulatedHardware:
         return result
 
     def drives(self) -> list[dict[str, Any]]:
-        # the boot drive encrypts everything it stores; the scratch drive can be purged by block erase
-        return [{"device": f"/dev/nvme{i}n1", "serial": s, "model": "SIM NVMe 3.84TB", "capacity_gb": 3840,
-                 "self_encrypting": i == 0, "purge_supported": True}
-                for i, s in enumerate(self.serials)]
+        return [{"device": f"/dev/nvme{i}n1", **d} for i, d in enumerate(self.drive_inventory)]
 
     def ib_ports(self) -> list[dict[str, Any]]:
         down = self.nic_failed or (self.ib_fail_until is not None and self.now is not None

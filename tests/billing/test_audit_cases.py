@@ -131,9 +131,10 @@ def test_sla_credit_is_capped_at_the_allocations_charge_and_never_exceeds_the_in
     assert sla.amount == Decimal("-18.80") and "capped" in sla.note
     assert sept.total == Decimal("0.00")
     # The cap is per allocation: another allocation's usage on the same invoice does not raise it.
-    other = uuid.uuid4()
-    ingest([gpu_hours(other, at(OCT, 2), 8, allocation=allocation), gpu_hours(other, at(OCT, 2), 16, allocation=busy)])
-    _credit(other, allocation, node_id, at(OCT, 10), at(OCT, 10, 10), incident="inc-2")
+    # (an allocation belongs to one tenant: usage of another tenant under it would be held as disputed)
+    other, credited = uuid.uuid4(), uuid.uuid4()
+    ingest([gpu_hours(other, at(OCT, 2), 8, allocation=credited), gpu_hours(other, at(OCT, 2), 16, allocation=busy)])
+    _credit(other, credited, node_id, at(OCT, 10), at(OCT, 10, 10), incident="inc-2")
     finalize(OCT)
     october = invoice(other, OCT)
     assert october.lines.get(kind="sla_credit").amount == Decimal("-18.80")

@@ -69,9 +69,11 @@ def test_a_retired_or_disposed_nodes_token_stops_working(small_fleet, django_cap
     from fleet.choices import Lifecycle
     from fleet.models import Node
     from fleet.services.lifecycle import transition
+    from tests.fleet.lifecycle_helpers import pass_drive_gate
 
     node = Node.objects.first()
     token = _create_token(node.hostname)
+    pass_drive_gate(node)  # retiring needs the drives sanitised (fleet's exit gate)
     Node.objects.filter(pk=node.pk).update(lifecycle=Lifecycle.SANITIZING)
     node.refresh_from_db()
     with django_capture_on_commit_callbacks(execute=True):
