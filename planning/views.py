@@ -30,7 +30,8 @@ from planning.services.migration_plans import PlanNotApplicable, apply_plan, cre
 
 PLANS_PER_PAGE = 50
 _NUMBER_FIELDS = ("target_perf_per_gpu", "burn_in_days", "cut_over_days", "drain_days", "sanitise_days", "ship_days",
-                  "capacity_floor_gpus", "largest_job_gpus", "horizon_weeks")
+                  "capacity_floor_gpus", "capacity_floor_perf", "largest_job_gpus", "horizon_weeks")
+_NULLABLE_FIELDS = ("burn_in_days", "target_perf_per_gpu", "capacity_floor_perf")
 
 
 def _chart_json(fig) -> str:
@@ -42,7 +43,8 @@ def _form_values(params: dict) -> dict:
     """Parameters → the strings the form shows."""
     upgrade = (params.get("facility_upgrades") or [{}])[0] if params.get("facility_upgrades") else {}
     return {
-        **{k: "" if params.get(k) is None else params[k] for k in ("name", "start", "target_node_type", *_NUMBER_FIELDS)},
+        **{k: "" if params.get(k) is None else params[k]
+           for k in ("name", "start", "target_node_type", "workload", "floor_unit", *_NUMBER_FIELDS)},
         "halls": params.get("halls", []),
         "deliveries": "\n".join(
             ", ".join(str(x) for x in (d["date"], d["scalable_units"], d["racks_per_unit"], d.get("label", ""))).rstrip(", ")
@@ -58,14 +60,14 @@ def _form_values(params: dict) -> dict:
 def _parameters_from_post(post) -> tuple[dict, list[dict]]:
     """The form's strings → API parameters (the service validates them like an API body)."""
     params: dict = {"halls": post.getlist("halls")}
-    for key in ("name", "start", "target_node_type"):
+    for key in ("name", "start", "target_node_type", "workload", "floor_unit"):
         if post.get(key, "").strip():
             params[key] = post[key].strip()
     for key in _NUMBER_FIELDS:
         value = post.get(key, "").strip()
         if value:
             params[key] = value
-        elif key == "burn_in_days":
+        elif key in _NULLABLE_FIELDS:
             params[key] = None
     errors = []
     deliveries = []

@@ -24,6 +24,11 @@ class VerdictsSerializer(serializers.Serializer):
     trough_gpu_days = serializers.IntegerField(help_text="GPU-days below the floor")
     naive_trough_gpu_days = serializers.DictField(child=serializers.IntegerField(),
                                                   help_text="GPU-days below the floor per naive sequence")
+    # required=False: plans stored before these existed do not have them.
+    trough_perf_days = serializers.FloatField(required=False, help_text="H100-equivalent-days below the normalised floor")
+    naive_trough_perf_days = serializers.DictField(child=serializers.FloatField(), required=False,
+                                                   help_text="the same per naive sequence, against the same floor")
+    old_fleet_retired = serializers.BooleanField(required=False, help_text="every old rack drained within the horizon")
 
 
 class PositionVerdictSerializer(serializers.Serializer):
@@ -82,6 +87,8 @@ class NaiveSequenceSerializer(serializers.Serializer):
     largest_job_runnable_always = serializers.BooleanField()
     stranded_racks = serializers.IntegerField()
     notes = serializers.ListField(child=serializers.CharField())
+    trough_perf_days = serializers.FloatField(required=False)
+    min_capacity_perf = serializers.FloatField(required=False)
 
 
 class AssumptionSerializer(serializers.Serializer):
@@ -105,6 +112,9 @@ class PlanResultSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField())
     assumptions = AssumptionSerializer(many=True)
     finish = serializers.DateField(allow_null=True)
+    floor_gpus = serializers.IntegerField(required=False, help_text="raw GPU floor (0: none)")
+    floor_perf = serializers.FloatField(required=False, allow_null=True, help_text="H100-equivalent floor (null: none)")
+    perf_unit = serializers.CharField(required=False, help_text="what the normalised figures count")
 
 
 class MigrationPlanSerializer(serializers.ModelSerializer):
