@@ -167,6 +167,10 @@ class DispositionPlanIn(serializers.Serializer):
     horizon_months = serializers.IntegerField(min_value=1, max_value=120)
     channel = serializers.ChoiceField(choices=disposition.CHANNELS, default="broker")
     lease_cap_nodes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    rank_with_freed_power = serializers.BooleanField(
+        default=False, help_text="rank options by cash + freed power (default: by cash; freed power shown apart)")
+    lease_on_demand = serializers.BooleanField(
+        default=False, help_text="lease billed per used hour (utilisation applies); default: a contract billed every hour")
     assumption_overrides = serializers.DictField(
         child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)), required=False,
         default=dict, help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE))

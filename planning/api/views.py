@@ -116,7 +116,8 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
         return disposition.create_disposition_plan(
             name=data["name"], selection=selection, demands=demands, horizon_months=data["horizon_months"],
             channel=data["channel"], lease_cap_nodes=data["lease_cap_nodes"],
-            overrides=data["assumption_overrides"], actor=actor, inputs=inputs)
+            overrides=data["assumption_overrides"], actor=actor, inputs=inputs,
+            rank_with_freed_power=data["rank_with_freed_power"], lease_on_demand=data["lease_on_demand"])
     except disposition.SelectionError as exc:
         raise Problem(400, "validation_error", "The selection cannot be planned; see errors.",
                       errors=[{"field": "selection", "message": str(exc)}]) from exc
