@@ -293,7 +293,7 @@ def freed_power_value_per_kw_month(
 
 
 # Stated assumptions: not in the reference CSVs, each documented in
-# docs/DISPOSITION.md and cited in Assumptions.sources.
+# docs/planning.md and cited in Assumptions.sources.
 _LEASE_DISCOUNT = Decimal("0.90")
 _LEASE_UTILISATION = Decimal("0.6")
 _REPLACEMENT_UTILISATION = Decimal("0.6")
