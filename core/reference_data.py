@@ -31,7 +31,7 @@ from functools import cache
 from pathlib import Path
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
-_PARAMETER_FILES = ("facility.csv", "economics.csv", "reliability.csv")
+_PARAMETER_FILES = ("facility.csv", "economics.csv", "reliability.csv", "inference.csv")
 _NUMBER_OR_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:-\s*(\d+(?:\.\d+)?))?\s*$")
 
 
@@ -68,6 +68,7 @@ class GenerationRow:
     source: str
     dense_bf16_tflops: Decimal | None = None
     hbm_tb_s: Decimal | None = None
+    hbm_gb: Decimal | None = None
     training_vs_h100: Decimal | None = None
     inference_vs_h100: Decimal | None = None
     node_weight_kg: Decimal | None = None
@@ -145,6 +146,7 @@ def generations() -> tuple[GenerationRow, ...]:
             source=row["source"],
             dense_bf16_tflops=_decimal_or_none(row.get("dense_bf16_tflops", "")),
             hbm_tb_s=_decimal_or_none(row.get("hbm_tb_s", "")),
+            hbm_gb=_decimal_or_none(row.get("hbm_gb", "")),
             training_vs_h100=_decimal_or_none(row.get("training_vs_h100", "")),
             inference_vs_h100=_decimal_or_none(row.get("inference_vs_h100", "")),
             node_weight_kg=_decimal_or_none(row.get("node_weight_kg", "")),
