@@ -115,3 +115,34 @@ def power_figure(plan: MigrationPlanResult) -> go.Figure:
         title="Power", xaxis_title="week", yaxis_title="kW", legend={"orientation": "h", "y": -0.25}, margin={"t": 40}
     )
     return fig
+
+
+# ---- capacity plans (from the stored result: plain JSON)
+
+
+def capacity_need_figure(result: Mapping) -> go.Figure:
+    """GPUs needed per month for each generation sized, with today's GPUs of the target generation."""
+    months = [m["month"] for m in result["months"]]
+    fig = go.Figure()
+    generations = sorted({n["gpu_model"] for m in result["months"] for n in m["needs"]})
+    for gpu_model in generations:
+        y = [next((n["gpus"] for n in m["needs"] if n["gpu_model"] == gpu_model), None) for m in result["months"]]
+        fig.add_trace(go.Bar(x=months, y=y, name=f"{gpu_model}: GPUs needed"))
+    fig.add_trace(go.Scatter(x=months, y=[g["current_gpus"] for g in result["gap"]], mode="lines",
+                             name=f"{result['target_gpu_model']}: GPUs today", line={"dash": "dash"}))
+    fig.update_layout(title="GPUs needed per month", xaxis_title="month", yaxis_title="GPUs", barmode="group",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 40})
+    return fig
+
+
+def capacity_power_figure(result: Mapping) -> go.Figure:
+    """IT kW of the racks each generation would need, per month."""
+    months = [m["month"] for m in result["months"]]
+    fig = go.Figure()
+    generations = sorted({n["gpu_model"] for m in result["months"] for n in m["needs"]})
+    for gpu_model in generations:
+        y = [next((n["kw"] for n in m["needs"] if n["gpu_model"] == gpu_model), None) for m in result["months"]]
+        fig.add_trace(go.Scatter(x=months, y=y, mode="lines+markers", name=f"{gpu_model}: rack kW"))
+    fig.update_layout(title="Rack power needed per month", xaxis_title="month", yaxis_title="kW",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 40})
+    return fig

@@ -130,3 +130,39 @@ def test_tenant_tokens_cannot_plan_capacity(db):
 def test_unknown_plan_is_404(ops_api, db):
     assert ops_api.get(f"{URL}/{uuid.uuid4()}").status_code == 404
     assert _post(ops_api, None, url=f"{URL}/{uuid.uuid4()}/migration-plan").status_code == 404
+
+
+def test_console_sizes_charts_and_turns_the_gap_into_a_migration(operator_client, demo_fleet,
+                                                                   django_assert_max_num_queries):
+    data = {"name": "console", "model_name": "llama-3.1-70b", "prompt_tokens": "1000", "output_tokens": "250",
+            "target_gpu_model": "GB200-NVL72", "month_0": "2026-08-01", "tokens_0": "3000000",
+            "month_1": "2026-10-01", "tokens_1": "7000000"}
+    r = operator_client.post("/plans/capacity/", data)
+    plan = CapacityPlan.objects.get()
+    assert r.status_code == 302 and r["Location"] == f"/plans/capacity/{plan.pk}/"
+    with django_assert_max_num_queries(4):  # session, user, plan, list count-free
+        html = operator_client.get(f"/plans/capacity/{plan.pk}/").content.decode()
+    assert 'id="chart-need-data"' in html and 'id="chart-kw-data"' in html and 'id="to-migration"' in html
+    r = operator_client.post(f"/plans/capacity/{plan.pk}/migration/")
+    migration = MigrationPlan.objects.get()
+    assert r.status_code == 302 and r["Location"] == f"/plans/{migration.pk}/"
+    bad = operator_client.post("/plans/capacity/", {"name": "", "model_name": "llama-3.1-70b"})
+    assert bad.status_code == 400 and b"form-errors" in bad.content
+    assert operator_client.get("/plans/capacity/").status_code == 200
+
+
+def test_capacity_figures_are_data():
+    from planning.charts import capacity_need_figure, capacity_power_figure
+
+    result = {"target_gpu_model": "GB200-NVL72", "gap": [{"current_gpus": 0}, {"current_gpus": 0}],
+              "months": [{"month": "2026-08-01", "needs": [{"gpu_model": "GB200-NVL72", "gpus": 476, "kw": 924.0}]},
+                         {"month": "2026-10-01", "needs": [{"gpu_model": "GB200-NVL72", "gpus": 1110, "kw": 2112.0}]}]}
+    need = {t.name: t for t in capacity_need_figure(result).data}
+    assert list(need["GB200-NVL72: GPUs needed"].y) == [476, 1110]
+    assert list(need["GB200-NVL72: GPUs today"].y) == [0, 0]
+    kw = {t.name: t for t in capacity_power_figure(result).data}
+    assert list(kw["GB200-NVL72: rack kW"].y) == [924.0, 2112.0]
+
+
+def test_capacity_pages_need_an_operator(client, db):
+    assert client.get("/plans/capacity/").status_code == 302
