@@ -1,10 +1,10 @@
 """Migration planner benchmark: the 2,048-GPU demo migration, weekly over 24 months."""
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
+from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Hall
 from planning.engines import migration as mp
 from planning.inputs import validate_parameters
 from planning.services.migration_plans import create_plan
-from fleet.services.seeding import seed_fleet
 
 SITE = "plans"
 
@@ -32,7 +32,7 @@ def worst_case_inputs(gpus: int = 100_000) -> mp.PlanInputs:
     """The worst delivery pattern for the planner's work: every new rack arrives in week 0 and
     can only land in converted positions of the old fleet, so each week re-examines a queue of
     hundreds of waiting racks while old racks drain under an H100-equivalent floor."""
-    from datetime import date, timedelta
+    from datetime import date
 
     start = date(2026, 7, 6)
     h100 = mp.NodeTypeSpec.from_reference("H100-SXM5-80GB")

@@ -29,7 +29,6 @@ import csv
 import math
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal
 from functools import cache
 from pathlib import Path
 

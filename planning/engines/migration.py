@@ -58,16 +58,15 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from itertools import accumulate
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
+from itertools import accumulate
 from typing import Literal
 
-from core.reference_data import burn_in_deadline
+from core.reference_data import burn_in_deadline, parameter
 from core.reference_data import generation as reference_generation
-from core.reference_data import parameter
 
 PositionCooling = Literal["air", "rear_door", "liquid"]
 CoolingNeed = Literal["air", "liquid", "air-or-liquid"]

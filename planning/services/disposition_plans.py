@@ -18,12 +18,9 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
-from planning.disposition_charts import return_per_node_figure, split_figure
 from fleet.models import Drive, Node
+from planning.disposition_charts import return_per_node_figure, split_figure
 from planning.engines import migration as mp
-from planning.inputs import inputs_from_json
-from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
-
 from planning.engines.disposition import (
     OPTION_ORDER,
     Assumptions,
@@ -35,6 +32,8 @@ from planning.engines.disposition import (
     to_cents,
     value_options,
 )
+from planning.inputs import inputs_from_json
+from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
 
 REFERENCE_DIR = Path(settings.BASE_DIR) / "core" / "reference"
 CHANNELS = ("broker", "auction", "distressed")

@@ -4,7 +4,7 @@ from datetime import date
 
 import pytest
 
-from planning.engines.capacity import ForecastMonth, gap_deliveries, plan_capacity, reference_models
+from planning.engines.capacity import ForecastMonth, plan_capacity, reference_models
 from planning.models import CapacityPlan, MigrationPlan
 
 URL = "/api/v1/ops/capacity-plans"
@@ -64,7 +64,7 @@ FORECAST = [
 
 @pytest.fixture
 def demo_fleet(db):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     return seed_fleet(gpus=2048)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from decimal import Decimal
 from pathlib import Path
 

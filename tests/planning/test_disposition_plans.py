@@ -1,13 +1,14 @@
 """Disposition plans through the ops API and the console: the split covers every selected node,
 redeploy is served first, and the pages' query counts do not grow with the plan."""
 import uuid
+from datetime import UTC
 from decimal import Decimal
 
 import pytest
 
+from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Node
 from planning.models import DispositionAssignment, DispositionPlan
-from fleet.services.seeding import seed_fleet
 
 pytestmark = pytest.mark.django_db
 
@@ -118,10 +119,11 @@ def _migration(ops_api, body):
 
 def test_linked_migration_values_freed_power_once_from_its_reuse_with_cash_apart(ops_api, monkeypatch):
     seed_fleet(gpus=2048)
-    from django.utils import timezone
-    from datetime import datetime, timezone as tz
+    from datetime import datetime
 
-    monkeypatch.setattr(timezone, "now", lambda: datetime(2026, 7, 6, tzinfo=tz.utc))
+    from django.utils import timezone
+
+    monkeypatch.setattr(timezone, "now", lambda: datetime(2026, 7, 6, tzinfo=UTC))
     # Four NVL72 units against a 1,536-GPU floor: 16 racks land in hall-1's CDU positions, where the
     # drained H100s' power is freed; reuse is what they draw beyond the hall's spare power, from the
     # week the first of them lands there (the CDUs are ready 2027-07-06).

@@ -18,10 +18,10 @@ from planning.engines.disposition import (
     Option,
     OutgoingBlock,
     load_default_assumptions,
+    node_kw,
     recommend_split,
     resale_fraction,
     to_cents,
-    node_kw,
     value_options,
 )
 

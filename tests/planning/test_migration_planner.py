@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from core.reference_data import generation, parameter
+from fleet.choices import Lifecycle
+from fleet.services.lifecycle import STATE_TIMEOUTS
 from planning.engines.migration import (
     DECOMMISSION_FIRST,
     ONE_FOR_ONE_SWAP,
@@ -23,8 +25,6 @@ from planning.engines.migration import (
     demo_inputs,
     plan_migration,
 )
-from fleet.choices import Lifecycle
-from fleet.services.lifecycle import STATE_TIMEOUTS
 
 START = date(2026, 7, 6)
 

@@ -74,7 +74,7 @@ def test_infeasible_plan_page_shows_fixes_instead_of_a_schedule(operator_client,
 
 @pytest.mark.parametrize("gpus, plans", [(64, 1), (128, 6)])
 def test_pages_have_a_fixed_query_count(operator_client, django_assert_max_num_queries, gpus, plans):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
     from planning.services.migration_plans import apply_plan
 
     seed_fleet(gpus=gpus)

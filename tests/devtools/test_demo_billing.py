@@ -5,9 +5,9 @@ import pytest
 from django.db.models import Sum
 
 from billing.models import Invoice, UsageEvent
-from billing.services.demo import seed_demo_billing
+from devtools.services.demo_billing import seed_demo_billing
 
-from .conftest import LEDGER_DBS
+LEDGER_DBS = ["default", "ledger"]
 
 pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
 

@@ -2,12 +2,12 @@
 is imported lazily so an app adds its own step here without touching the command."""
 
 DEMO_SEED_STEPS: tuple[str, ...] = (
-    "fleet.services.seeding.seed_demo_fleet",
+    "devtools.services.fleet_seed.seed_demo_fleet",
     "fleet.services.snapshots.seed_demo_history",
     "planning.services.migration_plans.seed_demo_plan",
-    "core.services.demo_users.ensure_demo_operator",
-    "tenants.services.demo.seed_demo_tenant",
-    "billing.services.demo.seed_demo_billing",
+    "devtools.services.demo_users.ensure_demo_operator",
+    "devtools.services.demo_tenants.seed_demo_tenant",
+    "devtools.services.demo_billing.seed_demo_billing",
 )
 
 # Processes `make demo` keeps running: (label, argv after the venv's python).

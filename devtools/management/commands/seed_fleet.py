@@ -3,8 +3,8 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Node, Site
-from fleet.services.seeding import seed_fleet
 
 
 class Command(BaseCommand):

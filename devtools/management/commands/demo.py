@@ -10,7 +10,7 @@ import time
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from core.demo import DEMO_OPERATOR, DEMO_PROCESSES, DEMO_SEED_STEPS
+from devtools.demo import DEMO_OPERATOR, DEMO_PROCESSES, DEMO_SEED_STEPS
 
 
 def _load(dotted: str):

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.simulator import FleetSimulator
+from devtools.simulator import FleetSimulator
 
 REFRESH_EVERY = timedelta(seconds=60)
 REPORT_EVERY = 60.0
