@@ -13,7 +13,7 @@ from billing.models import BillingRun
 from billing.periods import period_end, period_of
 from billing.services.credits import record_sla_credit
 from billing.services.ingest import MAX_BATCH, ingest_meter_events
-from billing.services.runs import run_billing
+from billing.services.runs import grace_ends, run_billing
 from core.services.audit import record_audit
 from fleet.models import Node
 from tenants.models import Membership, Tenant
@@ -97,7 +97,7 @@ def seed_demo_billing(stdout) -> None:
     finalized = set(BillingRun.objects.using("ledger").filter(finalize=True).values_list("period", flat=True))
     period = period_of(now - timedelta(days=HISTORY_DAYS))
     while period < current:
-        if period not in finalized and period_end(period) <= now:
+        if period not in finalized and grace_ends(period) <= now:  # a month in its grace period stays a draft
             run = run_billing(period=period, finalize=True, actor="system:demo").run
             stdout.write(f"  {period:%Y-%m} finalized: {run.invoices} invoice(s)")
         period = period_of(period_end(period))
