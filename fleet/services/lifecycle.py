@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from core.context import current_request_id
 from core.errors import Conflict
+from core.reference_data import burn_in_deadline
 from core.services.agent_credentials import revoke_node_agent_tokens
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeEvent
@@ -64,8 +65,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 # Working states that wait on the node agent, how long they may take, and where they go
 # when the deadline passes (the reconciler enforces this).
+BURN_IN_DEADLINE = burn_in_deadline()
 STATE_TIMEOUTS: dict[str, timedelta] = {
-    L.BURN_IN: timedelta(hours=24),  # facility.csv: CoreWeave runs a 24 h burn-in stage
+    # facility.csv burn_in_deadline: the same value the migration planner schedules for burn-in.
+    L.BURN_IN: BURN_IN_DEADLINE,
     L.PROVISIONING: timedelta(minutes=15),
     L.RELEASING: timedelta(minutes=10),
     L.WIPING: timedelta(minutes=30),
