@@ -13,6 +13,7 @@ from billing.selectors import (daily_gpu_hours, default_usage_window, invoice_fo
                                invoices_for_tenant, recent_runs, usage_by_sku)
 from core.api.lookups import parse_uuid
 from core.decorators import operator_required
+from tenants.energy import allocation_energy, energy_totals
 
 PORTAL_USAGE_DAYS = 30
 PORTAL_INVOICES = 100
@@ -50,7 +51,9 @@ def portal_usage(request):
     daily = daily_gpu_hours(tenant_id=tenant.pk, start=window_start, end=now + timedelta(seconds=1))
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
     month_start, month_end = default_usage_window(now)
+    energy = allocation_energy(tenant_id=tenant.pk, start=month_start, end=month_end)
     return render(request, "billing/portal_usage.html", {
+        "energy_rows": energy, "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
         "nav": "portal", "tenant": tenant, "figure_json": figure.to_json(), "days": PORTAL_USAGE_DAYS,
         "month_rows": usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end), "month_start": month_start,
     })

@@ -78,8 +78,10 @@ def hall_power(halls: Sequence) -> go.Figure:
     names = [h.name for h in halls]
     fig = go.Figure([
         go.Bar(name="IT budget", x=names, y=[h.budget_kw for h in halls], marker={"color": COLORS["budget"]}),
-        go.Bar(name="IT draw", x=names, y=[h.drawn_kw for h in halls], marker={"color": COLORS["drawn"]},
-               text=[f"{h.load_pct:.0f}%" for h in halls], textposition="outside"),
+        go.Bar(name="IT (wall) draw", x=names, y=[h.drawn_kw for h in halls], marker={"color": COLORS["drawn"]},
+               text=[f"{h.load_pct:.0f}%" for h in halls], textposition="outside",
+               customdata=[h.sources.label for h in halls],
+               hovertemplate="%{x}: %{y:,.1f} kW (%{customdata})<extra></extra>"),
         go.Bar(name="facility draw (× PUE)", x=names, y=[h.facility_kw for h in halls], marker={"color": COLORS["facility"]}),
     ])
     return _layout(fig, title="Hall power: draw against budget", barmode="group", yaxis={"title": "kW"})

@@ -11,6 +11,7 @@ from core.reference_data import parameter
 from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
+from .wall_power import SourceMix
 from .models import Hall, Rack
 from .selectors import (
     HOT_FRACTION,
@@ -59,9 +60,14 @@ def _refresh_seconds(request) -> int:
 def overview(request):
     now = timezone.now()
     summary = fleet_summary()
+    halls = hall_power(now=now)
     return render(request, "fleet/overview.html", {
         "nav": "overview",
         "summary": summary,
+        "it_kw": round(sum(h.drawn_kw for h in halls), 1),
+        "power_sources": SourceMix(**{k: sum(getattr(h.sources, k) for h in halls) for k in ("bmc", "pdu", "estimate", "rated")},
+                                   oldest_reading_at=min((h.sources.oldest_reading_at for h in halls
+                                                          if h.sources.oldest_reading_at), default=None)),
         "figures": {
             # the state chart reuses the summary already computed above instead of querying again
             "gpus-by-state": charts.gpus_by_state(summary.by_state),
@@ -93,7 +99,6 @@ def power(request):
     halls = hall_power(now=now)
     headroom, options = placement_headroom()
     nodes = sum(h.nodes for h in halls)
-    measured = sum(h.measured_nodes for h in halls)
     return render(request, "fleet/power.html", {
         "nav": "fleet",
         "halls": halls,
@@ -104,7 +109,8 @@ def power(request):
         "headroom": headroom,
         "options": options,
         "nodes": nodes,
-        "measured": measured,
+        "readings": sum(h.sources.nodes - h.sources.rated for h in halls),
+        "host_share_note": "H100: " + parameter("host_kw_max_dgx_h100").value + " kW per node",
         "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
         "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load")},
         "refresh": _refresh_seconds(request),
@@ -193,15 +199,19 @@ def node_detail(request, pk):
     from django.http import Http404
 
     from .models import Node
-    from .selectors import conditions_for_nodes, drives_for_nodes, live_allocation_ids, pending_agent_actions
+    from .selectors import conditions_for_nodes, drives_for_nodes, live_allocation_ids, node_power, pending_agent_actions
     from .services.node_actions import available_actions
 
     node = Node.objects.select_related("rack__hall__site", "node_type", "fabric_domain").filter(
         pk=parse_uuid(pk)).first()
     if node is None:
         raise Http404("no such node")
+    now = timezone.now()
+    wall_kw, wall_source, read_at = node_power(node, now)
     return render(request, "fleet/node_detail.html", {
         "nav": "fleet", "node": node,
+        "wall": {"kw": round(wall_kw, 2), "source": wall_source,
+                 "age_s": int((now - read_at).total_seconds()) if read_at else None},
         "gpus": node.gpus.order_by("index"),
         "drives": drives_for_nodes([node.pk]).get(node.pk, []),
         "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),

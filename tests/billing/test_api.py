@@ -30,7 +30,7 @@ def test_usage_by_sku(acme_api, tenants, ingest):
     assert response.json() == {"results": [
         {"sku": "a100-sxm-8x", "quantity": "1.000000", "unit": "gpu_hour", "amount": "1.50", "currency": "USD"},
         {"sku": "h100-sxm-8x", "quantity": "16.000000", "unit": "gpu_hour", "amount": "37.60", "currency": "USD"},
-    ], "next_page_token": None}
+    ], "next_page_token": None, "energy": []}  # no energy counters in this test: no energy rows
     bad = acme_api.get("/api/v1/usage/", {"start": "yesterday"})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "start"
     assert acme_api.get("/api/v1/usage", {"start": "2026-10-01T00:00:00Z", "end": "2026-09-01T00:00:00Z"}).status_code == 400

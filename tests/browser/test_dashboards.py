@@ -22,7 +22,7 @@ def fleet(django_user_model):
     Node.objects.filter(id__in=ids[0::3]).update(lifecycle=Lifecycle.ACTIVE)
     Node.objects.filter(id__in=ids[1::17]).update(lifecycle=Lifecycle.REPAIR, health=Health.UNHEALTHY)
     Node.objects.filter(id__in=ids[2::23]).update(health=Health.DEGRADED)
-    Node.objects.filter(id__in=ids[4::5]).update(observed_power_w=10_900, last_heartbeat_at=timezone.now())
+    Node.objects.filter(id__in=ids[4::5]).update(gpu_power_w=10_900, last_heartbeat_at=timezone.now())
     backfill_history(now=timezone.now(), days=30)
     django_user_model.objects.create_user("oncall", password="s3cret-pass", is_staff=True)
 
