@@ -117,6 +117,9 @@ class Agent:
             gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
         payload = {"observed_at": rfc3339(now), "power_state": self.hardware.power_state(),
                    "agent_version": __version__, "gpus": gpus}
+        wall = self.hardware.wall_power() if hasattr(self.hardware, "wall_power") else None
+        if wall:
+            payload["wall_power"] = wall
         try:
             self.transport.heartbeat(payload)
         except TransportError as exc:
@@ -221,8 +224,10 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                     rng: random.Random, start: datetime, speed: float = 1.0,
                     generation: str = "hopper", gpu_count: int = 8, sku: str = "",
                     scenario: str | list[dict[str, Any]] | None = None,
-                    spool_path: str = ":memory:", **config: Any) -> Agent:
+                    spool_path: str = ":memory:", counter_file: str | None = None, **config: Any) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
+    `counter_file` keeps the simulated node's energy counters across agent restarts, as a real
+    BMC and GPU driver keep theirs.
 
     The transport makes single attempts (no sleeping in tick); retries happen on
     later ticks through the spool's backoff. `rng` seeds everything, so a fleet
@@ -233,7 +238,7 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                       max_attempts=1, **config).validated()
     hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), start=start,
                                  generation=generation, gpu_count=gpu_count, speed=speed,
-                                 hostname=hostname, scenario=scenario)
+                                 hostname=hostname, scenario=scenario, counter_file=counter_file)
     transport = AgentTransport(url, token, session=session, max_attempts=1,
                                timeout=(cfg.connect_timeout, cfg.read_timeout))
     return Agent(config=cfg, transport=transport, hardware=hardware,
