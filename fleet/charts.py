@@ -101,3 +101,20 @@ def rack_load(loads_pct: Sequence[float]) -> go.Figure:
     ))
     return _layout(fig, title="Racks by load (draw ÷ usable kW); red = at or above 90 %",
                    xaxis={"title": "load"}, yaxis={"title": "racks"}, showlegend=False)
+
+
+def hall_power_history(points: Iterable[dict], *, title: str) -> go.Figure:
+    """Wall (IT) draw per hall over time; each point's hover says how it was known."""
+    per_hall: dict[str, tuple[list, list, list]] = {}
+    for p in points:
+        xs, ys, sources = per_hall.setdefault(p["hall"], ([], [], []))
+        xs.append(p["at"])
+        ys.append(round(p["kw"], 1))
+        sources.append(p["source"])
+    fig = go.Figure([
+        go.Scatter(x=xs, y=ys, name=hall, mode="lines", customdata=sources,
+                   line={"color": GENERATION_COLORS[i % len(GENERATION_COLORS)], "width": 2},
+                   hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>%{y:,.1f} kW (%{customdata})<extra></extra>")
+        for i, (hall, (xs, ys, sources)) in enumerate(sorted(per_hall.items()))
+    ])
+    return _layout(fig, title=title, yaxis={"title": "kW (wall)"}, xaxis={"title": "time (UTC)"})

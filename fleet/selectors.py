@@ -3,7 +3,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Case, Count, DateTimeField, DecimalField, F, FloatField, Min, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, DateTimeField, DecimalField, F, FloatField, Max, Min, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Cast, Coalesce
 
 from .choices import Health, Lifecycle
@@ -284,6 +284,18 @@ def hall_power(*, now: datetime) -> list[HallPower]:
                   sources=source_mix_of(h), age_s=source_mix_of(h).age_seconds(now))
         for h in halls
     ]
+
+
+def hall_power_history(*, since: datetime, resolution: str) -> list[dict]:
+    """Per hall and recorded point: summed rack draw and whether any rack's point was not measured
+    (`sources`: the distinct sources behind it). One grouped query."""
+    from .models import PowerPoint
+
+    rows = (PowerPoint.objects.filter(resolution=resolution, at__gte=since)
+            .values("at", hall=F("rack__hall__name"), site=F("rack__hall__site__slug"))
+            .annotate(kw=Sum("kw"), lo=Min("source"), hi=Max("source")).order_by("at"))
+    return [{"at": r["at"], "hall": f"{r['site']}/{r['hall']}", "kw": r["kw"],
+             "source": r["lo"] if r["lo"] == r["hi"] else "mixed"} for r in rows]
 
 
 @dataclass

@@ -112,7 +112,7 @@ def power(request):
         "readings": sum(h.sources.nodes - h.sources.rated for h in halls),
         "host_share_note": "H100: " + parameter("host_kw_max_dgx_h100").value + " kW per node",
         "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
-        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load")},
+        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load", "power-24h", "power-30d")},
         "refresh": _refresh_seconds(request),
         "pue_source": parameter("pue_industry_average"),
     })

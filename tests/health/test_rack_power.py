@@ -93,3 +93,20 @@ def test_minutes_are_downsampled_hourly_and_pruned_after_30_days(small_fleet):
     assert PowerPoint.objects.filter(resolution="1h", rack=rack, at=hour).exists()  # hours keep 2 years
     record_power_history(now=hour + timedelta(days=731))
     assert not PowerPoint.objects.filter(resolution="1h", at=hour).exists()
+
+
+def test_power_history_chart_sums_racks_per_hall_and_says_the_source(small_fleet, operator_client):
+    from fleet import charts
+    from fleet.selectors import hall_power_history
+
+    rack = _rack_with_nodes()
+    at = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=3)
+    _draw(rack, 7000, at)
+    record_power_history(now=at)
+    points = hall_power_history(since=at - timedelta(minutes=1), resolution="1m")
+    (hall,) = [p for p in points if p["hall"] == f"{rack.hall.site.slug}/{rack.hall.name}"]
+    others = Node.objects.filter(rack__hall=rack.hall).exclude(rack=rack).count()
+    assert hall["kw"] == pytest.approx(14.0 + others * 10.2) and hall["source"] == "mixed"  # pdu + rated racks
+    figure = charts.hall_power_history(points, title="t")
+    assert list(figure.data[0].customdata) == ["mixed"]
+    assert operator_client.get("/fleet/charts/power-24h.json").status_code == 200
