@@ -94,6 +94,19 @@ def test_power_counts_meter_readings_then_estimates_then_rated_and_says_which(op
     assert "GPU power is not node power" in page
 
 
+def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator_client, small_fleet):
+    node = Node.objects.order_by("hostname").first()
+    Node.objects.filter(pk=node.pk).update(gpu_power_w=5200, last_heartbeat_at=timezone.now() - timedelta(seconds=12))
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    wall = page[page.index('id="wall-draw"'):]
+    assert wall[:wall.index("</dd>")].startswith('id="wall-draw">9.8 kW') and "(estimate, 12 s old)" in wall[:200]
+    gpu = page[page.index('id="gpu-power"'):]
+    assert "5200 W, the GPUs' board power only" in gpu[:200]
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert 'id="wall-draw">10.2 kW <span class="source">(rated)' in page
+
+
 def test_power_page_names_positions_for_the_next_generation(operator_client, small_fleet):
     page = operator_client.get("/fleet/power/").content.decode()
     # The seeded liquid hall has 16 empty 140 kW positions: each takes an NVL72 rack (132 kW, generations.csv).
