@@ -1,5 +1,5 @@
 """Billing console page (operators) and tenant portal pages (members of a tenant)."""
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from billing.api.urls import invoice_csv
 from billing.charts import daily_gpu_hours_figure
+from billing.periods import next_period
 from billing.selectors import (daily_gpu_hours, default_usage_window, invoice_for_tenant, invoice_totals_by_tenant,
                                invoices_for_tenant, recent_runs, usage_by_sku)
 from core.api.lookups import parse_uuid
@@ -78,7 +79,14 @@ def _tenant_invoice(request, pk):
 @login_required
 def portal_invoice_detail(request, pk):
     tenant, invoice = _tenant_invoice(request, pk)
-    return render(request, "billing/portal_invoice.html", {"nav": "portal", "tenant": tenant, "invoice": invoice})
+    # Energy of the invoice's month, informational (not an invoice line until the price book prices energy).
+    start = datetime(invoice.period.year, invoice.period.month, 1, tzinfo=UTC)
+    end = datetime.combine(next_period(invoice.period), time.min, tzinfo=UTC)
+    energy = allocation_energy(tenant_id=tenant.pk, start=start, end=end)
+    return render(request, "billing/portal_invoice.html", {
+        "nav": "portal", "tenant": tenant, "invoice": invoice, "energy_rows": energy,
+        "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
+    })
 
 
 @login_required

@@ -236,3 +236,43 @@ def test_bad_gpu_energy_counter_is_a_400_problem(small_fleet):
     response = _agent(node).post("/api/agent/v1/heartbeat", body, format="json")
     assert response.status_code == 400
     assert not NodeEnergyCounter.objects.exists()
+
+
+def test_the_invoice_for_a_month_shows_kwh_and_co2_that_add_up_from_its_allocations(
+        small_fleet, client_a, client_b, tenant_a, tenant_b, clock):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from billing.models import Invoice
+    from tenants.models import Membership
+
+    t0 = _hour_ago(5)
+    first, (node_1,) = _active_allocation(client_a, t0)
+    second, (node_2,) = _active_allocation(client_a, t0 + timedelta(minutes=1))
+    AllocationNode.objects.filter(allocation_id=second).update(started_at=t0)
+    other, (node_3,) = _active_allocation(client_b, t0)
+    for node, kw in ((node_1, 8000), (node_2, 6000), (node_3, 9000)):
+        agent = _agent(node)
+        _beat(agent, clock, t0 + timedelta(minutes=1), wall_j=0)
+        _beat(agent, clock, t0 + timedelta(minutes=61), wall_j=kw * 3600)
+    month = (t0 + timedelta(minutes=1)).date().replace(day=1)
+    # set-up only: the month's draft invoice as a billing run would leave it (no usage lines needed here)
+    invoice = Invoice.objects.using("ledger").create(tenant_id=tenant_a.pk, period=month)
+    user = get_user_model().objects.create_user("acme-finance", password="x")
+    Membership.objects.create(user=user, tenant=tenant_a, role="member")
+    portal = Client()
+    portal.force_login(user)
+    page = portal.get(f"/portal/invoices/{invoice.pk}/").content.decode()
+    start = datetime(month.year, month.month, 1, tzinfo=dt_timezone.utc)
+    rows = [r for r in _usage(client_a, start, timezone.now()) if r["month"] == f"{month:%Y-%m}"]
+    assert {r["allocation_id"] for r in rows} == {first, second}
+    it = sum(Decimal(r["it_kwh"]) for r in rows)
+    assert it == Decimal("14.000")  # 8 kWh + 6 kWh; the other tenant's 9 kWh is not here
+    assert f'id="invoice-energy-it">{it}<' in page
+    assert f'id="invoice-energy-co2">{sum(Decimal(r["kg_co2e"]) for r in rows)}<' in page
+    assert other not in page
+    # another tenant cannot open it
+    stranger = get_user_model().objects.create_user("globex-finance", password="x")
+    Membership.objects.create(user=stranger, tenant=tenant_b, role="member")
+    portal.force_login(stranger)
+    assert portal.get(f"/portal/invoices/{invoice.pk}/").status_code == 404
