@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0009_wall_power_and_energy'),
+        ('fleet', '0010_wall_power_and_energy'),
         ('health', '0001_health'),
     ]
 

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from core.api.agent_tokens import mint_agent_token
 from fleet.models import Node, NodeEnergyCounter, NodeEnergyHour
-from health.api import agent_urls
+from health.api import agent_views as agent_urls
 from tenants.models import AllocationNode
 from tenants.services.allocation_loop import run_allocation_loop
 
