@@ -64,6 +64,10 @@ class AllocationEnergy:
         return "estimate" if self.estimated_kwh else "none"
 
 
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
 def _month(moment: datetime) -> str:
     return f"{moment.year:04d}-{moment.month:02d}"
 
@@ -83,7 +87,7 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
     memberships = {
         m["id"]: m for m in AllocationNode.objects.filter(allocation__tenant_id=tenant_id, started_at__lt=end)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-        .values("id", "allocation_id", "allocation__name", "started_at", "ended_at",
+        .values("id", "allocation_id", "allocation__name", "node_id", "started_at", "ended_at",
                 gpus=F("node__node_type__gpus_per_node"), pue=F("node__rack__hall__pue"),
                 price=F("node__rack__hall__site__electricity_usd_per_kwh"),
                 intensity=F("node__rack__hall__site__grid_kg_co2e_per_kwh"))
@@ -101,14 +105,21 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
         hour__gte=first_hour, hour__lt=end)
         .values(membership=F("node__allocation_memberships__id"), month=TruncMonth("hour"), src=F("source"))
         .annotate(joules=Sum("it_energy_j"), seconds=Sum("seconds")).order_by())
-    # Hours a membership starts or ends inside: a few rows each, prorated here.
-    edges = (NodeEnergyHour.objects.filter(
-        Q(node__allocation_memberships__started_at__gt=F("hour"),
-          node__allocation_memberships__started_at__lt=F("hour") + HOUR)
-        | Q(node__allocation_memberships__ended_at__gt=F("hour"),
-            node__allocation_memberships__ended_at__lt=F("hour") + HOUR),
-        node__allocation_memberships__allocation__tenant_id=tenant_id, hour__gte=first_hour, hour__lt=end)
-        .values("hour", "source", "it_energy_j", "seconds", membership=F("node__allocation_memberships__id")))
+    # Hours a membership starts or ends inside (at most two per membership): fetched by (node, hour)
+    # through the unique index and prorated here.
+    edges_of: dict = {}  # (node id, hour) → {membership ids} (a set: one that starts and ends in an hour counts once)
+    for m in memberships.values():
+        for moment in (m["started_at"], m["ended_at"]):
+            if moment is not None and moment != _hour(moment):
+                edges_of.setdefault((m["node_id"], _hour(moment)), set()).add(m["id"])
+    edge_rows = []
+    if edges_of:
+        edge_hours = {hour for _, hour in edges_of if first_hour <= hour < end}
+        edge_nodes = {node for node, _ in edges_of}
+        for r in (NodeEnergyHour.objects.filter(node_id__in=edge_nodes, hour__in=edge_hours)
+                  .values("node_id", "hour", "source", "it_energy_j", "seconds")):
+            for membership_id in edges_of.get((r["node_id"], r["hour"]), ()):
+                edge_rows.append({**r, "membership": membership_id})
 
     out: dict[tuple, AllocationEnergy] = {}
 
@@ -137,13 +148,8 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
         m = memberships.get(r["membership"])
         if m is not None:
             credit(m, _month(r["month"]), r["src"], Decimal(r["joules"] or 0), Decimal(r["seconds"] or 0))
-    seen_edges = set()
-    for r in edges:
-        m = memberships.get(r["membership"])
-        key = (r["membership"], r["hour"], r["source"])
-        if m is None or key in seen_edges:
-            continue
-        seen_edges.add(key)
+    for r in edge_rows:
+        m = memberships[r["membership"]]
         hour_end = r["hour"] + HOUR
         overlap_start = max(r["hour"], m["started_at"])
         overlap_end = min(hour_end, m["ended_at"] or hour_end)

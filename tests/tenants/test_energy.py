@@ -276,3 +276,14 @@ def test_the_invoice_for_a_month_shows_kwh_and_co2_that_add_up_from_its_allocati
     Membership.objects.create(user=stranger, tenant=tenant_b, role="member")
     portal.force_login(stranger)
     assert portal.get(f"/portal/invoices/{invoice.pk}/").status_code == 404
+
+
+def test_a_membership_inside_one_hour_counts_its_part_once(small_fleet, client_a, clock):
+    t0 = _hour_ago(3)
+    alloc_id, (node,) = _active_allocation(client_a, t0 + timedelta(minutes=15))
+    AllocationNode.objects.filter(allocation_id=alloc_id).update(ended_at=t0 + timedelta(minutes=45))
+    agent = _agent(node)
+    _beat(agent, clock, t0, wall_j=0)
+    _beat(agent, clock, t0 + timedelta(hours=1), wall_j=8000 * 3600)
+    (row,) = [r for r in _usage(client_a, t0 - timedelta(days=1), timezone.now()) if r["allocation_id"] == alloc_id]
+    assert Decimal(row["it_kwh"]) == Decimal("4.000")  # 30 of the hour's 60 minutes
