@@ -1,7 +1,7 @@
 """Energy benchmark on the 12,500-node fixture: the monthly energy roll-up per allocation for the
 whole fleet (50 tenants × 250 nodes, one allocation each, a full 720-hour month of hourly energy
 = 9 million NodeEnergyHour rows), against one raw-SQL statement summing the same rows."""
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
@@ -12,8 +12,8 @@ from tenants.models import Allocation, AllocationNode
 from tenants.services.tenants import create_tenant
 
 TENANTS = 50
-MONTH_START = datetime(2026, 10, 1, tzinfo=timezone.utc)
-MONTH_END = datetime(2026, 11, 1, tzinfo=timezone.utc)
+MONTH_START = datetime(2026, 10, 1, tzinfo=UTC)
+MONTH_END = datetime(2026, 11, 1, tzinfo=UTC)
 JOULES_PER_HOUR = 8000 * 3600  # every node at 8 kW
 
 
@@ -97,7 +97,7 @@ def power_history_minute() -> Measurement:
     from fleet.models import PowerPoint
     from fleet.services.power_history import downsample, record_minute
 
-    hour = datetime(2026, 11, 2, 10, tzinfo=timezone.utc)
+    hour = datetime(2026, 11, 2, 10, tzinfo=UTC)
     minute_s = timed(lambda: record_minute(now=hour), repeat=1)
     racks = PowerPoint.objects.filter(resolution="1m").count()
     # the rest of the hour, written directly (the same rows record_minute writes)

@@ -10,11 +10,20 @@ from django.utils import timezone
 from billing.api.urls import invoice_csv
 from billing.charts import daily_gpu_hours_figure
 from billing.periods import next_period
-from billing.selectors import (daily_gpu_hours, default_usage_window, invoice_for_tenant, invoice_totals_by_tenant,
-                               invoices_for_tenant, recent_runs, usage_by_sku)
+from billing.selectors import (
+    daily_gpu_hours,
+    default_usage_window,
+    invoice_for_tenant,
+    invoice_totals_by_tenant,
+    invoices_for_tenant,
+    policy_in_force,
+    recent_runs,
+    usage_by_sku,
+)
 from core.api.lookups import parse_uuid
 from core.decorators import operator_required
 from tenants.energy import allocation_energy, energy_totals
+from tenants.models import Membership, Tenant
 
 PORTAL_USAGE_DAYS = 30
 PORTAL_INVOICES = 100
@@ -22,7 +31,6 @@ PORTAL_INVOICES = 100
 
 @operator_required
 def billing_overview(request):
-    from tenants.models import Tenant
 
     totals = invoice_totals_by_tenant()
     slugs = dict(Tenant.objects.filter(pk__in={row["tenant_id"] for row in totals}).values_list("pk", "slug"))
@@ -33,7 +41,6 @@ def billing_overview(request):
 
 def _portal_tenant(request):
     """The tenant the logged-in user is a member of (first by slug)."""
-    from tenants.models import Membership
 
     membership = Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
     if membership is None:
@@ -53,10 +60,12 @@ def portal_usage(request):
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
     month_start, month_end = default_usage_window(now)
     energy = allocation_energy(tenant_id=tenant.pk, start=month_start, end=month_end)
+    report = usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end, as_of=now)
     return render(request, "billing/portal_usage.html", {
         "energy_rows": energy, "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
         "nav": "portal", "tenant": tenant, "figure_json": figure.to_json(), "days": PORTAL_USAGE_DAYS,
-        "month_rows": usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end), "month_start": month_start,
+        "month_rows": report.rows, "as_of": report.as_of, "month_start": month_start,
+        "sla_policy": policy_in_force(tenant.pk, now),
     })
 
 

@@ -15,8 +15,13 @@ from fleet.services.energy import INTEGRATE_EVERY, record_counters
 from fleet.wall_power import host_share_kw
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
-from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
-                           HEARTBEAT_LEVEL_SIGNALS, THERMAL_THROTTLE_C)
+from health.policy import (
+    CHECK_FAIL_SIGNAL,
+    CHECK_PASS_CLEARS,
+    CHECK_WARN_SIGNAL,
+    HEARTBEAT_LEVEL_SIGNALS,
+    THERMAL_THROTTLE_C,
+)
 from health.services.conditions import apply_observations
 
 log = logging.getLogger(__name__)

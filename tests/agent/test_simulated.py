@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC
 from random import Random
 
 import pytest
 
 from hangar_agent.hardware.simulated import (
-    FaultProcess, ScriptedFault, load_reliability, parse_scenario)
+    FaultProcess,
+    ScriptedFault,
+    load_reliability,
+    parse_scenario,
+)
 
 REFERENCE_MIX = {"gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,
                  "host_maintenance": 7.6, "sram": 4.5, "gpu_system_processor": 4.1, "nic": 1.7,
@@ -62,11 +67,11 @@ def test_scenario_dsl_and_list_forms() -> None:
 # ---- the simulated node's wall power and energy counters -------------------------------------
 
 def _node(tmp_path=None, start=None, **kw):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from hangar_agent.hardware.simulated import SimulatedHardware
 
-    start = start or datetime(2026, 11, 2, tzinfo=timezone.utc)
+    start = start or datetime(2026, 11, 2, tzinfo=UTC)
     return SimulatedHardware(rng=Random(7), start=start, random_faults=False,
                              counter_file=(tmp_path / "counters.json") if tmp_path else None, **kw), start
 

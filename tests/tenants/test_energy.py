@@ -1,6 +1,6 @@
 """Energy from the agents' cumulative counters to a tenant's usage, through the real endpoints:
 heartbeats in (with a clock the test drives), GET /api/v1/usage and the portal usage page out."""
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -178,6 +178,7 @@ def test_tenants_see_only_their_own_energy(small_fleet, client_a, client_b, tena
     # the other tenant's portal page does not show it either
     from django.contrib.auth import get_user_model
     from django.test import Client
+
     from tenants.models import Membership
 
     user = get_user_model().objects.create_user("globex-user", password="x")
@@ -199,6 +200,7 @@ def test_portal_usage_page_shows_kwh_and_co2_that_add_up(small_fleet, client_a, 
     _beat(agent, clock, end, wall_j=int(8000 * (end - t0).total_seconds()))
     from django.contrib.auth import get_user_model
     from django.test import Client
+
     from tenants.models import Membership
 
     user = get_user_model().objects.create_user("acme-user", password="x")
@@ -263,7 +265,7 @@ def test_the_invoice_for_a_month_shows_kwh_and_co2_that_add_up_from_its_allocati
     portal = Client()
     portal.force_login(user)
     page = portal.get(f"/portal/invoices/{invoice.pk}/").content.decode()
-    start = datetime(month.year, month.month, 1, tzinfo=dt_timezone.utc)
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
     rows = [r for r in _usage(client_a, start, timezone.now()) if r["month"] == f"{month:%Y-%m}"]
     assert {r["allocation_id"] for r in rows} == {first, second}
     it = sum(Decimal(r["it_kwh"]) for r in rows)
