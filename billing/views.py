@@ -1,5 +1,5 @@
 """Billing console page (operators) and tenant portal pages (members of a tenant)."""
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,6 +12,7 @@ from django.views.decorators.http import require_http_methods
 from billing.api.urls import invoice_csv
 from billing.charts import daily_gpu_hours_figure
 from billing.models import DisputeStatus
+from billing.periods import next_period
 from billing.selectors import (
     daily_gpu_hours,
     default_usage_window,
@@ -31,6 +32,7 @@ from billing.services.disputes import RESOLVE_PERMISSION, DisputeError, transiti
 from core.api.lookups import parse_uuid
 from core.decorators import operator_required
 from core.services.audit import actor_label
+from tenants.energy import allocation_energy, energy_totals
 from tenants.models import Membership, Tenant
 
 PORTAL_USAGE_DAYS = 30
@@ -114,8 +116,10 @@ def portal_usage(request):
     daily = daily_gpu_hours(tenant_id=tenant.pk, start=window_start, end=now + timedelta(seconds=1))
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
     month_start, month_end = default_usage_window(now)
+    energy = allocation_energy(tenant_id=tenant.pk, start=month_start, end=month_end)
     report = usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end, as_of=now)
     return render(request, "billing/portal_usage.html", {
+        "energy_rows": energy, "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
         "nav": "portal", "tenant": tenant, "figure_json": figure.to_json(), "days": PORTAL_USAGE_DAYS,
         "month_rows": report.rows, "as_of": report.as_of, "month_start": month_start,
         "sla_policy": policy_in_force(tenant.pk, now),
@@ -141,7 +145,14 @@ def _tenant_invoice(request, pk):
 @login_required
 def portal_invoice_detail(request, pk):
     tenant, invoice = _tenant_invoice(request, pk)
-    return render(request, "billing/portal_invoice.html", {"nav": "portal", "tenant": tenant, "invoice": invoice})
+    # Energy of the invoice's month, informational (not an invoice line until the price book prices energy).
+    start = datetime(invoice.period.year, invoice.period.month, 1, tzinfo=UTC)
+    end = datetime.combine(next_period(invoice.period), time.min, tzinfo=UTC)
+    energy = allocation_energy(tenant_id=tenant.pk, start=start, end=end)
+    return render(request, "billing/portal_invoice.html", {
+        "nav": "portal", "tenant": tenant, "invoice": invoice, "energy_rows": energy,
+        "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
+    })
 
 
 @login_required

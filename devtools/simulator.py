@@ -11,6 +11,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -31,8 +32,11 @@ class FleetSimulator:
     scenarios: dict[str, str] = field(default_factory=dict)  # hostname → scenario text
     hostnames: Iterable[str] | None = None  # limit to these nodes (tests)
     agents: dict[str, Agent] = field(default_factory=dict)
+    counter_dir: str | None = None  # where each simulated node keeps its energy counters
 
     def __post_init__(self):
+        if self.counter_dir:
+            Path(self.counter_dir).mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(self.seed)
         self.session = requests.Session()
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
@@ -57,6 +61,7 @@ class FleetSimulator:
                     drives=[{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb,
                              "self_encrypting": d.self_encrypting, "purge_supported": d.purge_supported}
                             for d in node.drives.all()],
+                    counter_file=str(Path(self.counter_dir) / f"{hostname}.json") if self.counter_dir else None,
                 )
         return len(self.agents)
 

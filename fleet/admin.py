@@ -55,7 +55,7 @@ class NodeResource(resources.ModelResource):
 
 @admin.register(Site)
 class SiteAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "region")
+    list_display = ("name", "slug", "region", "electricity_usd_per_kwh", "grid_kg_co2e_per_kwh")
     search_fields = ("name", "slug", "region")
     prepopulated_fields = {"slug": ("name",)}
 

@@ -59,6 +59,22 @@ class PowerState(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
 
 
+class WallPowerSource(models.TextChoices):
+    """Who measured a node's wall draw."""
+
+    BMC = "bmc", "BMC"
+    PDU = "pdu", "PDU outlet"
+
+
+class EnergySource(models.TextChoices):
+    """How a figure of node power or energy is known: measured at the wall, estimated, or assumed."""
+
+    BMC = "bmc", "BMC"
+    PDU = "pdu", "PDU outlet"
+    ESTIMATE = "estimate", "Estimate (GPU power + host share)"
+    RATED = "rated", "Rated maximum"
+
+
 class Health(models.TextChoices):
     HEALTHY = "healthy", "Healthy"
     DEGRADED = "degraded", "Degraded"

@@ -23,23 +23,49 @@ from .choices import (
     CoolingRequirement,
     CustodyKind,
     DriveInterface,
+    EnergySource,
     FabricTechnology,
     Health,
     Lifecycle,
     PowerState,
     SanitizationMethod,
     SanitizationSource,
+    WallPowerSource,
 )
 
 KW = {"max_digits": 9, "decimal_places": 2, "validators": [MinValueValidator(Decimal("0"))]}
 
 
+def _reference_decimal(name: str) -> Decimal:
+    from core.reference_data import parameter
+
+    return parameter(name).low
+
+
+def default_electricity_price() -> Decimal:
+    return _reference_decimal("electricity_price")
+
+
+def default_grid_carbon_intensity() -> Decimal:
+    return _reference_decimal("grid_carbon_intensity_us_average")
+
+
 class Site(BaseModel):
-    """A data-centre campus."""
+    """A data-centre campus, with what its energy costs and emits."""
 
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=100, unique=True)
     region = models.CharField(max_length=50, blank=True)
+    electricity_usd_per_kwh = models.DecimalField(
+        max_digits=8, decimal_places=5, default=default_electricity_price,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="what the site pays per facility kWh; default economics.csv electricity_price",
+    )
+    grid_kg_co2e_per_kwh = models.DecimalField(
+        max_digits=6, decimal_places=4, default=default_grid_carbon_intensity,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="grid carbon intensity; default facility.csv grid_carbon_intensity_us_average",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -212,10 +238,15 @@ class Node(BaseModel):
     failed_attempts = models.PositiveSmallIntegerField(default=0, help_text="consecutive failed actions (backoff)")
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
-    observed_power_w = models.IntegerField(
+    gpu_power_w = models.IntegerField(
         null=True, blank=True,
-        help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",
+        help_text="sum of the GPUs' board power at the last heartbeat (W): GPU power, not the node's wall draw",
     )
+    # The node's wall draw as a meter reports it (the BMC's chassis power or a metered PDU outlet),
+    # when the agent relays one. Kept apart from GPU power: never shown under the other's name.
+    wall_power_w = models.IntegerField(null=True, blank=True, help_text="wall draw last reported by a meter (W)")
+    wall_power_source = models.CharField(max_length=8, choices=WallPowerSource.choices, blank=True)
+    wall_power_at = models.DateTimeField(null=True, blank=True, help_text="when the control plane received it")
     # A drain asked of a node that carries a live allocation: the allocation loop moves the
     # tenant off by the deadline (fleet.selectors.nodes_to_drain()); cleared once it is off.
     drain_requested_at = models.DateTimeField(null=True, blank=True)
@@ -393,6 +424,66 @@ class NodeAgentAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on {self.node_id} ({self.state})"
+
+
+class NodeEnergyCounter(models.Model):
+    """The last cumulative energy counters a node's agent reported, the baseline the next
+    reading's delta is taken from (fleet.services.energy). Resets and refusals are counted here."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="energy_counter")
+    read_at = models.DateTimeField(help_text="when the control plane received these counters")
+    wall_energy_j = models.BigIntegerField(null=True, blank=True, help_text="meter's cumulative energy (J)")
+    wall_source = models.CharField(max_length=8, choices=WallPowerSource.choices, blank=True)
+    gpu_energy_mj = models.JSONField(default=dict, help_text="GPU index → NVML total energy (mJ)")
+    resets = models.PositiveIntegerField(default=0, help_text="counters seen going backwards")
+    last_reset_at = models.DateTimeField(null=True, blank=True)
+    refused = models.PositiveIntegerField(default=0, help_text="readings above the node type's maximum")
+    last_refused_at = models.DateTimeField(null=True, blank=True)
+    last_refused_detail = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"energy counters of {self.node_id}"
+
+
+class NodeEnergyHour(models.Model):
+    """Energy one node used in one UTC hour, by how it is known: `bmc`/`pdu` (a meter's counter)
+    or `estimate` (GPU counters + the type's host share). A counter delta over a gap is spread
+    evenly over the gap's hours, so an agent outage loses nothing."""
+
+    id = models.BigAutoField(primary_key=True)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="energy_hours")
+    hour = models.DateTimeField(help_text="start of the UTC hour")
+    source = models.CharField(max_length=8, choices=EnergySource.choices)
+    it_energy_j = models.BigIntegerField(default=0, help_text="node wall (IT) energy (J)")
+    gpu_energy_j = models.BigIntegerField(default=0, help_text="of which GPU board energy, where counters say (J)")
+    seconds = models.PositiveIntegerField(default=0, help_text="seconds of the hour the counters cover")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "hour", "source"], name="fleet_energyhour_unique")]
+        indexes = [models.Index(fields=["hour", "node"], name="fleet_energyhour_hour_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.hour:%Y-%m-%d %H}h {self.source}"
+
+
+class PowerPoint(models.Model):
+    """A rack's wall draw over one minute or one hour (the power history; fleet.services.power_history).
+    Minutes keep 30 days, hours 2 years. `source` says how the figure is known (bmc, pdu, estimate,
+    rated or mixed) and `measured_nodes`/`nodes` how much of it was measured."""
+
+    id = models.BigAutoField(primary_key=True)
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="power_points")
+    resolution = models.CharField(max_length=2, choices=[("1m", "1 minute"), ("1h", "1 hour")])
+    at = models.DateTimeField()
+    kw = models.FloatField()
+    kw_max = models.FloatField(help_text="highest minute in the period")
+    source = models.CharField(max_length=8)
+    nodes = models.PositiveSmallIntegerField(default=0)
+    measured_nodes = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["resolution", "rack", "at"], name="fleet_powerpoint_unique")]
+        indexes = [models.Index(fields=["resolution", "at"], name="fleet_powerpoint_res_at_idx")]
 
 
 class SnapshotResolution(models.TextChoices):

@@ -28,6 +28,7 @@ from .selectors import (
     fleet_summary,
     hall_power,
     halls_for_filter,
+    node_power,
     pending_agent_actions,
     placement_headroom,
     rack_elevation,
@@ -45,6 +46,7 @@ from .services.operator_actions import (
     available_actions,
     perform_operator_action,
 )
+from .wall_power import SourceMix
 
 DEFAULT_REFRESH_SECONDS = 30
 HOT_RACKS_SHOWN = 100
@@ -79,9 +81,14 @@ def _refresh_seconds(request) -> int:
 def overview(request):
     now = timezone.now()
     summary = fleet_summary()
+    halls = hall_power(now=now)
     return render(request, "fleet/overview.html", {
         "nav": "overview",
         "summary": summary,
+        "it_kw": round(sum(h.drawn_kw for h in halls), 1),
+        "power_sources": SourceMix(**{k: sum(getattr(h.sources, k) for h in halls) for k in ("bmc", "pdu", "estimate", "rated")},
+                                   oldest_reading_at=min((h.sources.oldest_reading_at for h in halls
+                                                          if h.sources.oldest_reading_at), default=None)),
         "figures": {
             # the state chart reuses the summary already computed above instead of querying again
             "gpus-by-state": charts.gpus_by_state(summary.by_state),
@@ -113,7 +120,6 @@ def power(request):
     halls = hall_power(now=now)
     headroom, options = placement_headroom()
     nodes = sum(h.nodes for h in halls)
-    measured = sum(h.measured_nodes for h in halls)
     return render(request, "fleet/power.html", {
         "nav": "fleet",
         "halls": halls,
@@ -124,9 +130,10 @@ def power(request):
         "headroom": headroom,
         "options": options,
         "nodes": nodes,
-        "measured": measured,
+        "readings": sum(h.sources.nodes - h.sources.rated for h in halls),
+        "host_share_note": "H100: " + parameter("host_kw_max_dgx_h100").value + " kW per node",
         "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
-        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load")},
+        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load", "power-24h", "power-30d")},
         "refresh": _refresh_seconds(request),
         "pue_source": parameter("pue_industry_average"),
     })
@@ -211,8 +218,12 @@ def node_detail(request, pk):
     if node is None:
         raise Http404("no such node")
     gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
+    now = timezone.now()
+    wall_kw, wall_source, read_at = node_power(node, now)
     return render(request, "fleet/node_detail.html", {
         "nav": "fleet", "node": node,
+        "wall": {"kw": round(wall_kw, 2), "source": wall_source,
+                 "age_s": int((now - read_at).total_seconds()) if read_at else None},
         "gpus": node.gpus.order_by("index"),
         "drives": drives_for_nodes([node.pk]).get(node.pk, []),
         "gate": gate,

@@ -156,6 +156,9 @@ class Agent:
         ports = getattr(self.hardware, "ib_ports", None)
         if ports is not None:
             payload["ib_ports"] = ports()
+        wall = self.hardware.wall_power() if hasattr(self.hardware, "wall_power") else None
+        if wall:
+            payload["wall_power"] = wall
         try:
             self.transport.heartbeat(payload)
         except TransportError as exc:
@@ -277,8 +280,10 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                     generation: str = "hopper", gpu_count: int = 8, sku: str = "",
                     scenario: str | list[dict[str, Any]] | None = None,
                     drives: list[dict[str, Any]] | None = None,
-                    spool_path: str = ":memory:", **config: Any) -> Agent:
+                    spool_path: str = ":memory:", counter_file: str | None = None, **config: Any) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
+    `counter_file` keeps the simulated node's energy counters across agent restarts, as a real
+    BMC and GPU driver keep theirs.
 
     The transport makes single attempts (no sleeping in tick); retries happen on
     later ticks through the spool's backoff. `rng` seeds everything, so a fleet
@@ -289,7 +294,8 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                       max_attempts=1, **config).validated()
     hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), start=start,
                                  generation=generation, gpu_count=gpu_count, speed=speed,
-                                 hostname=hostname, scenario=scenario, drives=drives)
+                                 hostname=hostname, scenario=scenario, drives=drives,
+                                 counter_file=counter_file)
     transport = AgentTransport(url, token, session=session, max_attempts=1,
                                timeout=(cfg.connect_timeout, cfg.read_timeout))
     return Agent(config=cfg, transport=transport, hardware=hardware,

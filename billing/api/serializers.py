@@ -122,9 +122,36 @@ class UsageRowSerializer(serializers.Serializer):
     currency = serializers.CharField()
 
 
+class AllocationEnergySerializer(serializers.Serializer):
+    """One allocation's energy in one month (UTC), from the nodes' energy counters (docs/power.md)."""
+
+    allocation_id = serializers.UUIDField()
+    allocation_name = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM (UTC)")
+    it_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="the nodes' wall (IT) energy")
+    measured_kwh = serializers.DecimalField(max_digits=16, decimal_places=3,
+                                            help_text="of it_kwh, from meter counters (BMC or PDU)")
+    estimated_kwh = serializers.DecimalField(max_digits=16, decimal_places=3,
+                                             help_text="of it_kwh, estimated from GPU counters + the host share")
+    facility_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="it_kwh × the hall's PUE")
+    kg_co2e = serializers.DecimalField(max_digits=16, decimal_places=3,
+                                       help_text="facility_kwh × the site's grid carbon intensity")
+    energy_cost = serializers.DecimalField(max_digits=16, decimal_places=2,
+                                           help_text="facility_kwh × the site's electricity price; informational, "
+                                                     "not charged unless the price book prices energy")
+    currency = serializers.CharField()
+    gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=3)
+    avg_kw_per_gpu = serializers.DecimalField(max_digits=10, decimal_places=3, allow_null=True)
+    coverage_pct = serializers.DecimalField(max_digits=5, decimal_places=1, allow_null=True,
+                                            help_text="share of the allocation's node time the counters cover")
+    source = serializers.CharField(help_text="measured, estimate, mixed or none")
+
+
 class UsagePageSerializer(serializers.Serializer):
     results = UsageRowSerializer(many=True)
     as_of = serializers.DateTimeField(help_text="priced as the draft invoice would price it at this moment")
+    energy = AllocationEnergySerializer(many=True, help_text="energy per allocation and month in the window "
+                                                             "(additive to the usage rows; informational)")
     next_page_token = serializers.CharField(allow_null=True, help_text="always null")
 
 

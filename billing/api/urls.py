@@ -10,7 +10,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.api.agent_views import MeterEventsView
-from billing.api.serializers import InvoicePageSerializer, InvoiceSerializer, UsagePageSerializer, UsageRowSerializer
+from billing.api.serializers import (
+    AllocationEnergySerializer,
+    InvoicePageSerializer,
+    InvoiceSerializer,
+    UsagePageSerializer,
+    UsageRowSerializer,
+)
 from billing.api.views import AdjustmentsView, BillingRunsView, CreditNotesView, InvoiceReissueView
 from billing.periods import format_period
 from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
@@ -20,6 +26,7 @@ from core.api.permissions import IsTenant
 from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
+from tenants.energy import allocation_energy
 
 INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
 
@@ -44,9 +51,12 @@ class UsageView(APIView):
             errors.append({"field": "end", "message": "must be after start"})
         if errors:
             raise Problem(400, "validation_error", "Give start and end as RFC 3339 times, start before end.", errors=errors)
-        report = usage_by_sku(tenant_id=request.user.tenant_id, start=bounds["start"], end=bounds["end"])
+        tenant_id = request.user.tenant_id
+        report = usage_by_sku(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
+        energy = allocation_energy(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
         return Response({"results": UsageRowSerializer(report.rows, many=True).data,
-                         "as_of": report.as_of.isoformat().replace("+00:00", "Z"), "next_page_token": None})
+                         "as_of": report.as_of.isoformat().replace("+00:00", "Z"), "next_page_token": None,
+                         "energy": AllocationEnergySerializer(energy, many=True).data})
 
 
 class InvoiceListView(APIView):

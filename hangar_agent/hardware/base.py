@@ -14,7 +14,7 @@ GPU_FIELDS = (
     "index", "uuid", "temperature_c", "power_w", "utilization_pct", "memory_used_mb",
     "ecc_sbe", "ecc_dbe", "retired_pages", "row_remap_pending", "row_remap_failed",
     "xid_errors", "nvlink_down", "recovery_action", "throttle_reasons", "slowdown_temp_c",
-    "nvlink_errors_1h",
+    "nvlink_errors_1h", "energy_mj",
 )
 
 
@@ -25,7 +25,7 @@ def blank_gpu(index: int, uuid: str) -> dict[str, Any]:
         "utilization_pct": None, "memory_used_mb": None, "ecc_sbe": 0, "ecc_dbe": 0,
         "retired_pages": 0, "row_remap_pending": False, "row_remap_failed": False,
         "xid_errors": [], "nvlink_down": 0, "recovery_action": None, "throttle_reasons": None,
-        "slowdown_temp_c": None, "nvlink_errors_1h": None,
+        "slowdown_temp_c": None, "nvlink_errors_1h": None, "energy_mj": None,
     }
 
 
@@ -40,6 +40,10 @@ class HardwareBackend(Protocol):
         """Move time-driven backends (the simulator) to `now`; real hardware ignores it."""
 
     def gpus(self) -> list[dict[str, Any]]: ...
+
+    def wall_power(self) -> dict[str, Any] | None:
+        """The node's wall draw from a meter, {"watts", "source": "bmc"|"pdu", "energy_j"} (a
+        cumulative counter), or None where the backend has no meter to read."""
 
     def power_state(self) -> str:
         """`on`, `off` or `unknown` (a host that is off runs no agent: the tick does nothing)."""

@@ -28,7 +28,8 @@ class NvmlUnavailable(RuntimeError):
 def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
     """Map raw NVML readings to one heartbeat `gpus[]` entry.
 
-    raw keys: uuid (str|bytes), temperature_c, power_mw, utilization_pct,
+    raw keys: uuid (str|bytes), temperature_c, power_mw, energy_mj (total energy since the driver
+    loaded), utilization_pct,
     memory_used_bytes, ecc_corrected, ecc_uncorrected (volatile totals),
     retired_pages (list of page lists or a count), remapped_rows
     ((corrected, uncorrected, pending, failure) or None), nvlink_states (per link:
@@ -40,6 +41,8 @@ def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
         gpu["temperature_c"] = int(raw["temperature_c"])
     if raw.get("power_mw") is not None:
         gpu["power_w"] = round(raw["power_mw"] / 1000.0, 1)
+    if raw.get("energy_mj") is not None:
+        gpu["energy_mj"] = int(raw["energy_mj"])  # cumulative since the driver loaded
     if raw.get("utilization_pct") is not None:
         gpu["utilization_pct"] = int(raw["utilization_pct"])
     if raw.get("memory_used_bytes") is not None:
@@ -97,6 +100,10 @@ class NvmlBackend:
     def power_state(self) -> str:
         return "on"
 
+    def wall_power(self) -> dict[str, Any] | None:
+        """NVML sees only the GPUs; the node's wall draw comes from its BMC (not read here yet)."""
+        return None
+
     def drives(self) -> list[dict[str, Any]]:
         return nvme_drives()
 
@@ -131,6 +138,7 @@ class NvmlBackend:
             "uuid": self._maybe(n.nvmlDeviceGetUUID, handle),
             "temperature_c": self._maybe(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
             "power_mw": self._maybe(n.nvmlDeviceGetPowerUsage, handle),
+            "energy_mj": self._maybe(n.nvmlDeviceGetTotalEnergyConsumption, handle),
             "utilization_pct": util.gpu if util is not None else None,
             "memory_used_bytes": memory.used if memory is not None else None,
             "ecc_corrected": ecc[0],

@@ -13,6 +13,8 @@ All randomness comes from an injected `random.Random`, so runs are reproducible.
 from __future__ import annotations
 
 import csv
+import json
+import os
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from typing import Any
 from .base import blank_gpu
 
 REFERENCE_CSV = Path(__file__).resolve().parents[2] / "core" / "reference" / "reliability.csv"
+FACILITY_CSV = REFERENCE_CSV.with_name("facility.csv")
 
 # Used only when reliability.csv cannot be found (an agent installed without the
 # repository); same values as the CSV rows they are named after.
@@ -45,6 +48,38 @@ PROFILES = {
     "blackwell": (183359, (120, 160), (900, 1000)),
     "blackwell-ultra": (275040, (130, 170), (1000, 1100)),
 }
+
+
+# The host's share of a node's draw at full load (CPUs, NVSwitches, NICs, fans, supply losses):
+# facility.csv host_kw_max_* rows, read when the file is there; these are the same values.
+# The share is per 8-GPU DGX; a node with fewer GPUs (an NVL72 compute tray) gets its pro rata part.
+HOST_SHARE_ROWS = {"ampere": "host_kw_max_dgx_a100", "hopper": "host_kw_max_dgx_h100",
+                   "blackwell": "host_kw_max_dgx_b200"}
+# B300 has no facility.csv row: derived the same way, generations.csv's 14.5 kW minus 8 GPUs at
+# the 1,100 W this simulator draws for them when busy.
+FALLBACK_HOST_KW = {"ampere": 3.3, "hopper": 4.6, "blackwell": 6.3, "blackwell-ultra": 5.7}
+# The simulator's own model of how the host part moves with load (no sourced idle figure exists):
+# fans are FAN_SHARE of the host share at load and run at FAN_IDLE of that when idle; the rest of
+# the host idles at HOST_IDLE of its full-load draw.
+FAN_SHARE, FAN_IDLE, HOST_IDLE = 0.2, 0.3, 0.6
+
+
+def load_host_share_w(generation: str, path: Path = FACILITY_CSV) -> float:
+    if path.exists():
+        with open(path, newline="") as fh:
+            rows = {row["parameter"]: row["value"] for row in csv.DictReader(fh)}
+        value = rows.get(HOST_SHARE_ROWS.get(generation, ""))
+        if value:
+            return float(value) * 1000
+    return FALLBACK_HOST_KW[generation] * 1000
+
+
+def node_wall_w(gpu_w: float, host_share_w: float, load: float) -> float:
+    """A node's wall draw: its GPUs' board power, the host (CPUs, switches, NICs, supply losses)
+    and fans, the last two rising with load from their idle fractions to the sourced share."""
+    fans = host_share_w * FAN_SHARE * (FAN_IDLE + (1 - FAN_IDLE) * load)
+    host = host_share_w * (1 - FAN_SHARE) * (HOST_IDLE + (1 - HOST_IDLE) * load)
+    return gpu_w + host + fans
 
 
 @dataclass(frozen=True)
@@ -231,7 +266,8 @@ class SimulatedHardware:
                  generation: str = "hopper", gpu_count: int = 8, speed: float = 1.0,
                  hostname: str | None = None, scenario: str | list[dict[str, Any]] | None = None,
                  random_faults: bool = True, reference: ReliabilityReference | None = None,
-                 drives: list[dict[str, Any]] | None = None) -> None:
+                 drives: list[dict[str, Any]] | None = None,
+                 counter_file: str | Path | None = None) -> None:
         if generation not in PROFILES:
             raise ValueError(f"unknown generation {generation!r}; known: {', '.join(PROFILES)}")
         self.rng = rng or Random()
@@ -239,6 +275,14 @@ class SimulatedHardware:
         self.hostname = hostname
         self.reference = reference or load_reliability()
         self.memory_mb, self.idle_w, self.busy_w = PROFILES[generation]
+        self.host_share_w = load_host_share_w(generation) * gpu_count / 8
+        # Cumulative energy counters (the BMC's, J; each GPU's, mJ). A real BMC and driver keep
+        # theirs across an agent restart; the simulator keeps them in `counter_file`.
+        self.counter_file = Path(counter_file) if counter_file else None
+        self.wall_energy_j = 0.0
+        self._gpu_count = gpu_count
+        self.gpu_energy_mj = [0.0] * gpu_count
+        self._load_counters()
         self.gpu_state = [_GpuState(uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}")
                           for _ in range(gpu_count)]
         # The drives the node was enrolled with (serial, model, capacity_gb, self_encrypting,
@@ -265,9 +309,60 @@ class SimulatedHardware:
         """The wall-clock span of a simulated duration at this speed."""
         return timedelta(seconds=simulated_seconds / self.speed)
 
+    def _gpu_mean_w(self, busy: bool) -> float:
+        low, high = self.busy_w if busy else self.idle_w
+        return (low + high) / 2
+
+    def wall_w(self) -> float:
+        """The node's modelled wall draw now (0 while it is off)."""
+        if self.power_state() == "off":
+            return 0.0
+        gpus = sum(self._gpu_mean_w(self.allocated) for s in self.gpu_state if not s.lost)
+        return node_wall_w(gpus, self.host_share_w, 1.0 if self.allocated else 0.0)
+
+    def _accrue(self, now: datetime) -> None:
+        """Run the energy counters from the last moment to `now` at the draw of that span. Energy
+        is counted in wall-clock seconds even when `speed` compresses fault time: the control
+        plane divides counter deltas by its own clock, and a faster counter would read as an
+        impossible draw."""
+        if self.now is None or now <= self.now:
+            return
+        seconds = (now - self.now).total_seconds()
+        if self.power_state() == "off":
+            return
+        self.wall_energy_j += self.wall_w() * seconds
+        per_gpu_mj = self._gpu_mean_w(self.allocated) * seconds * 1000
+        for index, state in enumerate(self.gpu_state):
+            if not state.lost:
+                self.gpu_energy_mj[index] += per_gpu_mj
+
+    def wall_power(self) -> dict[str, Any] | None:
+        """The simulated BMC's reading: chassis power and its energy counter."""
+        self._save_counters()
+        return {"watts": round(self.wall_w(), 1), "source": "bmc", "energy_j": int(self.wall_energy_j)}
+
+    def _load_counters(self) -> None:
+        if self.counter_file is None or not self.counter_file.exists():
+            return
+        try:
+            saved = json.loads(self.counter_file.read_text())
+            self.wall_energy_j = float(saved["wall_energy_j"])
+            gpus = [float(v) for v in saved["gpu_energy_mj"]]
+            self.gpu_energy_mj = (gpus + [0.0] * self._gpu_count)[:self._gpu_count]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: the counters start again, and the control plane sees a reset
+
+    def _save_counters(self) -> None:
+        if self.counter_file is None:
+            return
+        tmp = self.counter_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"wall_energy_j": self.wall_energy_j, "gpu_energy_mj": self.gpu_energy_mj}))
+        os.replace(tmp, self.counter_file)  # atomic: a crash leaves the old counters or the new
+
     def advance(self, now: datetime, *, allocated: bool) -> None:
         if self.now is None:
             self._arm(now)
+        self._accrue(now)
         self.now = now
         self.allocated = allocated
         while self.script and self.start + self.wall(self.script[0].at) <= now:
@@ -297,6 +392,7 @@ class SimulatedHardware:
                 row_remap_pending=state.row_remap_pending, row_remap_failed=state.row_remap_failed,
                 xid_errors=state.xids, nvlink_down=state.nvlink_down,
                 throttle_reasons=0x40 if state.thermal_fault else 0,
+                energy_mj=int(self.gpu_energy_mj[index]),
             )
             if state.thermal_fault:
                 gpu["temperature_c"] = self.rng.randint(90, 95)

@@ -29,6 +29,8 @@ GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct", "slowdown_te
 MAX_IB_PORTS = 32
 MAX_GPUS = 72
 MAX_READING = 1_000_000  # far above any real temperature, wattage or percentage; keeps sums in range
+MAX_COUNTER = 2**62  # cumulative energy counters (mJ, J): far above any real one, within a bigint
+WALL_SOURCES = ("bmc", "pdu")
 
 
 def _invalid(errors: list[dict]) -> Problem:
@@ -64,6 +66,9 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
         value = gpu.get(name)
         if value is not None and not ((type(value) is int or type(value) is float) and -MAX_READING <= value <= MAX_READING):
             errors.append({"field": f"gpus.{i}.{name}", "message": f"A number between -{MAX_READING} and {MAX_READING}."})
+    energy = gpu.get("energy_mj")
+    if energy is not None and not (type(energy) is int and 0 <= energy <= MAX_COUNTER):
+        errors.append({"field": f"gpus.{i}.energy_mj", "message": f"A whole number of mJ from 0 to {MAX_COUNTER}."})
     xids = gpu.get("xid_errors")
     if xids is not None and not (type(xids) is list and all(type(x) is int and 0 < x < 100_000 for x in xids)):
         errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
@@ -94,7 +99,23 @@ def _ib_port_errors(ports, errors: list[dict]) -> None:
                 errors.append({"field": f"ib_ports.{i}.{name}", "message": f"An integer from 0 to {MAX_READING}."})
 
 
-def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None]:
+def _wall_power_errors(wall, errors: list[dict]) -> None:
+    if not isinstance(wall, dict):
+        errors.append({"field": "wall_power", "message": "An object {watts, source, energy_j}."})
+        return
+    watts = wall.get("watts")
+    if watts is not None and not ((type(watts) is int or type(watts) is float) and 0 <= watts <= MAX_READING):
+        errors.append({"field": "wall_power.watts", "message": f"A number of watts from 0 to {MAX_READING}."})
+    if wall.get("source") not in WALL_SOURCES:
+        errors.append({"field": "wall_power.source", "message": "Who measured it: bmc or pdu."})
+    energy = wall.get("energy_j")
+    if energy is not None and not (type(energy) is int and 0 <= energy <= MAX_COUNTER):
+        errors.append({"field": "wall_power.energy_j", "message": f"A whole number of J from 0 to {MAX_COUNTER}."})
+    if watts is None and energy is None:
+        errors.append({"field": "wall_power", "message": "Give watts, energy_j or both."})
+
+
+def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None, dict | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
@@ -115,9 +136,12 @@ def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None]:
     ib_ports = body.get("ib_ports")
     if ib_ports is not None:
         _ib_port_errors(ib_ports, errors)
+    wall = body.get("wall_power")
+    if wall is not None:
+        _wall_power_errors(wall, errors)
     if errors:
         raise _invalid(errors)
-    return power_state, gpus, ib_ports
+    return power_state, gpus, ib_ports, wall
 
 
 def _drive_errors(drives, errors: list[dict]) -> None:
@@ -202,6 +226,8 @@ class GpuTelemetrySchema(serializers.Serializer):
     slowdown_temp_c = serializers.FloatField(required=False, allow_null=True, help_text="the GPU's slowdown threshold")
     nvlink_errors_1h = serializers.IntegerField(required=False, allow_null=True,
                                                 help_text="NVLink replay+recovery+CRC errors over the last hour")
+    energy_mj = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=MAX_COUNTER,
+                                         help_text="NVML total energy consumption since the driver loaded (mJ, cumulative)")
 
 
 class IbPortSchema(serializers.Serializer):
@@ -211,12 +237,24 @@ class IbPortSchema(serializers.Serializer):
     symbol_errors_1h = serializers.IntegerField(required=False, help_text="SymbolErrorCounter increase, last hour")
 
 
+class WallPowerSchema(serializers.Serializer):
+    """The node's wall draw as a meter reports it (optional): the BMC's chassis power
+    (Redfish PowerControl[].PowerConsumedWatts) or a metered PDU outlet."""
+
+    watts = serializers.FloatField(required=False, min_value=0, max_value=MAX_READING)
+    source = serializers.ChoiceField(choices=WALL_SOURCES)
+    energy_j = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNTER,
+                                        help_text="the meter's cumulative energy counter (J); the agent integrates "
+                                                  "the meter's power into one when the BMC keeps none")
+
+
 class HeartbeatSchema(serializers.Serializer):
     observed_at = serializers.DateTimeField()
     power_state = serializers.ChoiceField(choices=PowerState.choices)
     agent_version = serializers.CharField(required=False)
     gpus = GpuTelemetrySchema(many=True)
     ib_ports = IbPortSchema(many=True, required=False)
+    wall_power = WallPowerSchema(required=False)
 
 
 class CheckSchema(serializers.Serializer):
@@ -256,10 +294,10 @@ def _unknown_node() -> Problem:
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def heartbeat(request):
-    power_state, gpus, ib_ports = _parse_heartbeat(request.data)
+    power_state, gpus, ib_ports, wall = _parse_heartbeat(request.data)
     try:
         ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now(),
-                         ib_ports=ib_ports)
+                         ib_ports=ib_ports, wall_power=wall)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)

@@ -3,12 +3,17 @@
 A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node
 (which also says whether a level condition is active), and writes only when something changed.
 """
+import logging
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django.db import connection, transaction
 
-from fleet.models import Node
+from fleet.models import Node, NodeEnergyCounter
 from fleet.services.drive_inventory import reconcile_drive_inventory
+from fleet.services.energy import INTEGRATE_EVERY, record_counters
+from fleet.wall_power import host_share_kw
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
 from health.policy import (
@@ -25,24 +30,37 @@ from health.policy import (
 )
 from health.services.conditions import apply_observations
 
-_gpus_per_node: dict = {}  # node id → (GPU count, SKU slowdown °C) of its type (immutable for a node's life)
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _NodeShape:
+    gpus: int
+    node_kw: Decimal  # the type's rated maximum: no reading above it is believed
+    host_kw: Decimal | None
+    slowdown_c: int | None  # the SKU's GPU slowdown temperature (thermal policy)
+
+
+_node_shapes: dict = {}  # node id → its type's figures (immutable for a node's life)
 
 
 class UnknownNode(Exception):
     """The token is valid but the node no longer exists."""
 
 
-def _node_type_facts(node_id) -> tuple[int, int | None]:
-    if node_id not in _gpus_per_node:
-        row = Node.objects.filter(pk=node_id).values_list("node_type__gpus_per_node", "node_type__gpu_model").first()
+def _shape(node_id) -> _NodeShape:
+    if node_id not in _node_shapes:
+        row = Node.objects.filter(pk=node_id).values_list(
+            "node_type__gpus_per_node", "node_type__node_kw", "node_type__gpu_model").first()
         if row is None:
             raise UnknownNode(node_id)
-        _gpus_per_node[node_id] = (row[0], slowdown_temp_c(row[1] or ""))
-    return _gpus_per_node[node_id]
+        _node_shapes[node_id] = _NodeShape(gpus=row[0], node_kw=row[1], host_kw=host_share_kw().get(row[2]),
+                                           slowdown_c=slowdown_temp_c(row[2] or ""))
+    return _node_shapes[node_id]
 
 
 def _expected_gpus(node_id) -> int | None:
-    return _node_type_facts(node_id)[0]
+    return _shape(node_id).gpus
 
 
 def _thermal(gpu: dict, sku_slowdown_c: int | None) -> str | None:
@@ -103,29 +121,66 @@ def _heartbeat_sql() -> str:
     (no row back: the node is gone)."""
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
-    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s WHERE id = %s "
+    counter_table = NodeEnergyCounter._meta.db_table
+    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
+            f"wall_power_w = CASE WHEN %s THEN %s ELSE wall_power_w END, "
+            f"wall_power_source = CASE WHEN %s THEN %s ELSE wall_power_source END, "
+            f"wall_power_at = CASE WHEN %s THEN %s ELSE wall_power_at END WHERE id = %s "
             f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
-            f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels}))")
+            f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels})), "
+            f"(SELECT read_at FROM {counter_table} WHERE {counter_table}.node_id = {node_table}.id)")
 
 
 _UPDATE_NODE = _heartbeat_sql()
 
 
+def _believable_wall_watts(node_id, wall_power: dict | None, shape: _NodeShape) -> int | None:
+    """The meter's wall reading in W, or None; one above the type's rated maximum is refused and logged."""
+    if not wall_power or wall_power.get("watts") is None:
+        return None
+    watts = round(wall_power["watts"])
+    if watts > shape.node_kw * 1000:
+        log.warning("wall power reading refused on node %s: %s W from %s is above the type's %s kW maximum",
+                    node_id, watts, wall_power.get("source"), shape.node_kw)
+        return None
+    return watts
+
+
+def _counter_due(read_at, now: datetime) -> bool:
+    if read_at is None:
+        return True
+    if isinstance(read_at, str):  # SQLite hands back text (or a naive datetime) from a raw subquery
+        read_at = datetime.fromisoformat(read_at)
+    if read_at.tzinfo is None:
+        read_at = read_at.replace(tzinfo=now.tzinfo)
+    return now - read_at >= INTEGRATE_EVERY
+
+
 def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime,
-                     ib_ports: list[dict] | None = None) -> None:
-    """The common case (nothing wrong, nothing to clear) is one statement of fixed SQL: it is
-    the hottest path in the control plane (every node, every 10 s)."""
-    expected, sku_slowdown_c = _node_type_facts(node_id)
+                     ib_ports: list[dict] | None = None, wall_power: dict | None = None) -> None:
+    """The common case (nothing wrong, nothing to clear, counters integrated under a minute ago)
+    is one statement of fixed SQL: it is the hottest path in the control plane (every node, every 10 s)."""
+    shape = _shape(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
-    signals = heartbeat_signals(gpus, expected, sku_slowdown_c=sku_slowdown_c, ib_ports=ib_ports)
+    signals = heartbeat_signals(gpus, shape.gpus, sku_slowdown_c=shape.slowdown_c, ib_ports=ib_ports)
+    wall_watts = _believable_wall_watts(node_id, wall_power, shape)
+    has_wall = wall_watts is not None
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
+    at = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
-                                      round(sum(power)) if power else None, db_id])
+        cursor.execute(_UPDATE_NODE, [at, power_state, round(sum(power)) if power else None,
+                                      has_wall, wall_watts, has_wall, wall_power["source"] if has_wall else "",
+                                      has_wall, at, db_id])
         row = cursor.fetchone()
     if row is None:
-        _gpus_per_node.pop(node_id, None)
+        _node_shapes.pop(node_id, None)
         raise UnknownNode(node_id)
+    gpu_counters = {g["index"]: g["energy_mj"] for g in gpus if g.get("energy_mj") is not None}
+    wall_counter = (wall_power or {}).get("energy_j")
+    if (gpu_counters or wall_counter is not None) and _counter_due(row[1], now):
+        record_counters(node_id=node_id, now=now, node_kw=shape.node_kw, host_kw=shape.host_kw,
+                        wall_energy_j=wall_counter, wall_source=(wall_power or {}).get("source", ""),
+                        gpu_energy_mj=gpu_counters)
     if not signals and not row[0]:
         return
     apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})

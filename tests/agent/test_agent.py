@@ -53,6 +53,8 @@ def test_heartbeat_shape_and_xid_reported_once() -> None:
     run(agent, 30)
     hb = cp.heartbeats[-1]
     assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports"}
+    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "wall_power"}
+    assert hb["wall_power"]["source"] == "bmc" and hb["wall_power"]["energy_j"] >= 0
     assert hb["observed_at"].endswith("Z") and len(hb["gpus"]) == 8
     xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"]
             if g["xid_errors"]]

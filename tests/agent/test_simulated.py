@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from datetime import UTC
 from random import Random
 
 import pytest
@@ -125,3 +126,50 @@ def test_scenario_dsl_and_list_forms() -> None:
         ScriptedFault(at=30, fault="xid", xid=79, gpu=3, node="host-001")]
     with pytest.raises(ValueError):
         parse_scenario("melt gpu 3 at 30s")
+
+
+# ---- the simulated node's wall power and energy counters -------------------------------------
+
+def _node(tmp_path=None, start=None, **kw):
+    from datetime import datetime
+
+    from hangar_agent.hardware.simulated import SimulatedHardware
+
+    start = start or datetime(2026, 11, 2, tzinfo=UTC)
+    return SimulatedHardware(rng=Random(7), start=start, random_faults=False,
+                             counter_file=(tmp_path / "counters.json") if tmp_path else None, **kw), start
+
+
+def test_a_256_node_h100_hall_reads_between_0_8_and_2_6_mw_for_its_load() -> None:
+    from datetime import timedelta
+
+    idle, start = _node()
+    idle.advance(start + timedelta(seconds=10), allocated=False)
+    busy, _ = _node()
+    busy.advance(start + timedelta(seconds=10), allocated=True)
+    idle_mw, busy_mw = 256 * idle.wall_w() / 1e6, 256 * busy.wall_w() / 1e6
+    assert 0.78 <= idle_mw < 0.9  # GPUs at 70-90 W, host and fans idling
+    assert 2.3 < busy_mw <= 2.6  # GPUs at 600-700 W, host at its facility.csv share (4.6 kW)
+    assert busy.wall_w() <= 10_200  # never above the DGX H100's rated 10.2 kW
+    gpu_w = sum(g["power_w"] for g in busy.gpus())
+    assert busy.wall_power()["watts"] > gpu_w + 4000  # wall power is not GPU power
+
+
+def test_energy_counters_grow_with_the_draw_and_survive_an_agent_restart(tmp_path) -> None:
+    from datetime import timedelta
+
+    node, start = _node(tmp_path)
+    idle_w = node.wall_w()
+    node.advance(start + timedelta(hours=1), allocated=True)  # the hour before was idle
+    first = node.wall_power()
+    assert first["energy_j"] == pytest.approx(idle_w * 3600, rel=1e-6)
+    node.advance(start + timedelta(hours=2), allocated=True)
+    busy_hour = node.wall_power()["energy_j"] - first["energy_j"]
+    assert busy_hour == pytest.approx(node.wall_w() * 3600, rel=1e-6)
+    gpu_mj = [g["energy_mj"] for g in node.gpus()]
+    # the agent restarts: a new process, the same BMC and driver counters
+    again, _ = _node(tmp_path, start=start + timedelta(hours=2))
+    assert again.wall_power()["energy_j"] == first["energy_j"] + busy_hour
+    again.advance(start + timedelta(hours=3), allocated=True)
+    assert [g["energy_mj"] for g in again.gpus()] > gpu_mj
+    assert again.wall_power()["energy_j"] > first["energy_j"] + busy_hour

@@ -36,6 +36,7 @@ def test_usage_by_sku(acme_api, tenants, ingest):
          "unit_price": "2.350000", "price_version": 1},
     ]
     assert body["next_page_token"] is None and body["as_of"].endswith("Z")
+    assert body["energy"] == []  # no energy counters in this test: no energy rows
     bad = acme_api.get("/api/v1/usage/", {"start": "yesterday"})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "start"
     assert acme_api.get("/api/v1/usage", {"start": "2026-10-01T00:00:00Z", "end": "2026-09-01T00:00:00Z"}).status_code == 400

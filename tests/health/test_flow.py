@@ -39,7 +39,7 @@ def test_heartbeat_updates_node_and_records_power(nodes, agent_for):
     assert agent.heartbeat().status_code == 202
     node = refresh(nodes[0])
     assert node.last_heartbeat_at is not None and node.power_state == "on"
-    assert node.observed_power_w == 8 * 400
+    assert node.gpu_power_w == 8 * 400
     assert not Condition.objects.exists()
 
 
