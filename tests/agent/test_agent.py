@@ -52,8 +52,7 @@ def test_heartbeat_shape_and_xid_reported_once() -> None:
     agent = make_agent(cp, scenario="xid 13 on gpu 3 at 50s")
     run(agent, 30)
     hb = cp.heartbeats[-1]
-    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports"}
-    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "wall_power"}
+    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports", "wall_power"}
     assert hb["wall_power"]["source"] == "bmc" and hb["wall_power"]["energy_j"] >= 0
     assert hb["observed_at"].endswith("Z") and len(hb["gpus"]) == 8
     xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"]
