@@ -157,7 +157,7 @@ class ApiTokenCreateForm(forms.ModelForm):
 
 
 class ApiTokenRevokeForm(forms.ModelForm):
-    revoke = forms.BooleanField(required=False, help_text="Revoke this token now. A revoked token cannot be restored; "
+    revoke_now = forms.BooleanField(required=False, label="Revoke", help_text="Revoke this token now. A revoked token cannot be restored; "
                                                           "use 'Revoke and reissue' to replace it.")
 
     class Meta:
@@ -190,7 +190,9 @@ class ApiTokenAdmin(AuditedModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ApiTokenCreateForm.Meta.fields
-        return (*self.TOKEN_FIELDS, "revoke") if obj.revoked_at is None else self.TOKEN_FIELDS
+        if obj.revoked_at is None and self.has_change_permission(request, obj):
+            return (*self.TOKEN_FIELDS, "revoke_now")
+        return self.TOKEN_FIELDS
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.TOKEN_FIELDS
@@ -198,7 +200,7 @@ class ApiTokenAdmin(AuditedModelAdmin):
     def save_model(self, request, obj, form, change):
         actor = actor_label(request.user)
         if change:
-            if form.cleaned_data.get("revoke"):
+            if form.cleaned_data.get("revoke_now"):
                 revoke_api_token(token=obj, actor=actor, reason="revoked in the admin")
             return
         token, plain = create_api_token(kind=obj.kind, tenant=obj.tenant, user=obj.user, role=obj.role, name=obj.name,
@@ -256,6 +258,20 @@ class ApiTokenAdmin(AuditedModelAdmin):
         with transaction.atomic():
             issued = [reissue_api_token(token=token, actor=actor, issuer=request.user) for token in tokens]
         return self._issued_page(request, issued)
+
+
+def _declare_missing_action_permissions(site) -> None:
+    """Actions of third-party admins (django-celery-beat's enable/disable/run tasks) declare no
+    permission, so Django offers them to view-only users: they need change, like ours."""
+    for model_admin in site._registry.values():
+        for action in model_admin.actions or ():
+            func = getattr(type(model_admin), action, None) if isinstance(action, str) else action
+            func = getattr(func, "__func__", func)
+            if callable(func) and not getattr(func, "allowed_permissions", None):
+                func.allowed_permissions = ("change",)
+
+
+_declare_missing_action_permissions(admin.site)
 
 
 def require(request, *perms: str) -> None:

@@ -355,8 +355,12 @@ class RackFilter(admin.SimpleListFilter):
 
     def lookups(self, request, model_admin):
         value = self.value()
-        rack = Rack.objects.filter(pk=value).first() if value and _is_uuid(value) else None
-        return [(str(rack.pk), rack.name)] if rack else []
+        if not value:
+            return []
+        rack = Rack.objects.filter(pk=value).first() if _is_uuid(value) else None
+        # Always an entry when a value is given: a filter without one is skipped, and an export
+        # of "rack=<typo>" must not silently become an export of every node.
+        return [(str(rack.pk), rack.name)] if rack else [(value, "unknown rack")]
 
     def queryset(self, request, queryset):
         value = self.value()

@@ -349,7 +349,8 @@ class _Planner:
         self.allocated_ids = set()
         self.db_gpu_slots = set()
         for chunk in _chunks(node_ids):
-            self.allocated_ids |= set(Node.objects.filter(pk__in=chunk, allocation_memberships__ended_at__isnull=True)
+            self.allocated_ids |= set(Node.objects.filter(pk__in=chunk, allocation_memberships__isnull=False,
+                                                          allocation_memberships__ended_at__isnull=True)
                                       .values_list("pk", flat=True))
             self.db_gpu_slots |= set(GPU.objects.filter(node_id__in=chunk).values_list("node_id", "index"))
         self.allocated_ids |= {n.pk for n in self.db_nodes.values() if n.lifecycle in (
