@@ -71,16 +71,18 @@ class Hall(BaseModel):
 
     def placed_load_kw(self) -> Decimal:
         """The nameplate draw of every node in the hall's racks."""
-        return Node.objects.filter(rack__hall=self).aggregate(kw=Sum("node_type__node_kw"))["kw"] or Decimal("0")
+        total = Node.objects.filter(rack__hall=self).aggregate(kw=Sum("node_type__node_kw"))["kw"] or 0
+        return Decimal(total).quantize(Decimal("0.01"))
 
     def clean(self):
         super().clean()
         if self.pk and self.it_power_budget_kw is not None:
             load = self.placed_load_kw()
             if self.it_power_budget_kw < load:
+                budget = Decimal(self.it_power_budget_kw).quantize(Decimal("0.01"))
                 raise ValidationError({"it_power_budget_kw": (
-                    f"The nodes in {self.name} draw {load} kW at nameplate; a budget of {self.it_power_budget_kw} kW "
-                    f"would overload the hall by {load - self.it_power_budget_kw} kW. Move or retire nodes first, "
+                    f"The nodes in {self.name} draw {load} kW at nameplate; a budget of {budget} kW "
+                    f"would overload the hall by {load - budget} kW. Move or retire nodes first, "
                     "or give the budget the hall's plant really delivers.")})
 
 

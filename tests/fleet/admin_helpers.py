@@ -55,3 +55,35 @@ def xlsx_upload(sheets: dict[str, tuple[list[str], list[list]]], name: str = "in
 
 def staged_id(response) -> str:
     return response.context["staged"]
+
+
+def _form_values(form) -> dict:
+    data = {}
+    for name, field in form.fields.items():
+        value = form[name].value()
+        key = form.add_prefix(name)
+        if isinstance(value, bool) or field.widget.__class__.__name__ == "CheckboxInput":
+            if value:
+                data[key] = "on"
+            continue
+        if value is None:
+            value = ""
+        if isinstance(value, (list, tuple)):
+            data[key] = [str(v) for v in value]
+        else:
+            data[key] = str(value)
+    return data
+
+
+def change_form_data(response, **overrides) -> dict:
+    """The POST an admin change form would send as rendered (main form and inlines), with overrides."""
+    data = _form_values(response.context["adminform"].form)
+    for inline in response.context["inline_admin_formsets"]:
+        formset = inline.formset
+        management = formset.management_form
+        for name in management.fields:
+            data[management.add_prefix(name)] = str(management[name].value() or 0)
+        for form in formset.forms:
+            data.update(_form_values(form))
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
