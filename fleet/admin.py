@@ -49,7 +49,7 @@ from .services.inventory_import import (
     plan_import,
     record_enrolment,
     record_inventory_update,
-    stage_upload,
+    stage_workbook,
 )
 from .services.lifecycle import InvalidTransition
 from .services.node_actions import ActionRefused, perform_node_action
@@ -139,7 +139,8 @@ class InventoryFileAdmin(AuditedModelAdmin):
         plan = plan_import(workbook, allow_updates=allow_updates)
         context.update(self._plan_context(plan))
         if plan.ok:
-            context["staged"] = stage_upload(data=data, filename=upload.name, user_id=request.user.pk, options=options)
+            context["staged"] = stage_workbook(workbook=workbook, filename=upload.name, user_id=request.user.pk,
+                                               options=options)
         return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=200 if plan.ok else 400)
 
     def _plan_context(self, plan):
@@ -154,8 +155,7 @@ class InventoryFileAdmin(AuditedModelAdmin):
             context["file_errors"] = ["This preview was already imported or has expired; nothing more was imported. "
                                       "Check the list, or upload the file again."]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
-        filename, data, options = staged
-        workbook = read_workbook(filename, data, csv_sheet=options.get("csv_sheet", self.sheet), max_rows=IMPORT_MAX_ROWS)
+        filename, workbook, options = staged
         allow_updates = self._allowed_updates(request, options)
         missing = self._check_sheet_permissions(request, workbook, allow_updates)
         if missing:

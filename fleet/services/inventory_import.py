@@ -35,7 +35,7 @@ from django.utils import timezone
 from core.context import current_request_id
 from core.services.audit import AuditEntry, record_audits
 from fleet.choices import Cooling, DriveInterface, Lifecycle
-from fleet.inventory_files import SHEETS, Workbook
+from fleet.inventory_files import SHEETS, Sheet, Workbook
 from fleet.models import (
     GPU,
     Drive,
@@ -736,19 +736,31 @@ def _staging_dir() -> Path:
     return path
 
 
-def stage_upload(*, data: bytes, filename: str, user_id, options: dict) -> str:
+def _cell_json(value):
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def stage_workbook(*, workbook: Workbook, filename: str, user_id, options: dict) -> str:
+    """Keep the parsed rows (not the upload) for the confirm step: confirming re-validates
+    them against the database but does not parse the spreadsheet a second time."""
     token = secrets.token_urlsafe(24)
     base = _staging_dir() / token
-    base.with_suffix(".data").write_bytes(data)
+    sheets = {name: {"headers": sheet.headers, "rows": [[n, [_cell_json(c) for c in cells]] for n, cells in sheet.rows]}
+              for name, sheet in workbook.sheets.items()}
+    base.with_suffix(".data").write_text(json.dumps({"sheets": sheets}))
     base.with_suffix(".json").write_text(json.dumps({"user": str(user_id), "filename": filename, "options": options,
                                                      "staged_at": timezone.now().isoformat()}))
     _sweep_stale()
     return token
 
 
-def claim_staged(*, token: str, user_id) -> tuple[str, bytes, dict] | None:
-    """The staged file for `token` if it is this user's and still unclaimed; it is gone after."""
-    if not token or not all(c.isalnum() or c in "-_" for c in token) or len(token) > 64:
+def claim_staged(*, token: str, user_id) -> tuple[str, Workbook, dict] | None:
+    """The staged rows for `token` if they are this user's and still unclaimed; gone after."""
+    if not token or len(token) > 64 or not all(c.isalnum() or c in "-_" for c in token):
         return None
     base = _staging_dir() / token
     claimed = base.with_suffix(".claimed")
@@ -760,7 +772,12 @@ def claim_staged(*, token: str, user_id) -> tuple[str, bytes, dict] | None:
     except (OSError, ValueError, KeyError):
         return None
     try:
-        return meta["filename"], claimed.read_bytes(), meta.get("options", {})
+        stored = json.loads(claimed.read_text())["sheets"]
+        sheets = {name: Sheet(name, sheet["headers"], [(n, cells) for n, cells in sheet["rows"]])
+                  for name, sheet in stored.items()}
+        return meta["filename"], Workbook(sheets, []), meta.get("options", {})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
     finally:
         for suffix in (".claimed", ".json"):
             base.with_suffix(suffix).unlink(missing_ok=True)
