@@ -9,8 +9,8 @@ import uuid
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 from openpyxl import Workbook
@@ -32,9 +32,9 @@ class _Rollback(Exception):
 
 def _racks() -> list[Rack]:
     site = Site.objects.order_by("name").first()
-    hall = Hall.objects.create(site=site, name="bench-import", it_power_budget_kw=Decimal("50000"))
-    racks = [Rack(hall=hall, name=f"bi-r{i:04d}", row=i // 16, column=i % 16, rated_power_kw=Decimal("140"),
-                  cooling="liquid", cooling_capacity_kw=Decimal("140")) for i in range(NODES // NODES_PER_RACK)]
+    hall = Hall.objects.create(site=site, name="bench-import", it_power_budget_kw=Decimal(50000))
+    racks = [Rack(hall=hall, name=f"bi-r{i:04d}", row=i // 16, column=i % 16, rated_power_kw=Decimal(140),
+                  cooling="liquid", cooling_capacity_kw=Decimal(140)) for i in range(NODES // NODES_PER_RACK)]
     return Rack.objects.bulk_create(racks)
 
 
@@ -48,7 +48,7 @@ def _workbook(racks: list[Rack]) -> bytes:
         rack = racks[i // NODES_PER_RACK]
         host = f"bi-gpu{i:05d}"
         nodes.append([host, f"BI-SN{i:05d}", rack.name, 1 + (i % NODES_PER_RACK) * 10, "b200-sxm-8x", "", "",
-                      f"10.200.{i // 256}.{i % 256}", "3c:ec:ef:%02x:%02x:%02x" % (i >> 16, (i >> 8) & 255, i & 255),
+                      f"10.200.{i // 256}.{i % 256}", f"3c:ec:ef:{i >> 16:02x}:{(i >> 8) & 255:02x}:{i & 255:02x}",
                       "2026-11-30"])
         for g in range(8):
             gpus.append([host, g, f"GPU-{uuid.uuid4()}", f"BI-G{i:05d}-{g}"])

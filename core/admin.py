@@ -13,14 +13,19 @@ from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.template.response import TemplateResponse
 
 from .choices import ApiTokenKind
 from .models import ApiToken, AuditEvent
 from .services.audit import actor_label, record_audit
-from .services.tokens import create_api_token, issuance_refusal, reissue_api_token, revoke_api_token
+from .services.tokens import (
+    create_api_token,
+    issuance_refusal,
+    reissue_api_token,
+    revoke_api_token,
+)
 
 
 def audit_value(value):
@@ -272,10 +277,3 @@ def _declare_missing_action_permissions(site) -> None:
 
 
 _declare_missing_action_permissions(admin.site)
-
-
-def require(request, *perms: str) -> None:
-    """403 unless the user holds every permission (admin views outside ModelAdmin's own)."""
-    missing = [p for p in perms if not request.user.has_perm(p)]
-    if missing:
-        raise PermissionDenied(f"This needs the {', '.join(missing)} permission(s).")

@@ -75,8 +75,8 @@ class InventoryFileAdmin(AuditedModelAdmin):
     def get_urls(self):
         info = self.opts.app_label, self.opts.model_name
         return [
-            path("import/", self.admin_site.admin_view(self.import_view), name="%s_%s_import" % info),
-            path("export/", self.admin_site.admin_view(self.export_view), name="%s_%s_export" % info),
+            path("import/", self.admin_site.admin_view(self.import_view), name="{}_{}_import".format(*info)),
+            path("export/", self.admin_site.admin_view(self.export_view), name="{}_{}_export".format(*info)),
             *super().get_urls(),
         ]
 
@@ -127,8 +127,8 @@ class InventoryFileAdmin(AuditedModelAdmin):
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=400)
         if upload.size > IMPORT_MAX_BYTES:
             context["file_errors"] = [
-                f"{upload.name} is {upload.size / 1024 / 1024:.1f} MB; an import takes at most {context['max_mb']:.0f} MB "
-                "(tens of thousands of rows). Split the file, e.g. one file per hall or rack row."]
+                (f"{upload.name} is {upload.size / 1024 / 1024:.1f} MB; an import takes at most {context['max_mb']:.0f} MB "
+                "(tens of thousands of rows). Split the file, e.g. one file per hall or rack row.")]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=413)
         data = upload.read(IMPORT_MAX_BYTES + 1)
         workbook = read_workbook(upload.name, data, csv_sheet=options["csv_sheet"], max_rows=IMPORT_MAX_ROWS)
@@ -152,8 +152,8 @@ class InventoryFileAdmin(AuditedModelAdmin):
     def _confirm(self, request, context):
         staged = claim_staged(token=request.POST.get("staged", ""), user_id=request.user.pk)
         if staged is None:
-            context["file_errors"] = ["This preview was already imported or has expired; nothing more was imported. "
-                                      "Check the list, or upload the file again."]
+            context["file_errors"] = [("This preview was already imported or has expired; nothing more was imported. "
+                                      "Check the list, or upload the file again.")]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
         filename, workbook, options = staged
         allow_updates = self._allowed_updates(request, options)
@@ -164,8 +164,8 @@ class InventoryFileAdmin(AuditedModelAdmin):
             plan = apply_import(workbook, allow_updates=allow_updates, actor=actor_label(request.user))
         except ImportRejected as rejected:
             context.update(self._plan_context(rejected.plan))
-            context["file_errors"] = ["The inventory changed since the preview; nothing was imported. Fix the rows "
-                                      "below and upload the file again."]
+            context["file_errors"] = [("The inventory changed since the preview; nothing was imported. Fix the rows "
+                                      "below and upload the file again.")]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
         summary = ", ".join(f"{sheet}: {c['create']} created, {c['update']} updated"
                             for sheet, c in plan.counts().items())

@@ -36,7 +36,7 @@ def read_workbook(filename: str, data: bytes, *, csv_sheet: str, max_rows: int) 
     lower = filename.lower()
     if lower.endswith(".xlsx"):
         return _read_xlsx(data, csv_sheet=csv_sheet, max_rows=max_rows)
-    if lower.endswith(".csv") or lower.endswith(".txt"):
+    if lower.endswith((".csv", ".txt")):
         return _read_csv(data, sheet=csv_sheet, max_rows=max_rows)
     return Workbook({}, [f"{filename!r} is neither a .csv nor an .xlsx file; save the sheet as CSV (UTF-8) or XLSX."])
 
@@ -49,8 +49,8 @@ def _read_csv(data: bytes, *, sheet: str, max_rows: int) -> Workbook:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        return Workbook({}, [f"The file is not UTF-8 text (byte {exc.start} cannot be read); "
-                             "save it as 'CSV UTF-8' and upload it again."])
+        return Workbook({}, [(f"The file is not UTF-8 text (byte {exc.start} cannot be read); "
+                             "save it as 'CSV UTF-8' and upload it again.")])
     if "\x00" in text:
         return Workbook({}, ["The file contains NUL characters; it is not a CSV text file."])
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -74,8 +74,8 @@ def _read_xlsx(data: bytes, *, csv_sheet: str, max_rows: int) -> Workbook:
     try:
         book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, TypeError) as exc:
-        return Workbook({}, [f"The file is not a readable XLSX workbook ({type(exc).__name__}); save it again as "
-                             "Excel Workbook (.xlsx)."])
+        return Workbook({}, [(f"The file is not a readable XLSX workbook ({type(exc).__name__}); save it again as "
+                             "Excel Workbook (.xlsx).")])
     sheets: dict[str, Sheet] = {}
     problems: list[str] = []
     names = book.sheetnames

@@ -15,7 +15,7 @@ _GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 
 
 def _is_dns_name(value: str) -> bool:
-    name = value[:-1] if value.endswith(".") else value
+    name = value.removesuffix(".")
     return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
 
 

@@ -282,7 +282,7 @@ class _Planner:
                 if column.required and column.name not in headers:
                     self.error(name, 1, column.name, None, "required column is missing from the header row.")
                     bad_header = True
-            if len(set(h for h in headers if h)) != len([h for h in headers if h]):
+            if len({h for h in headers if h}) != len([h for h in headers if h]):
                 self.error(name, 1, "", None, "a column name appears twice in the header row.")
                 bad_header = True
             if bad_header:

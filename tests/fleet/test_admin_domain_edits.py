@@ -134,7 +134,7 @@ def test_a_hall_budget_below_its_load_is_refused_naming_the_overload(operator_cl
     hall = Hall.objects.get(name="hall-1")
     errors = _errors(_change(operator_client, hall, it_power_budget_kw="1"))
     assert "81.60 kW" in errors and "overload the hall by 80.60 kW" in errors
-    assert Hall.objects.get(pk=hall.pk).it_power_budget_kw != Decimal("1")
+    assert Hall.objects.get(pk=hall.pk).it_power_budget_kw != Decimal(1)
 
 
 def test_nodes_are_never_hard_deleted(operator_client, available_node):

@@ -15,7 +15,14 @@ from fleet.models import GPU, Drive, Node, NodeEvent, Rack
 from tenants.models import Allocation, AllocationNode
 from tenants.services.tenants import create_tenant
 
-from .admin_helpers import NODE_HEADER, client_for, csv_upload, staff_with, staged_id, xlsx_upload
+from .admin_helpers import (
+    NODE_HEADER,
+    client_for,
+    csv_upload,
+    staff_with,
+    staged_id,
+    xlsx_upload,
+)
 
 pytestmark = pytest.mark.django_db
 IMPORT = "admin:fleet_node_import"
