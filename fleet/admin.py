@@ -27,12 +27,10 @@ from .models import (
     Drive,
     FabricDomain,
     Hall,
-    MigrationPlan,
     Node,
     NodeAgentAction,
     NodeEvent,
     NodeType,
-    PlannedAction,
     PowerFeed,
     Rack,
     SanitizationRecord,
@@ -52,7 +50,7 @@ from .services.inventory_import import (
     stage_workbook,
 )
 from .services.lifecycle import InvalidTransition
-from .services.node_actions import ActionRefused, perform_node_action
+from .services.operator_actions import ActionRefused, perform_operator_action
 
 IMPORT_MAX_BYTES = getattr(settings, "INVENTORY_IMPORT_MAX_BYTES", 8 * 1024 * 1024)
 IMPORT_MAX_ROWS = getattr(settings, "INVENTORY_IMPORT_MAX_ROWS", 60_000)
@@ -460,11 +458,11 @@ class NodeAdmin(InventoryFileAdmin):
                                         changes={f: (before.get(f), after.get(f)) for f in form.changed_data})
 
     def _node_action(self, request, queryset, action: str):
-        """The console's path: each node through perform_node_action (checked, evented, audited)."""
+        """The console's path: each node through perform_operator_action (checked, evented, audited)."""
         done, refused = 0, []
         for node_id, hostname in queryset.values_list("pk", "hostname"):
             try:
-                perform_node_action(node_id=node_id, action=action, actor=actor_label(request.user),
+                perform_operator_action(node_id=node_id, action=action, actor=actor_label(request.user),
                                     reason="admin bulk action", user=request.user)
                 done += 1
             except (InvalidTransition, ActionRefused) as exc:
@@ -574,25 +572,4 @@ class NodeAgentActionAdmin(ReadOnlyAdmin):
     list_filter = ("action", "state")
     search_fields = ("node__hostname", "drive__serial", "requested_by")
     list_select_related = ("node", "drive")
-    show_full_result_count = False
-
-
-# Migration plans are created and applied by fleet.services.migration_plans (console /plans/ or the
-# ops API); the admin shows them and the work they scheduled.
-@admin.register(MigrationPlan)
-class MigrationPlanAdmin(ReadOnlyAdmin):
-    list_display = ("name", "created_at", "created_by", "feasible", "status", "applied_at")
-    list_filter = ("feasible", "status")
-    search_fields = ("name", "created_by")
-    exclude = ("inputs", "result")  # large JSON: read them on /plans/<id>/ or through the API
-
-
-@admin.register(PlannedAction)
-class PlannedActionAdmin(ReadOnlyAdmin):
-    list_display = ("kind", "starts_on", "ends_on", "rack", "node", "node_type", "nodes", "gpus", "plan")
-    list_filter = ("kind", "plan")
-    search_fields = ("rack__name", "node__hostname", "key")
-    list_select_related = ("rack", "node", "node_type", "plan")
-    raw_id_fields = ("rack", "node")
-    date_hierarchy = "starts_on"
     show_full_result_count = False

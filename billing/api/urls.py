@@ -9,16 +9,27 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.api.serializers import InvoicePageSerializer, InvoiceSerializer, UsagePageSerializer, UsageRowSerializer
-from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
+from billing.api.agent_views import MeterEventsView
+from billing.api.serializers import (
+    InvoicePageSerializer,
+    InvoiceSerializer,
+    UsagePageSerializer,
+    UsageRowSerializer,
+)
+from billing.api.views import BillingRunsView
 from billing.periods import format_period
+from billing.selectors import (
+    default_usage_window,
+    invoice_for_tenant,
+    invoices_for_tenant,
+    usage_by_sku,
+)
 from core.api.lookups import uuid_or_404
 from core.api.pagination import paginate
 from core.api.permissions import IsTenant
 from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
-
 
 INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
 
@@ -111,3 +122,7 @@ urlpatterns = [
     api_route(r"invoices/(?P<pk>[^/]+)\.csv", InvoiceCsvView.as_view(), "invoice-csv"),
     api_route(r"invoices/(?P<pk>[^/.]+)", InvoiceDetailView.as_view(), "invoice-detail"),
 ]
+
+ops_urlpatterns = [api_route("billing-runs", BillingRunsView.as_view(), "billing-runs")]
+
+agent_urlpatterns = [api_route("meter-events", MeterEventsView.as_view(), "meter-events")]

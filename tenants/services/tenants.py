@@ -3,11 +3,11 @@ from django.db import transaction
 
 from core.reference_data import generations
 from core.services.audit import record_audit
+from fleet.models import NodeType
 from tenants.models import Quota, Tenant
 
 
 def all_generations() -> list[str]:
-    from fleet.models import NodeType
 
     names = {row.generation for row in generations()} | set(NodeType.objects.values_list("generation", flat=True))
     return sorted(names)

@@ -3,8 +3,8 @@ counts do not grow with the fleet."""
 import pytest
 from django.urls import reverse
 
+from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Node, Rack
-from fleet.services.seeding import seed_fleet
 
 pytestmark = pytest.mark.django_db
 

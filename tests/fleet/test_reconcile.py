@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction, NodeEvent
-from fleet.services.agent_actions import request_agent_action
 from fleet.services.agent_results import record_action_result
+from fleet.services.agent_work import request_agent_action
 from fleet.services.reconcile import backoff, reconcile_nodes, reconcile_pass
 
 from .lifecycle_helpers import allocate, place
@@ -114,7 +114,7 @@ def test_failed_step_backs_off_then_retries_then_fails(nodes):
     _finish(node, "wipe", status="failed", detail="third", at=first + timedelta(seconds=30))
     reconcile_pass(now=first + timedelta(minutes=2))
     node.refresh_from_db()
-    assert node.lifecycle == "wipe_failed" and "wipe failed 3 times; last: third" == node.last_error
+    assert node.lifecycle == "wipe_failed" and node.last_error == "wipe failed 3 times; last: third"
 
 
 def test_backoff_is_exponential_and_capped():
@@ -174,7 +174,7 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_never_act_on_one_node_twice():
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=640)
     nodes = list(Node.objects.all())

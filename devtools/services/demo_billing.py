@@ -1,0 +1,105 @@
+"""The demo's billing history: 60 days of metered usage for two tenants, an SLA credit, past
+months finalized in order and this month as an upcoming draft. Idempotent: event ids are
+deterministic, so a second run only re-sends duplicates and re-rates the current draft."""
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import BillingRun
+from billing.periods import period_end, period_of
+from billing.services.credits import record_sla_credit
+from billing.services.ingest import MAX_BATCH, ingest_meter_events
+from billing.services.runs import run_billing
+from core.services.audit import record_audit
+from fleet.models import Node
+from tenants.models import Membership, Tenant
+
+HISTORY_DAYS = 60
+METER_SECONDS = 3600  # hourly events keep the demo ledger small (~40k rows); agents default to 60 s
+DEMO_PORTAL_PASSWORD = "hangar-demo"
+NAMESPACE = uuid.UUID("5d1b1f1e-8e0a-4c54-9a43-1a7e2b7f0c11")
+# (tenant slug, allocation name, sku, nodes, GPUs per node, busy fraction of hours)
+WORKLOADS = (
+    ("acme", "pretrain-70b", "h100-sxm-8x", 4, 8, 0.97),
+    ("acme", "eval-sweeps", "a100-sxm-8x", 2, 8, 0.45),
+    ("globex", "finetune", "h200-sxm-8x", 2, 8, 0.70),
+)
+
+
+@transaction.atomic
+def _demo_tenants(stdout) -> dict:
+
+    tenants = {}
+    for slug in sorted({w[0] for w in WORKLOADS}):
+        tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug.capitalize()})
+        if created:
+            record_audit(actor="system:demo", action="tenant.create", target=tenant, after={"slug": slug})
+        user, created = get_user_model().objects.get_or_create(username=f"{slug}-admin")
+        if created:
+            user.set_password(DEMO_PORTAL_PASSWORD)
+            user.save()
+            Membership.objects.create(tenant=tenant, user=user, role="admin")
+            stdout.write(f"  portal login created: {slug}-admin / {DEMO_PORTAL_PASSWORD}")
+        tenants[slug] = tenant
+    return tenants
+
+
+def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
+    """{node_id: events}, deterministic for a given hour."""
+
+    rng = random.Random(7)
+    first_hour = (now - timedelta(days=HISTORY_DAYS)).replace(minute=0, second=0, microsecond=0)
+    hours = int((now.replace(minute=0, second=0, microsecond=0) - first_hour) / timedelta(hours=1))
+    fleet_nodes = list(Node.objects.order_by("hostname").values_list("pk", flat=True)[:16])
+    by_node: dict[uuid.UUID, list[dict]] = {}
+    for slug, name, sku, node_count, gpus, busy in WORKLOADS:
+        allocation = uuid.uuid5(NAMESPACE, f"{slug}/{name}")
+        for n in range(node_count):
+            node = fleet_nodes.pop(0) if fleet_nodes else uuid.uuid5(NAMESPACE, f"{slug}/{name}/node{n}")
+            events = by_node.setdefault(node, [])
+            for h in range(hours):
+                if rng.random() > busy:
+                    continue
+                start = first_hour + timedelta(hours=h)
+                events.append({
+                    "event_id": f"demo-{allocation}-{n}-{int(start.timestamp())}",
+                    "allocation_id": str(allocation), "tenant_id": str(tenants[slug].pk), "sku": sku,
+                    "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "end": (start + timedelta(seconds=METER_SECONDS)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "quantity": str(gpus * METER_SECONDS), "unit": "gpu_second",
+                })
+    return by_node
+
+
+def seed_demo_billing(stdout) -> None:
+    now = timezone.now()
+    tenants = _demo_tenants(stdout)
+    accepted = duplicates = 0
+    by_node = _events(tenants, now)
+    for node_id, events in by_node.items():
+        for i in range(0, len(events), MAX_BATCH):
+            result = ingest_meter_events(node_id=node_id, events=events[i:i + MAX_BATCH])
+            accepted, duplicates = accepted + result.accepted, duplicates + result.duplicates
+    stdout.write(f"  meter events: {accepted} new, {duplicates} already in the ledger")
+    # One provider-caused outage last month: a node of acme's training run was down for 3 hours.
+    outage = (period_of(now - timedelta(days=31)))
+    outage_start = datetime(outage.year, outage.month, 12, 9, tzinfo=UTC)
+    node_id = next(iter(by_node))
+    record_sla_credit(tenant_id=tenants["acme"].pk, allocation_id=uuid.uuid5(NAMESPACE, "acme/pretrain-70b"),
+                      node_id=node_id, start=outage_start, end=outage_start + timedelta(hours=3), gpus=8,
+                      reason="node pulled for XID 79 (GPU fell off the bus)", incident_id="demo-incident-1",
+                      sku="h100-sxm-8x")
+    current = period_of(now)
+    finalized = set(BillingRun.objects.using("ledger").filter(finalize=True).values_list("period", flat=True))
+    period = period_of(now - timedelta(days=HISTORY_DAYS))
+    while period < current:
+        if period not in finalized and period_end(period) <= now:
+            run = run_billing(period=period, finalize=True, actor="system:demo").run
+            stdout.write(f"  {period:%Y-%m} finalized: {run.invoices} invoice(s)")
+        period = period_of(period_end(period))
+    run = run_billing(period=current, finalize=False, actor="system:demo").run
+    stdout.write(f"  {current:%Y-%m} draft: {run.invoices} invoice(s)")

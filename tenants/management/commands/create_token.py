@@ -1,0 +1,57 @@
+"""`manage.py create_token --tenant SLUG --role ROLE | --operator USERNAME | --agent HOSTNAME`.
+
+Prints the plain token alone on the last line of stdout (scripts read it from there).
+"""
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from core.api.agent_tokens import mint_agent_token
+from core.choices import ApiTokenKind, TenantRole
+from core.services.audit import record_audit
+from core.services.tokens import create_api_token
+from fleet.models import Node
+from tenants.models import Tenant
+
+
+class Command(BaseCommand):
+    help = "Create an API token and print its plain value (shown once)."
+
+    def add_arguments(self, parser):
+        who = parser.add_mutually_exclusive_group(required=True)
+        who.add_argument("--tenant", help="tenant slug (with --role)")
+        who.add_argument("--operator", help="staff username")
+        who.add_argument("--agent", help="node hostname")
+        parser.add_argument("--role", choices=TenantRole.values, help="tenant role: admin, member or viewer")
+        parser.add_argument("--name", default="", help="a label to recognise the token by")
+
+    def handle(self, *args, tenant=None, operator=None, agent=None, role=None, name="", **options):
+        actor = "system:create_token"
+        if agent:
+
+            node = Node.objects.filter(hostname=agent).first()
+            if node is None:
+                raise CommandError(f"No node with hostname {agent!r}.")
+            record_audit(actor=actor, action="token.create_agent", target=node)
+            plain = mint_agent_token(node.pk)
+        elif tenant:
+
+            if not role:
+                raise CommandError("--tenant needs --role (admin, member or viewer).")
+            tenant_obj = Tenant.objects.filter(slug=tenant).first()
+            if tenant_obj is None:
+                raise CommandError(f"No tenant {tenant!r}. Create it with `manage.py create_tenant {tenant}`.")
+            plain = self._create(kind=ApiTokenKind.TENANT, tenant=tenant_obj, role=role, name=name, actor=actor)
+        else:
+            user = get_user_model().objects.filter(username=operator).first()
+            if user is None or not user.is_staff:
+                raise CommandError(f"No staff user {operator!r}. Create one with `manage.py createsuperuser`.")
+            plain = self._create(kind=ApiTokenKind.OPERATOR, user=user, name=name, actor=actor)
+        self.stdout.write(plain)
+
+    def _create(self, **kwargs) -> str:
+        try:
+            _, plain = create_api_token(**kwargs)
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from exc
+        return plain
