@@ -19,10 +19,16 @@ env = environ.Env(
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 SECRET_KEY = env.str("SECRET_KEY", default="hangar-embedded-default-not-for-production")
-# Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
-# reading the control-plane database.
-AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default=SECRET_KEY)
 DEBUG = env("DEBUG")
+# Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
+# reading the control-plane database. Its own secret, never SECRET_KEY: a leaked session key
+# must not let anyone speak for a node. The development value is for laptops only.
+DEVELOPMENT_AGENT_TOKEN_KEY = "hangar-embedded-agent-key-not-for-production"
+AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default="") or DEVELOPMENT_AGENT_TOKEN_KEY
+# Metering grants (which node may bill which allocation, when) are signed with a key the billing
+# ledger holds, so ingest checks them without the control-plane database (docs/billing.md).
+DEVELOPMENT_METERING_GRANT_KEY = "hangar-embedded-metering-grant-key-not-for-production"
+METERING_GRANT_KEY = env.str("METERING_GRANT_KEY", default="") or DEVELOPMENT_METERING_GRANT_KEY
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -197,3 +203,14 @@ BILLING_ISSUER = env.str("BILLING_ISSUER", default="hangar")  # invoice numbers 
 BILLING_FINALIZE_GRACE_HOURS = env.int("BILLING_FINALIZE_GRACE_HOURS", default=6)
 # SLA credit = provider-attributed GPU-hours × the SKU's price × this factor (README "Billing").
 BILLING_SLA_CREDIT_FACTOR = env.str("BILLING_SLA_CREDIT_FACTOR", default="1")
+# Metering grants last this long ahead of "now" and are renewed on every desired-state poll.
+METERING_GRANT_HOURS = env.int("METERING_GRANT_HOURS", default=4)
+# Ingest accepts events ending at most this far ahead of its clock (agent clock skew) ...
+METER_CLOCK_SKEW_SECONDS = env.int("METER_CLOCK_SKEW_SECONDS", default=300)
+# ... and at most this old (an agent spools through outages; older is refused, kept, shown).
+METER_MAX_EVENT_AGE_HOURS = env.int("METER_MAX_EVENT_AGE_HOURS", default=7 * 24)
+# Usage this far outside the node's allocation membership is held as disputed (an agent learns
+# of a release at its next desired-state poll, so the last interval may overhang a little).
+BILLING_DISPUTE_TOLERANCE_SECONDS = env.int("BILLING_DISPUTE_TOLERANCE_SECONDS", default=300)
+# How long an agent request trusts the cached revocation entry of its node.
+AGENT_REVOCATION_CACHE_SECONDS = env.int("AGENT_REVOCATION_CACHE_SECONDS", default=10)

@@ -316,7 +316,10 @@ class GPUInline(admin.TabularInline):
 class DriveInline(admin.TabularInline):
     model = Drive
     extra = 0
-    fields = ("serial", "model", "capacity_gb", "interface", "self_encrypting")
+    fields = ("serial", "model", "capacity_gb", "interface", "self_encrypting", "purge_supported", "last_reported_at",
+              "missing_since")
+    # what the agent saw is the agent's to say (fleet.services.drive_inventory)
+    readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
 
     def has_add_permission(self, request, obj=None):
         return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
@@ -526,7 +529,7 @@ class GPUAdmin(AuditedModelAdmin):
 
 @admin.register(Drive)
 class DriveAdmin(AuditedModelAdmin):
-    list_display = ("serial", "node", "model", "capacity_gb", "interface", "self_encrypting")
+    list_display = ("serial", "node", "model", "capacity_gb", "interface", "self_encrypting", "missing_since")
     list_filter = ("interface", "self_encrypting")
     search_fields = ("serial", "node__hostname", "model")
     list_select_related = ("node",)
@@ -540,8 +543,12 @@ class DriveAdmin(AuditedModelAdmin):
         _refuse_locked(queryset.select_related("node"), drive_removal_refusal)
         super().delete_queryset(request, queryset)
 
+    # what the agent saw is the agent's to say; the exit gate compares rows with its inventory
+    AGENT_REPORTED = ("purge_supported", "last_reported_at", "missing_since")
+
     def get_readonly_fields(self, request, obj=None):
-        return ("node", "serial") if obj is not None and hardware_change_refusal(obj.node) else ()
+        locked = ("node", "serial") if obj is not None and hardware_change_refusal(obj.node) else ()
+        return (*self.AGENT_REPORTED, *locked)
 
 
 def _refuse_locked(queryset, refusal_of) -> None:

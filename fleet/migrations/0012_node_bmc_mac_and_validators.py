@@ -10,7 +10,7 @@ def blank_unknown_bmc_addresses(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("fleet", "0009_plans_move_to_planning")]
+    dependencies = [("fleet", "0011_dcgm_r4_agent_action")]
 
     operations = [
         migrations.AlterField(
