@@ -32,6 +32,7 @@ from .choices import (
     SanitizationSource,
     WallPowerSource,
 )
+from .validators import normalise_mac, validate_bmc_address, validate_gpu_uuid, validate_hostname, validate_mac
 
 KW = {"max_digits": 9, "decimal_places": 2, "validators": [MinValueValidator(Decimal("0"))]}
 
@@ -94,6 +95,22 @@ class Hall(BaseModel):
     def __str__(self) -> str:
         return f"{self.site.slug}/{self.name}"
 
+    def placed_load_kw(self) -> Decimal:
+        """The nameplate draw of every node in the hall's racks."""
+        total = Node.objects.filter(rack__hall=self).aggregate(kw=Sum("node_type__node_kw"))["kw"] or 0
+        return Decimal(total).quantize(Decimal("0.01"))
+
+    def clean(self):
+        super().clean()
+        if self.pk and self.it_power_budget_kw is not None:
+            load = self.placed_load_kw()
+            if self.it_power_budget_kw < load:
+                budget = Decimal(self.it_power_budget_kw).quantize(Decimal("0.01"))
+                raise ValidationError({"it_power_budget_kw": (
+                    f"The nodes in {self.name} draw {load} kW at nameplate; a budget of {budget} kW "
+                    f"would overload the hall by {load - budget} kW. Move or retire nodes first, "
+                    "or give the budget the hall's plant really delivers.")})
+
 
 class Rack(BaseModel):
     """A rack position: what it can power and what it can cool bound what it may hold."""
@@ -124,13 +141,37 @@ class Rack(BaseModel):
 
     def clean(self):
         super().clean()
-        if self.pk and self.rated_power_kw is not None and self.cooling_capacity_kw is not None:
-            placed = Node.objects.filter(rack=self).aggregate(kw=Sum("node_type__node_kw"))["kw"] or Decimal("0")
-            if placed > self.usable_kw:
-                raise ValidationError(
-                    f"The nodes already in {self.name} draw {placed} kW, more than the {self.usable_kw} kW it "
-                    "could power and cool with these values. Move nodes out first."
-                )
+        if self.u_height is not None and self.u_height < 1:
+            raise ValidationError({"u_height": "A rack is at least 1U high; a standard rack is 42U."})
+        if not self.pk or self.rated_power_kw is None or self.cooling_capacity_kw is None:
+            return
+        errors = rack_errors_for_nodes(self, Node.objects.filter(rack=self).select_related("node_type"))
+        if errors:
+            raise ValidationError(errors)
+
+
+def rack_errors_for_nodes(rack: "Rack", nodes) -> list[str]:
+    """What these rack values would break for the nodes already in it (power, cooling, U height)."""
+    errors = []
+    nodes = list(nodes)
+    placed = sum((n.node_type.node_kw for n in nodes), Decimal("0"))
+    if placed > rack.usable_kw:
+        errors.append(
+            f"The nodes already in {rack.name} draw {placed} kW, more than the {rack.usable_kw} kW it "
+            "could power and cool with these values. Move nodes out first."
+        )
+    for node in nodes:
+        node_type = node.node_type
+        if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
+            errors.append(f"{node.hostname} ({node_type.slug}) needs {node_type.get_cooling_requirement_display().lower()} "
+                          f"cooling; {rack.name} would be {rack.get_cooling_display().lower()}-cooled. Move it out first.")
+        elif node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
+            errors.append(f"{node.hostname} is a rack-scale {node_type.slug} drawing {node_type.rack_kw} kW; "
+                          f"{rack.name} could carry only {rack.usable_kw} kW.")
+        top = node.u_position + node_type.u_height - 1
+        if rack.u_height is not None and top > rack.u_height:
+            errors.append(f"{node.hostname} occupies U{node.u_position}-U{top}; a {rack.u_height}U rack cannot hold it.")
+    return errors
 
 
 class PowerFeed(BaseModel):
@@ -212,18 +253,40 @@ class NodeType(BaseModel):
     def is_rack_scale(self) -> bool:
         return self.rack_kw is not None
 
+    # What nodes, allocations and bills were sized by: fixed once a node has this type.
+    FIXED_WHEN_IN_USE = ("generation", "gpus_per_node", "cooling_requirement", "node_kw", "rack_kw", "u_height")
+
+    def clean(self):
+        super().clean()
+        if not self.pk:
+            return
+        stored = NodeType.objects.filter(pk=self.pk).values(*self.FIXED_WHEN_IN_USE).first()
+        if stored is None:
+            return
+        changed = [f for f in self.FIXED_WHEN_IN_USE if stored[f] != getattr(self, f)]
+        if not changed:
+            return
+        in_use = Node.objects.filter(node_type_id=self.pk).count()
+        if in_use:
+            raise ValidationError({f: (
+                f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
+                f"cannot change under them (was {stored[f]}). Create a new node type instead.") for f in changed})
+
 
 class Node(BaseModel):
     """One server. Its lifecycle changes only through fleet.services.lifecycle.transition()."""
 
-    hostname = models.CharField(max_length=100, unique=True)
+    hostname = models.CharField(max_length=100, unique=True, validators=[validate_hostname])
     serial = models.CharField(max_length=100, unique=True)
     rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="nodes")
     u_position = models.PositiveSmallIntegerField(help_text="lowest U the node occupies (1 = bottom)")
     node_type = models.ForeignKey(NodeType, on_delete=models.PROTECT, related_name="nodes")
     fabric_domain = models.ForeignKey(FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
     leaf_switch = models.CharField(max_length=50, blank=True, help_text="the fabric leaf the node's ports land on")
-    bmc_address = models.GenericIPAddressField(null=True, blank=True)
+    bmc_address = models.CharField(max_length=253, blank=True, validators=[validate_bmc_address],
+                                   help_text="the BMC's IP address or DNS name")
+    bmc_mac = models.CharField(max_length=17, blank=True, validators=[validate_mac], verbose_name="BMC MAC",
+                               help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56")
     commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
 
     lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
@@ -272,44 +335,78 @@ class Node(BaseModel):
     def gpu_count(self) -> int:
         return self.node_type.gpus_per_node
 
+    # What an allocation depends on: fixed while the node carries a tenant.
+    LOCKED_WHILE_ALLOCATED = ("rack_id", "u_position", "node_type_id", "fabric_domain_id", "leaf_switch")
+
+    def is_allocated(self) -> bool:
+        return bool(self.pk) and (self.lifecycle in ALLOCATED_LIFECYCLES
+                                  or self.allocation_memberships.filter(ended_at__isnull=True).exists())
+
     def clean(self):
         super().clean()
+        if self.bmc_mac:
+            self.bmc_mac = normalise_mac(self.bmc_mac)
         if not (self.rack_id and self.node_type_id):
             return
-        rack, node_type = self.rack, self.node_type
         errors = []
-        if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
-            errors.append(
-                f"{node_type.slug} needs {node_type.get_cooling_requirement_display().lower()} cooling; "
-                f"rack {rack.name} is {rack.get_cooling_display().lower()}-cooled. Choose a rack with suitable cooling."
-            )
-        if node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
-            errors.append(
-                f"{node_type.slug} is a rack-scale system drawing {node_type.rack_kw} kW; rack {rack.name} can power and "
-                f"cool only {rack.usable_kw} kW. Choose a position rated for at least {node_type.rack_kw} kW."
-            )
-        others = Node.objects.filter(rack=rack).exclude(pk=self.pk)
-        placed = Decimal(others.aggregate(kw=Sum("node_type__node_kw"))["kw"] or 0).quantize(Decimal("0.01"))
-        if placed + node_type.node_kw > rack.usable_kw:
-            errors.append(
-                f"Rack {rack.name} can power and cool {rack.usable_kw} kW; it already carries {placed} kW and "
-                f"{node_type.slug} adds {node_type.node_kw} kW. Choose another rack or move a node out."
-            )
-        if self.u_position is not None:
-            top = self.u_position + node_type.u_height - 1
-            if self.u_position < 1 or top > rack.u_height:
-                errors.append(f"U{self.u_position}-U{top} does not fit in the {rack.u_height}U rack {rack.name}.")
-            for other in others.select_related("node_type"):
-                other_top = other.u_position + other.node_type.u_height - 1
-                if self.u_position <= other_top and other.u_position <= top:
-                    errors.append(f"U{self.u_position}-U{top} overlaps {other.hostname} at U{other.u_position}-U{other_top}.")
-        if self.fabric_domain_id and self.fabric_domain.site_id != rack.hall.site_id:
-            errors.append(
-                f"Fabric {self.fabric_domain.name} is in site {self.fabric_domain.site}; rack {rack.name} is in "
-                f"{rack.hall.site}. A node and its fabric must be in one site."
-            )
+        if self.pk:
+            stored = Node.objects.filter(pk=self.pk).values(*self.LOCKED_WHILE_ALLOCATED).first()
+            if stored and self.is_allocated():
+                moved = [f.removesuffix("_id") for f in self.LOCKED_WHILE_ALLOCATED if stored[f] != getattr(self, f)]
+                if moved:
+                    raise ValidationError(
+                        f"{self.hostname} carries a tenant allocation; its {', '.join(moved)} cannot change under it. "
+                        "Drain it first (node actions), then edit it once it is available.")
+            surplus = self.gpus.filter(index__gte=self.node_type.gpus_per_node).count() if stored else 0
+            if surplus:
+                errors.append(f"{self.node_type.slug} has {self.node_type.gpus_per_node} GPUs; {self.hostname} has "
+                              f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type.")
+        others = Node.objects.filter(rack=self.rack).exclude(pk=self.pk).select_related("node_type")
+        errors += placement_errors(
+            rack=self.rack, node_type=self.node_type, u_position=self.u_position, fabric_domain=self.fabric_domain,
+            others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others])
         if errors:
             raise ValidationError(errors)
+
+
+ALLOCATED_LIFECYCLES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
+
+
+def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_domain, others) -> list[str]:
+    """Whether a node of `node_type` fits at `u_position` in `rack` next to `others`
+    ((hostname, u_position, u_height, node_kw) of the nodes already there). Pure: the admin's
+    clean() passes rows from the database, the importer rows from the database and the file."""
+    errors = []
+    if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
+        errors.append(
+            f"{node_type.slug} needs {node_type.get_cooling_requirement_display().lower()} cooling; "
+            f"rack {rack.name} is {rack.get_cooling_display().lower()}-cooled. Choose a rack with suitable cooling."
+        )
+    if node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
+        errors.append(
+            f"{node_type.slug} is a rack-scale system drawing {node_type.rack_kw} kW; rack {rack.name} can power and "
+            f"cool only {rack.usable_kw} kW. Choose a position rated for at least {node_type.rack_kw} kW."
+        )
+    placed = sum((Decimal(o[3]) for o in others), Decimal("0")).quantize(Decimal("0.01"))
+    if placed + node_type.node_kw > rack.usable_kw:
+        errors.append(
+            f"Rack {rack.name} can power and cool {rack.usable_kw} kW; it already carries {placed} kW and "
+            f"{node_type.slug} adds {node_type.node_kw} kW. Choose another rack or move a node out."
+        )
+    if u_position is not None:
+        top = u_position + node_type.u_height - 1
+        if u_position < 1 or top > rack.u_height:
+            errors.append(f"U{u_position}-U{top} does not fit in the {rack.u_height}U rack {rack.name}.")
+        for hostname, other_u, other_height, _kw in others:
+            other_top = other_u + other_height - 1
+            if u_position <= other_top and other_u <= top:
+                errors.append(f"U{u_position}-U{top} overlaps {hostname} at U{other_u}-U{other_top}.")
+    if fabric_domain is not None and fabric_domain.site_id != rack.hall.site_id:
+        errors.append(
+            f"Fabric {fabric_domain.name} is in site {fabric_domain.site}; rack {rack.name} is in "
+            f"{rack.hall.site}. A node and its fabric must be in one site."
+        )
+    return errors
 
 
 class GPU(models.Model):
@@ -318,7 +415,8 @@ class GPU(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, GPU-xxxxxxxx-...")
+    uuid = models.CharField(max_length=64, unique=True, validators=[validate_gpu_uuid],
+                            help_text="NVML UUID as nvidia-smi -L prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
     serial = models.CharField(max_length=64, blank=True)
 
     class Meta:
@@ -328,6 +426,16 @@ class GPU(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.hostname}/gpu{self.index}"
+
+    def clean(self):
+        super().clean()
+        # index < the type's GPU count, with (node, index) unique, bounds a node's GPUs by its type.
+        if self.node_id and self.index is not None:
+            per_node = self.node.node_type.gpus_per_node
+            if self.index >= per_node:
+                raise ValidationError({"index": (
+                    f"{self.node.hostname} is a {self.node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}); "
+                    f"index {self.index} does not exist on it.")})
 
 
 class Drive(models.Model):

@@ -597,6 +597,26 @@ def pending_agent_actions(node) -> QuerySet:
     return NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
 
 
+def hardware_change_refusal(node) -> str | None:
+    """Why a node's GPUs may not be added or removed now (None when they may)."""
+    if node is not None and node.pk and node.is_allocated():
+        return (f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is "
+                "drained.")
+    return None
+
+
+def drive_removal_refusal(node) -> str | None:
+    """Drives hold tenant data: they leave a node only through decommission and sanitisation, unless
+    the node was never in service (a drive typed in by mistake at enrolment)."""
+    refusal = hardware_change_refusal(node)
+    if refusal:
+        return refusal
+    if node is not None and node.pk and (node.lifecycle != Lifecycle.ENROLLED or node.allocation_memberships.exists()):
+        return (f"{node.hostname} has been in service; its drives are evidence and leave only through decommission, "
+                "sanitisation and disposal.")
+    return None
+
+
 def occupied_node_ids(node_ids) -> set:
     """The nodes among ``node_ids`` with a live allocation membership. Memberships are tenancy's
     rows; fleet reads them through Node's reverse relation and never imports the tenants app."""
