@@ -402,7 +402,8 @@ def _is_uuid(value: str) -> bool:
 
 STATE_FIELDS = ("lifecycle", "target_lifecycle", "state_deadline", "health", "power_state", "cordoned",
                 "cordon_reason", "attribution", "drain_requested_at", "drain_deadline", "last_error",
-                "failed_attempts", "next_attempt_at", "last_heartbeat_at", "observed_power_w")
+                "failed_attempts", "next_attempt_at", "last_heartbeat_at", "gpu_power_w", "wall_power_w",
+                "wall_power_source", "wall_power_at")
 
 
 @admin.register(Node)
