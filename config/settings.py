@@ -18,13 +18,40 @@ env = environ.Env(
 )
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-SECRET_KEY = env.str("SECRET_KEY", default="hangar-embedded-default-not-for-production")
-# Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
-# reading the control-plane database.
-AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default=SECRET_KEY)
 DEBUG = env("DEBUG")
+# Development keys: fine on a laptop (DEBUG=true, what `make demo` sets), never in production.
+# Anyone who knows a key can forge sessions (SECRET_KEY) or mint a token for any node
+# (AGENT_TOKEN_KEY), so without DEBUG the process refuses to start on them.
+DEVELOPMENT_SECRET_KEY = "hangar-embedded-default-not-for-production"
+DEVELOPMENT_AGENT_TOKEN_KEY = "hangar-embedded-agent-key-not-for-production"
+SECRET_KEY = env.str("SECRET_KEY", default="")
+# Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
+# reading the control-plane database. Its own secret: a leaked session key must not let
+# anyone speak for a node.
+AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default="")
+if DEBUG:
+    SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
+    AGENT_TOKEN_KEY = AGENT_TOKEN_KEY or DEVELOPMENT_AGENT_TOKEN_KEY
+else:
+    from config.secrets import require_production_secrets
+
+    require_production_secrets(secret_key=SECRET_KEY, agent_token_key=AGENT_TOKEN_KEY,
+                               development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY))
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- Transport security: on by default without DEBUG, each one switchable from the environment.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31_536_000)  # one year
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+# Behind a TLS-terminating proxy Django sees plain HTTP; it trusts this header (only set it
+# when the proxy overwrites whatever the client sent). "HTTP_X_FORWARDED_PROTO,https" by
+# default without DEBUG, "" turns it off.
+_proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="" if DEBUG else "HTTP_X_FORWARDED_PROTO,https")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header.split(",", 1)) if _proxy_ssl_header else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",

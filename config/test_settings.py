@@ -1,0 +1,17 @@
+"""Settings of the test suite: the real settings (DEBUG off, so the suite runs what production
+runs) with test-only secrets and plain-HTTP transport, since the test client and the browser
+tests' live server speak HTTP. Set through the environment so processes a test starts with
+`config.settings` inherit the same values."""
+import os
+
+TEST_ENVIRONMENT = {
+    "SECRET_KEY": "hangar-test-suite-session-key-0123456789abcdef",
+    "AGENT_TOKEN_KEY": "hangar-test-suite-agent-key-0123456789abcdef",
+    "SECURE_SSL_REDIRECT": "false",
+    "SESSION_COOKIE_SECURE": "false",
+    "CSRF_COOKIE_SECURE": "false",
+}
+for _name, _value in TEST_ENVIRONMENT.items():
+    os.environ.setdefault(_name, _value)
+
+from config.settings import *  # noqa: E402,F403
