@@ -162,6 +162,7 @@ class NodeAdmin(ImportExportModelAdmin):
         from django.contrib import messages
 
         from core.services.audit import actor_label
+        from core.services.permissions import PermissionMissing
         from fleet.services.lifecycle import InvalidTransition
         from fleet.services.node_actions import ActionRefused, perform_node_action
 
@@ -173,6 +174,9 @@ class NodeAdmin(ImportExportModelAdmin):
                 done += 1
             except (InvalidTransition, ActionRefused) as exc:
                 refused.append(f"{hostname}: {exc.detail}")
+            except PermissionMissing as exc:
+                self.message_user(request, exc.detail, messages.ERROR)
+                return
         if done:
             self.message_user(request, f"{action}: {done} node(s) done.", messages.SUCCESS)
         for line in refused[:20]:

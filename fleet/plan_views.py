@@ -9,7 +9,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from core.decorators import operator_required
+from core.decorators import console_action, operator_required
 from core.services.audit import actor_label
 from fleet.migration_charts import capacity_gpus_figure, capacity_perf_figure, power_figure
 from fleet.models import Hall, MigrationPlan, NodeType
@@ -90,6 +90,7 @@ def plan_list(request):
 
 
 @operator_required
+@console_action("migration_plan.create")
 def plan_create(request):
     errors: list[dict] = []
     if request.method == "POST":
@@ -143,6 +144,7 @@ def plan_detail(request, pk):
 
 @operator_required
 @require_POST
+@console_action("migration_plan.apply")
 def plan_apply(request, pk):
     record = get_object_or_404(MigrationPlan, pk=pk)
     try:

@@ -5,7 +5,8 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from core.api.lookups import parse_uuid, uuid_or_404
-from core.decorators import operator_required
+from core.decorators import operator_required, permission_denied_page
+from core.services.permissions import PermissionMissing
 from core.reference_data import parameter
 
 from . import charts, drawings
@@ -237,8 +238,8 @@ def node_action(request, pk):
             messages.error(request, f"Unknown action {action!r}; use one of the buttons shown.")
         except (InvalidTransition, ActionRefused) as exc:
             messages.error(request, exc.detail)
-        except PermissionError as exc:
-            messages.error(request, f"{exc}; ask an administrator for it.")
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
         else:
             messages.success(request, f"{action} done.")
         return redirect("fleet:node-detail", pk=pk)

@@ -14,6 +14,7 @@ from core.api.routes import api_route
 
 class BillingRunsView(APIView):
     permission_classes = [IsOperator]
+    ops_action = "billing_run.create"
 
     @extend_schema(request=BillingRunRequestSerializer, responses={201: BillingRunSerializer, 200: BillingRunSerializer},
                    parameters=[OpenApiParameter("Idempotency-Key", location=OpenApiParameter.HEADER, required=True)],

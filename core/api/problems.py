@@ -12,6 +12,8 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
+from core.services.permissions import PermissionMissing
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -25,6 +27,7 @@ _TITLES = {
     405: "Method not allowed",
     406: "Not acceptable",
     409: "Conflict",
+    413: "Content too large",
     415: "Unsupported media type",
     422: "Unprocessable content",
     429: "Too many requests",
@@ -93,6 +96,8 @@ def problem_exception_handler(exc, context):
     if isinstance(exc, Problem):
         return problem_response(exc.status_code, exc.code, str(exc.detail), errors=exc.errors,
                                 extra=exc.extra, headers=exc.headers)
+    if isinstance(exc, PermissionMissing):
+        return problem_response(403, exc.code, exc.detail, extra={"permission": exc.permission, "action": exc.action})
     if isinstance(exc, Http404):
         return problem_response(404, "not_found", "No such object. Check the id, or list the collection to find it.")
     if isinstance(exc, DjangoPermissionDenied):

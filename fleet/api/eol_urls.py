@@ -59,6 +59,8 @@ class SanitizationRecordOut(serializers.Serializer):
 
 
 class SanitizationRecordCreate(OpsView):
+    ops_action = "drive.record_sanitization"
+
     @extend_schema(operation_id="ops_drive_sanitization_record_create", request=SanitizationRecordIn,
                    responses={201: SanitizationRecordOut}, parameters=[IDEMPOTENCY_HEADER],
                    summary="Record a drive's sanitisation (operator-entered, with evidence)")
@@ -136,6 +138,8 @@ class NodeChecklistStep(OpsView):
 
 
 class BmcReset(NodeChecklistStep):
+    ops_action = "node.record_bmc_reset"
+
     @extend_schema(operation_id="ops_node_bmc_reset", request=ReasonIn, responses={201: DataHandlingOut},
                    parameters=[IDEMPOTENCY_HEADER], summary="Record that the BMC credentials were reset and its logs cleared")
     def post(self, request, pk):
@@ -146,6 +150,8 @@ class BmcReset(NodeChecklistStep):
 
 
 class AssetTagsRemoved(NodeChecklistStep):
+    ops_action = "node.record_asset_tags_removed"
+
     @extend_schema(operation_id="ops_node_asset_tags_removed", request=ReasonIn, responses={201: DataHandlingOut},
                    parameters=[IDEMPOTENCY_HEADER], summary="Record that the node's asset tags were removed")
     def post(self, request, pk):
@@ -157,6 +163,7 @@ class AssetTagsRemoved(NodeChecklistStep):
 
 class CustodyTransfers(NodeChecklistStep):
     serializer_class = CustodyTransferIn
+    ops_action = "node.record_custody_transfer"
 
     @extend_schema(operation_id="ops_node_custody_transfer_create", request=CustodyTransferIn,
                    responses={201: DataHandlingOut}, parameters=[IDEMPOTENCY_HEADER],
@@ -265,6 +272,8 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
 
 
 class DispositionPlans(OpsView):
+    ops_action = "disposition_plan.create"
+
     @extend_schema(operation_id="ops_disposition_plan_create", request=DispositionPlanIn,
                    responses={201: DispositionPlanOut}, parameters=[IDEMPOTENCY_HEADER],
                    summary="Value outgoing nodes and recommend a split (redeploy, lease, resale, recycle)")

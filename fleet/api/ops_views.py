@@ -77,6 +77,11 @@ class NodeDetailView(APIView):
 class NodeActionsView(APIView):
     permission_classes = [IsOperator]
 
+    def ops_action_for(self, request):
+        """The permission depends on the action named in the body (core.services.permissions)."""
+        action = request.data.get("action") if isinstance(request.data, dict) else None
+        return f"node.{action}" if isinstance(action, str) and action in REGISTRY else None
+
     @extend_schema(request=NodeActionIn, responses={202: NodeOut}, summary="Run an operator action on a node",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)])
     def post(self, request, pk):
@@ -91,7 +96,8 @@ class NodeActionsView(APIView):
 
         def perform():
             try:
-                perform_node_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason)
+                perform_node_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
+                                    user=request.user.user)
             except InvalidTransition as exc:
                 raise Problem(409, "invalid_transition", exc.detail,
                               extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None

@@ -33,6 +33,7 @@ def _body(plan: MigrationPlan) -> dict:
 
 class MigrationPlanCollection(APIView):
     permission_classes = [IsOperator]
+    ops_action = "migration_plan.create"
 
     @extend_schema(
         operation_id="ops_migration_plans_create",
@@ -67,6 +68,7 @@ class MigrationPlanDetail(APIView):
 
 class MigrationPlanApply(APIView):
     permission_classes = [IsOperator]
+    ops_action = "migration_plan.apply"
 
     @extend_schema(
         operation_id="ops_migration_plans_apply", request=None, parameters=[IDEMPOTENCY_KEY],

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from django.db import transaction
 
+from core.services.permissions import has_permission, permission_for, require_permission
 from fleet.models import Node
 
 from .lifecycle import InvalidTransition
@@ -29,8 +30,16 @@ class NodeAction:
     name: ClassVar[str]
     label: ClassVar[str]
     allowed_states: ClassVar[frozenset[str]]
-    permission: ClassVar[str] = "fleet.change_node"
     needs_uncordoned: ClassVar[bool] = False
+
+    @property
+    def ops_action(self) -> str:
+        return f"node.{self.name}"
+
+    @property
+    def permission(self) -> str:
+        """From the one table (core.services.permissions.OPS_ACTIONS)."""
+        return permission_for(self.ops_action)
 
     def is_allowed(self, node: Node) -> bool:
         return self.refusal(node) is None
@@ -51,24 +60,29 @@ REGISTRY: dict[str, NodeAction] = {}
 
 
 def register(cls: type[NodeAction]) -> type[NodeAction]:
-    REGISTRY[cls.name] = cls()
+    action = cls()
+    action.permission  # noqa: B018  an action missing from the permission table fails at import
+    REGISTRY[cls.name] = action
     return cls
 
 
 def available_actions(node: Node, user=None) -> list[NodeAction]:
     """What the console shows as buttons: only what the node's state (and the user) allows."""
-    return [a for a in REGISTRY.values() if a.is_allowed(node) and (user is None or user.has_perm(a.permission))]
+    return [a for a in REGISTRY.values() if a.is_allowed(node) and (user is None or has_permission(user, a.ops_action))]
 
 
 @transaction.atomic
 def perform_node_action(*, node_id, action: str, actor: str, reason: str = "", user=None) -> Node:
     """Lock the node, check the action is allowed, run it. Raises KeyError for an unknown action,
-    PermissionError, InvalidTransition (→ 409 invalid_transition) or ActionRefused."""
+    PermissionMissing, InvalidTransition (→ 409 invalid_transition) or ActionRefused.
+
+    `user` is whoever asked (console, admin, API token's user) and is checked against the
+    permission table; None only for system callers (control loops, set-up code)."""
     handler = REGISTRY.get(action)
     if handler is None:
         raise KeyError(action)
-    if user is not None and not user.has_perm(handler.permission):
-        raise PermissionError(f"{action} needs the {handler.permission} permission")
+    if user is not None:
+        require_permission(user, handler.ops_action)
     node = Node.objects.select_for_update().select_related("node_type").get(pk=node_id)
     refusal = handler.refusal(node)
     if refusal is not None:
