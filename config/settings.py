@@ -75,6 +75,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",
+    "core.middleware.RequestBodyLimitMiddleware",
     "core.middleware.RejectNulCharactersMiddleware",
     "core.middleware.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -195,6 +196,13 @@ SPECTACULAR_SETTINGS = {
         "core.api.schema.strip_trailing_slashes",
     ],
 }
+
+# Largest request body (bytes), 413 above it. The biggest legitimate body is a disposition plan
+# naming up to 200,000 node ids (~7.6 MB); a full meter batch of 1,000 events is under 1 MB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BODY_BYTES", default=8 * 1024 * 1024)
+# JSON nested deeper than this is a 400: no API body needs more than a few levels, and deep
+# nesting is how a small body exhausts the parser's stack.
+API_MAX_JSON_DEPTH = 32
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
