@@ -6,6 +6,7 @@ from import_export.admin import ImportExportModelAdmin
 from import_export.widgets import ForeignKeyWidget
 
 from core.admin import ReadOnlyAdmin
+from core.exports import FormulaSafeResourceMixin
 
 from .models import (
     GPU,
@@ -24,7 +25,7 @@ from .models import (
 )
 
 
-class RackResource(resources.ModelResource):
+class RackResource(FormulaSafeResourceMixin, resources.ModelResource):
     hall = fields.Field(attribute="hall", column_name="hall", widget=ForeignKeyWidget(Hall, "name"))
 
     class Meta:
@@ -35,7 +36,7 @@ class RackResource(resources.ModelResource):
         skip_unchanged = True
 
 
-class NodeResource(resources.ModelResource):
+class NodeResource(FormulaSafeResourceMixin, resources.ModelResource):
     rack = fields.Field(attribute="rack", column_name="rack", widget=ForeignKeyWidget(Rack, "name"))
     node_type = fields.Field(attribute="node_type", column_name="node_type", widget=ForeignKeyWidget(NodeType, "slug"))
     fabric_domain = fields.Field(attribute="fabric_domain", column_name="fabric_domain",

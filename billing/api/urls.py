@@ -18,6 +18,7 @@ from core.api.permissions import IsTenant
 from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
+from core.exports import safe_row
 
 
 INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
@@ -85,12 +86,12 @@ def invoice_csv(invoice) -> str:
     writer.writerow(CSV_HEADER)
     label = invoice.number or f"draft-{invoice.pk}"
     for line in invoice.lines.all():
-        writer.writerow((label, invoice.status, format_period(invoice.period), line.position, line.kind, line.sku,
+        writer.writerow(safe_row((label, invoice.status, format_period(invoice.period), line.position, line.kind, line.sku,
                          line.description, format_period(line.usage_period), line.quantity, line.unit,
                          "" if line.unit_price is None else line.unit_price, line.amount, invoice.currency,
-                         line.reference))
-    writer.writerow((label, invoice.status, format_period(invoice.period), "", "total", "", "", "", "", "", "",
-                     invoice.total, invoice.currency, ""))
+                         line.reference)))
+    writer.writerow(safe_row((label, invoice.status, format_period(invoice.period), "", "total", "", "", "", "", "",
+                              "", invoice.total, invoice.currency, "")))
     return buffer.getvalue()
 
 
