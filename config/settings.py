@@ -177,6 +177,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.problems.problem_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["core.api.throttles.TokenKindThrottle"],
     "DEFAULT_PAGINATION_CLASS": None,
     "UNAUTHENTICATED_USER": None,
 }
@@ -203,6 +204,22 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BODY_BYTES", default=8 * 1024
 # JSON nested deeper than this is a 400: no API body needs more than a few levels, and deep
 # nesting is how a small body exhausts the parser's stack.
 API_MAX_JSON_DEPTH = 32
+
+# Requests per caller (core.api.throttles): a tenant's tokens together, an operator user, a
+# node agent (heartbeat and desired-state every 10 s, meters every 60 s: ~15/min, with room
+# for a spool flushing its backlog after an outage), anything without a valid token per
+# client address, and failed token checks per address.
+API_THROTTLE_RATES = {
+    "tenant": env.str("THROTTLE_TENANT", default="1200/min"),
+    "operator": env.str("THROTTLE_OPERATOR", default="1200/min"),
+    "agent": env.str("THROTTLE_AGENT", default="600/min"),
+    "anonymous": env.str("THROTTLE_ANONYMOUS", default="120/min"),
+    "failed_auth": env.str("THROTTLE_FAILED_AUTH", default="30/min"),
+}
+# Shared by every web process when Redis is there (throttle counts, login lockout cache).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                      "KEY_PREFIX": "hangar"}} if REDIS_URL else {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
