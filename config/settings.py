@@ -4,6 +4,7 @@ Unset variables give the embedded default: SQLite files and Celery's filesystem 
 under var/, so `make demo` needs nothing but Python. Production and CI set DATABASE_URL,
 LEDGER_DATABASE_URL and REDIS_URL (PostgreSQL + Redis).
 """
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -66,6 +67,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_celery_beat",
     "import_export",
+    "axes",
     "core",
     "fleet",
     "tenants",
@@ -85,6 +87,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -130,6 +134,19 @@ DATABASES = {
 }
 DATABASE_ROUTERS = ["config.db_router.LedgerRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django-axes first: it refuses a locked-out (username, address) before the password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Five wrong passwords for one account from one address lock that pair out for 15 minutes
+# (429). Locking the pair, not the account alone, keeps an attacker from locking operators
+# out by guessing their usernames; a success resets the count. Successes, failures and
+# lockouts go into the audit trail (core.services.login_audit).
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "core.api.throttles.client_address"  # the same address the API throttles use
+AXES_VERBOSE = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -178,6 +195,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.problems.problem_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["core.api.throttles.TokenKindThrottle"],
+    # How many proxies in front set X-Forwarded-For; 0 trusts only the socket's address, so a
+    # client cannot dodge its budget by sending a made-up header.
+    "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
     "DEFAULT_PAGINATION_CLASS": None,
     "UNAUTHENTICATED_USER": None,
 }

@@ -9,6 +9,7 @@ class CoreConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from core.api import schema  # noqa: F401  registers the security schemes with drf-spectacular
+        from core.services import login_audit  # noqa: F401  connects the sign-in audit receivers
 
         post_migrate.connect(_top_up_role_groups, sender=self)
 
