@@ -8,7 +8,7 @@ from django.test import Client
 
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
 from fleet.models import GPU, Node
-from fleet.services.seeding import seed_fleet
+from devtools.services.fleet_seed import seed_fleet
 
 
 @benchmark("seed_fleet --gpus 100000", fixture="empty", target="< 60 s")

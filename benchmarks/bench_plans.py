@@ -1,10 +1,10 @@
 """Migration planner benchmark: the 2,048-GPU demo migration, weekly over 24 months."""
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
 from fleet.models import Hall
-from fleet.services import migration_planner as mp
-from fleet.services.migration_inputs import validate_parameters
-from fleet.services.migration_plans import create_plan
-from fleet.services.seeding import seed_fleet
+from planning.engines import migration as mp
+from planning.inputs import validate_parameters
+from planning.services.migration_plans import create_plan
+from devtools.services.fleet_seed import seed_fleet
 
 SITE = "plans"
 

@@ -7,7 +7,7 @@ SCALE_GPUS = 100_000  # 12,500 nodes
 def build(name: str) -> None:
     if name == "scale":
         if not Node.objects.exists():
-            from fleet.services.seeding import seed_fleet
+            from devtools.services.fleet_seed import seed_fleet
 
             seed_fleet(gpus=SCALE_GPUS, site_slug="scale")
         return

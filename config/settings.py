@@ -73,7 +73,12 @@ INSTALLED_APPS = [
     "tenants",
     "health",
     "billing",
+    "planning",
 ]
+# Demo seeding, `manage.py demo`, seed_fleet and the fleet simulator. The product never imports
+# them; a production deployment sets HANGAR_DEVTOOLS=false and the app is not installed.
+if env.bool("HANGAR_DEVTOOLS", default=True):
+    INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",

@@ -1,10 +1,12 @@
 """URL map. Each app owns its own url modules; this file only mounts them.
 
-- console pages: core (overview, metrics), fleet, health, tenants (portal), billing
-- /api/v1/            tenant API            (<app>/api/urls.py)
-- /api/v1/ops/        operator API          (<app>/api/ops_urls.py)
-- /api/agent/v1/      node agent API        (<app>/api/agent_urls.py)
+- console pages: each app's urls.py (fleet also serves the overview and /metrics)
+- /api/v1/            tenant API            (<app>/api/urls.py ``urlpatterns``)
+- /api/v1/ops/        operator API          (<app>/api/urls.py ``ops_urlpatterns``)
+- /api/agent/v1/      node agent API        (<app>/api/urls.py ``agent_urlpatterns``)
 """
+from importlib import import_module
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -15,13 +17,19 @@ from core.api.routes import api_route
 handler404 = "core.api.problems.api_not_found"
 handler500 = "core.api.problems.api_server_error"
 
-APPS = ("core", "fleet", "health", "tenants", "billing")
+APPS = ("fleet", "tenants", "billing", "health", "planning")
+API = {app: import_module(f"{app}.api.urls") for app in APPS}
+
+
+def _routes(kind: str) -> list:
+    return [route for app in APPS for route in getattr(API[app], kind, [])]
+
 
 api_v1 = [
     api_route("schema", SpectacularAPIView.as_view(), "schema"),
     api_route("docs", SpectacularSwaggerView.as_view(url_name="schema"), "docs"),
-    path("ops/", include([path("", include(f"{app}.api.ops_urls")) for app in APPS])),
-    *[path("", include(f"{app}.api.urls")) for app in APPS],
+    path("ops/", include(_routes("ops_urlpatterns"))),
+    *_routes("urlpatterns"),
 ]
 
 urlpatterns = [
@@ -29,6 +37,6 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
-    path("api/agent/v1/", include([path("", include(f"{app}.api.agent_urls")) for app in APPS])),
+    path("api/agent/v1/", include(_routes("agent_urlpatterns"))),
     *[path("", include(f"{app}.urls")) for app in APPS],
 ]

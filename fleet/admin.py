@@ -8,21 +8,7 @@ from import_export.widgets import ForeignKeyWidget
 from core.admin import ReadOnlyAdmin
 from core.exports import FormulaSafeResourceMixin
 
-from .models import (
-    GPU,
-    Drive,
-    FabricDomain,
-    Hall,
-    MigrationPlan,
-    Node,
-    NodeEvent,
-    NodeType,
-    PlannedAction,
-    PowerFeed,
-    Rack,
-    SanitizationRecord,
-    Site,
-)
+from .models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, SanitizationRecord, Site
 
 
 class RackResource(FormulaSafeResourceMixin, resources.ModelResource):
@@ -223,24 +209,3 @@ class SanitizationRecordAdmin(ReadOnlyAdmin):
     list_filter = ("method", "verified", "source")
     search_fields = ("drive__serial", "drive__node__hostname")
     list_select_related = ("drive",)
-
-
-# Migration plans are created and applied by fleet.services.migration_plans (console /plans/ or the
-# ops API); the admin shows them and the work they scheduled.
-@admin.register(MigrationPlan)
-class MigrationPlanAdmin(ReadOnlyAdmin):
-    list_display = ("name", "created_at", "created_by", "feasible", "status", "applied_at")
-    list_filter = ("feasible", "status")
-    search_fields = ("name", "created_by")
-    exclude = ("inputs", "result")  # large JSON: read them on /plans/<id>/ or through the API
-
-
-@admin.register(PlannedAction)
-class PlannedActionAdmin(ReadOnlyAdmin):
-    list_display = ("kind", "starts_on", "ends_on", "rack", "node", "node_type", "nodes", "gpus", "plan")
-    list_filter = ("kind", "plan")
-    search_fields = ("rack__name", "node__hostname", "key")
-    list_select_related = ("rack", "node", "node_type", "plan")
-    raw_id_fields = ("rack", "node")
-    date_hierarchy = "starts_on"
-    show_full_result_count = False

@@ -21,7 +21,6 @@ from .choices import (
     Attribution,
     Cooling,
     CoolingRequirement,
-    DispositionOption,
     DriveInterface,
     FabricTechnology,
     Health,
@@ -490,90 +489,3 @@ class CustodyTransfer(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_party} → {self.to_party}"
-
-
-class DispositionPlan(BaseModel):
-    """A disposition run: the inputs the operator chose and the valuation's answer, stored as
-    computed so the plan reads the same later even if reference prices change."""
-
-    name = models.CharField(max_length=200)
-    created_by = models.CharField(max_length=200)
-    inputs = models.JSONField(help_text="selection, demands, horizon, channel, lease cap, assumption overrides")
-    result = models.JSONField(help_text="option values per block, split, reasoning, assumptions with sources")
-    nodes = models.ManyToManyField(Node, through="DispositionAssignment", related_name="disposition_plans")
-
-    class Meta:
-        ordering = ["-created_at"]
-class DispositionAssignment(models.Model):
-    """Which option (and pool) the plan gives one node."""
-
-    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    plan = models.ForeignKey(DispositionPlan, on_delete=models.CASCADE, related_name="assignments")
-    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="disposition_assignments")
-    option = models.CharField(max_length=8, choices=DispositionOption.choices)
-    pool = models.CharField(max_length=100, blank=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["plan", "node"], name="fleet_disposition_one_per_node")]
-
-    def __str__(self) -> str:
-        return f"{self.node_id} → {self.option}"
-
-
-# ---- generation migration plans ----------------------------------------------------------
-
-class MigrationPlan(BaseModel):
-    """A stored generation-migration plan: the canonical inputs it was computed from and the
-    planner's answer. Applying it schedules the work in the inventory (``PlannedAction``)."""
-
-    class Status(models.TextChoices):
-        DRAFT = "draft", "Draft"
-        APPLIED = "applied", "Applied"
-
-    name = models.CharField(max_length=100)
-    created_by = models.CharField(max_length=200, help_text="actor who created it (user:NAME or token:ID)")
-    inputs = models.JSONField(help_text="operator parameters and the resolved planner inputs (canonical JSON)")
-    result = models.JSONField(help_text="the serialised plan: verdicts, phases, timeline, naive sequences, fixes")
-    feasible = models.BooleanField()
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
-    applied_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def drain_node_ids(self) -> list:
-        """The nodes this plan decommissions: known once it is applied and its work scheduled."""
-        return list(self.actions.filter(kind="decommission", node__isnull=False).values_list("node_id", flat=True))
-
-
-class PlannedAction(BaseModel):
-    """Work an applied migration plan scheduled: a facility upgrade, a node intake into a rack,
-    or the decommission of a drained node. ``key`` makes applying a plan twice a no-op."""
-
-    class Kind(models.TextChoices):
-        FACILITY_UPGRADE = "facility_upgrade", "Facility upgrade"
-        NODE_INTAKE = "node_intake", "Node intake"
-        DECOMMISSION = "decommission", "Decommission"
-
-    plan = models.ForeignKey(MigrationPlan, on_delete=models.CASCADE, related_name="actions")
-    key = models.CharField(max_length=200, help_text="what this action is within its plan (unique per plan)")
-    kind = models.CharField(max_length=20, choices=Kind.choices)
-    rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="planned_actions")
-    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions")
-    node_type = models.ForeignKey(NodeType, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions")
-    nodes = models.PositiveIntegerField(default=0)
-    gpus = models.PositiveIntegerField(default=0)
-    starts_on = models.DateField()
-    ends_on = models.DateField(help_text="upgrade ready / intake in service / node shipped")
-    detail = models.TextField(blank=True)
-
-    class Meta:
-        ordering = ["starts_on", "kind", "key"]
-        constraints = [models.UniqueConstraint(fields=["plan", "key"], name="fleet_plannedaction_plan_key_unique")]
-        indexes = [models.Index(fields=["rack", "starts_on"], name="fleet_plannedaction_rack_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.key} {self.starts_on}"

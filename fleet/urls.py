@@ -1,5 +1,5 @@
 """Fleet console pages, dashboard chart endpoints and /metrics."""
-from django.urls import include, path
+from django.urls import path
 
 from . import views
 from .metrics import MetricsView
@@ -14,10 +14,9 @@ urlpatterns = [
     path("fleet/racks/<str:rack_id>/", views.rack_detail, name="rack-detail"),
     path("fleet/charts/<slug:name>.json", views.chart_json, name="chart-json"),
     path("metrics", MetricsView.as_view(), name="metrics"),
-    path("", include("fleet.eol_urls")),
-    path("", include("fleet.plan_urls")),
     # node lifecycle: list, node page, operator actions
     path("fleet/nodes/", views.node_list, name="node-list"),
     path("fleet/nodes/<str:pk>/", views.node_detail, name="node-detail"),
     path("fleet/nodes/<str:pk>/actions/", views.node_action, name="node-action"),
+    path("fleet/nodes/<str:pk>/certificate/", views.certificate, name="node-certificate"),
 ]

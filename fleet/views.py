@@ -12,9 +12,10 @@ from core.reference_data import parameter
 from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
-from .models import Hall, Rack
+from .models import Hall, Node, Rack
 from .selectors import (
     HOT_FRACTION,
+    certificate_for,
     POWER_READING_FRESH,
     fleet_summary,
     hall_power,
@@ -245,3 +246,13 @@ def node_action(request, pk):
         return redirect("fleet:node-detail", pk=pk)
 
     return run(request)
+
+
+@operator_required
+def certificate(request, pk):
+    try:
+        cert = certificate_for(parse_uuid(pk))
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    return render(request, "fleet/certificate.html", {"nav": "fleet", **cert},
+                  status=200 if cert["complete"] else 409)

@@ -76,7 +76,7 @@ def ops_api(operator_token):
 @pytest.fixture
 def small_fleet(db):
     """64 GPUs: 8 H100 nodes in 4 racks, one NDR pod, plus the empty liquid hall."""
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     return seed_fleet(gpus=64)
 

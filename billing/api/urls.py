@@ -9,7 +9,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.api.agent_views import MeterEventsView
 from billing.api.serializers import InvoicePageSerializer, InvoiceSerializer, UsagePageSerializer, UsageRowSerializer
+from billing.api.views import BillingRunsView
 from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
 from billing.periods import format_period
 from core.api.lookups import uuid_or_404
@@ -112,3 +114,7 @@ urlpatterns = [
     api_route(r"invoices/(?P<pk>[^/]+)\.csv", InvoiceCsvView.as_view(), "invoice-csv"),
     api_route(r"invoices/(?P<pk>[^/.]+)", InvoiceDetailView.as_view(), "invoice-detail"),
 ]
+
+ops_urlpatterns = [api_route("billing-runs", BillingRunsView.as_view(), "billing-runs")]
+
+agent_urlpatterns = [api_route("meter-events", MeterEventsView.as_view(), "meter-events")]

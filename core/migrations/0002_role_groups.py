@@ -28,6 +28,7 @@ class Migration(migrations.Migration):
         ("health", "0001_health"),
         ("tenants", "0003_quotas_partitions_volumes"),
         ("billing", "0001_ledger"),
+        ("planning", "0001_plans_from_fleet"),
     ]
 
     operations = [migrations.RunPython(create_role_groups, remove_role_groups)]

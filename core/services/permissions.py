@@ -48,9 +48,9 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("node.record_bmc_reset", "fleet.change_nodedisposal", "record the BMC reset"),
     ("node.record_asset_tags_removed", "fleet.change_nodedisposal", "record the asset tags removed"),
     ("node.record_custody_transfer", "fleet.add_custodytransfer", "record a chain-of-custody transfer"),
-    ("disposition_plan.create", "fleet.add_dispositionplan", "create a disposition plan"),
-    ("migration_plan.create", "fleet.add_migrationplan", "create a migration plan"),
-    ("migration_plan.apply", "fleet.change_migrationplan", "apply a migration plan (schedules node actions)"),
+    ("disposition_plan.create", "planning.add_dispositionplan", "create a disposition plan"),
+    ("migration_plan.create", "planning.add_migrationplan", "create a migration plan"),
+    ("migration_plan.apply", "planning.change_migrationplan", "apply a migration plan (schedules node actions)"),
     ("incident.open", "health.add_incident", "open an incident"),
     ("incident.postmortem", "health.change_incident", "write an incident's post-mortem, close it"),
     ("billing_run.create", "billing.add_billingrun", "run billing for a period (drafts, finalizes invoices)"),
@@ -58,7 +58,7 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
 
 # The named groups. Each gets the permissions of its actions plus every `view_*` permission
 # of the apps it reads.
-PROJECT_APPS = ("core", "fleet", "health", "tenants", "billing")
+PROJECT_APPS = ("core", "fleet", "health", "tenants", "billing", "planning")
 ROLE_GROUPS: dict[str, dict] = {
     "operators": {
         "actions": [name for name, a in OPS_ACTIONS.items() if not a.permission.startswith("billing.")],

@@ -1,8 +1,9 @@
 """Fleet API shapes (API.md: node agent API and operator API)."""
 from rest_framework import serializers
 
-from fleet.choices import AgentActionState
+from fleet.choices import AgentActionState, SanitizationMethod
 from fleet.models import NodeEvent
+from fleet.services import sanitization
 
 
 class ActionResultIn(serializers.Serializer):
@@ -80,3 +81,55 @@ class NodeEventOut(serializers.ModelSerializer):
     class Meta:
         model = NodeEvent
         fields = ["at", "actor", "action", "from_state", "to_state", "reason"]
+
+
+# ---- end of life: sanitisation records, checklist steps, custody
+
+class SanitizationRecordIn(serializers.Serializer):
+    method = serializers.ChoiceField(choices=SanitizationMethod.choices,
+                                     help_text="NIST SP 800-88: clear, purge or destroy")
+    technique = serializers.CharField(max_length=200, help_text="e.g. NVMe sanitize crypto erase, overwrite, shred")
+    tool = serializers.CharField(max_length=200)
+    verified = serializers.BooleanField()
+    evidence = serializers.CharField(max_length=sanitization.MAX_EVIDENCE_CHARS,
+                                     help_text="what proves it: tool output, verification read-back, photo reference")
+
+
+class SanitizationRecordOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    drive_id = serializers.UUIDField()
+    drive_serial = serializers.CharField(source="drive.serial")
+    node_id = serializers.UUIDField(source="drive.node_id")
+    method = serializers.CharField()
+    technique = serializers.CharField()
+    tool = serializers.CharField()
+    verified = serializers.BooleanField()
+    evidence = serializers.CharField()
+    actor = serializers.CharField()
+    source = serializers.CharField()
+    performed_at = serializers.DateTimeField()
+
+
+class ReasonIn(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class CustodyTransferIn(serializers.Serializer):
+    from_party = serializers.CharField(max_length=200, help_text="who hands the node over (e.g. the site)")
+    to_party = serializers.CharField(max_length=200, help_text="buyer or recycler")
+    document_ref = serializers.CharField(max_length=200, help_text="bill of lading, sale contract, certificate")
+    at = serializers.DateTimeField(required=False, help_text="when custody passed; now if omitted")
+
+
+class DataHandlingOut(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    hostname = serializers.CharField()
+    lifecycle = serializers.CharField()
+    drives_total = serializers.IntegerField()
+    drives_sanitized = serializers.IntegerField()
+    unsanitized_drives = serializers.ListField(child=serializers.DictField())
+    bmc_reset_at = serializers.DateTimeField(allow_null=True)
+    asset_tags_removed_at = serializers.DateTimeField(allow_null=True)
+    custody_transfers = serializers.IntegerField()
+    retire_missing = serializers.ListField(child=serializers.CharField())
+    dispose_missing = serializers.ListField(child=serializers.CharField())

@@ -1,2 +1,16 @@
-"""urls routes of the health app."""
+"""Health API routes: incidents for operators, heartbeats and health reports from node agents."""
+from core.api.routes import api_route
+
+from . import agent_views, views
+
 urlpatterns: list = []
+
+ops_urlpatterns = [
+    api_route("incidents", views.incident_list, "ops-incident-list"),
+    api_route(r"incidents/(?P<pk>[^/]+)", views.incident_detail, "ops-incident-detail"),
+]
+
+agent_urlpatterns = [
+    api_route("heartbeat", agent_views.heartbeat, "agent-heartbeat"),
+    api_route("health-reports", agent_views.health_reports, "agent-health-reports"),
+]

@@ -5,7 +5,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_login_then_fleet_page(page, live_server, login, screenshot, django_user_model):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=128)
     django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)

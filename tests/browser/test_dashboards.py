@@ -11,7 +11,7 @@ def fleet(django_user_model):
     from fleet.catalogue import catalogue_rows
     from fleet.choices import Health, Lifecycle
     from fleet.models import Node, NodeType
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
     from fleet.services.snapshots import backfill_history
 
     for row in catalogue_rows():  # an earlier transactional test may have flushed the migrated catalogue

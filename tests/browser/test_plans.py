@@ -5,7 +5,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_create_a_plan_in_the_console(page, live_server, login, screenshot, django_user_model):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=2048)
     from django.contrib.auth.models import Group

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.django_db
 # url name → (ops action, POST data) for every console form that changes something.
 CONSOLE_ACTIONS = {
     "fleet:node-action": ("node.cordon", {"action": "cordon", "reason": "console matrix"}),
-    "fleet:disposition-plans": ("disposition_plan.create", {"name": "x"}),
-    "fleet:disposition-plan-nodes": ("node.record_bmc_reset", {"action": "bmc_reset"}),
-    "fleet:plan-create": ("migration_plan.create", {}),
-    "fleet:plan-apply": ("migration_plan.apply", {}),
+    "planning:disposition-plan-list": ("disposition_plan.create", {"name": "x"}),
+    "planning:disposition-plan-nodes": ("node.record_bmc_reset", {"action": "bmc_reset"}),
+    "planning:migration-plan-create": ("migration_plan.create", {}),
+    "planning:migration-plan-apply": ("migration_plan.apply", {}),
     "health:new-incident": ("incident.open", {"title": "x", "hostnames": "nope", "severity": "minor"}),
     "health:incident": ("incident.postmortem", {"attribution": "provider"}),
 }
@@ -29,8 +29,9 @@ CONSOLE_ACTIONS = {
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
     "fleet:overview", "fleet:rack-list", "fleet:power", "fleet:floor-map", "fleet:rack-detail", "fleet:chart-json",
-    "fleet:metrics", "fleet:node-list", "fleet:node-detail", "fleet:node-certificate", "fleet:disposition-plan",
-    "fleet:plan-list", "fleet:plan-detail", "health:dashboard", "health:policy", "tenants:tenant-list",
+    "fleet:metrics", "fleet:node-list", "fleet:node-detail", "fleet:node-certificate",
+    "planning:disposition-plan-detail", "planning:migration-plan-list", "planning:migration-plan-detail",
+    "health:dashboard", "health:policy", "tenants:tenant-list",
     "billing:overview", "tenants:portal", "tenants:portal-create", "tenants:portal-cancel", "billing:portal-usage",
     "billing:portal-invoices", "billing:portal-invoice-csv", "billing:portal-invoice", "login", "logout",
 }

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from fleet.models import Node, Rack
-from fleet.services.seeding import seed_fleet
+from devtools.services.fleet_seed import seed_fleet
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from fleet import charts, drawings
 from fleet.choices import Health, Lifecycle
 from fleet.models import FleetSnapshot, Hall, Node, Rack, SnapshotResolution
 from fleet.selectors import fleet_summary, hall_power
-from fleet.services.seeding import seed_fleet
+from devtools.services.fleet_seed import seed_fleet
 from fleet.services.snapshots import backfill_history, record_snapshot
 
 pytestmark = pytest.mark.django_db

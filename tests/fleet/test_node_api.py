@@ -103,7 +103,7 @@ def test_ops_node_list_fields_filters_and_pagination(small_fleet, ops_api):
 
 
 def test_ops_node_list_query_count_is_fixed(small_fleet, ops_api, django_assert_max_num_queries):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     ops_api.get("/api/v1/ops/nodes")  # the token's first use writes last_used_at once
     with django_assert_max_num_queries(6) as small:

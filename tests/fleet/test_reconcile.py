@@ -174,7 +174,7 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_never_act_on_one_node_twice():
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=640)
     nodes = list(Node.objects.all())

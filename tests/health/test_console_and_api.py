@@ -101,7 +101,7 @@ def _pull_quarter_and_count(site_slug, gpus):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
     from tests.health.conftest import Agent
 
     seed_fleet(gpus=gpus, site_slug=site_slug, seed=len(site_slug) + gpus)

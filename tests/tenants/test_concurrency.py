@@ -25,7 +25,7 @@ def _in_thread(fn):
 
 
 def test_fifty_retries_with_one_key_create_one_allocation(tenant_a):
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
     seed_fleet(gpus=64)
     clients = [tenant_client(tenant_a) for _ in range(50)]
     body = {"name": "train", "instance_type": "h100-sxm-8x", "node_count": 2}
@@ -53,7 +53,7 @@ def test_fifty_retries_with_one_key_create_one_allocation(tenant_a):
 
 def test_two_hundred_placements_for_one_hundred_nodes(tenant_a):
     from fleet.services.placement import place_allocation
-    from fleet.services.seeding import seed_fleet
+    from devtools.services.fleet_seed import seed_fleet
     seed_fleet(gpus=800)
     assert Node.objects.filter(lifecycle=Lifecycle.AVAILABLE).count() == 100
     node_type = NodeType.objects.get(slug="h100-sxm-8x")

@@ -1,2 +1,0 @@
-"""agent_urls routes of the core app."""
-urlpatterns: list = []

@@ -1,2 +1,0 @@
-"""ops_urls routes of the core app."""
-urlpatterns: list = []

@@ -1,2 +1,0 @@
-"""urls routes of the core app."""
-urlpatterns: list = []

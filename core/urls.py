@@ -1,2 +1,0 @@
-"""Console pages of the core app."""
-urlpatterns: list = []

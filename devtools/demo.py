@@ -1,0 +1,20 @@
+"""What `make demo` seeds, in order. Each step is `callable(stdout) -> None`, idempotent, and
+is imported lazily so an app adds its own step here without touching the command."""
+
+DEMO_SEED_STEPS: tuple[str, ...] = (
+    "devtools.services.fleet_seed.seed_demo_fleet",
+    "fleet.services.snapshots.seed_demo_history",
+    "planning.services.migration_plans.seed_demo_plan",
+    "devtools.services.demo_users.ensure_demo_operator",
+    "devtools.services.demo_tenants.seed_demo_tenant",
+    "devtools.services.demo_billing.seed_demo_billing",
+)
+
+# Processes `make demo` keeps running: (label, argv after the venv's python).
+DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("web", ("manage.py", "runserver", "127.0.0.1:8000", "--noreload")),
+    ("worker+beat", ("-m", "celery", "-A", "config", "worker", "-B", "--concurrency", "2", "--loglevel", "WARNING")),
+    ("fleet simulator", ("manage.py", "simulate_fleet", "--url", "http://127.0.0.1:8000")),
+)
+
+DEMO_OPERATOR = ("operator", "hangar-demo")

@@ -1,0 +1,58 @@
+"""`manage.py simulate_fleet [--url URL] [--speed X]`: run a simulated node agent for every node."""
+import time
+from datetime import UTC, datetime, timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+
+from devtools.simulator import FleetSimulator
+
+REFRESH_EVERY = timedelta(seconds=60)
+REPORT_EVERY = 60.0
+
+
+class Command(BaseCommand):
+    help = ("Run one simulated node agent per node against the control plane at URL, through the real agent "
+            "code and HTTP endpoints, with faults at the reference rates.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="control-plane URL")
+        parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
+        parser.add_argument("--seed", type=int, default=1, help="random seed (reproducible fleets)")
+        parser.add_argument("--scenario", action="append", default=[], metavar="HOST:SCRIPT",
+                            help='scripted faults for one node, e.g. "dc1-gpu00007:xid 79 on gpu 3 at 30s" (repeatable)')
+        parser.add_argument("--duration", type=float, default=None, help="stop after this many wall seconds")
+        parser.add_argument("--tick", type=float, default=1.0, help="wall seconds between ticks")
+
+    def handle(self, *args, url, speed, seed, scenario, duration, tick, **options):
+        if speed <= 0 or tick <= 0:
+            raise CommandError("--speed and --tick must be positive.")
+        scenarios = {}
+        for item in scenario:
+            host, sep, script = item.partition(":")
+            if not sep or not script.strip():
+                raise CommandError(f"--scenario {item!r}: write it as HOST:SCRIPT, e.g. 'dc1-gpu00007:xid 79 on gpu 3 at 30s'.")
+            scenarios[host] = script
+        simulator = FleetSimulator(url=url.rstrip("/"), speed=speed, seed=seed, scenarios=scenarios)
+        started = time.monotonic()
+        count = simulator.refresh(datetime.now(UTC))
+        if not count:
+            raise CommandError("No nodes to simulate. Seed a fleet first: manage.py seed_fleet --gpus 2048")
+        self.stdout.write(f"Simulating {count} node agents against {url} at {speed}× (Ctrl-C to stop).")
+        last_refresh = datetime.now(UTC)
+        last_report = time.monotonic()
+        try:
+            while duration is None or time.monotonic() - started < duration:
+                now = datetime.now(UTC)
+                tick_started = time.monotonic()
+                simulator.step(now)
+                if now - last_refresh >= REFRESH_EVERY:
+                    simulator.refresh(now)
+                    last_refresh = now
+                if time.monotonic() - last_report >= REPORT_EVERY:
+                    busy = time.monotonic() - tick_started
+                    self.stdout.write(f"  {len(simulator.agents)} agents; last tick took {busy * 1000:.0f} ms")
+                    last_report = time.monotonic()
+                time.sleep(max(0.0, tick - (time.monotonic() - tick_started)))
+        except KeyboardInterrupt:
+            pass
+        self.stdout.write("Simulator stopped.")

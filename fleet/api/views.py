@@ -1,0 +1,252 @@
+"""Operator node API: list, detail, actions, events, and the end-of-life checklist (sanitisation
+records, BMC reset, asset tags, custody). The node agent's routes are in agent_views.py."""
+from django.db.models import F
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.api.idempotency import idempotent_create, read_key
+from core.api.lookups import uuid_or_404
+from core.api.pagination import paginate
+from core.api.permissions import IsOperator
+from core.api.problems import Problem
+from fleet import selectors
+from fleet.choices import Health, Lifecycle
+from fleet.models import Drive, Node, NodeEvent
+from fleet.selectors import data_handling_status
+from fleet.services import sanitization
+from fleet.services.lifecycle import InvalidTransition
+from fleet.services.node_actions import REGISTRY, ActionRefused, perform_node_action
+
+from .serializers import (
+    CustodyTransferIn,
+    DataHandlingOut,
+    NodeActionIn,
+    NodeEventOut,
+    NodeOut,
+    ReasonIn,
+    SanitizationRecordIn,
+    SanitizationRecordOut,
+)
+
+IDEMPOTENCY_HEADER = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
+                                      description="1-255 printable characters; a retry with the same key and body "
+                                                  "returns the first answer")
+
+
+class OpsView(APIView):
+    permission_classes = [IsAuthenticated, IsOperator]
+
+
+_FILTER_PARAMS = [OpenApiParameter(name, str, required=False) for name in
+                  ("site", "rack", "generation", "lifecycle", "health", "cordoned", "page_size", "page_token")]
+
+
+def _filters(params) -> dict:
+    """Validate the list's query filters: a bad value is 400 validation_error, never an empty list."""
+    errors = []
+    filters = {name: params.get(name) or None for name in ("site", "rack", "generation", "lifecycle", "health")}
+    if filters["lifecycle"] and filters["lifecycle"] not in Lifecycle.values:
+        errors.append({"field": "lifecycle", "message": f"one of {', '.join(Lifecycle.values)}"})
+    if filters["health"] and filters["health"] not in Health.values:
+        errors.append({"field": "health", "message": f"one of {', '.join(Health.values)}"})
+    cordoned = params.get("cordoned")
+    if cordoned in (None, ""):
+        filters["cordoned"] = None
+    elif cordoned.lower() in ("true", "1", "false", "0"):
+        filters["cordoned"] = cordoned.lower() in ("true", "1")
+    else:
+        errors.append({"field": "cordoned", "message": "true or false"})
+    if errors:
+        raise Problem(400, "validation_error", "Some filters are invalid; see errors.", errors=errors)
+    return filters
+
+
+def serialize_nodes(nodes: list[Node]) -> list[dict]:
+    """Nodes with their allocation, drives and conditions: a fixed number of queries per page."""
+    ids = [n.pk for n in nodes]
+    context = {"allocations": selectors.live_allocation_ids(ids), "drives": selectors.drives_for_nodes(ids),
+               "conditions": selectors.conditions_for_nodes(ids)}
+    return NodeOut(nodes, many=True, context=context).data
+
+
+def _node_or_404(pk) -> Node:
+    node = selectors.node_list({}).filter(pk=uuid_or_404(pk)).first()
+    if node is None:
+        raise Problem(404, "not_found", "No node with this id. List /api/v1/ops/nodes to find it.")
+    return node
+
+
+class NodeListView(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(parameters=_FILTER_PARAMS, responses=NodeOut(many=True), summary="List nodes")
+    def get(self, request):
+        filters = _filters(request.query_params)
+        page = paginate(selectors.node_list(filters), request=request, scope="ops", filters=filters)
+        return Response({"results": serialize_nodes(page.results), "next_page_token": page.next_page_token})
+
+
+class NodeDetailView(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(responses=NodeOut, summary="One node")
+    def get(self, request, pk):
+        return Response(serialize_nodes([_node_or_404(pk)])[0])
+
+
+class NodeActionsView(APIView):
+    permission_classes = [IsOperator]
+
+    def ops_action_for(self, request):
+        """The permission depends on the action named in the body (core.services.permissions)."""
+        action = request.data.get("action") if isinstance(request.data, dict) else None
+        return f"node.{action}" if isinstance(action, str) and action in REGISTRY else None
+
+    @extend_schema(request=NodeActionIn, responses={202: NodeOut}, summary="Run an operator action on a node",
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)])
+    def post(self, request, pk):
+        key = read_key(request)
+        node_id = _node_or_404(pk).pk
+        body = NodeActionIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        action, reason = body.validated_data["action"], body.validated_data["reason"]
+        if action not in REGISTRY:
+            raise Problem(400, "validation_error", f"Unknown action {action!r}.",
+                          errors=[{"field": "action", "message": f"one of {', '.join(sorted(REGISTRY))}"}])
+
+        def perform():
+            try:
+                perform_node_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
+                                    user=request.user.user)
+            except InvalidTransition as exc:
+                raise Problem(409, "invalid_transition", exc.detail,
+                              extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None
+            except ActionRefused as exc:
+                raise Problem(409, exc.code, exc.detail, extra=exc.extra) from None
+            return Response(serialize_nodes([_node_or_404(node_id)])[0], status=202)
+
+        return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
+
+
+def _allowed_names(node_id) -> list[str]:
+    from fleet.services.node_actions import available_actions
+
+    return [a.name for a in available_actions(Node.objects.get(pk=node_id))]
+
+
+class NodeEventsView(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(responses=NodeEventOut(many=True), summary="A node's audit trail, newest first",
+                   parameters=[OpenApiParameter("page_size", int), OpenApiParameter("page_token", str)])
+    def get(self, request, pk):
+        node = _node_or_404(pk)
+        # Events are keyed by when they happened; the pager walks (created_at, id) newest first.
+        events = NodeEvent.objects.filter(node=node).annotate(created_at=F("at"))
+        page = paginate(events, request=request, scope=f"ops:node-events:{node.pk}")
+        return Response({"results": NodeEventOut(page.results, many=True).data,
+                         "next_page_token": page.next_page_token})
+
+
+# ---- end of life: sanitisation records, checklist steps, custody (operator API)
+
+class SanitizationRecordCreate(OpsView):
+    ops_action = "drive.record_sanitization"
+
+    @extend_schema(operation_id="ops_drive_sanitization_record_create", request=SanitizationRecordIn,
+                   responses={201: SanitizationRecordOut}, parameters=[IDEMPOTENCY_HEADER],
+                   summary="Record a drive's sanitisation (operator-entered, with evidence)")
+    def post(self, request, pk):
+        key = read_key(request)
+        drive = get_object_or_404(Drive.objects.all(), pk=uuid_or_404(pk))
+        body = SanitizationRecordIn(data=request.data)
+        body.is_valid(raise_exception=True)
+
+        def perform():
+            record = sanitization.record_sanitization(drive=drive, actor=request.user.actor, **body.validated_data)
+            return Response(SanitizationRecordOut(record).data, status=status.HTTP_201_CREATED)
+
+        return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
+
+
+def data_handling_body(node: Node) -> dict:
+    s = data_handling_status([node.pk])[node.pk]
+    return DataHandlingOut({
+        "node_id": node.pk, "hostname": node.hostname, "lifecycle": node.lifecycle,
+        "drives_total": s.drives_total, "drives_sanitized": s.drives_sanitized, "unsanitized_drives": s.unsanitized,
+        "bmc_reset_at": s.bmc_reset_at, "asset_tags_removed_at": s.asset_tags_removed_at,
+        "custody_transfers": s.custody_transfers, "retire_missing": s.retire_missing,
+        "dispose_missing": s.dispose_missing,
+    }).data
+
+
+class NodeChecklistStep(OpsView):
+    """POST records one checklist step for the node and answers with its whole checklist."""
+
+    serializer_class = ReasonIn
+    step = ""
+
+    def record(self, node, request, data):
+        raise NotImplementedError
+
+    def post(self, request, pk):
+        key = read_key(request)
+        node = get_object_or_404(Node.objects.all(), pk=uuid_or_404(pk))
+        body = self.serializer_class(data=request.data)
+        body.is_valid(raise_exception=True)
+
+        def perform():
+            self.record(node, request, body.validated_data)
+            return Response(data_handling_body(node), status=status.HTTP_201_CREATED)
+
+        return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
+
+
+class BmcReset(NodeChecklistStep):
+    ops_action = "node.record_bmc_reset"
+
+    @extend_schema(operation_id="ops_node_bmc_reset", request=ReasonIn, responses={201: DataHandlingOut},
+                   parameters=[IDEMPOTENCY_HEADER], summary="Record that the BMC credentials were reset and its logs cleared")
+    def post(self, request, pk):
+        return super().post(request, pk)
+
+    def record(self, node, request, data):
+        sanitization.record_bmc_reset(node=node, actor=request.user.actor, reason=data["reason"])
+
+
+class AssetTagsRemoved(NodeChecklistStep):
+    ops_action = "node.record_asset_tags_removed"
+
+    @extend_schema(operation_id="ops_node_asset_tags_removed", request=ReasonIn, responses={201: DataHandlingOut},
+                   parameters=[IDEMPOTENCY_HEADER], summary="Record that the node's asset tags were removed")
+    def post(self, request, pk):
+        return super().post(request, pk)
+
+    def record(self, node, request, data):
+        sanitization.record_asset_tags_removed(node=node, actor=request.user.actor, reason=data["reason"])
+
+
+class CustodyTransfers(NodeChecklistStep):
+    serializer_class = CustodyTransferIn
+    ops_action = "node.record_custody_transfer"
+
+    @extend_schema(operation_id="ops_node_custody_transfer_create", request=CustodyTransferIn,
+                   responses={201: DataHandlingOut}, parameters=[IDEMPOTENCY_HEADER],
+                   summary="Record a chain-of-custody transfer (to the buyer or recycler)")
+    def post(self, request, pk):
+        return super().post(request, pk)
+
+    def record(self, node, request, data):
+        sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+
+
+class DataHandling(OpsView):
+    @extend_schema(operation_id="ops_node_data_handling", responses={200: DataHandlingOut},
+                   summary="The node's data-handling checklist: drives sanitised, BMC reset, tags, custody")
+    def get(self, request, pk):
+        node = get_object_or_404(Node.objects.all(), pk=uuid_or_404(pk))
+        return Response(data_handling_body(node))

@@ -1,0 +1,185 @@
+"""Serializers of the migration-plan ops API (documented for drf-spectacular).
+
+The request is ``PlanParametersSerializer`` (planning.inputs): the same
+validation the console form uses. The response describes the stored plan; the weekly
+timelines are plain JSON arrays of points.
+"""
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from planning.models import MigrationPlan
+from planning.services import disposition_plans as disposition
+
+
+class VerdictsSerializer(serializers.Serializer):
+    facility_first_ok = serializers.BooleanField()
+    refused_positions = serializers.IntegerField()
+    never_exceeds_power_budget = serializers.BooleanField()
+    floor_held = serializers.BooleanField()
+    min_capacity_gpus = serializers.IntegerField()
+    min_capacity_date = serializers.DateField()
+    min_capacity_perf = serializers.FloatField()
+    largest_job_runnable_always = serializers.BooleanField()
+    trough_gpu_days = serializers.IntegerField(help_text="GPU-days below the floor")
+    naive_trough_gpu_days = serializers.DictField(child=serializers.IntegerField(),
+                                                  help_text="GPU-days below the floor per naive sequence")
+
+
+class PositionVerdictSerializer(serializers.Serializer):
+    position_id = serializers.CharField(help_text="rack id")
+    hall_id = serializers.CharField()
+    rack = serializers.CharField(help_text="rack name")
+    status = serializers.ChoiceField(choices=["ok_now", "after_upgrade", "never"])
+    ready = serializers.DateField(allow_null=True)
+    reason = serializers.CharField()
+
+
+class PhaseSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["facility_prep", "land", "burn_in", "cut_over", "drain", "sanitise", "ship"])
+    start = serializers.DateField()
+    end = serializers.DateField()
+    position_ids = serializers.ListField(child=serializers.CharField())
+    nodes = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    notes = serializers.CharField()
+
+
+class PlacementSerializer(serializers.Serializer):
+    rack_id = serializers.CharField(help_text="the new rack's id within the plan")
+    position_id = serializers.CharField()
+    hall_id = serializers.CharField()
+    nodes = serializers.IntegerField()
+    land = serializers.DateField()
+    in_service = serializers.DateField()
+
+
+class TimelinePointSerializer(serializers.Serializer):
+    date = serializers.DateField()
+    total_gpus = serializers.IntegerField()
+    gpus_by_generation = serializers.DictField(child=serializers.IntegerField())
+    largest_pool_gpus = serializers.IntegerField()
+    perf_total = serializers.FloatField()
+    perf_by_generation = serializers.DictField(child=serializers.FloatField())
+    power_kw_by_hall = serializers.DictField(child=serializers.FloatField())
+    power_kw_total = serializers.FloatField()
+    budget_kw_by_hall = serializers.DictField(child=serializers.FloatField())
+    budget_kw_total = serializers.FloatField()
+    facility_power_kw = serializers.FloatField()
+
+
+class TimelineSerializer(serializers.Serializer):
+    points = TimelinePointSerializer(many=True)
+
+
+class NaiveSequenceSerializer(serializers.Serializer):
+    name = serializers.ChoiceField(choices=["decommission_first", "one_for_one_swap"])
+    timeline = TimelineSerializer()
+    phases = PhaseSerializer(many=True)
+    trough_gpu_days = serializers.IntegerField()
+    min_capacity_gpus = serializers.IntegerField()
+    min_capacity_date = serializers.DateField()
+    largest_job_runnable_always = serializers.BooleanField()
+    stranded_racks = serializers.IntegerField()
+    notes = serializers.ListField(child=serializers.CharField())
+
+
+class AssumptionSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    value = serializers.CharField()
+    unit = serializers.CharField()
+    source = serializers.CharField()
+
+
+class PlanResultSerializer(serializers.Serializer):
+    headline = serializers.CharField()
+    feasible = serializers.BooleanField()
+    fixes = serializers.ListField(child=serializers.CharField(), help_text="what would make an infeasible plan work")
+    verdicts = VerdictsSerializer()
+    position_verdicts = PositionVerdictSerializer(many=True)
+    phases = PhaseSerializer(many=True)
+    placements = PlacementSerializer(many=True)
+    timeline = TimelineSerializer()
+    naive = NaiveSequenceSerializer(many=True)
+    fabric_notes = serializers.ListField(child=serializers.CharField())
+    notes = serializers.ListField(child=serializers.CharField())
+    assumptions = AssumptionSerializer(many=True)
+    finish = serializers.DateField(allow_null=True)
+
+
+class MigrationPlanSerializer(serializers.ModelSerializer):
+    result = PlanResultSerializer()
+    inputs = serializers.JSONField(help_text="{parameters: the complete operator parameters, resolved: the planner inputs}")
+    actions = serializers.SerializerMethodField(help_text="scheduled actions per kind (after apply)")
+
+    class Meta:
+        model = MigrationPlan
+        fields = ["id", "name", "created_by", "created_at", "status", "applied_at", "feasible", "actions",
+                  "inputs", "result"]
+        read_only_fields = fields
+
+    def get_actions(self, obj) -> dict[str, int]:
+        return dict(getattr(obj, "action_counts", None) or {})
+
+
+# ---- disposition plans
+
+class SelectionIn(serializers.Serializer):
+    generation = serializers.CharField(required=False, allow_blank=True, default="", help_text="e.g. hopper")
+    gpu_model = serializers.CharField(required=False, allow_blank=True, default="", help_text="e.g. H100")
+    hall_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+    min_age_years = serializers.DecimalField(max_digits=5, decimal_places=2, required=False, allow_null=True,
+                                             default=None, min_value=Decimal(0))
+    node_ids = serializers.ListField(child=serializers.UUIDField(), required=False, default=list, max_length=200_000)
+    migration_plan_id = serializers.UUIDField(required=False, allow_null=True, default=None)
+
+    def validate(self, attrs):
+        if not any(attrs.get(k) for k in ("generation", "gpu_model", "hall_id", "node_ids", "migration_plan_id")) \
+                and attrs.get("min_age_years") is None:
+            raise serializers.ValidationError("select nodes by generation, gpu_model, hall_id, min_age_years, "
+                                              "node_ids or migration_plan_id")
+        return attrs
+
+
+class DemandIn(serializers.Serializer):
+    pool = serializers.CharField(max_length=100, help_text="internal pool, e.g. inference")
+    nodes_wanted = serializers.IntegerField(min_value=1)
+    value_per_gpu_hour = serializers.DecimalField(max_digits=8, decimal_places=4, min_value=Decimal(0),
+                                                  help_text="USD per GPU-hour the pool's work is worth")
+    utilisation = serializers.DecimalField(max_digits=4, decimal_places=3, min_value=Decimal(0), max_value=Decimal(1))
+    horizon_months = serializers.IntegerField(min_value=1, max_value=120)
+
+
+class DispositionPlanIn(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    selection = SelectionIn()
+    demands = DemandIn(many=True, required=False, default=list)
+    horizon_months = serializers.IntegerField(min_value=1, max_value=120)
+    channel = serializers.ChoiceField(choices=disposition.CHANNELS, default="broker")
+    lease_cap_nodes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    assumption_overrides = serializers.DictField(
+        child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)), required=False,
+        default=dict, help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE))
+
+    def validate_assumption_overrides(self, value):
+        unknown = sorted(set(value) - set(disposition.OVERRIDABLE))
+        if unknown:
+            raise serializers.ValidationError(f"unknown assumptions {', '.join(unknown)}; "
+                                              f"overridable: {', '.join(disposition.OVERRIDABLE)}")
+        return value
+
+    def validate_demands(self, value):
+        pools = [d["pool"] for d in value]
+        if len(pools) != len(set(pools)):
+            raise serializers.ValidationError("each pool may appear once")
+        return value
+
+
+class DispositionPlanOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    inputs = serializers.JSONField()
+    result = serializers.JSONField(help_text="split, option_returns, total_return, freed_power_value, allocations, "
+                                             "blocks (option values per block), reasoning, assumptions (with sources)")

@@ -1,0 +1,409 @@
+"""Turns operator parameters plus the inventory into the planner's ``PlanInputs``.
+
+The planner (``planning.engines.migration``) is pure; this module is the only place
+that reads rows for it: halls in scope (IT budget, PUE), rack positions (cooling, kW), the
+current fleet per rack by node type, and the target node type from the catalogue. Operator
+parameters (deliveries, durations, facility upgrades, floor, largest job, perf factors) are
+validated here into ``[{field, message}]`` errors, so the API and the console form refuse
+bad input the same way. The resolved inputs are stored as canonical JSON so a stored plan
+can be recomputed (and charted) without touching the inventory again.
+"""
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import asdict
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from core.reference_data import generation as reference_generation
+from core.reference_data import parameter
+from fleet.choices import Lifecycle
+from fleet.models import Hall, Node, NodeType, Rack
+from planning.engines import migration as mp
+
+# Nodes in these states are gone from the fleet a migration has to replace.
+GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
+DEFAULT_TARGET = "gb200-nvl72"
+# Demo policy (operator input, not reference figures): the target delivers 2x per GPU,
+# the floor is 3/4 of today's GPUs, the largest job half of them, four 8-rack scalable
+# units arrive in weeks 4, 12, 40 and 56 and together bring 9/8 of today's GPUs (8 NVL72
+# racks each for the 2,048-GPU demo), the last 16 air positions get a CDU.
+DEFAULT_TARGET_PERF = 2.0
+DEFAULT_FLOOR_FRACTION = 0.75
+DEFAULT_JOB_FRACTION = 0.5
+DEFAULT_DELIVERY_WEEKS = (4, 12, 40, 56)
+DEFAULT_GROWTH = 1.125
+DEFAULT_CDU_POSITIONS = 16
+PERF_SOURCE = "operator input (no reference figure for relative performance)"
+
+
+class PlanInputError(Exception):
+    """Bad operator parameters; ``errors`` is ``[{field, message}]`` as in API.md."""
+
+    def __init__(self, errors: list[dict]):
+        super().__init__("; ".join(f"{e['field']}: {e['message']}" for e in errors))
+        self.errors = errors
+
+
+class DeliverySerializer(serializers.Serializer):
+    date = serializers.DateField(help_text="day the scalable units arrive on site")
+    scalable_units = serializers.IntegerField(min_value=1, max_value=1000)
+    racks_per_unit = serializers.IntegerField(min_value=1, max_value=1000, help_text="racks of the target type per unit")
+    label = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
+
+
+class FacilityUpgradeSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["cdu_install"], default="cdu_install")
+    positions = serializers.ListField(
+        child=serializers.CharField(max_length=100), min_length=1, max_length=10000,
+        help_text="rack ids or names (in the halls in scope) that get the upgrade",
+    )
+    earliest_start = serializers.DateField(required=False, help_text="default: the plan's start")
+    lead_time_days = serializers.IntegerField(
+        min_value=0, max_value=3650, required=False, allow_null=True,
+        help_text="default: high end of cdu_lead_time (facility.csv)",
+    )
+    power_kw_after = serializers.FloatField(
+        min_value=0, max_value=1000, required=False, allow_null=True,
+        help_text="position power after the upgrade; default: high end of liquid_rack_capacity (facility.csv)",
+    )
+    cooling_kw_after = serializers.FloatField(
+        min_value=0, max_value=1000, required=False, allow_null=True,
+        help_text="position liquid cooling after the upgrade; default: as power_kw_after",
+    )
+
+
+class PlanParametersSerializer(serializers.Serializer):
+    """What an operator decides; every field has a default from the inventory or the reference data."""
+
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    start = serializers.DateField(required=False, help_text="first planned week; default: next Monday")
+    halls = serializers.ListField(
+        child=serializers.UUIDField(), required=False, min_length=1, help_text="hall ids in scope; default: all halls"
+    )
+    positions = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, min_length=1,
+        help_text="rack ids or names in scope; default: every rack of the halls in scope",
+    )
+    target_node_type = serializers.SlugField(required=False, help_text=f"catalogue slug; default {DEFAULT_TARGET}")
+    target_perf_per_gpu = serializers.FloatField(min_value=0.01, max_value=100, required=False,
+                                                 help_text="performance of one target GPU relative to one current GPU")
+    deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
+    burn_in_days = serializers.IntegerField(min_value=0, max_value=365, required=False, allow_null=True,
+                                            help_text="default: high end of burn_in_per_rack (facility.csv)")
+    cut_over_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=1)
+    drain_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
+    sanitise_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
+    ship_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
+    facility_upgrades = FacilityUpgradeSerializer(many=True, required=False)
+    capacity_floor_gpus = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False)
+    capacity_floor_perf = serializers.FloatField(min_value=0, max_value=1e9, required=False, allow_null=True, default=None)
+    largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
+    power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
+
+
+def field_errors(detail, prefix: str = "") -> list[dict]:
+    """DRF's nested errors → ``[{field, message}]`` with paths like ``deliveries[0].date``.
+
+    DRF keys list items by int (``{0: {...}}``); those become ``[0]`` so the paths read the
+    same as the ones this module writes itself.
+    """
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            if isinstance(key, int):
+                field = f"{prefix}[{key}]"
+            elif key == "non_field_errors":
+                field = prefix or "non_field_errors"
+            else:
+                field = f"{prefix}.{key}" if prefix else str(key)
+            out.extend(field_errors(value, field))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for index, item in enumerate(detail):
+            out.extend(field_errors(item, f"{prefix}[{index}]") if isinstance(item, (dict, list))
+                       else [{"field": prefix or "non_field_errors", "message": str(item)}])
+        return out
+    return [{"field": prefix or "non_field_errors", "message": str(detail)}]
+
+
+def next_monday(today: date | None = None) -> date:
+    today = today or timezone.now().date()
+    return today + timedelta(days=(7 - today.weekday()) % 7 or 7)
+
+
+def _resolve_racks(refs: list[str], by_id: dict[str, Rack], by_name: dict[str, Rack], field: str,
+                   errors: list[dict]) -> list[Rack]:
+    racks = []
+    for i, ref in enumerate(refs):
+        rack = by_id.get(ref) or by_name.get(ref)
+        if rack is None:
+            errors.append({"field": f"{field}[{i}]", "message": f"No rack {ref!r} in the halls in scope; give a rack id or name."})
+        else:
+            racks.append(rack)
+    return racks
+
+
+def _json_ready(data: dict) -> dict:
+    """Validated data with dates and UUIDs as strings: the canonical, storable parameters."""
+    def conv(value):
+        if isinstance(value, dict):
+            return {k: conv(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [conv(v) for v in value]
+        if isinstance(value, date):
+            return value.isoformat()
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        return value
+    return conv(data)
+
+
+def default_parameters(*, start: date | None = None, halls: list[str] | None = None) -> dict:
+    """The demo defaults over the inventory of ``halls`` (default: every hall); the console form's prefill."""
+    start = start or next_monday()
+    if halls is None:
+        halls = list(Hall.objects.order_by("site__name", "name").values_list("id", flat=True))
+    nodes = (Node.objects.exclude(lifecycle__in=GONE).filter(rack__hall_id__in=halls)
+             .values_list("node_type__gpus_per_node", flat=True))
+    gpus = sum(nodes)
+    air_racks = list(Rack.objects.filter(hall_id__in=halls, cooling__in=["air", "rear_door"], nodes__isnull=False)
+                     .distinct().order_by("hall__name", "row", "column", "name").values_list("name", flat=True))
+    cdu = air_racks[-DEFAULT_CDU_POSITIONS:]
+    target = mp.NodeTypeSpec.from_reference(NodeType.objects.get(slug=DEFAULT_TARGET).gpu_model)
+    racks_per_unit = max(1, math.ceil(gpus * DEFAULT_GROWTH / target.gpus_per_rack / len(DEFAULT_DELIVERY_WEEKS)))
+    return {
+        "name": f"Migration to {DEFAULT_TARGET}",
+        "start": start.isoformat(),
+        "halls": [str(h) for h in halls],
+        "target_node_type": DEFAULT_TARGET,
+        "target_perf_per_gpu": DEFAULT_TARGET_PERF,
+        "deliveries": [
+            {"date": (start + timedelta(weeks=w)).isoformat(), "scalable_units": 1,
+             "racks_per_unit": racks_per_unit, "label": f"SU{i + 1}"}
+            for i, w in enumerate(DEFAULT_DELIVERY_WEEKS)
+        ],
+        "burn_in_days": None,
+        "cut_over_days": 1, "drain_days": 7, "sanitise_days": 7, "ship_days": 7,
+        "facility_upgrades": [{"kind": "cdu_install", "positions": cdu, "earliest_start": start.isoformat(),
+                               "lead_time_days": None, "power_kw_after": None, "cooling_kw_after": None}] if cdu else [],
+        "capacity_floor_gpus": int(gpus * DEFAULT_FLOOR_FRACTION),
+        "capacity_floor_perf": None,
+        "largest_job_gpus": max(1, int(gpus * DEFAULT_JOB_FRACTION)),
+        "horizon_weeks": 104,
+        "power_margin": 0.05,
+    }
+
+
+def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
+    """Operator parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``."""
+    if not isinstance(data, dict):
+        raise PlanInputError([{"field": "non_field_errors", "message": "Send a JSON object of plan parameters."}])
+    serializer = PlanParametersSerializer(data=data)
+    if not serializer.is_valid():
+        raise PlanInputError(field_errors(serializer.errors))
+    given = _json_ready(dict(serializer.validated_data))
+    start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
+    params = default_parameters(start=start, halls=given.get("halls"))
+    params.update({k: v for k, v in given.items()})
+    if not params.get("name"):
+        params["name"] = f"Migration to {params['target_node_type']}"
+    if "positions" not in given:
+        params.pop("positions", None)
+    errors: list[dict] = []
+    start_s = params["start"]
+    for i, d in enumerate(params["deliveries"]):
+        if d["date"] < start_s:
+            errors.append({"field": f"deliveries[{i}].date", "message": f"Deliveries must arrive on or after the start ({start_s})."})
+    if errors:
+        raise PlanInputError(errors)
+    # Resolving against the inventory finds the remaining errors (unknown halls, racks, node types).
+    return params, build_inputs(params)
+
+
+def build_inputs(params: dict) -> mp.PlanInputs:
+    """Complete parameters (from ``validate_parameters``) + inventory rows → ``PlanInputs``."""
+    errors: list[dict] = []
+    start = date.fromisoformat(params["start"])
+    hall_rows = {str(h.id): h for h in Hall.objects.filter(id__in=params["halls"]).select_related("site")}
+    # The planner names halls in charts and fixes: give it "site/hall", unique like the id.
+    hall_label = {hid: str(h) for hid, h in hall_rows.items()}
+    for i, hall_id in enumerate(params["halls"]):
+        if hall_id not in hall_rows:
+            errors.append({"field": f"halls[{i}]", "message": f"No hall {hall_id}; list halls in the console (Fleet)."})
+    target_row = NodeType.objects.filter(slug=params["target_node_type"]).first()
+    if target_row is None:
+        errors.append({"field": "target_node_type",
+                       "message": f"No node type {params['target_node_type']!r} in the catalogue; e.g. {DEFAULT_TARGET}."})
+    racks = list(Rack.objects.filter(hall_id__in=hall_rows).order_by("hall__name", "row", "column", "name"))
+    by_id = {str(r.id): r for r in racks}
+    by_name = {r.name: r for r in racks}
+    if "positions" in params:
+        racks = _resolve_racks(params["positions"], by_id, by_name, "positions", errors)
+        by_id = {str(r.id): r for r in racks}
+        by_name = {r.name: r for r in racks}
+    if not racks and not errors:
+        errors.append({"field": "halls", "message": "The halls in scope have no rack positions; add racks or choose other halls."})
+    upgrades: dict[str, mp.FacilityUpgrade] = {}
+    liquid = parameter("liquid_rack_capacity")
+    for i, up in enumerate(params.get("facility_upgrades") or []):
+        field = f"facility_upgrades[{i}]"
+        targets = _resolve_racks(up["positions"], by_id, by_name, f"{field}.positions", errors)
+        after_power = up.get("power_kw_after")
+        after_power = float(liquid.high) if after_power is None else after_power
+        after_cooling = up.get("cooling_kw_after")
+        after_cooling = after_power if after_cooling is None else after_cooling
+        earliest = date.fromisoformat(up.get("earliest_start") or params["start"])
+        for rack in targets:
+            if str(rack.id) in upgrades:
+                errors.append({"field": f"{field}.positions", "message": f"{rack.name} already has an upgrade; give each position one."})
+                continue
+            adds_power = max(0.0, after_power - float(rack.rated_power_kw))
+            adds_cooling = max(0.0, after_cooling - float(rack.cooling_capacity_kw))
+            if up.get("lead_time_days") is None:
+                upgrade = mp.FacilityUpgrade.cdu_install(earliest_start=earliest, adds_power_kw=adds_power,
+                                                         adds_cooling_kw=adds_cooling)
+            else:
+                upgrade = mp.FacilityUpgrade(kind=up.get("kind", "cdu_install"), lead_time_days=up["lead_time_days"],
+                                             earliest_start=earliest, adds_power_kw=adds_power,
+                                             adds_cooling_kw=adds_cooling)
+            upgrades[str(rack.id)] = upgrade
+    target = None
+    if target_row is not None:
+        try:
+            target = mp.NodeTypeSpec.from_reference(target_row.gpu_model, name=target_row.slug,
+                                                    perf_per_gpu=params["target_perf_per_gpu"], perf_source=PERF_SOURCE)
+        except (KeyError, ValueError) as exc:
+            errors.append({"field": "target_node_type", "message": f"{target_row.slug} cannot be planned: {exc}"})
+    fleet = _fleet_blocks([r.id for r in racks], target_row, errors)
+    if errors:
+        raise PlanInputError(errors)
+    positions = tuple(
+        mp.Position(str(r.id), hall_label[str(r.hall_id)], r.name, r.cooling, float(r.rated_power_kw), float(r.cooling_capacity_kw),
+                    upgrades.get(str(r.id)))
+        for r in racks
+    )
+    hall_ids = {p.hall_id for p in positions}
+    halls = tuple(mp.Hall(hall_label[hid], hall_label[hid], float(h.it_power_budget_kw), float(h.pue))
+                  for hid, h in hall_rows.items() if hall_label[hid] in hall_ids)
+    assert target is not None
+    delivered = sum(d["scalable_units"] * d["racks_per_unit"] for d in params["deliveries"])
+    if delivered > len(racks):
+        # More racks than positions can never all land; refusing here also bounds the planner's work.
+        raise PlanInputError([{"field": "deliveries", "message": (
+            f"The deliveries bring {delivered:,} racks but the scope has only {len(racks):,} positions: "
+            "add halls or positions to the scope, or deliver fewer racks.")}])
+    deliveries = tuple(
+        mp.Delivery(date.fromisoformat(d["date"]), d["scalable_units"], d["racks_per_unit"] * target.nodes_per_rack,
+                    d.get("label", ""))
+        for d in params["deliveries"]
+    )
+    return mp.PlanInputs(
+        start=start, halls=halls, positions=positions, fleet=fleet, target=target, deliveries=deliveries,
+        capacity_floor_gpus=params["capacity_floor_gpus"], largest_job_gpus=params["largest_job_gpus"],
+        capacity_floor_perf=params.get("capacity_floor_perf"), horizon_weeks=params["horizon_weeks"],
+        burn_in_days=params.get("burn_in_days"), cut_over_days=params["cut_over_days"],
+        drain_days=params["drain_days"], sanitise_days=params["sanitise_days"], ship_days=params["ship_days"],
+        power_margin=params["power_margin"],
+    )
+
+
+def _fleet_blocks(rack_ids: list, target_row: NodeType | None, errors: list[dict]) -> tuple[mp.FleetBlock, ...]:
+    """The current fleet in scope: one block per (node type, nodes per rack), racks in inventory order."""
+    counts: Counter = Counter()
+    types: dict[str, NodeType] = {}
+    per_rack: dict[str, set[str]] = defaultdict(set)
+    nodes = (Node.objects.filter(rack_id__in=rack_ids).exclude(lifecycle__in=GONE)
+             .select_related("node_type").only("rack_id", "node_type"))
+    for node in nodes:
+        counts[(str(node.rack_id), node.node_type.slug)] += 1
+        types[node.node_type.slug] = node.node_type
+        per_rack[str(node.rack_id)].add(node.node_type.slug)
+    mixed = sorted(rid for rid, slugs in per_rack.items() if len(slugs) > 1)
+    if mixed:
+        errors.append({"field": "positions", "message": f"{len(mixed)} racks hold more than one node type (e.g. {mixed[0]}); "
+                                                        "leave them out of the scope or plan them separately."})
+        return ()
+    groups: dict[tuple[str, int], list[str]] = defaultdict(list)
+    order = {str(rid): i for i, rid in enumerate(rack_ids)}
+    for (rack_id, slug), n in sorted(counts.items(), key=lambda kv: order[kv[0][0]]):
+        groups[(slug, n)].append(rack_id)
+    blocks = []
+    for (slug, per), rack_list in groups.items():
+        row = types[slug]
+        if target_row is not None and slug == target_row.slug:
+            continue  # already the target generation: stays, not migrated
+        try:
+            spec = mp.NodeTypeSpec.from_reference(row.gpu_model, name=slug, nodes_per_rack=per)
+        except (KeyError, ValueError) as exc:
+            errors.append({"field": "positions", "message": f"{slug} in the scope cannot be planned: {exc}"})
+            continue
+        blocks.append(mp.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
+    return tuple(blocks)
+
+
+# --------------------------------------------------------------------------- canonical JSON
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value, 6)
+    return value
+
+
+def inputs_to_json(inputs: mp.PlanInputs) -> dict:
+    return _plain(asdict(inputs))
+
+
+def _upgrade(d: dict | None) -> mp.FacilityUpgrade | None:
+    if d is None:
+        return None
+    return mp.FacilityUpgrade(**{**d, "earliest_start": date.fromisoformat(d["earliest_start"]),
+                                 "cost": Decimal(d["cost"]) if d["cost"] is not None else None})
+
+
+def inputs_from_json(d: dict) -> mp.PlanInputs:
+    """Inverse of ``inputs_to_json``: stored plans recompute without reading the inventory."""
+    return mp.PlanInputs(**{
+        **d,
+        "start": date.fromisoformat(d["start"]),
+        "halls": tuple(mp.Hall(**h) for h in d["halls"]),
+        "positions": tuple(mp.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]),
+        "fleet": tuple(mp.FleetBlock(**{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]),
+                                        "position_ids": tuple(b["position_ids"])}) for b in d["fleet"]),
+        "target": mp.NodeTypeSpec(**d["target"]),
+        "deliveries": tuple(mp.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]),
+    })
+
+
+def plan_to_json(plan: mp.MigrationPlan) -> dict:
+    """The stored result: everything the planner said, plus its headline."""
+    return {**_plain(asdict(plan)), "headline": plan.headline}
+
+
+def reference_citations() -> list[dict]:
+    """The reference rows the planner's defaults come from (shown beside the plan)."""
+    rows = [parameter(n) for n in ("burn_in_per_rack", "cdu_lead_time", "liquid_rack_capacity",
+                                   "pue_industry_average", "ndr_two_tier_fat_tree_max_endpoints")]
+    cited = [{"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"} for r in rows]
+    for model in ("H100-SXM5-80GB", "GB200-NVL72"):
+        g = reference_generation(model)
+        kw = f"{g.node_kw} kW/node" if g.node_kw is not None else f"{g.rack_kw_typical} kW/rack"
+        cited.append({"name": model, "value": f"{kw}, {g.cooling}, {g.fabric}", "unit": "", "source": f"generations.csv: {g.source}"})
+    return cited

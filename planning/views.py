@@ -1,0 +1,301 @@
+"""Console pages for plans: generation migration plans and disposition plans (thin: services
+plan, selectors read, charts draw)."""
+from __future__ import annotations
+
+import re
+
+import plotly.io as pio
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from core.api.lookups import parse_uuid, uuid_or_404
+from core.api.problems import Problem
+from core.decorators import console_action, operator_required, permission_denied_page
+from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing, require_permission
+from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
+from fleet.models import Hall, Node, NodeType
+from fleet.selectors import data_handling_status, halls_for_filter
+from fleet.services import sanitization
+from fleet.services.lifecycle import InvalidTransition
+from fleet.services.node_actions import ActionRefused, perform_node_action
+from planning.api.views import create_plan_from
+from planning.api.serializers import DispositionPlanIn
+from planning.models import DispositionPlan, MigrationPlan
+from planning.selectors import plan_list as plan_list_query
+from planning.selectors import scheduled_work, verdict_groups
+from planning.inputs import PlanInputError, default_parameters, reference_citations
+from planning.services.migration_plans import PlanNotApplicable, apply_plan, create_plan, recompute
+
+PLANS_PER_PAGE = 50
+_NUMBER_FIELDS = ("target_perf_per_gpu", "burn_in_days", "cut_over_days", "drain_days", "sanitise_days", "ship_days",
+                  "capacity_floor_gpus", "largest_job_gpus", "horizon_weeks")
+
+
+def _chart_json(fig) -> str:
+    # Embedded in a <script type="application/json">: never let the JSON close the tag.
+    return pio.to_json(fig, validate=False).replace("</", "<\\/")
+
+
+def _form_values(params: dict) -> dict:
+    """Parameters → the strings the form shows."""
+    upgrade = (params.get("facility_upgrades") or [{}])[0] if params.get("facility_upgrades") else {}
+    return {
+        **{k: "" if params.get(k) is None else params[k] for k in ("name", "start", "target_node_type", *_NUMBER_FIELDS)},
+        "halls": params.get("halls", []),
+        "deliveries": "\n".join(
+            ", ".join(str(x) for x in (d["date"], d["scalable_units"], d["racks_per_unit"], d.get("label", ""))).rstrip(", ")
+            for d in params.get("deliveries", [])
+        ),
+        "cdu_positions": " ".join(upgrade.get("positions", [])),
+        "cdu_start": upgrade.get("earliest_start") or "",
+        "cdu_lead_time_days": "" if upgrade.get("lead_time_days") is None else upgrade["lead_time_days"],
+        "cdu_kw_after": "" if upgrade.get("power_kw_after") is None else upgrade["power_kw_after"],
+    }
+
+
+def _parameters_from_post(post) -> tuple[dict, list[dict]]:
+    """The form's strings → API parameters (the service validates them like an API body)."""
+    params: dict = {"halls": post.getlist("halls")}
+    for key in ("name", "start", "target_node_type"):
+        if post.get(key, "").strip():
+            params[key] = post[key].strip()
+    for key in _NUMBER_FIELDS:
+        value = post.get(key, "").strip()
+        if value:
+            params[key] = value
+        elif key == "burn_in_days":
+            params[key] = None
+    errors = []
+    deliveries = []
+    for n, line in enumerate(post.get("deliveries", "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            errors.append({"field": "deliveries", "message": f"line {n}: write 'date, scalable units, racks per unit[, label]'"})
+            continue
+        deliveries.append({"date": parts[0], "scalable_units": parts[1], "racks_per_unit": parts[2],
+                           "label": parts[3] if len(parts) > 3 else ""})
+    if deliveries:
+        params["deliveries"] = deliveries
+    positions = [p for p in re.split(r"[\s,]+", post.get("cdu_positions", "")) if p]
+    if positions:
+        upgrade = {"kind": "cdu_install", "positions": positions}
+        for form_key, key in (("cdu_start", "earliest_start"), ("cdu_lead_time_days", "lead_time_days"),
+                              ("cdu_kw_after", "power_kw_after")):
+            if post.get(form_key, "").strip():
+                upgrade[key] = post[form_key].strip()
+        params["facility_upgrades"] = [upgrade]
+    else:
+        params["facility_upgrades"] = []
+    return params, errors
+
+
+@operator_required
+def migration_list(request):
+    page = Paginator(plan_list_query(), PLANS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "planning/migration_list.html", {"nav": "plans", "page": page})
+
+
+@operator_required
+@console_action("migration_plan.create")
+def migration_create(request):
+    errors: list[dict] = []
+    if request.method == "POST":
+        params, errors = _parameters_from_post(request.POST)
+        if not errors:
+            try:
+                plan = create_plan(parameters=params, actor=actor_label(request.user))
+            except PlanInputError as exc:
+                errors = exc.errors
+            else:
+                return redirect("planning:migration-plan-detail", pk=plan.id)
+        values = _form_values(params)
+        values["deliveries"] = request.POST.get("deliveries", "")
+        values["cdu_positions"] = request.POST.get("cdu_positions", "")
+        for key in ("cdu_start", "cdu_lead_time_days", "cdu_kw_after"):
+            values[key] = request.POST.get(key, "")
+    else:
+        values = _form_values(default_parameters())
+    return render(request, "planning/migration_form.html", {
+        "nav": "plans", "values": values, "errors": errors,
+        "halls": Hall.objects.select_related("site").order_by("site__name", "name"),
+        "node_types": NodeType.objects.order_by("generation", "slug"),
+        "citations": reference_citations(),
+    }, status=400 if errors else 200)
+
+
+@operator_required
+def migration_detail(request, pk):
+    record = get_object_or_404(MigrationPlan, pk=pk)
+    result = record.result
+    params = record.inputs["parameters"]
+    hall_names = {h["id"]: h["name"] for h in record.inputs["resolved"]["halls"]}
+    context = {
+        "nav": "plans", "plan": record, "result": result, "params": params, "hall_names": hall_names,
+        "verdict_rows": verdict_groups(result["position_verdicts"], hall_names),
+        "verdict_counts": {s: sum(1 for v in result["position_verdicts"] if v["status"] == s)
+                           for s in ("ok_now", "after_upgrade", "never")},
+        "naive": result["naive"],
+        "work": scheduled_work(record) if record.status == MigrationPlan.Status.APPLIED else [],
+        "citations": reference_citations(),
+    }
+    if record.feasible:
+        plan = recompute(record)
+        context["charts"] = {
+            "chart-gpus": _chart_json(capacity_gpus_figure(plan, params["capacity_floor_gpus"])),
+            "chart-perf": _chart_json(capacity_perf_figure(plan, params.get("capacity_floor_perf"))),
+            "chart-power": _chart_json(power_figure(plan)),
+        }
+    return render(request, "planning/migration_detail.html", context)
+
+
+@operator_required
+@require_POST
+@console_action("migration_plan.apply")
+def migration_apply(request, pk):
+    record = get_object_or_404(MigrationPlan, pk=pk)
+    try:
+        record, created = apply_plan(plan_id=record.id, actor=actor_label(request.user))
+    except PlanNotApplicable as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Plan applied: {created} actions scheduled." if created
+                         else "This plan was already applied; nothing new was scheduled.")
+    return redirect("planning:migration-plan-detail", pk=pk)
+
+
+# ---- disposition plans
+
+DEMAND_ROWS = 3
+NODES_PER_PAGE = 100
+DEFAULT_DEMANDS = [("inference", 64, "2.00", "0.80", 24), ("batch", 32, "1.40", "0.70", 24)]
+
+
+def _form_to_body(post) -> dict:
+    demands = []
+    for i in range(DEMAND_ROWS):
+        pool = post.get(f"pool_{i}", "").strip()
+        if pool:
+            demands.append({"pool": pool, "nodes_wanted": post.get(f"nodes_{i}"), "value_per_gpu_hour": post.get(f"value_{i}"),
+                            "utilisation": post.get(f"util_{i}"), "horizon_months": post.get(f"months_{i}")})
+    selection = {k: post.get(k, "").strip() for k in ("generation", "gpu_model")}
+    if post.get("hall_id"):
+        selection["hall_id"] = post["hall_id"]
+    if post.get("min_age_years", "").strip():
+        selection["min_age_years"] = post["min_age_years"].strip()
+    body = {"name": post.get("name", "").strip(), "selection": selection, "demands": demands,
+            "horizon_months": post.get("horizon_months"), "channel": post.get("channel", "broker")}
+    if post.get("lease_cap_nodes", "").strip():
+        body["lease_cap_nodes"] = post["lease_cap_nodes"].strip()
+    return body
+
+
+@operator_required
+@console_action("disposition_plan.create")
+def disposition_list(request):
+    errors, form = [], None
+    if request.method == "POST":
+        form = request.POST
+        body = DispositionPlanIn(data=_form_to_body(request.POST))
+        if body.is_valid():
+            try:
+                plan = create_plan_from(body.validated_data, actor=actor_label(request.user))
+                return redirect("planning:disposition-plan-detail", pk=plan.pk)
+            except Problem as exc:
+                errors = [f"{e['field']}: {e['message']}" for e in exc.errors]
+        else:
+            errors = [f"{field}: {msg}" for field, msg in _flat(body.errors)]
+    plans = DispositionPlan.objects.only("id", "name", "created_by", "created_at", "result")[:50]
+    return render(request, "planning/disposition_list.html", {
+        "nav": "plans", "plans": plans, "halls": halls_for_filter(), "errors": errors, "form": form,
+        "demand_rows": [(i, *(DEFAULT_DEMANDS[i] if i < len(DEFAULT_DEMANDS) and form is None else ("", "", "", "", "")))
+                        for i in range(DEMAND_ROWS)],
+        "channels": ("broker", "auction", "distressed"),
+    })
+
+
+def _flat(errors, prefix=""):
+    if isinstance(errors, dict):
+        for k, v in errors.items():
+            yield from _flat(v, f"{prefix}.{k}" if prefix else k)
+    elif isinstance(errors, list):
+        for i, v in enumerate(errors):
+            if isinstance(v, (dict, list)):
+                yield from _flat(v, f"{prefix}[{i}]")
+            else:
+                yield prefix, str(v)
+
+
+@operator_required
+def disposition_detail(request, pk):
+    plan = get_object_or_404(DispositionPlan, pk=uuid_or_404(pk))
+    assignments = plan.assignments.select_related("node", "node__rack").order_by("node__hostname")
+    page = Paginator(assignments, NODES_PER_PAGE).get_page(request.GET.get("page"))
+    status = data_handling_status([a.node_id for a in page.object_list])
+    rows = [(a, status[a.node_id]) for a in page.object_list]
+    result = plan.result
+    return render(request, "planning/disposition_plan.html", {
+        "nav": "plans", "plan": plan, "result": result, "page": page, "rows": rows,
+        "split_rows": [(o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
+                       for o in result["split"]],
+        "figures": result["figures"],
+    })
+
+
+NODE_STEPS = {"bmc_reset": sanitization.record_bmc_reset, "asset_tags": sanitization.record_asset_tags_removed}
+# The permission-table action of each button on the plan page.
+PLAN_PAGE_ACTIONS = {"bmc_reset": "node.record_bmc_reset", "asset_tags": "node.record_asset_tags_removed",
+                     "custody": "node.record_custody_transfer", "sanitize": "node.sanitize",
+                     "retire": "node.retire", "dispose": "node.dispose"}
+
+
+@operator_required
+@require_POST
+def disposition_node_action(request, pk):
+    """Run one checklist step or lifecycle action on the nodes ticked on the plan page."""
+    action = request.POST.get("action", "")
+    if action in PLAN_PAGE_ACTIONS:
+        try:
+            require_permission(request.user, PLAN_PAGE_ACTIONS[action])
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
+    plan = get_object_or_404(DispositionPlan, pk=uuid_or_404(pk))
+    ids = [i for i in (parse_uuid(v) for v in request.POST.getlist("node")) if i]
+    nodes = list(Node.objects.filter(pk__in=ids, disposition_assignments__plan=plan))
+    actor = actor_label(request.user)
+    if not nodes:
+        messages.error(request, "Tick at least one node of this plan, then choose the action again.")
+        return redirect("planning:disposition-plan-detail", pk=plan.pk)
+    done, refused = 0, []
+    for node in nodes:
+        try:
+            if action in NODE_STEPS:
+                NODE_STEPS[action](node=node, actor=actor, reason=f"disposition plan {plan.name}")
+            elif action == "custody":
+                to_party = request.POST.get("to_party", "").strip()
+                ref = request.POST.get("document_ref", "").strip()
+                if not to_party or not ref:
+                    messages.error(request, "A custody transfer needs the receiving party and a document reference.")
+                    break
+                sanitization.record_custody_transfer(node=node, from_party=node.rack.hall.site.name, to_party=to_party,
+                                                     document_ref=ref, actor=actor)
+            elif action in ("sanitize", "retire", "dispose"):
+                perform_node_action(node_id=node.pk, action=action, actor=actor,
+                                    reason=f"disposition plan {plan.name}", user=request.user)
+            else:
+                messages.error(request, f"Unknown action {action!r}.")
+                break
+            done += 1
+        except (ActionRefused, InvalidTransition) as exc:
+            refused.append(f"{node.hostname}: {exc}")
+    if done:
+        messages.success(request, f"{action.replace('_', ' ')}: done on {done} node(s).")
+    for line in refused[:10]:
+        messages.warning(request, line)
+    if len(refused) > 10:
+        messages.warning(request, f"... and {len(refused) - 10} more refused.")
+    return redirect("planning:disposition-plan-detail", pk=plan.pk)

@@ -1,0 +1,28 @@
+"""The demo's billing step: invoices that add up, idempotent on a second run."""
+import io
+
+import pytest
+from django.db.models import Sum
+
+from billing.models import Invoice, UsageEvent
+from devtools.services.demo_billing import seed_demo_billing
+
+LEDGER_DBS = ["default", "ledger"]
+
+pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
+
+
+def test_demo_billing_seeds_invoices_that_add_up():
+    seed_demo_billing(io.StringIO())
+    events = UsageEvent.objects.count()
+    assert events > 5000
+    invoices = list(Invoice.objects.all())
+    assert {i.status for i in invoices} == {"finalized", "draft"}
+    for invoice in invoices:
+        assert invoice.total == invoice.lines.aggregate(s=Sum("amount"))["s"]
+    assert any(line.kind == "sla_credit" for i in invoices for line in i.lines.all())
+    finalized = {i.pk: i.total for i in invoices if i.status == "finalized"}
+    out = io.StringIO()
+    seed_demo_billing(out)
+    assert "0 new" in out.getvalue() and UsageEvent.objects.count() == events
+    assert {i.pk: i.total for i in Invoice.objects.filter(status="finalized")} == finalized

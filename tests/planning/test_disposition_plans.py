@@ -1,0 +1,105 @@
+"""Disposition plans through the ops API and the console: the split covers every selected node,
+redeploy is served first, and the pages' query counts do not grow with the plan."""
+import uuid
+
+import pytest
+
+from fleet.models import Node
+from planning.models import DispositionAssignment, DispositionPlan
+from devtools.services.fleet_seed import seed_fleet
+
+pytestmark = pytest.mark.django_db
+
+DEMANDS = [{"pool": "inference", "nodes_wanted": 8, "value_per_gpu_hour": "2.00", "utilisation": "0.80",
+            "horizon_months": 24}]
+
+
+def body(**overrides):
+    return {"name": "H100 refresh", "selection": {"gpu_model": "H100"}, "demands": DEMANDS,
+            "horizon_months": 24, "channel": "broker", **overrides}
+
+
+def create(ops_api, **overrides):
+    return ops_api.post("/api/v1/ops/disposition-plans", body(**overrides), format="json",
+                        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+
+
+def test_plan_over_256_gpus_splits_every_node_redeploy_first(ops_api):
+    seed_fleet(gpus=256)
+    r = create(ops_api)
+    assert r.status_code == 201, r.json()
+    result = r.json()["result"]
+    h100 = Node.objects.filter(node_type__gpu_model__icontains="H100").count()
+    assert result["node_count"] == h100 == 32
+    assert sum(result["split"].values()) == h100
+    assert result["split"]["redeploy"] == 8
+    assert result["allocations"][0]["option"] == "redeploy" and result["allocations"][0]["pool"] == "inference"
+    assert result["reasoning"][0].startswith("Redeploy 8 nodes")
+    assert result["currency"] == "USD" and "figures" not in result
+    sources = {a["name"]: a["source"] for a in result["assumptions"]}
+    assert "economics.csv" in sources["electricity_usd_per_kwh"]
+    plan = DispositionPlan.objects.get(pk=r.json()["id"])
+    assert DispositionAssignment.objects.filter(plan=plan).count() == h100
+    assert DispositionAssignment.objects.filter(plan=plan, option="redeploy", pool="inference").count() == 8
+    got = ops_api.get(f"/api/v1/ops/disposition-plans/{plan.pk}")
+    assert got.status_code == 200 and got.json()["result"]["split"] == result["split"]
+
+
+def test_overrides_are_applied_and_cited(ops_api, small_fleet):
+    r = create(ops_api, demands=[], assumption_overrides={"freed_power_value_per_kw_month": "0"})
+    assert r.status_code == 201
+    result = r.json()["result"]
+    assert result["freed_power_value_per_kw_month"] == "0.00"
+    assert {a["name"]: a["source"] for a in result["assumptions"]}["freed_power_value_per_kw_month"] == \
+        "overridden in this plan"
+
+
+def test_bad_plan_input_is_400_with_errors(ops_api, small_fleet):
+    r = create(ops_api, horizon_months=0, channel="ebay", assumption_overrides={"pue": "-1", "magic": "2"},
+               demands=[{"pool": "x"}])
+    assert r.status_code == 400
+    fields = {e["field"] for e in r.json()["errors"]}
+    assert {"horizon_months", "channel"} <= fields and any("nodes_wanted" in f for f in fields)
+    assert any(f.startswith("assumption_overrides") for f in fields)
+    nothing = create(ops_api, selection={"gpu_model": "Z999"})
+    assert nothing.status_code == 400 and nothing.json()["errors"][0]["field"] == "selection"
+    empty = create(ops_api, selection={})
+    assert empty.status_code == 400
+    assert not DispositionPlan.objects.exists()
+
+
+def test_plan_creation_is_idempotent_and_unknown_plan_is_404(ops_api, small_fleet):
+    k = str(uuid.uuid4())
+    a = ops_api.post("/api/v1/ops/disposition-plans", body(), format="json", HTTP_IDEMPOTENCY_KEY=k)
+    b = ops_api.post("/api/v1/ops/disposition-plans", body(), format="json", HTTP_IDEMPOTENCY_KEY=k)
+    assert a.json()["id"] == b.json()["id"] and DispositionPlan.objects.count() == 1
+    assert ops_api.get(f"/api/v1/ops/disposition-plans/{uuid.uuid4()}").status_code == 404
+    assert ops_api.get("/api/v1/ops/disposition-plans/nope").status_code == 404
+
+
+@pytest.mark.parametrize("gpus", [64, 512])
+def test_plan_pages_have_a_fixed_query_count(operator_client, ops_api, django_assert_max_num_queries, gpus):
+    seed_fleet(gpus=gpus)
+    plan_id = create(ops_api).json()["id"]
+    with django_assert_max_num_queries(8):
+        listing = operator_client.get("/plans/disposition/")
+    assert listing.status_code == 200 and b"H100 refresh" in listing.content
+    with django_assert_max_num_queries(12):
+        page = operator_client.get(f"/plans/disposition/{plan_id}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="split-chart"' in html and "Redeploy 8 nodes" in html and "economics.csv" in html
+
+
+def test_console_form_creates_a_plan_and_runs_sanitize(operator_client, small_fleet):
+    r = operator_client.post("/plans/disposition/", {
+        "name": "console plan", "gpu_model": "H100", "horizon_months": "24", "channel": "broker",
+        "pool_0": "inference", "nodes_0": "2", "value_0": "2.00", "util_0": "0.8", "months_0": "24"})
+    assert r.status_code == 302
+    plan = DispositionPlan.objects.get(name="console plan")
+    node = plan.assignments.order_by("node__hostname").first().node
+    refused = operator_client.post(f"/plans/disposition/{plan.pk}/nodes/", {"action": "sanitize", "node": [node.pk]},
+                                   follow=True)
+    assert "allowed from: decommissioning" in refused.content.decode()
+    bad = operator_client.post("/plans/disposition/", {"name": "", "horizon_months": "x"})
+    assert bad.status_code == 200 and b"horizon_months" in bad.content

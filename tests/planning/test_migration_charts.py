@@ -1,0 +1,66 @@
+"""Migration charts are pure figure builders: test them as data, not pixels."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
+from planning.engines.migration import MigrationPlan, demo_inputs, plan_migration
+
+
+@cache
+def _plan() -> MigrationPlan:
+    return plan_migration(demo_inputs())
+
+
+def _traces(fig):
+    return {t.name: t for t in fig.data}
+
+
+def test_capacity_figure_has_plan_naive_pool_and_floor():
+    plan = _plan()
+    fig = capacity_gpus_figure(plan, 1536)
+    traces = _traces(fig)
+    assert list(traces) == [
+        "plan: total",
+        "plan: blackwell",
+        "plan: hopper",
+        "plan: largest single-generation pool",
+        "naive decommission_first: total (228,480 GPU-days below floor)",
+        "naive one_for_one_swap: total (0 GPU-days below floor)",
+    ]
+    assert list(traces["plan: total"].y) == [p.total_gpus for p in plan.timeline.points]
+    assert min(traces["plan: total"].y) == 1728
+    assert traces["plan: total"].y[0] == 2048 and traces["plan: total"].y[-1] == 2304
+    assert min(traces["naive decommission_first: total (228,480 GPU-days below floor)"].y) == 0
+    assert traces["naive decommission_first: total (228,480 GPU-days below floor)"].line.dash == "dash"
+    floor = [s for s in fig.layout.shapes if s.name == "floor"]
+    assert len(floor) == 1 and floor[0].y0 == floor[0].y1 == 1536
+    assert traces["plan: total"].x[0] == "2026-07-06"
+
+
+def test_perf_figure_uses_normalised_units():
+    plan = _plan()
+    traces = _traces(capacity_perf_figure(plan, 2048.0))
+    assert traces["plan: total"].y[0] == 2048.0
+    assert traces["plan: total"].y[-1] == 2304 * 2.0
+    assert "plan: largest single-generation pool" not in traces
+    assert not capacity_perf_figure(plan).layout.shapes
+
+
+def test_power_figure_plots_each_hall_against_its_budget():
+    plan = _plan()
+    traces = _traces(power_figure(plan))
+    assert set(traces) == {
+        "IT kW H1",
+        "budget kW H1",
+        "IT kW H2",
+        "budget kW H2",
+        "IT kW total",
+        "budget kW total",
+        "facility kW (IT x PUE)",
+    }
+    assert traces["IT kW H1"].y[0] == 2611.2
+    assert set(traces["budget kW H2"].y) == {2400.0}
+    assert all(kw <= b for kw, b in zip(traces["IT kW H2"].y, traces["budget kW H2"].y))
+    assert traces["facility kW (IT x PUE)"].y[0] == round(2611.2 * 1.58, 6)

@@ -1,0 +1,172 @@
+"""Migration plans through the ops API: create, read, apply; auth, idempotency, validation."""
+import uuid
+
+import pytest
+
+from core.models import AuditEvent
+from planning.models import MigrationPlan, PlannedAction
+from planning.inputs import plan_to_json
+from planning.services.migration_plans import recompute
+from devtools.services.fleet_seed import seed_fleet
+
+URL = "/api/v1/ops/migration-plans"
+START = "2026-07-06"
+
+
+def _post(client, body, key=None, url=URL):
+    return client.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY=key or str(uuid.uuid4()))
+
+
+@pytest.fixture
+def demo_fleet(db):
+    return seed_fleet(gpus=2048)
+
+
+def test_demo_fleet_plan_holds_the_floor_where_decommission_first_troughs(ops_api, demo_fleet):
+    response = _post(ops_api, {"start": START})
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    v = body["result"]["verdicts"]
+    assert body["feasible"] is True and body["status"] == "draft"
+    assert v["min_capacity_gpus"] == 1728 >= body["inputs"]["parameters"]["capacity_floor_gpus"] == 1536
+    assert v["trough_gpu_days"] == 0
+    assert v["naive_trough_gpu_days"]["decommission_first"] == 228_480 > 0
+    assert body["result"]["finish"] == "2027-08-23"
+    assert {p["status"] for p in body["result"]["position_verdicts"]} == {"ok_now", "after_upgrade", "never"}
+    assert any("cdu_lead_time" in a["source"] or "months" in a["source"] for a in body["result"]["assumptions"])
+    assert response["Location"].endswith(body["id"])
+    got = ops_api.get(f"{URL}/{body['id']}")
+    assert got.status_code == 200 and got.json()["result"] == body["result"]
+    # The stored inputs recompute the same plan without reading the inventory.
+    assert plan_to_json(recompute(MigrationPlan.objects.get(pk=body["id"]))) == body["result"]
+
+
+def test_apply_schedules_intake_and_decommission_once_and_is_audited(ops_api, demo_fleet):
+    plan_id = _post(ops_api, {"start": START}).json()["id"]
+    first = _post(ops_api, None, url=f"{URL}/{plan_id}/apply")
+    assert first.status_code == 200 and first.json()["status"] == "applied"
+    assert first.json()["actions"] == {"decommission": 256, "facility_upgrade": 16, "node_intake": 32}
+    intake = PlannedAction.objects.filter(plan_id=plan_id, kind="node_intake")
+    assert sum(a.gpus for a in intake) == 2304
+    assert all(a.ends_on > a.starts_on for a in intake)
+    count = PlannedAction.objects.count()
+    again = _post(ops_api, None, url=f"{URL}/{plan_id}/apply")  # a new key: applying twice adds nothing
+    assert again.status_code == 200 and PlannedAction.objects.count() == count
+    audits = AuditEvent.objects.filter(object_id=plan_id).values_list("action", flat=True)
+    assert sorted(audits) == ["migration_plan.apply", "migration_plan.create"]
+
+
+def test_infeasible_plan_says_what_fixes_it_and_cannot_be_applied(ops_api, demo_fleet):
+    body = _post(ops_api, {"start": START, "facility_upgrades": [], "capacity_floor_gpus": 2048}).json()
+    assert body["feasible"] is False and body["result"]["fixes"]
+    assert body["result"]["finish"] is None
+    response = _post(ops_api, None, url=f"{URL}/{body['id']}/apply")
+    assert response.status_code == 409 and response.json()["code"] == "plan_infeasible"
+    assert not PlannedAction.objects.exists()
+
+
+def test_replay_returns_the_stored_answer(ops_api, small_fleet):
+    key = str(uuid.uuid4())
+    first = _post(ops_api, {"start": START}, key=key)
+    second = _post(ops_api, {"start": START}, key=key)
+    assert first.status_code == second.status_code == 201
+    assert second["Idempotent-Replayed"] == "true"
+    assert second.json() == first.json()
+    assert MigrationPlan.objects.count() == 1
+
+
+def test_missing_idempotency_key_is_refused(ops_api, small_fleet):
+    response = ops_api.post(URL, {"start": START}, format="json")
+    assert response.status_code == 400 and response.json()["code"] == "idempotency_key_missing"
+    assert not MigrationPlan.objects.exists()
+
+
+@pytest.mark.parametrize("body, fields", [
+    ({"deliveries": [{"date": "2026-13-01", "scalable_units": 0, "racks_per_unit": 8}]},
+     {"deliveries[0].date", "deliveries[0].scalable_units"}),
+    ({"halls": [str(uuid.UUID(int=1))]}, {"halls[0]"}),
+    ({"target_node_type": "no-such-type"}, {"target_node_type"}),
+    ({"facility_upgrades": [{"positions": ["hall-1-r9999"]}]}, {"facility_upgrades[0].positions[0]"}),
+    ({"deliveries": [{"date": "2026-01-01", "scalable_units": 1, "racks_per_unit": 8}]}, {"deliveries[0].date"}),
+    ({"capacity_floor_gpus": -1, "horizon_weeks": "many"}, {"capacity_floor_gpus", "horizon_weeks"}),
+    ([1, 2], {"non_field_errors"}),
+])
+def test_bad_input_is_a_validation_problem_with_field_errors(ops_api, small_fleet, body, fields):
+    response = _post(ops_api, body if not isinstance(body, dict) else {"start": START, **body})
+    assert response.status_code == 400
+    problem = response.json()
+    assert problem["code"] == "validation_error"
+    assert fields <= {e["field"] for e in problem["errors"]}
+    assert not MigrationPlan.objects.exists()
+
+
+def test_tenant_and_agent_tokens_are_forbidden(db, small_fleet, operator_token):
+    from core.api.agent_tokens import mint_agent_token
+    from core.services.tokens import create_api_token
+    from fleet.models import Node
+    from tenants.models import Tenant
+
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    _, tenant_token = create_api_token(kind="tenant", tenant=tenant, role="admin", actor="test")
+    agent_token = mint_agent_token(Node.objects.first().id)
+    from rest_framework.test import APIClient
+
+    for token in (tenant_token, agent_token):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert _post(client, {"start": START}).status_code == 403
+        assert client.get(f"{URL}/{uuid.uuid4()}").status_code == 403
+    assert APIClient().get(f"{URL}/{uuid.uuid4()}").status_code == 401
+    assert not MigrationPlan.objects.exists()
+
+
+def test_unknown_or_malformed_id_is_404(ops_api, db):
+    assert ops_api.get(f"{URL}/{uuid.uuid4()}").status_code == 404
+    assert ops_api.get(f"{URL}/not-a-uuid").json()["code"] == "not_found"
+    assert _post(ops_api, None, url=f"{URL}/{uuid.uuid4()}/apply").status_code == 404
+
+
+def test_schema_describes_the_endpoints(api, db):
+    schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+    paths = schema["paths"]
+    create = paths["/api/v1/ops/migration-plans"]["post"]
+    assert {"201", "400", "403"} <= set(create["responses"])
+    assert any(p["name"] == "Idempotency-Key" and p["required"] for p in create["parameters"])
+    assert "get" in paths["/api/v1/ops/migration-plans/{id}"]
+    assert "post" in paths["/api/v1/ops/migration-plans/{id}/apply"]
+    assert "deliveries" in schema["components"]["schemas"]["PlanParametersRequest"]["properties"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"horizon_weeks": 4},
+    {"deliveries": [{"date": "2030-01-01", "scalable_units": 1, "racks_per_unit": 1}]},
+    {"burn_in_days": 365, "drain_days": 365},
+    {"capacity_floor_gpus": 0, "largest_job_gpus": 10_000_000},
+    {"target_node_type": "h100-sxm-8x"},
+    {"target_node_type": "a100-sxm-8x"},
+    {"power_margin": 0.5, "target_perf_per_gpu": 0.01},
+    {"facility_upgrades": [{"positions": ["hall-1-r0001"], "lead_time_days": 0, "power_kw_after": 0}]},
+    {"facility_upgrades": [{"positions": ["hall-1-r0001", "hall-1-r0001"]}]},
+    {"deliveries": [{"date": "2026-07-06", "scalable_units": 1000, "racks_per_unit": 1000}]},
+    {"halls": []},
+    {"name": "x" * 500},
+    {"start": None, "deliveries": None, "facility_upgrades": None},
+])
+def test_odd_input_is_planned_or_refused_never_a_server_error(ops_api, small_fleet, extra):
+    response = _post(ops_api, {"start": START, **extra})
+    assert response.status_code in (201, 400)
+    if response.status_code == 400:
+        assert response.json()["code"] == "validation_error" and response.json()["errors"]
+    else:
+        assert response.json()["feasible"] in (True, False) and response.json()["result"]["headline"]
+
+
+def test_defaults_follow_the_halls_in_scope(ops_api, small_fleet):
+    from fleet.models import Hall
+
+    liquid = Hall.objects.get(name="hall-2")
+    body = _post(ops_api, {"start": START, "halls": [str(liquid.id)]}).json()
+    params = body["inputs"]["parameters"]
+    # no fleet and no air positions there: no CDU to install, nothing to hold
+    assert params["facility_upgrades"] == [] and params["capacity_floor_gpus"] == 0
+    assert {v["status"] for v in body["result"]["position_verdicts"]} == {"ok_now"}
