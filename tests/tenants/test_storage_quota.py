@@ -71,3 +71,30 @@ def test_create_tenant_command_sets_the_storage_quota(db):
                  stdout=out)
     quota = Tenant.objects.get(slug="initech").storage_quota
     assert (quota.max_volumes, quota.max_gb) == (5, 500) and "5 volume(s), 500 GB" in out.getvalue()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_twenty_concurrent_creates_cannot_squeeze_past_the_quota(tenant_a):
+    """Each create locks the tenant row before counting, so racing requests see each other."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    create_tenant(slug=tenant_a.slug, name=tenant_a.name, max_nodes=64, actor="test", max_volumes=5)
+    clients = [tenant_client(tenant_a) for _ in range(20)]
+    barrier = threading.Barrier(20)
+
+    def create(numbered):
+        i, client = numbered
+        try:
+            barrier.wait()
+            return _create(client, f"race-{i}", 1, name=f"v{i}").status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(20) as pool:
+        statuses = list(pool.map(create, enumerate(clients)))
+    assert statuses.count(201) == 5 and statuses.count(403) == 15
+    assert Volume.objects.filter(tenant=tenant_a).count() == 5
