@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # with DEBUG=false the settings demand real SECRET_KEY and AGENT_TOKEN_KEY (README).
 DEV := DEBUG=$${DEBUG:-true}
 
-.PHONY: demo test install migrate bench ci clean
+.PHONY: demo test lint format install migrate bench ci clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,17 @@ demo: migrate
 
 test: install
 	@$(VENV)/bin/pytest
+
+# ruff (lint and format check), import-linter (the dependency rule) and a migrations check.
+lint: install
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/lint-imports
+	@$(PY) manage.py makemigrations --check --dry-run
+
+format: install
+	@$(VENV)/bin/ruff check --fix .
+	@$(VENV)/bin/ruff format .
 
 bench: migrate
 	@$(PY) -m benchmarks

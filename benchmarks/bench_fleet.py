@@ -7,8 +7,8 @@ from django.db import connection, transaction
 from django.test import Client
 
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
-from fleet.models import GPU, Node
 from devtools.services.fleet_seed import seed_fleet
+from fleet.models import GPU, Node
 
 
 @benchmark("seed_fleet --gpus 100000", fixture="empty", target="< 60 s")

@@ -1,10 +1,10 @@
 """Migration planner benchmark: the 2,048-GPU demo migration, weekly over 24 months."""
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
+from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Hall
 from planning.engines import migration as mp
 from planning.inputs import validate_parameters
 from planning.services.migration_plans import create_plan
-from devtools.services.fleet_seed import seed_fleet
 
 SITE = "plans"
 

@@ -11,9 +11,9 @@ from core.services.tokens import create_api_token
 from fleet.choices import Lifecycle
 from fleet.models import FabricDomain, Node, NodeType
 from fleet.services.lifecycle import transition_many
-from fleet.services.placement import place_allocation
 from tenants.models import Allocation
 from tenants.services.partitions import partition_for_allocation
+from tenants.services.placement import place_allocation
 from tenants.services.tenants import create_tenant
 
 PLACEMENTS = 200

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from billing.models import UsageEvent
 from billing.periods import period_end, period_start
+from tenants.models import AllocationNode
 
 LEDGER = "ledger"
 
@@ -41,7 +42,6 @@ class ReconcileReport:
 
 
 def reconcile(*, period: date, min_overlap: timedelta = timedelta(minutes=10)) -> ReconcileReport:
-    from tenants.models import AllocationNode
 
     start, end = period_start(period), period_end(period)
     now = timezone.now()

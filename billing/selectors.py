@@ -6,9 +6,16 @@ from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 from django.db.models.functions import TruncDate
+from django.utils import timezone
 
 from billing.models import BillingRun, Invoice, InvoiceLine, Unit, UsageEvent
-from billing.services.rating import gpu_hours, latest_price_book_version, prices, usage_amount
+from billing.services.rating import (
+    Price,
+    gpu_hours,
+    latest_price_book_version,
+    prices,
+    usage_amount,
+)
 
 LEDGER = "ledger"
 
@@ -77,8 +84,4 @@ def default_usage_window(now: datetime) -> tuple[datetime, datetime]:
 
 def current_prices() -> dict[str, "Price"]:
     """sku → today's price (unit price per GPU-hour and currency) from the latest price book."""
-    from django.utils import timezone
-
-    from billing.services.rating import latest_price_book_version, prices
-
     return prices(latest_price_book_version(on=timezone.now().date()))

@@ -9,10 +9,18 @@ from django.utils import timezone
 
 from billing.api.urls import invoice_csv
 from billing.charts import daily_gpu_hours_figure
-from billing.selectors import (daily_gpu_hours, default_usage_window, invoice_for_tenant, invoice_totals_by_tenant,
-                               invoices_for_tenant, recent_runs, usage_by_sku)
+from billing.selectors import (
+    daily_gpu_hours,
+    default_usage_window,
+    invoice_for_tenant,
+    invoice_totals_by_tenant,
+    invoices_for_tenant,
+    recent_runs,
+    usage_by_sku,
+)
 from core.api.lookups import parse_uuid
 from core.decorators import operator_required
+from tenants.models import Membership, Tenant
 
 PORTAL_USAGE_DAYS = 30
 PORTAL_INVOICES = 100
@@ -20,7 +28,6 @@ PORTAL_INVOICES = 100
 
 @operator_required
 def billing_overview(request):
-    from tenants.models import Tenant
 
     totals = invoice_totals_by_tenant()
     slugs = dict(Tenant.objects.filter(pk__in={row["tenant_id"] for row in totals}).values_list("pk", "slug"))
@@ -31,7 +38,6 @@ def billing_overview(request):
 
 def _portal_tenant(request):
     """The tenant the logged-in user is a member of (first by slug)."""
-    from tenants.models import Membership
 
     membership = Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
     if membership is None:

@@ -3,6 +3,7 @@ value is shown once)."""
 from django.contrib import admin, messages
 
 from .models import ApiToken, AuditEvent
+from .services.tokens import create_api_token, revoke_api_token
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -40,7 +41,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             return super().save_model(request, obj, form, change)
-        from .services.tokens import create_api_token
 
         token, plain = create_api_token(kind=obj.kind, tenant=obj.tenant, user=obj.user, role=obj.role,
                                         name=obj.name, actor=f"user:{request.user.get_username()}")
@@ -49,7 +49,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):
-        from .services.tokens import revoke_api_token
 
         for token in queryset.filter(revoked_at__isnull=True):
             revoke_api_token(token=token, actor=f"user:{request.user.get_username()}")

@@ -4,7 +4,12 @@ import re
 import time
 import uuid
 
+from django.http import HttpResponseBadRequest, JsonResponse
+
+from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+
 from .context import request_id_var
+from .metrics import REQUEST_LATENCY
 
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
@@ -34,7 +39,6 @@ class RequestLatencyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        from .metrics import REQUEST_LATENCY
 
         started = time.perf_counter()
         response = self.get_response(request)
@@ -55,9 +59,7 @@ class RejectNulCharactersMiddleware:
     def __call__(self, request):
         if "\x00" in request.path or any("\x00" in key or any("\x00" in v for v in values)
                                           for key, values in request.GET.lists()):
-            from django.http import HttpResponseBadRequest, JsonResponse
 
-            from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
 
             detail = "The URL contains a NUL (%00) character; remove it and retry."
             if request.path.startswith("/api/"):

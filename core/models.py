@@ -1,6 +1,5 @@
 """Models every app shares: the base model, the audit trail, API tokens and the
 idempotency record store."""
-import uuid
 
 from django.conf import settings
 from django.db import models
@@ -18,6 +17,35 @@ class BaseModel(models.Model):
 
     class Meta:
         abstract = True
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """Evidence rows are written once: bulk update and delete are refused here, and on
+    PostgreSQL a trigger refuses them in the database too (each app's migration adds it)."""
+
+    def update(self, **kwargs):
+        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be changed")
+
+    def delete(self):
+        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be deleted")
+
+
+class AppendOnlyModel(models.Model):
+    """Base of evidence tables (sanitisation records, custody transfers): rows are inserted,
+    never changed or deleted, whether through the ORM or the queryset."""
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be deleted")
 
 
 class AuditEvent(models.Model):

@@ -1,14 +1,30 @@
 """Inventory admin, NetBox-style: filters, search, sensible columns, inline GPUs and drives,
 CSV import/export of racks and nodes (validated by each model's clean())."""
-from django.contrib import admin
+from django.contrib import admin, messages
 from import_export import fields, resources
 from import_export.admin import ImportExportModelAdmin
 from import_export.widgets import ForeignKeyWidget
 
 from core.admin import ReadOnlyAdmin
 from core.exports import FormulaSafeResourceMixin
+from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
+from fleet.services.lifecycle import InvalidTransition
+from fleet.services.operator_actions import ActionRefused, perform_operator_action
 
-from .models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, SanitizationRecord, Site
+from .models import (
+    GPU,
+    Drive,
+    FabricDomain,
+    Hall,
+    Node,
+    NodeEvent,
+    NodeType,
+    PowerFeed,
+    Rack,
+    SanitizationRecord,
+    Site,
+)
 
 
 class RackResource(FormulaSafeResourceMixin, resources.ModelResource):
@@ -145,18 +161,13 @@ class NodeAdmin(ImportExportModelAdmin):
     actions = ["cordon_nodes", "uncordon_nodes", "drain_nodes"]
 
     def _node_action(self, request, queryset, action: str):
-        """The console's path: each node through perform_node_action (checked, evented, audited)."""
-        from django.contrib import messages
+        """The console's path: each node through perform_operator_action (checked, evented, audited)."""
 
-        from core.services.audit import actor_label
-        from core.services.permissions import PermissionMissing
-        from fleet.services.lifecycle import InvalidTransition
-        from fleet.services.node_actions import ActionRefused, perform_node_action
 
         done, refused = 0, []
         for node_id, hostname in queryset.values_list("pk", "hostname"):
             try:
-                perform_node_action(node_id=node_id, action=action, actor=actor_label(request.user),
+                perform_operator_action(node_id=node_id, action=action, actor=actor_label(request.user),
                                     reason="admin bulk action", user=request.user)
                 done += 1
             except (InvalidTransition, ActionRefused) as exc:

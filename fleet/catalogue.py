@@ -7,6 +7,8 @@ import csv
 from decimal import Decimal
 from pathlib import Path
 
+from fleet.models import NodeType
+
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "core" / "reference"
 NVL72_TRAYS_PER_RACK = 18  # GB200/GB300 NVL72: 18 compute trays × 4 GPUs (generations.csv "form")
 
@@ -57,7 +59,6 @@ def catalogue_rows(reference_dir: Path = REFERENCE_DIR) -> list[dict]:
 def ensure_node_type_catalogue() -> int:
     """Load any catalogue rows that are missing (after a flush, or a database built without the
     data migration). Returns how many were created; existing rows are left as they are."""
-    from fleet.models import NodeType
 
     existing = set(NodeType.objects.values_list("slug", flat=True))
     missing = [NodeType(**row) for row in catalogue_rows() if row["slug"] not in existing]

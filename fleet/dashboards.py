@@ -6,7 +6,13 @@ import plotly.graph_objects as go
 
 from . import charts
 from .models import SnapshotResolution
-from .selectors import fleet_summary, hall_power, rack_load_fraction, racks_with_draw, utilisation_history
+from .selectors import (
+    fleet_summary,
+    hall_power,
+    rack_load_fraction,
+    racks_with_draw,
+    utilisation_history,
+)
 
 
 def _utilisation_24h(now: datetime) -> go.Figure:

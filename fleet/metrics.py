@@ -7,6 +7,7 @@ loop durations and request latency come from core.metrics' process registry.
 from django.db.models import Count, F, Sum
 from django.http import HttpResponse
 from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from rest_framework.negotiation import BaseContentNegotiation
@@ -63,7 +64,6 @@ class FleetCollector:
 
 def periodic_task_lag(now):
     """Seconds since each beat-scheduled task last started, across every worker (from beat's table)."""
-    from django_celery_beat.models import PeriodicTask
 
     lag = GaugeMetricFamily("hangar_periodic_task_last_run_age_seconds",
                             "Seconds since Celery beat last started the task", labels=["task"])

@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q, Sum
 
 from core.ids import uuid7
-from core.models import BaseModel
+from core.models import AppendOnlyModel, BaseModel
 
 from .choices import (
     COOLING_SATISFIES,
@@ -405,32 +405,6 @@ class FleetSnapshot(models.Model):
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.resolution} {self.generation} {self.hall_id}"
 # ---- end of life: sanitisation, disposal checklist, custody, disposition plans -------------------
-
-class AppendOnlyQuerySet(models.QuerySet):
-    """Evidence rows are written once: bulk update and delete are refused here, and on
-    PostgreSQL a trigger refuses them in the database too (migration `eol`)."""
-
-    def update(self, **kwargs):
-        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be changed")
-
-    def delete(self):
-        raise PermissionError(f"{self.model.__name__} rows are evidence and cannot be deleted")
-
-
-class AppendOnlyModel(models.Model):
-    objects = AppendOnlyQuerySet.as_manager()
-
-    class Meta:
-        abstract = True
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be changed")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise PermissionError(f"{type(self).__name__} rows are evidence and cannot be deleted")
-
 
 class SanitizationRecord(AppendOnlyModel):
     """One drive's sanitisation (NIST SP 800-88): what was done, with what, whether it was

@@ -3,11 +3,34 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Case, Count, DecimalField, F, FloatField, Q, QuerySet, Sum, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    DecimalField,
+    F,
+    FloatField,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast, Coalesce
 
-from .choices import Health, Lifecycle
-from .models import Hall, Node, Rack
+from core.reference_data import generations
+
+from .choices import COOLING_SATISFIES, AgentActionState, Health, Lifecycle
+from .models import (
+    CustodyTransfer,
+    Drive,
+    FleetSnapshot,
+    Hall,
+    Node,
+    NodeAgentAction,
+    NodeDisposal,
+    Rack,
+    SanitizationRecord,
+)
 
 ZERO_KW = Value(Decimal("0"), output_field=DecimalField(max_digits=9, decimal_places=2))
 HOT_FRACTION = Decimal("0.9")  # a rack at or above this share of its usable kW is highlighted
@@ -170,7 +193,6 @@ def fleet_summary() -> FleetSummary:
 
 def utilisation_history(*, since: datetime, resolution: str) -> list[dict]:
     """Allocated and total GPUs per recorded point and generation (summed over halls)."""
-    from .models import FleetSnapshot
 
     return list(
         FleetSnapshot.objects.filter(resolution=resolution, at__gte=since)
@@ -298,9 +320,7 @@ class CoolingHeadroom:
 def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
     """Free kW per position (usable minus rated kW already placed) grouped by hall and cooling, and for
     each product in generations.csv how many positions could take a full rack of it. One query."""
-    from core.reference_data import generations
 
-    from .choices import COOLING_SATISFIES
 
     racks = list(
         Rack.objects.values("id", "hall__site__slug", "hall__name", "cooling", "rated_power_kw", "cooling_capacity_kw")
@@ -339,7 +359,6 @@ def rack_elevation(rack_id) -> tuple[Rack, list[Node]]:
 
 def sanitized_drive_ids(drive_ids) -> set:
     """The drives among `drive_ids` that have a passing (verified) sanitisation record."""
-    from .models import SanitizationRecord
 
     return set(SanitizationRecord.objects.filter(drive_id__in=list(drive_ids), verified=True)
                .values_list("drive_id", flat=True).distinct())
@@ -379,7 +398,6 @@ class DataHandlingStatus:
 
 def data_handling_status(node_ids) -> dict:
     """node id → DataHandlingStatus, in four queries whatever the number of nodes."""
-    from .models import CustodyTransfer, Drive, NodeDisposal
 
     node_ids = list(node_ids)
     drives = list(Drive.objects.filter(node_id__in=node_ids).order_by("serial").values("id", "serial", "node_id"))
@@ -408,7 +426,6 @@ def data_handling_status(node_ids) -> dict:
 def certificate_for(node_id) -> dict:
     """Everything the certificate of sanitisation shows: the node, each drive with its latest
     passing record, the BMC reset. Raises Node.DoesNotExist."""
-    from .models import Drive, NodeDisposal, SanitizationRecord
 
     node = Node.objects.select_related("node_type", "rack__hall__site").get(pk=node_id)
     drives = list(Drive.objects.filter(node=node).order_by("serial"))
@@ -450,17 +467,9 @@ def node_list(filters: dict) -> QuerySet:
     return qs
 
 
-def live_allocation_ids(node_ids) -> dict:
-    """node id → id of the allocation it is in now (one query)."""
-    from tenants.models import AllocationNode
-
-    return dict(AllocationNode.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True)
-                .values_list("node_id", "allocation_id"))
-
 
 def drives_for_nodes(node_ids) -> dict:
     """node id → [{id, serial, sanitized}] (two queries at most)."""
-    from .models import Drive
 
     rows = list(Drive.objects.filter(node_id__in=list(node_ids)).order_by("serial").values_list("id", "node_id", "serial"))
     sanitized_ids = sanitized_drive_ids([r[0] for r in rows]) if rows else set()
@@ -470,15 +479,17 @@ def drives_for_nodes(node_ids) -> dict:
     return out
 
 
-def conditions_for_nodes(node_ids) -> dict:
-    """node id → its open health conditions (the health app owns them)."""
-    from health.selectors import conditions_for_nodes as health_conditions  # health imports fleet: import late
-
-    return health_conditions(list(node_ids))
-
 
 def pending_agent_actions(node) -> QuerySet:
-    from .choices import AgentActionState
-    from .models import NodeAgentAction
 
     return NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
+
+
+def occupied_node_ids(node_ids) -> set:
+    """The nodes among ``node_ids`` with a live allocation membership. Memberships are tenancy's
+    rows; fleet reads them through Node's reverse relation and never imports the tenants app."""
+    # isnull=False in the same filter() makes it an inner join on one membership row: a node
+    # with no memberships at all must not match "ended_at IS NULL" through an outer join.
+    return set(Node.objects.filter(pk__in=list(node_ids), allocation_memberships__isnull=False,
+                                   allocation_memberships__ended_at__isnull=True)
+               .values_list("pk", flat=True))

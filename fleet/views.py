@@ -1,31 +1,46 @@
 """Fleet console pages (thin: selectors compute, templates show)."""
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
 from core.decorators import operator_required, permission_denied_page
-from core.services.permissions import PermissionMissing
 from core.reference_data import parameter
+from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
+from health.selectors import conditions_for_nodes
+from tenants.selectors import live_allocation_ids
 
 from . import charts, drawings
 from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
+from .filters import NodeFilterSet
 from .models import Hall, Node, Rack
 from .selectors import (
     HOT_FRACTION,
-    certificate_for,
     POWER_READING_FRESH,
+    certificate_for,
+    drives_for_nodes,
     fleet_summary,
     hall_power,
     halls_for_filter,
+    pending_agent_actions,
     placement_headroom,
     rack_elevation,
     rack_load_fraction,
     rack_rows,
     racks_with_draw,
     racks_with_power,
+)
+from .selectors import node_list as select_nodes
+from .services.lifecycle import InvalidTransition
+from .services.operator_actions import (
+    ActionRefused,
+    available_actions,
+    perform_operator_action,
 )
 
 DEFAULT_REFRESH_SECONDS = 30
@@ -162,25 +177,19 @@ def rack_detail(request, rack_id):
 NODES_PER_PAGE = 100
 
 
-def _node_filters(params) -> dict:
-    """Console filters; unknown values are ignored rather than failing the page."""
-    from .choices import Health
-
-    filters = {name: params.get(name) or None for name in ("site", "rack", "generation")}
-    filters["hall"] = parse_uuid(params.get("hall"))
-    filters["lifecycle"] = params.get("lifecycle") if params.get("lifecycle") in Lifecycle.values else None
-    filters["health"] = params.get("health") if params.get("health") in Health.values else None
-    filters["cordoned"] = {"true": True, "false": False}.get(params.get("cordoned") or "")
-    return filters
-
 
 @operator_required
 def node_list(request):
-    from .choices import Health
-    from .selectors import node_list as select_nodes
 
-    filters = _node_filters(request.GET)
-    paginator = Paginator(select_nodes(filters).order_by("hostname"), NODES_PER_PAGE)
+    filterset = NodeFilterSet(request.GET, queryset=select_nodes({}))
+    if filterset.is_valid():
+        nodes = filterset.qs
+    else:  # the same validation as the API: say what is wrong instead of listing everything
+        for error in filterset.errors_as_list():
+            messages.error(request, f"Filter {error['field']}: {error['message']}")
+        nodes = select_nodes({}).none()
+    filters = filterset.normalised()
+    paginator = Paginator(nodes.order_by("hostname"), NODES_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -192,11 +201,7 @@ def node_list(request):
 
 @operator_required
 def node_detail(request, pk):
-    from django.http import Http404
 
-    from .models import Node
-    from .selectors import conditions_for_nodes, drives_for_nodes, live_allocation_ids, pending_agent_actions
-    from .services.node_actions import available_actions
 
     node = Node.objects.select_related("rack__hall__site", "node_type", "fabric_domain").filter(
         pk=parse_uuid(pk)).first()
@@ -216,22 +221,14 @@ def node_detail(request, pk):
 
 @operator_required
 def node_action(request, pk):
-    from django.contrib import messages
-    from django.shortcuts import redirect
-    from django.http import Http404
-    from django.views.decorators.http import require_POST
 
-    from core.services.audit import actor_label
 
-    from .models import Node
-    from .services.lifecycle import InvalidTransition
-    from .services.node_actions import ActionRefused, perform_node_action
 
     @require_POST
     def run(request):
         action = request.POST.get("action", "")
         try:
-            perform_node_action(node_id=parse_uuid(pk), action=action, actor=actor_label(request.user),
+            perform_operator_action(node_id=parse_uuid(pk), action=action, actor=actor_label(request.user),
                                 reason=request.POST.get("reason", "").strip(), user=request.user)
         except Node.DoesNotExist:
             raise Http404("no such node") from None

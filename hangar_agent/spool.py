@@ -19,7 +19,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .transport import AuthError, PermanentError, RetryableError, TransportError, backoff_delay
+from .transport import (
+    AuthError,
+    PermanentError,
+    RetryableError,
+    TransportError,
+    backoff_delay,
+)
 
 log = logging.getLogger(__name__)
 

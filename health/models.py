@@ -6,8 +6,16 @@ from core.ids import uuid7
 from core.models import BaseModel
 from fleet.choices import Attribution
 
-from .choices import (CheckName, CheckStatus, ConditionEventKind, ConditionStatus, IncidentOpener, IncidentState,
-                      IncidentStep, Severity)
+from .choices import (
+    CheckName,
+    CheckStatus,
+    ConditionEventKind,
+    ConditionStatus,
+    IncidentOpener,
+    IncidentState,
+    IncidentStep,
+    Severity,
+)
 
 
 class Condition(models.Model):

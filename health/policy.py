@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from core.reference_data import parameter
 
+from .choices import SEVERITY_RANK
 from .choices import Severity as S
 
 # heartbeat_defaults (reliability.csv, Kubernetes node lifecycle defaults): 10 s beat,
@@ -118,7 +119,6 @@ def is_event(signal: str) -> bool:
 
 def policy_rows() -> list[dict]:
     """The table the console shows: one row per signal, most severe first."""
-    from .choices import SEVERITY_RANK
 
     rows = [{"signal": r.signal, "severity": r.severity, "description": r.description, "action": ACTIONS[r.severity]}
             for r in RULES.values()]

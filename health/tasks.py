@@ -1,9 +1,10 @@
 """Health periodic tasks (thin: one service call)."""
 from celery import shared_task
 
+from health.services.sweep import run_health_sweep
+
 
 @shared_task(name="health.tasks.health_sweep", soft_time_limit=25, time_limit=60)
 def health_sweep() -> dict:
-    from health.services.sweep import run_health_sweep
 
     return run_health_sweep()

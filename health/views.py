@@ -12,9 +12,14 @@ from fleet.choices import Attribution
 from fleet.models import Node
 
 from . import charts, selectors
-from .policy import ESCALATIONS, HEARTBEAT_SOURCE, THERMAL_THROTTLE_C, policy_rows
 from .choices import Severity
-from .services.incidents import IncidentNotClosable, impact_gpu_hours, open_operator_incident, update_postmortem
+from .policy import ESCALATIONS, HEARTBEAT_SOURCE, THERMAL_THROTTLE_C, policy_rows
+from .services.incidents import (
+    IncidentNotClosable,
+    impact_gpu_hours,
+    open_operator_incident,
+    update_postmortem,
+)
 
 CHART_WINDOW = timedelta(days=30)
 

@@ -15,19 +15,24 @@ from core.api.problems import Problem
 from core.decorators import console_action, operator_required, permission_denied_page
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing, require_permission
-from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
 from fleet.models import Hall, Node, NodeType
 from fleet.selectors import data_handling_status, halls_for_filter
 from fleet.services import sanitization
 from fleet.services.lifecycle import InvalidTransition
-from fleet.services.node_actions import ActionRefused, perform_node_action
-from planning.api.views import create_plan_from
+from fleet.services.operator_actions import ActionRefused, perform_operator_action
 from planning.api.serializers import DispositionPlanIn
+from planning.api.views import create_plan_from
+from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
+from planning.inputs import PlanInputError, default_parameters, reference_citations
 from planning.models import DispositionPlan, MigrationPlan
 from planning.selectors import plan_list as plan_list_query
 from planning.selectors import scheduled_work, verdict_groups
-from planning.inputs import PlanInputError, default_parameters, reference_citations
-from planning.services.migration_plans import PlanNotApplicable, apply_plan, create_plan, recompute
+from planning.services.migration_plans import (
+    PlanNotApplicable,
+    apply_plan,
+    create_plan,
+    recompute,
+)
 
 PLANS_PER_PAGE = 50
 _NUMBER_FIELDS = ("target_perf_per_gpu", "burn_in_days", "cut_over_days", "drain_days", "sanitise_days", "ship_days",
@@ -284,7 +289,7 @@ def disposition_node_action(request, pk):
                 sanitization.record_custody_transfer(node=node, from_party=node.rack.hall.site.name, to_party=to_party,
                                                      document_ref=ref, actor=actor)
             elif action in ("sanitize", "retire", "dispose"):
-                perform_node_action(node_id=node.pk, action=action, actor=actor,
+                perform_operator_action(node_id=node.pk, action=action, actor=actor,
                                     reason=f"disposition plan {plan.name}", user=request.user)
             else:
                 messages.error(request, f"Unknown action {action!r}.")

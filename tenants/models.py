@@ -7,7 +7,13 @@ from core.choices import TenantRole
 from core.ids import uuid7
 from core.models import BaseModel
 
-from .choices import AllocationNodeRole, AllocationState, FabricMode, PartitionKind, PartitionState
+from .choices import (
+    AllocationNodeRole,
+    AllocationState,
+    FabricMode,
+    PartitionKind,
+    PartitionState,
+)
 
 
 class Tenant(BaseModel):

@@ -4,10 +4,17 @@ from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 
-from billing.selectors import current_prices
 from fleet.models import NodeType
 from tenants.choices import TERMINAL_ALLOCATION_STATES
-from tenants.models import Allocation, AllocationNode, FabricPartition, Quota, Tenant, Volume
+from tenants.models import (
+    Allocation,
+    AllocationNode,
+    FabricPartition,
+    Quota,
+    Tenant,
+    Volume,
+)
+from tenants.services.placement import placeable_nodes
 
 DEFAULT_CURRENCY = "USD"  # shown for a SKU the price book does not list
 
@@ -30,11 +37,10 @@ def _fabric_family(fabric: str) -> str:
     return "-".join(parts[:2]) if fabric.startswith("ib-") and len(parts) > 2 else fabric
 
 
-def instance_types() -> list[InstanceType]:
-    from fleet.services.placement import placeable_nodes
-
+def instance_types(prices: dict) -> list[InstanceType]:
+    """What can be rented now. ``prices`` is sku → today's price (billing.selectors.current_prices):
+    prices are billing's, which sits above tenancy, so the caller passes them in."""
     available = dict(placeable_nodes().values_list("node_type").annotate(n=Count("id")))
-    prices = current_prices()
     rows = []
     for nt in NodeType.objects.order_by("slug"):
         price = prices.get(nt.slug)
@@ -75,3 +81,15 @@ def tenants_with_usage() -> list[dict]:
                                             .values("tenant").annotate(allocations=Count("id"), nodes=Sum("node_count")))}
     return [{"tenant": t, "allocations": held.get(t.pk, {}).get("allocations", 0),
              "nodes": held.get(t.pk, {}).get("nodes", 0)} for t in Tenant.objects.order_by("slug")]
+
+
+def live_allocation_ids(node_ids) -> dict:
+    """node id → id of the allocation it is in now (one query)."""
+    return dict(AllocationNode.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True)
+                .values_list("node_id", "allocation_id"))
+
+
+def live_allocation_of_node(node) -> tuple | None:
+    """(allocation id, tenant id) of the allocation the node is in now, or None."""
+    return (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+            .values_list("allocation_id", "allocation__tenant_id").first())

@@ -11,15 +11,23 @@ from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from billing.selectors import current_prices
 from core.api.lookups import uuid_or_404
-from core.api.problems import Problem
 from core.choices import TenantRole
 from core.decorators import operator_required
+from core.errors import DomainError
 from core.services.audit import actor_label
 
 from .api.serializers import AllocationCreateSerializer
 from .models import Membership
-from .selectors import allocations_for, instance_types, partitions_for, quota_and_usage, tenants_with_usage, volumes_for
+from .selectors import (
+    allocations_for,
+    instance_types,
+    partitions_for,
+    quota_and_usage,
+    tenants_with_usage,
+    volumes_for,
+)
 from .services.allocations import create_allocation, request_cancel
 
 PORTAL_ROWS = 100
@@ -44,7 +52,7 @@ def portal(request):
         "allocations": allocations_for(tenant)[:PORTAL_ROWS],
         "partitions": partitions_for(tenant)[:PORTAL_ROWS],
         "volumes": volumes_for(tenant)[:PORTAL_ROWS],
-        "instance_types": instance_types(),
+        "instance_types": instance_types(current_prices()),
         "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
         "form_key": uuid.uuid4(),
     })
@@ -70,8 +78,8 @@ def portal_create_allocation(request):
         allocation = create_allocation(tenant=membership.tenant, name=data["name"], instance_type=data["instance_type"],
                                        node_count=data["node_count"], fabric=data["fabric"],
                                        actor=actor_label(request.user), idempotency_key=key)
-    except Problem as problem:
-        messages.error(request, str(problem.detail))
+    except DomainError as refusal:
+        messages.error(request, refusal.detail)
         return redirect("tenants:portal")
     messages.success(request, f"Allocation {allocation.name} requested; it is placed within seconds.")
     return redirect("tenants:portal")

@@ -4,7 +4,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.api.serializers import MeterBatchSerializer, MeterResultSerializer
-from billing.services.ingest import EventConflict, IngestValidationError, ingest_meter_events
+from billing.services.ingest import (
+    EventConflict,
+    IngestValidationError,
+    ingest_meter_events,
+)
 from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem

@@ -10,10 +10,20 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.api.agent_views import MeterEventsView
-from billing.api.serializers import InvoicePageSerializer, InvoiceSerializer, UsagePageSerializer, UsageRowSerializer
+from billing.api.serializers import (
+    InvoicePageSerializer,
+    InvoiceSerializer,
+    UsagePageSerializer,
+    UsageRowSerializer,
+)
 from billing.api.views import BillingRunsView
-from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
 from billing.periods import format_period
+from billing.selectors import (
+    default_usage_window,
+    invoice_for_tenant,
+    invoices_for_tenant,
+    usage_by_sku,
+)
 from core.api.lookups import uuid_or_404
 from core.api.pagination import paginate
 from core.api.permissions import IsTenant
@@ -21,7 +31,6 @@ from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
 from core.exports import safe_row
-
 
 INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
 

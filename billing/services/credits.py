@@ -18,6 +18,7 @@ from billing.models import MICRO, MICRO_PER_HOUR, Adjustment, AdjustmentKind, Us
 from billing.periods import period_of
 from billing.services.rating import latest_price_book_version, prices
 from core.services.audit import record_audit
+from fleet.models import Node
 
 LEDGER = "ledger"
 
@@ -31,7 +32,6 @@ def _sku_for(allocation_id: UUID, node_id: UUID) -> str:
     sku = (UsageEvent.objects.using(LEDGER).filter(allocation_id=allocation_id)
            .order_by("-id").values_list("sku", flat=True).first())
     if sku is None:
-        from fleet.models import Node
 
         sku = Node.objects.filter(pk=node_id).values_list("node_type__slug", flat=True).first()
     if sku is None:

@@ -22,8 +22,16 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.db.models import Q, Sum
 
-from billing.models import MICRO_PER_HOUR, Adjustment, AdjustmentKind, LineKind, PriceBookEntry, Unit, UsageEvent
-from billing.periods import format_period
+from billing.models import (
+    MICRO_PER_HOUR,
+    Adjustment,
+    AdjustmentKind,
+    LineKind,
+    PriceBookEntry,
+    Unit,
+    UsageEvent,
+)
+from billing.periods import format_period, period_start
 
 LEDGER = "ledger"
 CENT = Decimal("0.01")
@@ -68,7 +76,6 @@ class Cutoff:
 def latest_price_book_version(*, on: date | None = None) -> int:
     entries = PriceBookEntry.objects.using(LEDGER)
     if on is not None:
-        from billing.periods import period_start
 
         dated = entries.filter(effective_from__lte=period_start(on))
         if dated.exists():

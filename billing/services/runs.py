@@ -15,10 +15,22 @@ from django.db import connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from billing.models import (Adjustment, BillingRun, Invoice, InvoiceCounter, InvoiceLine, InvoiceStatus,
-                            UsageEvent)
+from billing.models import (
+    Adjustment,
+    BillingRun,
+    Invoice,
+    InvoiceCounter,
+    InvoiceLine,
+    InvoiceStatus,
+    UsageEvent,
+)
 from billing.periods import format_period, period_end, period_of, previous_period
-from billing.services.rating import Cutoff, latest_price_book_version, output_hash, rate_period
+from billing.services.rating import (
+    Cutoff,
+    latest_price_book_version,
+    output_hash,
+    rate_period,
+)
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 

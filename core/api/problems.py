@@ -9,10 +9,11 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
+from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from core.services.permissions import PermissionMissing
+from core.errors import Conflict, DomainError, Invalid, NotFound, Refused
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +92,22 @@ def _flatten_errors(detail, prefix: str = "") -> list[dict]:
     return [{"field": prefix or "non_field_errors", "message": str(detail)}]
 
 
+# The one mapping from a domain error's kind to its HTTP status.
+DOMAIN_STATUS = ((NotFound, 404), (Invalid, 400), (Refused, 403), (Conflict, 409))
+
+
+def domain_problem(exc: DomainError) -> Response:
+    status = next((code for kind, code in DOMAIN_STATUS if isinstance(exc, kind)), 400)
+    return problem_response(status, exc.code, exc.detail, extra=exc.extra or None)
+
+
 def problem_exception_handler(exc, context):
     """DRF EXCEPTION_HANDLER: every exception a view raises becomes problem+json."""
+    if isinstance(exc, DomainError):
+        return domain_problem(exc)
     if isinstance(exc, Problem):
         return problem_response(exc.status_code, exc.code, str(exc.detail), errors=exc.errors,
                                 extra=exc.extra, headers=exc.headers)
-    if isinstance(exc, PermissionMissing):
-        return problem_response(403, exc.code, exc.detail, extra={"permission": exc.permission, "action": exc.action})
     if isinstance(exc, Http404):
         return problem_response(404, "not_found", "No such object. Check the id, or list the collection to find it.")
     if isinstance(exc, DjangoPermissionDenied):
@@ -145,7 +155,6 @@ def api_not_found(request, exception=None):
     if _is_api(request) or request.path == "/metrics":
         body = problem_body(404, "not_found", f"No endpoint at {request.path}. See /api/v1/docs for the API.")
         return JsonResponse(body, status=404, content_type=PROBLEM_CONTENT_TYPE)
-    from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
 
@@ -155,7 +164,6 @@ def api_server_error(request):
     if _is_api(request):
         body = problem_body(500, "internal_error", "The server failed to handle this request; it has been logged. Retry later.")
         return JsonResponse(body, status=500, content_type=PROBLEM_CONTENT_TYPE)
-    from django.views.defaults import server_error
 
     return server_error(request)
 

@@ -10,6 +10,8 @@ docs/permissions.md shows this table; a test keeps the two in step.
 """
 from dataclasses import dataclass
 
+from core.errors import Refused
+
 # Reads of the operator API and console need a staff account; the groups below also carry
 # the `view_*` permissions the admin needs for the same data.
 STAFF_READ = "is_staff"
@@ -72,8 +74,8 @@ ROLE_GROUPS: dict[str, dict] = {
 }
 
 
-class PermissionMissing(Exception):
-    """The caller lacks the permission an action needs (→ 403 `permission_denied`)."""
+class PermissionMissing(Refused):
+    """The caller lacks the permission an action needs (→ 403 `permission_denied`, naming it)."""
 
     code = "permission_denied"
 
@@ -82,8 +84,8 @@ class PermissionMissing(Exception):
         self.permission = permission
         groups = [g for g, role in ROLE_GROUPS.items() if action in role["actions"]]
         where = f" (the {' or '.join(groups)} group has it)" if groups else ""
-        self.detail = detail or f"{action} needs the {permission} permission; ask an administrator to grant it{where}."
-        super().__init__(self.detail)
+        super().__init__(detail or f"{action} needs the {permission} permission; ask an administrator to grant it"
+                                   f"{where}.", extra={"permission": permission, "action": action})
 
 
 def permission_for(action: str) -> str:

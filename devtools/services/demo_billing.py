@@ -15,6 +15,8 @@ from billing.services.credits import record_sla_credit
 from billing.services.ingest import MAX_BATCH, ingest_meter_events
 from billing.services.runs import run_billing
 from core.services.audit import record_audit
+from fleet.models import Node
+from tenants.models import Membership, Tenant
 
 HISTORY_DAYS = 60
 METER_SECONDS = 3600  # hourly events keep the demo ledger small (~40k rows); agents default to 60 s
@@ -30,7 +32,6 @@ WORKLOADS = (
 
 @transaction.atomic
 def _demo_tenants(stdout) -> dict:
-    from tenants.models import Membership, Tenant
 
     tenants = {}
     for slug in sorted({w[0] for w in WORKLOADS}):
@@ -49,7 +50,6 @@ def _demo_tenants(stdout) -> dict:
 
 def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
     """{node_id: events}, deterministic for a given hour."""
-    from fleet.models import Node
 
     rng = random.Random(7)
     first_hour = (now - timedelta(days=HISTORY_DAYS)).replace(minute=0, second=0, microsecond=0)

@@ -2,9 +2,8 @@
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from devtools.demo import DEMO_OPERATOR
-
 from core.services.audit import record_audit
+from devtools.demo import DEMO_OPERATOR
 
 
 @transaction.atomic

@@ -20,7 +20,18 @@ from core.ids import uuid7
 from core.services.audit import record_audit
 from fleet.catalogue import ensure_node_type_catalogue
 from fleet.choices import Cooling, FabricTechnology, Health, Lifecycle, PowerState
-from fleet.models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, NodeType, PowerFeed, Rack, Site
+from fleet.models import (
+    GPU,
+    Drive,
+    FabricDomain,
+    Hall,
+    Node,
+    NodeEvent,
+    NodeType,
+    PowerFeed,
+    Rack,
+    Site,
+)
 
 GPUS_PER_POD = 2048  # facility.csv ndr_two_tier_fat_tree_max_endpoints
 NODES_PER_RACK = 2  # 20.4 kW per air-cooled H100 rack (generations.csv)

@@ -9,6 +9,7 @@ from core.api.problems import Problem
 from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
+from tenants.selectors import live_allocation_of_node
 
 from .serializers import ActionResultIn, DesiredStateOut
 
@@ -28,11 +29,9 @@ class AgentView(APIView):
 class DesiredStateView(AgentView):
     @extend_schema(responses=DesiredStateOut, summary="What the control plane wants this node to do now")
     def get(self, request):
-        from tenants.models import AllocationNode
 
         node = self.node(request)
-        live = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
-                .values_list("allocation_id", "allocation__tenant_id").first())
+        live = live_allocation_of_node(node)
         actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
         return Response({
             "lifecycle": node.lifecycle,

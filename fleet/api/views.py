@@ -14,12 +14,19 @@ from core.api.pagination import paginate
 from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from fleet import selectors
-from fleet.choices import Health, Lifecycle
+from fleet.filters import NodeFilterSet
 from fleet.models import Drive, Node, NodeEvent
 from fleet.selectors import data_handling_status
 from fleet.services import sanitization
 from fleet.services.lifecycle import InvalidTransition
-from fleet.services.node_actions import REGISTRY, ActionRefused, perform_node_action
+from fleet.services.operator_actions import (
+    REGISTRY,
+    ActionRefused,
+    available_actions,
+    perform_operator_action,
+)
+from health.selectors import conditions_for_nodes
+from tenants.selectors import live_allocation_ids
 
 from .serializers import (
     CustodyTransferIn,
@@ -42,34 +49,23 @@ class OpsView(APIView):
 
 
 _FILTER_PARAMS = [OpenApiParameter(name, str, required=False) for name in
-                  ("site", "rack", "generation", "lifecycle", "health", "cordoned", "page_size", "page_token")]
+                  ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned", "page_size", "page_token")]
 
 
-def _filters(params) -> dict:
-    """Validate the list's query filters: a bad value is 400 validation_error, never an empty list."""
-    errors = []
-    filters = {name: params.get(name) or None for name in ("site", "rack", "generation", "lifecycle", "health")}
-    if filters["lifecycle"] and filters["lifecycle"] not in Lifecycle.values:
-        errors.append({"field": "lifecycle", "message": f"one of {', '.join(Lifecycle.values)}"})
-    if filters["health"] and filters["health"] not in Health.values:
-        errors.append({"field": "health", "message": f"one of {', '.join(Health.values)}"})
-    cordoned = params.get("cordoned")
-    if cordoned in (None, ""):
-        filters["cordoned"] = None
-    elif cordoned.lower() in ("true", "1", "false", "0"):
-        filters["cordoned"] = cordoned.lower() in ("true", "1")
-    else:
-        errors.append({"field": "cordoned", "message": "true or false"})
-    if errors:
-        raise Problem(400, "validation_error", "Some filters are invalid; see errors.", errors=errors)
-    return filters
+def _filtered_nodes(params):
+    """The node list under NodeFilterSet's validation: a bad filter is 400, never an empty list."""
+    filterset = NodeFilterSet(params, queryset=selectors.node_list({}))
+    if not filterset.is_valid():
+        raise Problem(400, "validation_error", "Some filters are invalid; see errors.",
+                      errors=filterset.errors_as_list())
+    return filterset.qs, filterset.normalised()
 
 
 def serialize_nodes(nodes: list[Node]) -> list[dict]:
     """Nodes with their allocation, drives and conditions: a fixed number of queries per page."""
     ids = [n.pk for n in nodes]
-    context = {"allocations": selectors.live_allocation_ids(ids), "drives": selectors.drives_for_nodes(ids),
-               "conditions": selectors.conditions_for_nodes(ids)}
+    context = {"allocations": live_allocation_ids(ids), "drives": selectors.drives_for_nodes(ids),
+               "conditions": conditions_for_nodes(ids)}
     return NodeOut(nodes, many=True, context=context).data
 
 
@@ -85,8 +81,8 @@ class NodeListView(APIView):
 
     @extend_schema(parameters=_FILTER_PARAMS, responses=NodeOut(many=True), summary="List nodes")
     def get(self, request):
-        filters = _filters(request.query_params)
-        page = paginate(selectors.node_list(filters), request=request, scope="ops", filters=filters)
+        nodes, filters = _filtered_nodes(request.query_params)
+        page = paginate(nodes, request=request, scope="ops", filters=filters)
         return Response({"results": serialize_nodes(page.results), "next_page_token": page.next_page_token})
 
 
@@ -120,8 +116,8 @@ class NodeActionsView(APIView):
 
         def perform():
             try:
-                perform_node_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
-                                    user=request.user.user)
+                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
+                                        user=request.user.user)
             except InvalidTransition as exc:
                 raise Problem(409, "invalid_transition", exc.detail,
                               extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None
@@ -133,7 +129,6 @@ class NodeActionsView(APIView):
 
 
 def _allowed_names(node_id) -> list[str]:
-    from fleet.services.node_actions import available_actions
 
     return [a.name for a in available_actions(Node.objects.get(pk=node_id))]
 

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.context import current_request_id
+from core.errors import Conflict
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeEvent
 
@@ -82,8 +83,10 @@ DEADLINE_FAILURE: dict[str, str] = {
 assert all(to in TRANSITIONS[src] for src, to in DEADLINE_FAILURE.items()), "deadline moves must be in the table"
 
 
-class InvalidTransition(Exception):
+class InvalidTransition(Conflict):
     """A move the table does not allow, or a node that moved under us."""
+
+    code = "invalid_transition"
 
     def __init__(self, node: Node, to_state: str, detail: str | None = None):
         self.node = node
@@ -94,7 +97,7 @@ class InvalidTransition(Exception):
             f"{node.hostname} is {node.lifecycle}; it cannot go to {to_state}. "
             f"From {node.lifecycle} it can go to: {', '.join(self.allowed) or 'nothing (terminal)'}."
         )
-        super().__init__(self.detail)
+        super().__init__(self.detail, extra={"from_state": self.from_state, "allowed": self.allowed})
 
 
 @dataclass(frozen=True)

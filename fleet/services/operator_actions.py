@@ -1,171 +1,65 @@
-"""The lifecycle's operator actions: cordon, uncordon, drain, burn-in, validation, health
-repair and decommissioning. Each is a registered `NodeAction`; `perform_node_action()` locks
-the node and checks `refusal()` before `execute()` runs. Every action writes a node event and
-an audit row; lifecycle moves go through `transition()`.
+"""The operator actions on nodes and the one entry point that runs them.
+
+`perform_operator_action()` is used by the console, the admin and
+`POST /api/v1/ops/nodes/{id}/actions`: it locks the node, checks the action's permission and
+allowed states, and runs it; every action leaves a node event and an audit row.
 """
-from typing import ClassVar
+from django.db import transaction
 
-from django.utils import timezone
-
-from core.services.audit import record_audit
-from fleet.choices import AgentAction, Attribution
-from fleet.choices import Lifecycle as L
+from core.services.permissions import has_permission, require_permission
 from fleet.models import Node
-from tenants.models import AllocationNode
 
-from .agent_actions import request_agent_action
-from .lifecycle import STATE_TIMEOUTS, TRANSITIONS, record_node_event, transition
-from .node_actions import NodeAction, register
+from . import end_of_life_actions, lifecycle_actions
+from .action_base import ActionRefused, OperatorAction
+from .lifecycle import InvalidTransition
 
-# Nothing is done to a node that has left the fleet.
-_GONE = frozenset({L.RETIRED, L.DISPOSED})
-_IN_FLEET = frozenset(L.values) - _GONE
+__all__ = ["ACTION_CLASSES", "REGISTRY", "ActionRefused", "OperatorAction", "available_actions",
+           "perform_operator_action"]
 
 
-def _state_snapshot(node: Node) -> dict:
-    return {"lifecycle": node.lifecycle, "cordoned": node.cordoned, "cordon_reason": node.cordon_reason,
-            "attribution": node.attribution,
-            "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None}
+# Every operator action, in the order the console shows them. One explicit list: adding an
+# action means adding it here.
+ACTION_CLASSES: tuple[type[OperatorAction], ...] = (
+    lifecycle_actions.Cordon,
+    lifecycle_actions.Uncordon,
+    lifecycle_actions.Drain,
+    lifecycle_actions.StartBurnIn,
+    lifecycle_actions.Validate,
+    lifecycle_actions.Remediate,
+    lifecycle_actions.Triage,
+    lifecycle_actions.Repair,
+    lifecycle_actions.Rma,
+    lifecycle_actions.Decommission,
+    end_of_life_actions.Sanitize,
+    end_of_life_actions.Retire,
+    end_of_life_actions.Dispose,
+)
+REGISTRY: dict[str, OperatorAction] = {cls.name: cls() for cls in ACTION_CLASSES}
+# An action missing from the permission table (core.services.permissions) fails here, at import.
+_PERMISSIONS = {name: action.permission for name, action in REGISTRY.items()}
 
 
-def _save_flags(node: Node, *, actor: str, action: str, reason: str, before: dict, fields: list[str]) -> Node:
-    node.updated_at = timezone.now()
-    node.save(update_fields=[*fields, "updated_at"])
-    record_node_event(node, actor=actor, action=action, reason=reason)
-    record_audit(actor=actor, action=f"node.{action}", target=node, before=before, after=_state_snapshot(node),
-                 reason=reason)
-    return node
+def available_actions(node: Node, user=None) -> list[OperatorAction]:
+    """What the console shows as buttons: only what the node's state (and the user) allows."""
+    return [a for a in REGISTRY.values() if a.is_allowed(node) and (user is None or has_permission(user, a.ops_action))]
 
 
-def _cordon(node: Node, reason: str) -> list[str]:
-    node.cordoned = True
-    node.cordon_reason = (reason or "cordoned by an operator")[:200]
-    node.attribution = Attribution.PROVIDER
-    return ["cordoned", "cordon_reason", "attribution"]
+@transaction.atomic
+def perform_operator_action(*, node_id, action: str, actor: str, reason: str = "", user=None) -> Node:
+    """Lock the node, check the action is allowed, run it. Raises KeyError for an unknown action,
+    PermissionMissing, InvalidTransition (→ 409 invalid_transition) or ActionRefused.
+
+    `user` is whoever asked (console, admin, API token's user) and is checked against the
+    permission table; None only for system callers (control loops, set-up code)."""
+    handler = REGISTRY.get(action)
+    if handler is None:
+        raise KeyError(action)
+    if user is not None:
+        require_permission(user, handler.ops_action)
+    node = Node.objects.select_for_update().select_related("node_type").get(pk=node_id)
+    refusal = handler.refusal(node)
+    if refusal is not None:
+        raise InvalidTransition(node, action, refusal)
+    return handler.execute(node, actor=actor, reason=reason)
 
 
-def has_live_allocation(node: Node) -> bool:
-    return AllocationNode.objects.filter(node=node, ended_at__isnull=True).exists()
-
-
-@register
-class Cordon(NodeAction):
-    """No new placements on the node; whatever runs there keeps running."""
-
-    name = "cordon"
-    label = "Cordon"
-    allowed_states = _IN_FLEET
-
-    def refusal(self, node):
-        if node.cordoned and node.lifecycle in self.allowed_states:
-            return f"{node.hostname} is already cordoned ({node.cordon_reason}); uncordon it first to change the reason."
-        return super().refusal(node)
-
-    def execute(self, node, *, actor, reason):
-        before = _state_snapshot(node)
-        return _save_flags(node, actor=actor, action=self.name, reason=reason, before=before, fields=_cordon(node, reason))
-
-
-@register
-class Uncordon(NodeAction):
-    """Placements may use the node again; a pending drain request is withdrawn."""
-
-    name = "uncordon"
-    label = "Uncordon"
-    allowed_states = _IN_FLEET
-
-    def refusal(self, node):
-        if not node.cordoned and node.lifecycle in self.allowed_states:
-            return f"{node.hostname} is not cordoned."
-        return super().refusal(node)
-
-    def execute(self, node, *, actor, reason):
-        before = _state_snapshot(node)
-        node.cordoned, node.cordon_reason, node.attribution = False, "", ""
-        node.drain_requested_at = node.drain_deadline = None
-        return _save_flags(node, actor=actor, action=self.name, reason=reason, before=before,
-                           fields=["cordoned", "cordon_reason", "attribution", "drain_requested_at", "drain_deadline"])
-
-
-@register
-class Drain(NodeAction):
-    """Cordon, then get the tenant off. A quarantined node moves to `draining` (the health
-    path); a node in use gets a drain request with a deadline that the allocation loop acts on
-    (`fleet.selectors.nodes_to_drain()`); an idle node is drained at once (cordoned, still
-    `available`)."""
-
-    name = "drain"
-    label = "Drain"
-    allowed_states = frozenset({L.AVAILABLE, L.PROVISIONING, L.ACTIVE, L.QUARANTINED})
-
-    def execute(self, node, *, actor, reason):
-        before = _state_snapshot(node)
-        fields = _cordon(node, reason or "drained by an operator")
-        if has_live_allocation(node):
-            now = timezone.now()
-            node.drain_requested_at = now
-            node.drain_deadline = now + STATE_TIMEOUTS[L.DRAINING]
-            fields += ["drain_requested_at", "drain_deadline"]
-        _save_flags(node, actor=actor, action=self.name, reason=reason, before=before, fields=fields)
-        if node.lifecycle == L.QUARANTINED:
-            transition(node, L.DRAINING, actor=actor, action=self.name, reason=reason)
-        return node
-
-
-class TransitionAction(NodeAction):
-    """An action that is one lifecycle move (allowed wherever the table allows that move),
-    optionally queueing work for the node's agent."""
-
-    to_state: ClassVar[str]
-    agent_action: ClassVar[str | None] = None
-    only_from: ClassVar[frozenset[str] | None] = None  # narrower than the table, for operator use
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        sources = frozenset(s for s, targets in TRANSITIONS.items() if cls.to_state in targets)
-        cls.allowed_states = sources & cls.only_from if cls.only_from is not None else sources
-
-    def execute(self, node, *, actor, reason):
-        before = _state_snapshot(node)
-        transition(node, self.to_state, actor=actor, action=self.name, reason=reason)
-        if self.agent_action:
-            request_agent_action(node=node, action=self.agent_action, actor=actor, reason=reason)
-        record_audit(actor=actor, action=f"node.{self.name}", target=node, before=before,
-                     after=_state_snapshot(node), reason=reason)
-        return node
-
-
-@register
-class StartBurnIn(TransitionAction):
-    name, label, to_state, agent_action = "start_burn_in", "Start burn-in", L.BURN_IN, AgentAction.BURN_IN
-
-
-@register
-class Validate(TransitionAction):
-    # Validation is the full DCGM level 3 run (the 60 min validating deadline is sized for it).
-    name, label, to_state, agent_action = "validate", "Validate", L.VALIDATING, AgentAction.DCGM_R3
-
-
-@register
-class Remediate(TransitionAction):
-    name, label, to_state, agent_action = "remediate", "Remediate (GPU reset)", L.REMEDIATING, AgentAction.GPU_RESET
-
-
-@register
-class Triage(TransitionAction):
-    name, label, to_state = "triage", "Send to triage", L.TRIAGE
-
-
-@register
-class Repair(TransitionAction):
-    name, label, to_state = "repair", "Repair", L.REPAIR
-
-
-@register
-class Rma(TransitionAction):
-    name, label, to_state = "rma", "RMA", L.RMA
-
-
-@register
-class Decommission(TransitionAction):
-    name, label, to_state = "decommission", "Decommission", L.DECOMMISSIONING

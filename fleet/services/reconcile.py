@@ -36,9 +36,9 @@ from core.locks import locked_run
 from fleet.choices import AgentAction, AgentActionState
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeAgentAction
-from tenants.models import AllocationNode
+from fleet.selectors import occupied_node_ids
 
-from .agent_actions import request_agent_actions
+from .agent_work import request_agent_actions
 from .lifecycle import DEADLINE_FAILURE, STATE_TIMEOUTS, transition_many
 
 ACTOR = "system:reconciler"
@@ -129,8 +129,7 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
         for row in rows:
             actions[row[0]].append(row)
     draining = [n.pk for n in nodes if n.lifecycle == L.DRAINING]
-    occupied = set(AllocationNode.objects.filter(node_id__in=draining, ended_at__isnull=True)
-                   .values_list("node_id", flat=True)) if draining else set()
+    occupied = occupied_node_ids(draining) if draining else set()
 
     advance: dict[str, list[Node]] = defaultdict(list)
     fail: dict[tuple[str, str], list[Node]] = defaultdict(list)  # (to_state, last_error) → nodes

@@ -11,7 +11,14 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.choices import AgentAction, SanitizationMethod, SanitizationSource
-from fleet.models import CustodyTransfer, Drive, Node, NodeAgentAction, NodeDisposal, SanitizationRecord
+from fleet.models import (
+    CustodyTransfer,
+    Drive,
+    Node,
+    NodeAgentAction,
+    NodeDisposal,
+    SanitizationRecord,
+)
 
 from .lifecycle import record_node_event
 

@@ -4,14 +4,18 @@ from datetime import datetime
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    permission_classes,
+)
 from rest_framework.response import Response
 
 from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
-from core.api.timestamps import parse_rfc3339
 from core.api.schema import problems
+from core.api.timestamps import parse_rfc3339
 from fleet.choices import PowerState
 from health.choices import CheckName, CheckStatus
 from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat

@@ -14,12 +14,19 @@ from django.db.models import Count
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
-from fleet.services.agent_actions import request_agent_actions
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import STATE_TIMEOUTS, transition_many
 from health.choices import CheckStatus, IncidentState, IncidentStep
 from health.models import HealthCheckResult
-from health.policy import (FLAP_FAILURES, FLAP_WINDOW, GATE_AFTER_REBOOT, GATE_AFTER_RESET, GATE_BURN_IN, RMA_TRIAGES,
-                           RMA_WINDOW)
+from health.policy import (
+    FLAP_FAILURES,
+    FLAP_WINDOW,
+    GATE_AFTER_REBOOT,
+    GATE_AFTER_RESET,
+    GATE_BURN_IN,
+    RMA_TRIAGES,
+    RMA_WINDOW,
+)
 from health.services.conditions import clear_node_conditions
 from health.services.incidents import record_step, settle_credits
 from tenants.models import AllocationNode

@@ -7,6 +7,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from billing.services.credits import record_sla_credit
 from core.services.audit import record_audit
 from fleet.choices import Attribution, Lifecycle
 from fleet.models import Node, NodeEvent
@@ -72,7 +73,6 @@ def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
         return 0
     for impact in impacts:
         impact.end = impact.end or end
-    from billing.services.credits import record_sla_credit
 
     for impact in impacts:
         record_sla_credit(tenant_id=impact.tenant_id, allocation_id=impact.allocation_id, node_id=impact.node_id,

@@ -10,8 +10,13 @@ from django.db import connection, transaction
 from fleet.models import Node
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
-from health.policy import (CHECK_FAIL_SIGNAL, CHECK_PASS_CLEARS, CHECK_WARN_SIGNAL,
-                           HEARTBEAT_LEVEL_SIGNALS, THERMAL_THROTTLE_C)
+from health.policy import (
+    CHECK_FAIL_SIGNAL,
+    CHECK_PASS_CLEARS,
+    CHECK_WARN_SIGNAL,
+    HEARTBEAT_LEVEL_SIGNALS,
+    THERMAL_THROTTLE_C,
+)
 from health.services.conditions import apply_observations
 
 _gpus_per_node: dict = {}  # node id → node type's GPU count (immutable for a node's life)

@@ -16,16 +16,36 @@ from django.utils import timezone
 from core.locks import locked_run
 from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle
 from fleet.models import Node, NodeAgentAction
-from fleet.services.agent_actions import request_agent_actions
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
-from health.choices import ACTIONABLE, SEVERITY_RANK, ConditionEventKind, ConditionStatus, IncidentState, IncidentStep
+from health.choices import (
+    ACTIONABLE,
+    SEVERITY_RANK,
+    ConditionEventKind,
+    ConditionStatus,
+    IncidentState,
+    IncidentStep,
+)
 from health.choices import Severity as S
 from health.models import Condition, ConditionEvent, IncidentImpact
-from health.policy import (EVENT_EXPIRY, GATE_AFTER_REBOOT, GATE_AFTER_RESET, HEARTBEAT_LOST_AFTER,
-                           HEARTBEAT_UNKNOWN_AFTER, HISTORY_RETENTION, REPEAT_WINDOW)
+from health.policy import (
+    EVENT_EXPIRY,
+    GATE_AFTER_REBOOT,
+    GATE_AFTER_RESET,
+    HEARTBEAT_LOST_AFTER,
+    HEARTBEAT_UNKNOWN_AFTER,
+    HISTORY_RETENTION,
+    REPEAT_WINDOW,
+)
 from health.services.conditions import apply_observations
 from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
-from health.services.incidents import open_incidents_by_node, open_policy_incidents, record_step
+from health.services.incidents import (
+    open_incidents_by_node,
+    open_policy_incidents,
+    record_step,
+)
+from tenants.models import AllocationNode
+from tenants.services.allocation_loop import replace_node
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +187,6 @@ def _apply_policy(now: datetime) -> dict:
 def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
     """Pulled nodes in a live allocation: record the impact (for the SLA credit) and ask
     tenancy for a same-generation, same-fabric replacement (marks the allocation degraded)."""
-    from tenants.models import AllocationNode
 
     memberships = list(AllocationNode.objects.filter(node__in=pulled, ended_at__isnull=True)
                        .select_related("allocation", "node__node_type"))
@@ -178,7 +197,6 @@ def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
         IncidentImpact(incident_id=incident_of[m.node_id], node_id=m.node_id, allocation_id=m.allocation_id,
                        tenant_id=m.allocation.tenant_id, gpus=m.node.node_type.gpus_per_node, start=now)
         for m in memberships if m.node_id in incident_of])
-    from tenants.services.allocation_loop import replace_node
 
     replaced = 0
     for m in memberships:
@@ -210,7 +228,6 @@ def _actionable_severity(node_ids) -> dict:
 
 def _finish_drains(now: datetime) -> int:
     """Health-pulled draining nodes with no live allocation left go on to remediation."""
-    from tenants.models import AllocationNode
 
     live = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=True)
     pulled = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE, severity__in=ACTIONABLE)

@@ -19,10 +19,8 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
-from planning.disposition_charts import return_per_node_figure, split_figure
 from fleet.models import Drive, Node
-from planning.models import DispositionAssignment, DispositionPlan
-
+from planning.disposition_charts import return_per_node_figure, split_figure
 from planning.engines.disposition import (
     OPTION_ORDER,
     Assumptions,
@@ -34,6 +32,7 @@ from planning.engines.disposition import (
     to_cents,
     value_options,
 )
+from planning.models import DispositionAssignment, DispositionPlan
 
 REFERENCE_DIR = Path(settings.BASE_DIR) / "core" / "reference"
 CHANNELS = ("broker", "auction", "distressed")

@@ -9,7 +9,6 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.models import Node, NodeType, Rack
-from planning.models import MigrationPlan, PlannedAction
 from planning.engines import migration as mp
 from planning.inputs import (
     GONE,
@@ -19,6 +18,7 @@ from planning.inputs import (
     plan_to_json,
     validate_parameters,
 )
+from planning.models import MigrationPlan, PlannedAction
 
 
 class PlanNotApplicable(Exception):

@@ -1,22 +1,35 @@
 """Tenant API views (thin: selectors read, services write). Every lookup is scoped to the
 caller's tenant, so another tenant's object is answered exactly like a missing one: 404."""
+from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.selectors import current_prices
 from core.api.idempotency import idempotent_create, read_key
 from core.api.lookups import parse_uuid, uuid_or_404
 from core.api.pagination import paginate
 from core.api.permissions import IsTenant
 from core.api.problems import Problem
-from django.http import Http404
-from tenants.selectors import (allocations_for, instance_types, partitions_for, quota_and_usage, volumes_for)
+from core.api.schema import (
+    IDEMPOTENCY_KEY,
+    OPTIONAL_IDEMPOTENCY_KEY,
+    PAGE_PARAMETERS,
+    READ_ERRORS,
+    WRITE_ERRORS,
+)
+from tenants.selectors import (
+    allocations_for,
+    instance_types,
+    partitions_for,
+    quota_and_usage,
+    volumes_for,
+)
 from tenants.services.allocations import create_allocation, request_cancel
 from tenants.services.partitions import PartitionExists, create_partition
 from tenants.services.volumes import create_volume
 
 from . import serializers as s
-from core.api.schema import IDEMPOTENCY_KEY, OPTIONAL_IDEMPOTENCY_KEY, PAGE_PARAMETERS, READ_ERRORS, WRITE_ERRORS
 
 ALLOCATION_PATH = "/api/v1/allocations/{}"
 
@@ -49,7 +62,7 @@ class InstanceTypeList(TenantView):
                    responses={200: s.InstanceTypeListSerializer, **READ_ERRORS},
                    description="What can be rented now, with the price per GPU-hour and the nodes free to place.")
     def get(self, request):
-        return Response({"results": s.InstanceTypeSerializer(instance_types(), many=True).data,
+        return Response({"results": s.InstanceTypeSerializer(instance_types(current_prices()), many=True).data,
                          "next_page_token": None})
 
 

@@ -26,11 +26,18 @@ from core.locks import locked_run
 from core.services.audit import record_audit
 from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Node, NodeEvent
-from fleet.services.agent_actions import request_agent_actions
+from fleet.selectors import nodes_to_drain
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
-from tenants.choices import AllocationNodeRole, AllocationState as S
+from tenants.choices import AllocationNodeRole
+from tenants.choices import AllocationState as S
 from tenants.models import Allocation, AllocationNode
-from tenants.services.allocations import InsufficientCapacity, transition_allocation
+from tenants.services.allocations import transition_allocation
+from tenants.services.placement import (
+    InsufficientCapacity,
+    claim_nodes,
+    place_allocation,
+)
 
 ACTOR = "system:allocation-loop"
 BATCH = 200
@@ -104,7 +111,6 @@ def _fail_overdue(result: LoopResult, now) -> None:
 
 
 def _place_pending(result: LoopResult) -> None:
-    from fleet.services.placement import place_allocation
 
     for allocation in _claim(Allocation.objects.filter(state=S.PENDING, cancel_requested_at__isnull=True)
                              .select_related("instance_type", "tenant")):
@@ -139,7 +145,6 @@ def _activate(result: LoopResult) -> None:
 
 
 def _retry_replacement(allocation: Allocation, missing: int) -> None:
-    from fleet.services.placement import claim_nodes
 
     try:
         claim_nodes(allocation=allocation, instance_type=allocation.instance_type, node_count=missing,
@@ -151,7 +156,6 @@ def _retry_replacement(allocation: Allocation, missing: int) -> None:
 def _serve_drains(result: LoopResult) -> None:
     """An operator drained a node a tenant is using: place a replacement (same generation and
     fabric domain), then stop the drained node; the reconciler wipes it and it stays cordoned."""
-    from fleet.selectors import nodes_to_drain
 
     qs = nodes_to_drain()
     if connection.vendor == "postgresql":
@@ -250,7 +254,6 @@ def replace_node(*, allocation: Allocation, node: Node, actor: str, reason: str)
     """Pull `node` out of `allocation` (health), mark it degraded and place one replacement of the same
     type in the same fabric domain. Returns the replacement membership, or None if none is free now
     (the loop keeps trying while the allocation stays degraded)."""
-    from fleet.services.placement import claim_nodes
 
     now = timezone.now()
     ended = AllocationNode.objects.filter(allocation=allocation, node=node, ended_at__isnull=True).update(

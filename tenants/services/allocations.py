@@ -8,11 +8,13 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from core.api.problems import Problem
+from core.errors import Refused
 from core.services.audit import record_audit
 from fleet.models import NodeType
-from tenants.choices import TERMINAL_ALLOCATION_STATES, AllocationState as S, FabricMode
+from tenants.choices import TERMINAL_ALLOCATION_STATES, FabricMode
+from tenants.choices import AllocationState as S
 from tenants.models import Allocation, Quota, Tenant
+from tenants.services.placement import InsufficientCapacity, domain_can_hold
 
 ALLOCATION_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.CANCELLED, S.FAILED}),
@@ -32,12 +34,15 @@ PROVISIONING_TIMEOUT = timedelta(minutes=20)
 STATE_TIMEOUTS = {S.PENDING: PENDING_TIMEOUT, S.PROVISIONING: PROVISIONING_TIMEOUT}
 
 
+class QuotaExceeded(Refused):
+    """The tenant would hold more nodes of a generation than its quota allows."""
+
+    code = "quota_exceeded"
+
+
 class InvalidAllocationTransition(Exception):
     pass
 
-
-class InsufficientCapacity(Exception):
-    """No single fabric domain can hold the allocation now (API: 409 insufficient_capacity)."""
 
 
 def _snapshot(allocation: Allocation) -> dict:
@@ -88,20 +93,18 @@ def create_allocation(*, tenant: Tenant, name: str, instance_type: NodeType, nod
 
     The tenant row is locked so concurrent creates cannot both squeeze under the quota.
     """
-    from fleet.services.placement import domain_can_hold
-
     Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
     generation = instance_type.generation
     limit = quota_for(tenant, generation)
     held = nodes_held(tenant, generation)
     if held + node_count > limit:
-        raise Problem(403, "quota_exceeded",
-                      f"Your quota is {limit} {generation} node(s) at once and {held} are held; "
-                      f"ask for at most {max(limit - held, 0)} or cancel an allocation first.")
+        raise QuotaExceeded(
+            f"Your quota is {limit} {generation} node(s) at once and {held} are held; "
+            f"ask for at most {max(limit - held, 0)} or cancel an allocation first.")
     if not domain_can_hold(instance_type=instance_type, node_count=node_count):
-        raise Problem(409, "insufficient_capacity",
-                      f"No single fabric domain has {node_count} free {instance_type.slug} node(s) now; "
-                      "ask for fewer nodes or retry later (GET /api/v1/instance-types shows availability).")
+        raise InsufficientCapacity(
+            f"No single fabric domain has {node_count} free {instance_type.slug} node(s) now; "
+            "ask for fewer nodes or retry later (GET /api/v1/instance-types shows availability).")
     allocation = Allocation.objects.create(
         tenant=tenant, name=name, instance_type=instance_type, node_count=node_count,
         fabric=fabric or FabricMode.ISOLATED, idempotency_key=idempotency_key,

@@ -1,8 +1,8 @@
 """Checks of the live state for isolation violations (compute, fabric, storage)."""
 from django.db.models import Count, F
 
-from fleet.models import NodeEvent
 from fleet.choices import Lifecycle
+from fleet.models import NodeEvent
 from tenants.models import AllocationNode, FabricPartition, Volume
 
 

@@ -3,6 +3,7 @@ from django.db import transaction
 
 from core.reference_data import generations
 from core.services.audit import record_audit
+from fleet.models import NodeType
 from tenants.models import Quota, StorageQuota, Tenant
 
 # Storage a new tenant may hold unless the operator says otherwise: a commercial policy, not a
@@ -12,7 +13,6 @@ DEFAULT_MAX_STORAGE_GB = 100_000
 
 
 def all_generations() -> list[str]:
-    from fleet.models import NodeType
 
     names = {row.generation for row in generations()} | set(NodeType.objects.values_list("generation", flat=True))
     return sorted(names)

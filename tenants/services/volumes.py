@@ -3,9 +3,15 @@ quota (count and total GB)."""
 from django.db import transaction
 from django.db.models import Count, Sum
 
-from core.api.problems import Problem
+from core.errors import Refused
 from core.services.audit import record_audit
 from tenants.models import FabricPartition, StorageQuota, Tenant, Volume
+
+
+class StorageQuotaExceeded(Refused):
+    """The tenant would hold more volumes, or more GB, than its storage quota allows."""
+
+    code = "quota_exceeded"
 
 
 def storage_held(tenant: Tenant) -> tuple[int, int]:
@@ -26,15 +32,13 @@ def create_volume(*, tenant: Tenant, name: str, size_gb: int, export_partition: 
     max_volumes, max_gb = (quota.max_volumes, quota.max_gb) if quota else (0, 0)
     volumes, gb = storage_held(tenant)
     if volumes + 1 > max_volumes:
-        raise Problem(403, "quota_exceeded",
-                      f"Your storage quota is {max_volumes} volume(s) and you hold {volumes}; "
-                      "ask your provider for a larger quota.",
-                      extra={"quota": {"max_volumes": max_volumes, "volumes": volumes}})
+        raise StorageQuotaExceeded(f"Your storage quota is {max_volumes} volume(s) and you hold {volumes}; "
+                                   "ask your provider for a larger quota.",
+                                   extra={"quota": {"max_volumes": max_volumes, "volumes": volumes}})
     if gb + size_gb > max_gb:
-        raise Problem(403, "quota_exceeded",
-                      f"Your storage quota is {max_gb} GB and you hold {gb} GB; "
-                      f"ask for at most {max(max_gb - gb, 0)} GB or ask your provider for a larger quota.",
-                      extra={"quota": {"max_gb": max_gb, "gb": gb}})
+        raise StorageQuotaExceeded(f"Your storage quota is {max_gb} GB and you hold {gb} GB; ask for at most "
+                                   f"{max(max_gb - gb, 0)} GB or ask your provider for a larger quota.",
+                                   extra={"quota": {"max_gb": max_gb, "gb": gb}})
     volume = Volume.objects.create(tenant=tenant, name=name, size_gb=size_gb, export_partition=export_partition,
                                    idempotency_key=idempotency_key)
     record_audit(actor=actor, action="volume.create", target=volume,

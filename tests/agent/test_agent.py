@@ -6,6 +6,7 @@ from datetime import timedelta
 from random import Random
 
 from agent_fakes import T0, FakeControlPlane
+
 from hangar_agent.agent import Agent
 from hangar_agent.config import AgentConfig
 from hangar_agent.executors import simulated_executors

@@ -7,6 +7,7 @@ from decimal import Decimal
 from random import Random
 
 from agent_fakes import T0, FakeControlPlane
+
 from hangar_agent.agent import Agent
 from hangar_agent.config import AgentConfig
 from hangar_agent.hardware.simulated import SimulatedHardware

@@ -8,7 +8,11 @@ from random import Random
 import pytest
 
 from hangar_agent.hardware.simulated import (
-    FaultProcess, ScriptedFault, load_reliability, parse_scenario)
+    FaultProcess,
+    ScriptedFault,
+    load_reliability,
+    parse_scenario,
+)
 
 REFERENCE_MIX = {"gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,
                  "host_maintenance": 7.6, "sram": 4.5, "gpu_system_processor": 4.1, "nic": 1.7,

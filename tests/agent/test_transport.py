@@ -11,7 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hangar_agent.transport import (
-    AgentTransport, AuthError, PermanentError, RetryableError, backoff_delay)
+    AgentTransport,
+    AuthError,
+    PermanentError,
+    RetryableError,
+    backoff_delay,
+)
 
 
 @given(attempt=st.integers(min_value=0, max_value=10_000),

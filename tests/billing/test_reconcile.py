@@ -40,9 +40,9 @@ def test_reconcile_flags_gaps_both_ways(tenants, small_fleet, capsys):
 
 
 def test_reconcile_passes_when_everything_matches(tenants, small_fleet, capsys):
+    from billing.services.ingest import ingest_meter_events
     from fleet.models import Node
     from tenants.models import Allocation, AllocationNode
-    from billing.services.ingest import ingest_meter_events
 
     node = Node.objects.first()
     allocation = Allocation.objects.create(tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1)

@@ -8,10 +8,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def fleet(django_user_model):
+    from devtools.services.fleet_seed import seed_fleet
     from fleet.catalogue import catalogue_rows
     from fleet.choices import Health, Lifecycle
     from fleet.models import Node, NodeType
-    from devtools.services.fleet_seed import seed_fleet
     from fleet.services.snapshots import backfill_history
 
     for row in catalogue_rows():  # an earlier transactional test may have flushed the migrated catalogue

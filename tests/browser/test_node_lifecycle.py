@@ -1,14 +1,13 @@
 """An operator drains a quarantined node in the console and watches it move through the states."""
 import pytest
 
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_drain_then_validate_from_the_node_page(page, live_server, login, screenshot, django_user_model):
+    from devtools.services.fleet_seed import seed_fleet
     from fleet.models import Node
     from fleet.services.reconcile import reconcile_nodes
-    from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=64)
     django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True, is_superuser=True)

@@ -4,11 +4,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devtools.simulator import FleetSimulator
 from fleet.choices import AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction
-from fleet.services.agent_actions import request_agent_action
+from fleet.services.agent_work import request_agent_action
 from fleet.services.lifecycle import transition
-from devtools.simulator import FleetSimulator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,6 @@ def test_simulated_agents_heartbeat_and_do_the_work_they_are_asked(live_server):
 
 def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
     from devtools.services.fleet_seed import seed_fleet
-
     from health.services.sweep import run_health_sweep
 
     seed_fleet(gpus=16)
@@ -65,15 +64,15 @@ def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
 
 
 def test_simulated_agents_sanitise_every_drive_and_the_node_can_then_retire(live_server):
-    from fleet.models import SanitizationRecord
-    from fleet.services.node_actions import perform_node_action
-    from fleet.services.sanitization import record_bmc_reset
     from devtools.services.fleet_seed import seed_fleet
+    from fleet.models import SanitizationRecord
+    from fleet.services.operator_actions import perform_operator_action
+    from fleet.services.sanitization import record_bmc_reset
 
     seed_fleet(gpus=16)
     node = Node.objects.order_by("hostname").first()
-    perform_node_action(node_id=node.pk, action="decommission", actor="user:test", reason="end of life")
-    perform_node_action(node_id=node.pk, action="sanitize", actor="user:test", reason="before resale")
+    perform_operator_action(node_id=node.pk, action="decommission", actor="user:test", reason="end of life")
+    perform_operator_action(node_id=node.pk, action="sanitize", actor="user:test", reason="before resale")
     simulator = FleetSimulator(url=live_server.url, speed=120.0, seed=9, hostnames=[node.hostname])
     start = datetime.now(UTC)
     simulator.refresh(start)
@@ -84,5 +83,5 @@ def test_simulated_agents_sanitise_every_drive_and_the_node_can_then_retire(live
     assert all(r.verified and r.source == "agent" for r in records)
     assert {r.method for r in records} == {"purge", "clear"}  # crypto erase on the self-encrypting drives
     record_bmc_reset(node=node, actor="user:test")
-    retired = perform_node_action(node_id=node.pk, action="retire", actor="user:test", reason="sanitised")
+    retired = perform_operator_action(node_id=node.pk, action="retire", actor="user:test", reason="sanitised")
     assert retired.lifecycle == Lifecycle.RETIRED

@@ -3,8 +3,8 @@ counts do not grow with the fleet."""
 import pytest
 from django.urls import reverse
 
-from fleet.models import Node, Rack
 from devtools.services.fleet_seed import seed_fleet
+from fleet.models import Node, Rack
 
 pytestmark = pytest.mark.django_db
 

@@ -8,11 +8,11 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.services.fleet_seed import seed_fleet
 from fleet import charts, drawings
 from fleet.choices import Health, Lifecycle
 from fleet.models import FleetSnapshot, Hall, Node, Rack, SnapshotResolution
 from fleet.selectors import fleet_summary, hall_power
-from devtools.services.fleet_seed import seed_fleet
 from fleet.services.snapshots import backfill_history, record_snapshot
 
 pytestmark = pytest.mark.django_db

@@ -3,13 +3,13 @@ dispose gates, and the certificate of sanitisation."""
 import uuid
 
 import pytest
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Drive, Node, NodeAgentAction, SanitizationRecord
 from fleet.services import sanitization
 from fleet.services.lifecycle import transition
-from fleet.services.node_actions import ActionRefused, perform_node_action
+from fleet.services.operator_actions import ActionRefused, perform_operator_action
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +28,7 @@ def sanitizing_node(small_fleet):
         transition(node, Lifecycle.BURN_IN, actor="test", action="test")
         transition(node, Lifecycle.AVAILABLE, actor="test", action="test")
     transition(node, Lifecycle.DECOMMISSIONING, actor="test", action="decommission")
-    perform_node_action(node_id=node.pk, action="sanitize", actor="user:op")
+    perform_operator_action(node_id=node.pk, action="sanitize", actor="user:op")
     return Node.objects.get(pk=node.pk)
 
 
@@ -57,7 +57,7 @@ def test_one_unsanitised_drive_blocks_retire_and_is_listed(ops_api, sanitizing_n
     record_all(ops_api, sanitizing_node, skip={last.serial})
     ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/bmc-reset", {}, format="json", HTTP_IDEMPOTENCY_KEY=key())
     with pytest.raises(ActionRefused) as refused:
-        perform_node_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
+        perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     assert refused.value.code == "sanitization_incomplete"
     assert refused.value.extra["drives"] == [{"id": str(last.pk), "serial": last.serial}]
     assert Node.objects.get(pk=sanitizing_node.pk).lifecycle == Lifecycle.SANITIZING
@@ -79,23 +79,23 @@ def test_a_failed_record_does_not_count_and_bmc_reset_is_required(ops_api, sanit
     record_all(ops_api, sanitizing_node)
     first = sanitizing_node.drives.order_by("serial").first()
     with pytest.raises(ActionRefused) as refused:
-        perform_node_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
+        perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     assert refused.value.extra["drives"] == []
     assert any("BMC" in m for m in refused.value.extra["missing"])
     ops_api.post(f"/api/v1/ops/drives/{first.pk}/sanitization-records", {**RECORD, "verified": False},
                  format="json", HTTP_IDEMPOTENCY_KEY=key())
     ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/bmc-reset", {}, format="json", HTTP_IDEMPOTENCY_KEY=key())
     # an earlier passing record still stands; a failed retry adds evidence, it does not erase it
-    node = perform_node_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
+    node = perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     assert node.lifecycle == Lifecycle.RETIRED
 
 
 def test_dispose_needs_tags_and_custody(ops_api, sanitizing_node):
     record_all(ops_api, sanitizing_node)
     ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/bmc-reset", {}, format="json", HTTP_IDEMPOTENCY_KEY=key())
-    perform_node_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
+    perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     with pytest.raises(ActionRefused) as refused:
-        perform_node_action(node_id=sanitizing_node.pk, action="dispose", actor="user:op")
+        perform_operator_action(node_id=sanitizing_node.pk, action="dispose", actor="user:op")
     assert refused.value.code == "disposal_incomplete" and len(refused.value.extra["missing"]) == 2
     ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/asset-tags-removed", {}, format="json",
                  HTTP_IDEMPOTENCY_KEY=key())
@@ -103,7 +103,7 @@ def test_dispose_needs_tags_and_custody(ops_api, sanitizing_node):
                      {"from_party": "dc1", "to_party": "SecondLife GPU Brokers", "document_ref": "BOL-42"},
                      format="json", HTTP_IDEMPOTENCY_KEY=key())
     assert r.status_code == 201 and r.json()["dispose_missing"] == []
-    node = perform_node_action(node_id=sanitizing_node.pk, action="dispose", actor="user:op")
+    node = perform_operator_action(node_id=sanitizing_node.pk, action="dispose", actor="user:op")
     assert node.lifecycle == Lifecycle.DISPOSED
 
 

@@ -6,7 +6,11 @@ from fleet.choices import AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
 from fleet.selectors import nodes_to_drain
 from fleet.services.lifecycle import InvalidTransition
-from fleet.services.node_actions import REGISTRY, available_actions, perform_node_action
+from fleet.services.operator_actions import (
+    REGISTRY,
+    available_actions,
+    perform_operator_action,
+)
 
 from .lifecycle_helpers import allocate, place
 
@@ -38,12 +42,12 @@ def test_action_allowed_exactly_from_its_states(node, action, state, allowed):
     place(node, state)
     if not allowed:
         with pytest.raises(InvalidTransition) as err:
-            perform_node_action(node_id=node.pk, action=action, actor="user:op", reason="test")
+            perform_operator_action(node_id=node.pk, action=action, actor="user:op", reason="test")
         assert action in err.value.detail and state in err.value.detail
         assert Node.objects.get(pk=node.pk).lifecycle == state
         assert not NodeEvent.objects.filter(node=node, action=action).exists()
         return
-    perform_node_action(node_id=node.pk, action=action, actor="user:op", reason="test")
+    perform_operator_action(node_id=node.pk, action=action, actor="user:op", reason="test")
     node.refresh_from_db()
     to_state = EXPECTED[action][1]
     if action == "drain" and state == "quarantined":
@@ -63,29 +67,29 @@ def test_available_actions_match_the_registry_rules(node):
 
 def test_burn_in_and_validate_queue_agent_work(node):
     place(node, "enrolled")
-    perform_node_action(node_id=node.pk, action="start_burn_in", actor="user:op")
+    perform_operator_action(node_id=node.pk, action="start_burn_in", actor="user:op")
     assert NodeAgentAction.objects.get(node=node).action == "burn_in"
     place(node, "available")
-    perform_node_action(node_id=node.pk, action="validate", actor="user:op")
+    perform_operator_action(node_id=node.pk, action="validate", actor="user:op")
     assert set(NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING)
                .values_list("action", flat=True)) == {"burn_in", "dcgm_r3"}
 
 
 def test_cordon_uncordon_flags_and_refusals(node):
-    perform_node_action(node_id=node.pk, action="cordon", actor="user:op", reason="fan noise")
+    perform_operator_action(node_id=node.pk, action="cordon", actor="user:op", reason="fan noise")
     node.refresh_from_db()
     assert (node.cordoned, node.cordon_reason, node.attribution) == (True, "fan noise", "provider")
     with pytest.raises(InvalidTransition, match="already cordoned"):
-        perform_node_action(node_id=node.pk, action="cordon", actor="user:op")
-    perform_node_action(node_id=node.pk, action="uncordon", actor="user:op", reason="fixed")
+        perform_operator_action(node_id=node.pk, action="cordon", actor="user:op")
+    perform_operator_action(node_id=node.pk, action="uncordon", actor="user:op", reason="fixed")
     node.refresh_from_db()
     assert (node.cordoned, node.cordon_reason, node.attribution) == (False, "", "")
     with pytest.raises(InvalidTransition, match="not cordoned"):
-        perform_node_action(node_id=node.pk, action="uncordon", actor="user:op")
+        perform_operator_action(node_id=node.pk, action="uncordon", actor="user:op")
 
 
 def test_drain_of_an_idle_node_completes_at_once(node):
-    perform_node_action(node_id=node.pk, action="drain", actor="user:op", reason="maintenance")
+    perform_operator_action(node_id=node.pk, action="drain", actor="user:op", reason="maintenance")
     node.refresh_from_db()
     assert (node.lifecycle, node.cordoned, node.drain_requested_at) == ("available", True, None)
     assert not nodes_to_drain().exists()
@@ -94,15 +98,15 @@ def test_drain_of_an_idle_node_completes_at_once(node):
 def test_drain_of_an_allocated_node_asks_the_allocation_to_move(node):
     place(node, "active")
     allocate(node)
-    perform_node_action(node_id=node.pk, action="drain", actor="user:op", reason="maintenance")
+    perform_operator_action(node_id=node.pk, action="drain", actor="user:op", reason="maintenance")
     node.refresh_from_db()
     assert node.lifecycle == "active" and node.cordoned
     assert node.drain_deadline > node.drain_requested_at
     assert list(nodes_to_drain()) == [node]
-    perform_node_action(node_id=node.pk, action="uncordon", actor="user:op")
+    perform_operator_action(node_id=node.pk, action="uncordon", actor="user:op")
     assert not nodes_to_drain().exists()
 
 
 def test_unknown_action_is_a_key_error(node):
     with pytest.raises(KeyError):
-        perform_node_action(node_id=node.pk, action="explode", actor="user:op")
+        perform_operator_action(node_id=node.pk, action="explode", actor="user:op")

@@ -6,7 +6,7 @@ from rest_framework.test import APIClient
 
 from core.api.agent_tokens import mint_agent_token
 from fleet.models import Node, NodeAgentAction
-from fleet.services.agent_actions import request_agent_action
+from fleet.services.agent_work import request_agent_action
 from fleet.services.reconcile import reconcile_nodes
 
 from .lifecycle_helpers import allocate, place
@@ -133,18 +133,18 @@ def test_ops_action_202_409_400_and_idempotency(node, ops_api):
 
 
 def test_action_refused_maps_to_its_code(node, ops_api, monkeypatch):
-    from fleet.services import node_actions
+    from fleet.services import operator_actions
 
-    class Blocked(node_actions.NodeAction):
+    class Blocked(operator_actions.OperatorAction):
         name, label, allowed_states = "blocked", "Blocked", frozenset({"available"})
 
         def execute(self, node, *, actor, reason):
-            raise node_actions.ActionRefused("sanitization_incomplete", "drives lack records", {"drives": ["d1"]})
+            raise operator_actions.ActionRefused("sanitization_incomplete", "drives lack records", {"drives": ["d1"]})
 
     from core.services.permissions import OPS_ACTIONS, OpsAction
 
     monkeypatch.setitem(OPS_ACTIONS, "node.blocked", OpsAction("node.blocked", "fleet.change_node", "test action"))
-    monkeypatch.setitem(node_actions.REGISTRY, "blocked", Blocked())
+    monkeypatch.setitem(operator_actions.REGISTRY, "blocked", Blocked())
     response = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "blocked"}, format="json",
                             HTTP_IDEMPOTENCY_KEY="k")
     assert response.status_code == 409

@@ -19,7 +19,12 @@ def test_node_list_filters_and_fixed_queries(small_fleet, operator_client, djang
         page = operator_client.get("/fleet/nodes/?cordoned=false&site=dc1").content.decode()
     assert all(n.hostname in page for n in nodes)
     assert len(small) == len(large)
-    assert operator_client.get("/fleet/nodes/?lifecycle=bogus&hall=x&page=zz").status_code == 200
+    bad = operator_client.get("/fleet/nodes/?lifecycle=bogus&hall=x&page=zz")
+    assert bad.status_code == 200
+    page = bad.content.decode()
+    # the API's validation (NodeFilterSet): named errors and no rows, not a silently unfiltered list
+    assert "Filter lifecycle" in page and "Filter hall" in page
+    assert not any(n.hostname in page for n in nodes)
 
 
 def test_node_page_shows_only_allowed_actions(small_fleet, operator_client):

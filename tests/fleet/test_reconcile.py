@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction, NodeEvent
-from fleet.services.agent_actions import request_agent_action
 from fleet.services.agent_results import record_action_result
+from fleet.services.agent_work import request_agent_action
 from fleet.services.reconcile import backoff, reconcile_nodes, reconcile_pass
 
 from .lifecycle_helpers import allocate, place

@@ -91,7 +91,7 @@ def test_failed_replacement_never_undoes_the_pull(allocated, agent_for, monkeypa
     def replace_node(**kwargs):
         raise RuntimeError("no same-fabric capacity")
 
-    monkeypatch.setattr("tenants.services.allocation_loop.replace_node", replace_node)
+    monkeypatch.setattr("health.services.sweep.replace_node", replace_node)
     allocation, node = allocated
     agent_for(node).heartbeat(faults={6: {"xid_errors": [79]}})
     run_health_sweep()

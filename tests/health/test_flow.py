@@ -7,7 +7,13 @@ from django.utils import timezone
 from fleet.choices import AgentAction, AgentActionState, Health, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from health.choices import ConditionStatus, IncidentState
-from health.models import Condition, ConditionEvent, HealthCheckResult, Incident, IncidentEvent
+from health.models import (
+    Condition,
+    ConditionEvent,
+    HealthCheckResult,
+    Incident,
+    IncidentEvent,
+)
 from health.services.sweep import run_health_sweep
 
 pytestmark = pytest.mark.django_db

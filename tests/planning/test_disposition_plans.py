@@ -4,9 +4,9 @@ import uuid
 
 import pytest
 
+from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Node
 from planning.models import DispositionAssignment, DispositionPlan
-from devtools.services.fleet_seed import seed_fleet
 
 pytestmark = pytest.mark.django_db
 

@@ -4,10 +4,10 @@ import uuid
 import pytest
 
 from core.models import AuditEvent
-from planning.models import MigrationPlan, PlannedAction
-from planning.inputs import plan_to_json
-from planning.services.migration_plans import recompute
 from devtools.services.fleet_seed import seed_fleet
+from planning.inputs import plan_to_json
+from planning.models import MigrationPlan, PlannedAction
+from planning.services.migration_plans import recompute
 
 URL = "/api/v1/ops/migration-plans"
 START = "2026-07-06"

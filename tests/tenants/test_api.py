@@ -1,7 +1,7 @@
 """The tenant API contract (API.md): shapes, validation, quota, capacity, roles, pages, query counts."""
 import pytest
 
-from tenants.models import Allocation, FabricPartition, Volume
+from tenants.models import Allocation
 from tenants.services.allocation_loop import run_allocation_loop
 
 from .conftest import tenant_client

@@ -8,7 +8,7 @@ from django.db import connection, transaction
 from fleet.choices import Lifecycle
 from fleet.models import Node, NodeType
 from tenants.models import Allocation, AllocationNode
-from tenants.services.allocations import InsufficientCapacity
+from tenants.services.placement import InsufficientCapacity
 
 from .conftest import tenant_client
 
@@ -52,8 +52,8 @@ def test_fifty_retries_with_one_key_create_one_allocation(tenant_a):
 
 
 def test_two_hundred_placements_for_one_hundred_nodes(tenant_a):
-    from fleet.services.placement import place_allocation
     from devtools.services.fleet_seed import seed_fleet
+    from tenants.services.placement import place_allocation
     seed_fleet(gpus=800)
     assert Node.objects.filter(lifecycle=Lifecycle.AVAILABLE).count() == 100
     node_type = NodeType.objects.get(slug="h100-sxm-8x")

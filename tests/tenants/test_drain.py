@@ -3,7 +3,7 @@ node is stopped and wiped by the real loops, and it stays cordoned."""
 import pytest
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
-from fleet.models import Node, NodeAgentAction
+from fleet.models import NodeAgentAction
 from fleet.services.reconcile import reconcile_pass
 from tenants.models import Allocation, AllocationNode
 from tenants.services.allocation_loop import run_allocation_loop

@@ -5,9 +5,8 @@ from django.core.management import call_command
 from core.models import AuditEvent
 from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Node, NodeAgentAction
-from tenants.models import AllocationNode, FabricPartition
-from tenants.services.allocation_loop import run_allocation_loop, replace_node
-from tenants.models import Allocation
+from tenants.models import Allocation, AllocationNode, FabricPartition
+from tenants.services.allocation_loop import replace_node, run_allocation_loop
 
 from .conftest import provision_succeeds, stop_and_wipe_succeed
 
@@ -85,8 +84,9 @@ def test_cancel_while_pending_and_while_provisioning(small_fleet, client_a):
 
 
 def test_pending_past_deadline_fails_with_reason(small_fleet, client_a, tenant_b):
-    from django.utils import timezone
     from datetime import timedelta
+
+    from django.utils import timezone
 
     alloc = _create(client_a, node_count=8).data["id"]
     Node.objects.filter(lifecycle=Lifecycle.AVAILABLE).update(cordoned=True)  # capacity vanishes after the check
@@ -99,8 +99,9 @@ def test_pending_past_deadline_fails_with_reason(small_fleet, client_a, tenant_b
 
 
 def test_provisioning_past_deadline_fails_and_releases(small_fleet, client_a):
-    from django.utils import timezone
     from datetime import timedelta
+
+    from django.utils import timezone
 
     alloc = _create(client_a).data["id"]
     run_allocation_loop()

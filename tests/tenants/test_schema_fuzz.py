@@ -3,9 +3,13 @@ no 5xx and no response that breaks the schema (status codes, content types, bodi
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
-                                                response_schema_conformance, status_code_conformance)
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from config.wsgi import application
 

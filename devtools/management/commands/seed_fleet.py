@@ -3,8 +3,8 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.models import Node, Site
 from devtools.services.fleet_seed import seed_fleet
+from fleet.models import Node, Site
 
 
 class Command(BaseCommand):

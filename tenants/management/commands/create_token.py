@@ -10,6 +10,8 @@ from core.api.agent_tokens import mint_agent_token
 from core.choices import ApiTokenKind, TenantRole
 from core.services.audit import record_audit
 from core.services.tokens import create_api_token
+from fleet.models import Node
+from tenants.models import Tenant
 
 
 class Command(BaseCommand):
@@ -26,7 +28,6 @@ class Command(BaseCommand):
     def handle(self, *args, tenant=None, operator=None, agent=None, role=None, name="", **options):
         actor = "system:create_token"
         if agent:
-            from fleet.models import Node
 
             node = Node.objects.filter(hostname=agent).first()
             if node is None:
@@ -34,7 +35,6 @@ class Command(BaseCommand):
             record_audit(actor=actor, action="token.create_agent", target=node)
             plain = mint_agent_token(node.pk)
         elif tenant:
-            from tenants.models import Tenant
 
             if not role:
                 raise CommandError("--tenant needs --role (admin, member or viewer).")

@@ -17,16 +17,22 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
+from core.errors import Conflict
 from fleet.choices import AgentAction, Health, Lifecycle
 from fleet.models import Node, NodeType
-from fleet.services.agent_actions import request_agent_actions
+from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
 from tenants.choices import AllocationNodeRole, FabricMode
 from tenants.models import Allocation, AllocationNode
-from tenants.services.allocations import InsufficientCapacity
 from tenants.services.partitions import partition_for_allocation
 
 PLACEABLE_HEALTH = (Health.HEALTHY, Health.DEGRADED)
+
+
+class InsufficientCapacity(Conflict):
+    """No single fabric domain can hold the allocation now."""
+
+    code = "insufficient_capacity"
 
 
 def placeable_nodes(*, instance_type: NodeType | None = None):

@@ -10,9 +10,9 @@ from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Drive, Node
 from fleet.selectors import data_handling_status, sanitized_drive_ids
 
-from .agent_actions import request_agent_action
+from .action_base import ActionRefused, OperatorAction
+from .agent_work import request_agent_action
 from .lifecycle import transition
-from .node_actions import ActionRefused, NodeAction, register
 
 SANITIZE_REASON = "NIST SP 800-88 sanitisation before the node leaves"
 
@@ -25,8 +25,7 @@ def sanitize_params(drive: Drive) -> dict:
     return {"device": device, "serial": drive.serial, "method": method}
 
 
-@register
-class Sanitize(NodeAction):
+class Sanitize(OperatorAction):
     """decommissioning → sanitizing, queueing one `sanitize_drive` per drive. From sanitizing it
     re-queues only the drives still lacking a passing record (a retry after a failed erase)."""
 
@@ -47,7 +46,7 @@ class Sanitize(NodeAction):
         return node
 
 
-class GatedMove(NodeAction):
+class GatedMove(OperatorAction):
     """One end-of-life move that the data-handling checklist must allow first."""
 
     to_state: str
@@ -70,7 +69,6 @@ class GatedMove(NodeAction):
         return node
 
 
-@register
 class Retire(GatedMove):
     name = "retire"
     label = "Retire"
@@ -91,7 +89,6 @@ class Retire(GatedMove):
         )
 
 
-@register
 class Dispose(GatedMove):
     name = "dispose"
     label = "Dispose"
