@@ -15,6 +15,7 @@ from billing.selectors import (
     invoice_for_tenant,
     invoice_totals_by_tenant,
     invoices_for_tenant,
+    policy_in_force,
     recent_runs,
     usage_by_sku,
 )
@@ -56,9 +57,11 @@ def portal_usage(request):
     daily = daily_gpu_hours(tenant_id=tenant.pk, start=window_start, end=now + timedelta(seconds=1))
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
     month_start, month_end = default_usage_window(now)
+    report = usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end, as_of=now)
     return render(request, "billing/portal_usage.html", {
         "nav": "portal", "tenant": tenant, "figure_json": figure.to_json(), "days": PORTAL_USAGE_DAYS,
-        "month_rows": usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end), "month_start": month_start,
+        "month_rows": report.rows, "as_of": report.as_of, "month_start": month_start,
+        "sla_policy": policy_in_force(tenant.pk, now),
     })
 
 

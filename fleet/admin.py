@@ -118,7 +118,10 @@ class GPUInline(admin.TabularInline):
 class DriveInline(admin.TabularInline):
     model = Drive
     extra = 0
-    fields = ("serial", "model", "capacity_gb", "interface", "self_encrypting")
+    fields = ("serial", "model", "capacity_gb", "interface", "self_encrypting", "purge_supported", "last_reported_at",
+              "missing_since")
+    # what the agent saw is the agent's to say (fleet.services.drive_inventory)
+    readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
 
 
 class NodeEventInline(admin.TabularInline):
@@ -204,7 +207,9 @@ class GPUAdmin(admin.ModelAdmin):
 
 @admin.register(Drive)
 class DriveAdmin(admin.ModelAdmin):
-    list_display = ("serial", "node", "model", "capacity_gb", "interface", "self_encrypting")
+    list_display = ("serial", "node", "model", "capacity_gb", "interface", "self_encrypting", "missing_since")
+    # what the agent saw is the agent's to say; the exit gate compares rows with its inventory
+    readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
     list_filter = ("interface", "self_encrypting")
     search_fields = ("serial", "node__hostname", "model")
     list_select_related = ("node",)

@@ -127,6 +127,7 @@ class AgentAction(models.TextChoices):
     DCGM_R1 = "dcgm_r1", "DCGM level 1"
     DCGM_R2 = "dcgm_r2", "DCGM level 2"
     DCGM_R3 = "dcgm_r3", "DCGM level 3"
+    DCGM_R4 = "dcgm_r4", "DCGM level 4"
     BURN_IN = "burn_in", "Burn-in"
     SANITIZE_DRIVE = "sanitize_drive", "Sanitize drive"
 
@@ -149,6 +150,11 @@ class SanitizationMethod(models.TextChoices):
 class SanitizationSource(models.TextChoices):
     AGENT = "agent", "Node agent"
     OPERATOR = "operator", "Operator"
+
+
+class CustodyKind(models.TextChoices):
+    DISPOSAL = "disposal", "Disposal (buyer or recycler)"
+    RMA_SHIPMENT = "rma_shipment", "RMA shipment with drives aboard"
 
 
 class DispositionOption(models.TextChoices):

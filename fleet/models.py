@@ -21,6 +21,7 @@ from .choices import (
     Attribution,
     Cooling,
     CoolingRequirement,
+    CustodyKind,
     DriveInterface,
     FabricTechnology,
     Health,
@@ -308,12 +309,33 @@ class Drive(models.Model):
     capacity_gb = models.PositiveIntegerField()
     interface = models.CharField(max_length=8, choices=DriveInterface.choices, default=DriveInterface.NVME)
     self_encrypting = models.BooleanField(default=False)
+    purge_supported = models.BooleanField(
+        default=False, help_text="the drive can be purged in place (NVMe sanitize or cryptographic erase); "
+                                 "a drive that cannot must be destroyed before it leaves the organisation")
+    # Reconciled from the agent's drive inventory (fleet.services.drive_inventory).
+    last_reported_at = models.DateTimeField(null=True, blank=True, help_text="last time the node agent saw it")
+    missing_since = models.DateTimeField(
+        null=True, blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit")
 
     class Meta:
         ordering = ["node__hostname", "serial"]
 
     def __str__(self) -> str:
         return self.serial
+
+
+class NodeDriveInventory(models.Model):
+    """The drives the node agent last reported (its health report's `drives`), as reported.
+
+    The exit gate compares this with the node's Drive rows, so a drive row deleted or moved
+    after the agent counted it is a disagreement, not a silent pass."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="drive_inventory")
+    reported_at = models.DateTimeField(help_text="when the agent observed the drives")
+    drives = models.JSONField(default=list, help_text="[{serial, model, capacity_gb, self_encrypting, purge_supported}]")
+
+    def __str__(self) -> str:
+        return f"drive inventory of {self.node_id} at {self.reported_at:%Y-%m-%d %H:%M}"
 
 
 class NodeEvent(models.Model):
@@ -457,6 +479,12 @@ class CustodyTransfer(AppendOnlyModel):
     document_ref = models.CharField(max_length=200, help_text="bill of lading, sale contract, recycler certificate")
     recorded_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    # An RMA whose drives must ship with the node: the carrier and each drive's declared status
+    # stand in for sanitisation records (fleet.services.drive_gate).
+    kind = models.CharField(max_length=16, choices=CustodyKind.choices, default=CustodyKind.DISPOSAL)
+    carrier = models.CharField(max_length=200, blank=True, help_text="carrier of an RMA shipment")
+    drive_status = models.JSONField(default=list, blank=True,
+                                    help_text="RMA shipment: [{serial, status}] for every drive shipped")
 
     class Meta:
         ordering = ["at", "id"]

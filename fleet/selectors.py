@@ -16,6 +16,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Cast, Coalesce
+from django.utils import timezone
 
 from core.reference_data import generations
 
@@ -28,6 +29,7 @@ from .models import (
     Node,
     NodeAgentAction,
     NodeDisposal,
+    NodeEvent,
     Rack,
     SanitizationRecord,
 )
@@ -366,29 +368,32 @@ def sanitized_drive_ids(drive_ids) -> set:
 
 @dataclass(frozen=True)
 class DataHandlingStatus:
-    """Where a node stands on everything that gates it leaving (retire, dispose)."""
+    """Where a node stands on everything that gates it leaving (retire, dispose): the drive
+    gate (fleet.services.drive_gate) for retire and for dispose, plus the checklist."""
 
     drives_total: int
     drives_sanitized: int
-    unsanitized: list[dict]  # [{"id", "serial"}] of drives without a passing record
+    unsanitized: list[dict]  # [{"id", "serial", "required_method", "problem"}] of drives the gate does not pass
     bmc_reset_at: object
     asset_tags_removed_at: object
     custody_transfers: int
+    gate: object  # GateStatus for retire (destination, inventory, per-drive method and record)
+    dispose_gate: object  # GateStatus for dispose
 
     @property
     def drives_done(self) -> bool:
-        return self.drives_sanitized == self.drives_total
+        return self.gate.passed
 
     @property
     def retire_missing(self) -> list[str]:
-        missing = [f"drive {d['serial']} has no passing sanitisation record" for d in self.unsanitized]
+        missing = list(self.gate.missing)
         if self.bmc_reset_at is None:
             missing.append("BMC reset (credentials reset, logs cleared) not recorded")
         return missing
 
     @property
     def dispose_missing(self) -> list[str]:
-        missing = []
+        missing = list(self.dispose_gate.missing)
         if self.asset_tags_removed_at is None:
             missing.append("asset tags not recorded as removed")
         if not self.custody_transfers:
@@ -397,45 +402,51 @@ class DataHandlingStatus:
 
 
 def data_handling_status(node_ids) -> dict:
-    """node id → DataHandlingStatus, in four queries whatever the number of nodes."""
+    """node id → DataHandlingStatus, in a fixed number of queries whatever the number of nodes."""
+    from .services.drive_gate import DISPOSE, RETIRE, gate_statuses
 
     node_ids = list(node_ids)
-    drives = list(Drive.objects.filter(node_id__in=node_ids).order_by("serial").values("id", "serial", "node_id"))
-    passed = sanitized_drive_ids(d["id"] for d in drives)
+    both = gate_statuses(node_ids, (RETIRE, DISPOSE))
+    gates, dispose_gates = both[RETIRE], both[DISPOSE]
     disposals = {d.node_id: d for d in NodeDisposal.objects.filter(node_id__in=node_ids)}
     custody = dict(CustodyTransfer.objects.filter(node_id__in=node_ids).values("node_id")
                    .annotate(n=Count("id")).values_list("node_id", "n"))
-    per_node: dict = {nid: [] for nid in node_ids}
-    for d in drives:
-        per_node[d["node_id"]].append(d)
     out = {}
     for nid in node_ids:
-        ds = per_node[nid]
+        gate = gates[nid]
         disposal = disposals.get(nid)
         out[nid] = DataHandlingStatus(
-            drives_total=len(ds),
-            drives_sanitized=sum(1 for d in ds if d["id"] in passed),
-            unsanitized=[{"id": str(d["id"]), "serial": d["serial"]} for d in ds if d["id"] not in passed],
+            drives_total=len(gate.drives),
+            drives_sanitized=sum(1 for d in gate.drives if d.ok),
+            unsanitized=[{"id": d.drive_id, "serial": d.serial, "required_method": d.required, "problem": d.problem}
+                         for d in gate.drives if not d.ok],
             bmc_reset_at=disposal.bmc_reset_at if disposal else None,
             asset_tags_removed_at=disposal.asset_tags_removed_at if disposal else None,
             custody_transfers=custody.get(nid, 0),
+            gate=gate, dispose_gate=dispose_gates[nid],
         )
     return out
 
 
 def certificate_for(node_id) -> dict:
-    """Everything the certificate of sanitisation shows: the node, each drive with its latest
-    passing record, the BMC reset. Raises Node.DoesNotExist."""
+    """Everything the certificate of sanitisation shows: the node, the destination, every drive
+    (the agent's inventory and the records) with the method required, the record that counts
+    and its evidence, the BMC reset and the chain of custody. Raises Node.DoesNotExist."""
 
     node = Node.objects.select_related("node_type", "rack__hall__site").get(pk=node_id)
-    drives = list(Drive.objects.filter(node=node).order_by("serial"))
-    latest: dict = {}
-    for record in SanitizationRecord.objects.filter(drive__node=node, verified=True).order_by("performed_at", "id"):
-        latest[record.drive_id] = record  # the latest passing record per drive wins
-    disposal = NodeDisposal.objects.filter(node=node).first()
     status = data_handling_status([node.pk])[node.pk]
-    return {"node": node, "rows": [(d, latest.get(d.pk)) for d in drives], "disposal": disposal,
-            "status": status, "complete": not status.retire_missing}
+    drives = {str(d.pk): d for d in Drive.objects.filter(node=node)}
+    records = {str(r.pk): r for r in SanitizationRecord.objects.filter(drive__node=node, verified=True)}
+    rows = [(line, drives.get(line.drive_id), records.get(line.record_id)) for line in status.gate.drives]
+    disposal = NodeDisposal.objects.filter(node=node).first()
+    custody = list(CustodyTransfer.objects.filter(node=node).order_by("at", "id"))
+    # The named person who signed the node off: whoever retired it (or, before that, reset its BMC).
+    retired = NodeEvent.objects.filter(node=node, to_state=Lifecycle.RETIRED).exclude(from_state=Lifecycle.RETIRED) \
+        .order_by("-at").values_list("actor", "at").first()
+    signed_off_by, signed_off_at = retired or ((disposal.bmc_reset_by, disposal.bmc_reset_at) if disposal else ("", None))
+    return {"node": node, "rows": rows, "disposal": disposal, "status": status, "gate": status.gate,
+            "custody": custody, "complete": not status.retire_missing,
+            "signed_off_by": signed_off_by or "(not signed off)", "signed_off_at": signed_off_at}
 # --- node lifecycle reads (ops API, console node pages, allocation loop) -------------------
 
 NODE_FILTERS = ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned")
@@ -478,6 +489,18 @@ def drives_for_nodes(node_ids) -> dict:
         out.setdefault(node_id, []).append({"id": str(drive_id), "serial": serial, "sanitized": drive_id in sanitized_ids})
     return out
 
+
+
+VALIDATION_HISTORY_DAYS = 7  # the flapping window (health.policy.FLAP_WINDOW)
+
+
+def validation_history(node_id) -> list:
+    """The node's burn-in and validation runs of the flapping window, newest first: how each
+    ended (passed, failed, held for an operator), so the operator deciding sees them all."""
+    since = timezone.now() - timedelta(days=VALIDATION_HISTORY_DAYS)
+    return list(NodeEvent.objects.filter(node_id=node_id, at__gte=since,
+                                         from_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING))
+                .exclude(to_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING)).order_by("-at")[:50])
 
 
 def pending_agent_actions(node) -> QuerySet:

@@ -3,6 +3,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -19,6 +20,7 @@ from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
 from .filters import NodeFilterSet
 from .models import Hall, Node, Rack
+from .pdf import certificate_pdf_bytes
 from .selectors import (
     HOT_FRACTION,
     POWER_READING_FRESH,
@@ -34,8 +36,10 @@ from .selectors import (
     rack_rows,
     racks_with_draw,
     racks_with_power,
+    validation_history,
 )
 from .selectors import node_list as select_nodes
+from .services.drive_gate import RETIRE, RMA, gate_status
 from .services.lifecycle import InvalidTransition
 from .services.operator_actions import (
     ActionRefused,
@@ -207,10 +211,13 @@ def node_detail(request, pk):
         pk=parse_uuid(pk)).first()
     if node is None:
         raise Http404("no such node")
+    gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
     return render(request, "fleet/node_detail.html", {
         "nav": "fleet", "node": node,
         "gpus": node.gpus.order_by("index"),
         "drives": drives_for_nodes([node.pk]).get(node.pk, []),
+        "gate": gate,
+        "runs": validation_history(node.pk),
         "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
         "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
         "pending": pending_agent_actions(node),
@@ -253,3 +260,18 @@ def certificate(request, pk):
         raise Http404("no such node") from None
     return render(request, "fleet/certificate.html", {"nav": "fleet", **cert},
                   status=200 if cert["complete"] else 409)
+
+
+@operator_required
+def certificate_pdf(request, pk):
+    """The same certificate as a PDF (WeasyPrint), only once it is complete."""
+    try:
+        cert = certificate_for(parse_uuid(pk))
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    if not cert["complete"]:
+        return render(request, "fleet/certificate.html", {"nav": "fleet", **cert}, status=409)
+    html = render_to_string("fleet/certificate_pdf.html", cert, request=request)
+    response = HttpResponse(certificate_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="certificate-{cert["node"].hostname}.pdf"'
+    return response

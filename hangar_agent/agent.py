@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 ACTION_RESULT_KIND = "action_result"
 HEALTH_REPORT_KIND = "health_report"
-HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "burn_in"})
+HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "burn_in"})
 FINISHED_STATE = "finished_actions"
 RUNNING_STATE = "running_action"
 DESIRED_STATE = "desired_state"
@@ -84,7 +84,8 @@ class Agent:
         self._run_actions(now)
         if _due(self.next_health, now):
             self.next_health = now + timedelta(seconds=self.config.health_report_interval)
-            self._report_health(now, self.hardware.health_checks())
+            # the periodic report also carries the drive inventory the exit gate relies on
+            self._report_health(now, self.hardware.health_checks(), drives=self._drive_inventory())
         self.meter.observe(now, self.usage())
         for flusher in self.flushers:
             flusher.flush(now)
@@ -117,6 +118,9 @@ class Agent:
             gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
         payload = {"observed_at": rfc3339(now), "power_state": self.hardware.power_state(),
                    "agent_version": __version__, "gpus": gpus}
+        ports = getattr(self.hardware, "ib_ports", None)
+        if ports is not None:
+            payload["ib_ports"] = ports()
         try:
             self.transport.heartbeat(payload)
         except TransportError as exc:
@@ -188,9 +192,24 @@ class Agent:
                                            "status": "pass" if outcome["status"] == "succeeded" else "fail",
                                            "detail": outcome["detail"]}])
 
-    def _report_health(self, now: datetime, checks: list[dict[str, Any]]) -> None:
-        if checks:
-            self.spool.append(HEALTH_REPORT_KIND, {"observed_at": rfc3339(now), "checks": checks})
+    def _report_health(self, now: datetime, checks: list[dict[str, Any]],
+                       drives: list[dict[str, Any]] | None = None) -> None:
+        if checks or drives is not None:
+            body: dict[str, Any] = {"observed_at": rfc3339(now), "checks": checks}
+            if drives is not None:
+                body["drives"] = drives
+            self.spool.append(HEALTH_REPORT_KIND, body)
+
+    def _drive_inventory(self) -> list[dict[str, Any]] | None:
+        """Every drive the machine shows, as the control plane's Drive rows need it (no device
+        paths: they change across boots; serials do not)."""
+        try:
+            drives = self.hardware.drives()
+        except Exception:  # an unreadable inventory is not an empty one: send none
+            log.exception("reading the drive inventory failed")
+            return None
+        keys = ("serial", "model", "capacity_gb", "self_encrypting", "purge_supported")
+        return [{k: d[k] for k in keys if d.get(k) is not None} for d in drives if d.get("serial")]
 
     def _recover_interrupted_action(self) -> None:
         """An action running when the agent died is reported, never silently re-run."""

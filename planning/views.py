@@ -295,7 +295,7 @@ def disposition_node_action(request, pk):
                 messages.error(request, f"Unknown action {action!r}.")
                 break
             done += 1
-        except (ActionRefused, InvalidTransition) as exc:
+        except (ActionRefused, InvalidTransition, sanitization.CustodyRefused) as exc:
             refused.append(f"{node.hostname}: {exc}")
     if done:
         messages.success(request, f"{action.replace('_', ' ')}: done on {done} node(s).")

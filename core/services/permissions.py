@@ -56,6 +56,9 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("incident.open", "health.add_incident", "open an incident"),
     ("incident.postmortem", "health.change_incident", "write an incident's post-mortem, close it"),
     ("billing_run.create", "billing.add_billingrun", "run billing for a period (drafts, finalizes invoices)"),
+    ("invoice.reissue", "billing.change_invoice", "void a finalized invoice and issue its replacement"),
+    ("credit_note.create", "billing.add_creditnote", "issue a credit note against an invoice"),
+    ("adjustment.create", "billing.add_adjustment", "record a manual credit or charge"),
 )
 
 # The named groups. Each gets the permissions of its actions plus every `view_*` permission

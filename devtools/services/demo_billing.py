@@ -13,7 +13,7 @@ from billing.models import BillingRun
 from billing.periods import period_end, period_of
 from billing.services.credits import record_sla_credit
 from billing.services.ingest import MAX_BATCH, ingest_meter_events
-from billing.services.runs import run_billing
+from billing.services.runs import grace_ends, run_billing
 from core.services.audit import record_audit
 from fleet.models import Node
 from tenants.models import Membership, Tenant
@@ -56,7 +56,7 @@ def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
     hours = int((now.replace(minute=0, second=0, microsecond=0) - first_hour) / timedelta(hours=1))
     fleet_nodes = list(Node.objects.order_by("hostname").values_list("pk", flat=True)[:16])
     by_node: dict[uuid.UUID, list[dict]] = {}
-    for index, (slug, name, sku, node_count, gpus, busy) in enumerate(WORKLOADS):
+    for slug, name, sku, node_count, gpus, busy in WORKLOADS:
         allocation = uuid.uuid5(NAMESPACE, f"{slug}/{name}")
         for n in range(node_count):
             node = fleet_nodes.pop(0) if fleet_nodes else uuid.uuid5(NAMESPACE, f"{slug}/{name}/node{n}")
@@ -97,7 +97,7 @@ def seed_demo_billing(stdout) -> None:
     finalized = set(BillingRun.objects.using("ledger").filter(finalize=True).values_list("period", flat=True))
     period = period_of(now - timedelta(days=HISTORY_DAYS))
     while period < current:
-        if period not in finalized and period_end(period) <= now:
+        if period not in finalized and grace_ends(period) <= now:  # a month in its grace period stays a draft
             run = run_billing(period=period, finalize=True, actor="system:demo").run
             stdout.write(f"  {period:%Y-%m} finalized: {run.invoices} invoice(s)")
         period = period_of(period_end(period))

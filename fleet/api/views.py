@@ -18,7 +18,8 @@ from fleet.filters import NodeFilterSet
 from fleet.models import Drive, Node, NodeEvent
 from fleet.selectors import data_handling_status
 from fleet.services import sanitization
-from fleet.services.lifecycle import InvalidTransition
+from fleet.services.drive_gate import RMA, gate_status
+from fleet.services.lifecycle import ExitRefused, InvalidTransition
 from fleet.services.operator_actions import (
     REGISTRY,
     ActionRefused,
@@ -118,6 +119,8 @@ class NodeActionsView(APIView):
             try:
                 perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
                                         user=request.user.user)
+            except ExitRefused as exc:
+                raise Problem(409, exc.code, exc.detail, extra={"gate": exc.status.as_dict()}) from None
             except InvalidTransition as exc:
                 raise Problem(409, "invalid_transition", exc.detail,
                               extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None
@@ -175,7 +178,9 @@ def data_handling_body(node: Node) -> dict:
         "drives_total": s.drives_total, "drives_sanitized": s.drives_sanitized, "unsanitized_drives": s.unsanitized,
         "bmc_reset_at": s.bmc_reset_at, "asset_tags_removed_at": s.asset_tags_removed_at,
         "custody_transfers": s.custody_transfers, "retire_missing": s.retire_missing,
-        "dispose_missing": s.dispose_missing,
+        "dispose_missing": s.dispose_missing, "destination": s.gate.destination,
+        "inventory_reported_at": s.gate.inventory_reported_at, "drives": [d.as_dict() for d in s.gate.drives],
+        "rma_gate": gate_status([node.pk], RMA)[node.pk].as_dict(),
     }).data
 
 
@@ -236,7 +241,11 @@ class CustodyTransfers(NodeChecklistStep):
         return super().post(request, pk)
 
     def record(self, node, request, data):
-        sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+        try:
+            sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+        except sanitization.CustodyRefused as exc:
+            raise Problem(409, exc.code, exc.detail,
+                          extra={"drives": [d.as_dict() for d in exc.status.drives] if exc.status else []}) from None
 
 
 class DataHandling(OpsView):

@@ -18,6 +18,8 @@ from core.errors import Conflict
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeEvent
 
+from .drive_gate import EXIT_OF_STATE, gate_status
+
 # from-state → the states it may move to (DESIGN.md, "Node"). Extra edges beyond the design
 # table are marked with why they exist.
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -100,6 +102,22 @@ class InvalidTransition(Conflict):
         super().__init__(self.detail, extra={"from_state": self.from_state, "allowed": self.allowed})
 
 
+class ExitRefused(InvalidTransition):
+    """A move out of custody (rma, retired, disposed) that the drive gate refuses. `status` is
+    the gate's answer (fleet.services.drive_gate.GateStatus): what is missing, per drive."""
+
+    code = "sanitization_incomplete"
+
+    def __init__(self, node: Node, to_state: str, status):
+        self.status = status
+        missing = status.missing
+        super().__init__(node, to_state, (
+            f"{node.hostname} cannot go to {to_state}: the drive gate is not met ({len(missing)} open: "
+            f"{'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}). Every drive the agent reported needs "
+            f"a verified {', '.join(sorted({d.required for d in status.drives})) or 'sanitisation'} record with "
+            "evidence first."))
+
+
 @dataclass(frozen=True)
 class Change:
     """A node's move, for callers that act after it (e.g. queueing agent work)."""
@@ -125,6 +143,10 @@ def transition(node: Node, to_state: str, *, actor: str, action: str, reason: st
     from_state = node.lifecycle
     if not can_transition(from_state, to_state):
         raise InvalidTransition(node, to_state)
+    if to_state in EXIT_OF_STATE:
+        status = gate_status([node.pk], EXIT_OF_STATE[to_state])[node.pk]
+        if not status.passed:
+            raise ExitRefused(node, to_state, status)
     now = timezone.now()
     updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now),
                "target_lifecycle": target_lifecycle, "updated_at": now}
@@ -154,10 +176,18 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
     alone and not returned; the next level-triggered pass looks at them again.
     """
     now = timezone.now()
+    nodes = [n for n in nodes if can_transition(n.lifecycle, to_state)]
+    if to_state in EXIT_OF_STATE and nodes:
+        # Leaving custody: nodes the drive gate refuses stay where they are, with the reason.
+        gate = gate_status([n.pk for n in nodes], EXIT_OF_STATE[to_state])
+        held = [n for n in nodes if not gate[n.pk].passed]
+        for node in held:
+            node.last_error = f"{to_state} held by the drive gate: {'; '.join(gate[node.pk].missing[:3])}"[:2000]
+        Node.objects.bulk_update(held, ["last_error"], batch_size=1000)
+        nodes = [n for n in nodes if gate[n.pk].passed]
     by_state: dict[str, list[Node]] = {}
     for node in nodes:
-        if can_transition(node.lifecycle, to_state):
-            by_state.setdefault(node.lifecycle, []).append(node)
+        by_state.setdefault(node.lifecycle, []).append(node)
     changes: list[Change] = []
     events: list[NodeEvent] = []
     request_id = current_request_id()

@@ -1,7 +1,9 @@
 """Simulated GPU node: plausible telemetry, realistic timings and faults at reference rates.
 
-Faults arrive as a Poisson process at `interruptions_per_node_day` with the
-Llama 3 cause mix, both read from core/reference/reliability.csv, and become the
+Faults arrive as a Poisson process at the per-GPU rate (`interruptions_per_node_day` is
+derived for 8-GPU nodes, so a 4-GPU GB200 tray sees half of it) with the full Llama 3 cause
+mix as published — the causes the table lists plus "other" for the share it leaves
+unnamed, never renormalised — both read from core/reference/reliability.csv, and become the
 concrete signals a real node would show (XIDs, ECC and row-remap counters, NVLink
 down, IB link failures, lost heartbeats). `speed` compresses time: every rate and
 duration is per simulated second, and simulated seconds = wall seconds x speed.
@@ -29,8 +31,9 @@ FALLBACK_RATE_PER_NODE_DAY = 0.0038
 FALLBACK_CAUSE_MIX = {
     "gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,
     "host_maintenance": 7.6, "sram": 4.5, "gpu_system_processor": 4.1, "nic": 1.7,
-    "silent_data_corruption": 1.4,
+    "silent_data_corruption": 1.4, "gpu_thermal": 1.4,
 }
+GPUS_PER_NODE_OF_RATE = 8  # interruptions_per_node_day is "derived from Llama 3 figures (8 GPUs per node)"
 FALLBACK_DCGM_SECONDS = {"dcgm_r1": 30.0, "dcgm_r2": 120.0, "dcgm_r3": 900.0}
 # "r1 seconds" in the CSV gives no number; a readiness run takes about this long.
 DCGM_R1_SECONDS = 30.0
@@ -46,9 +49,13 @@ PROFILES = {
 
 @dataclass(frozen=True)
 class ReliabilityReference:
-    rate_per_node_day: float
-    cause_mix: dict[str, float]  # normalised: sums to 1
+    rate_per_node_day: float  # as published, for an 8-GPU node
+    cause_mix: dict[str, float]  # published shares as fractions, plus "other" for the rest: sums to 1
     dcgm_seconds: dict[str, float]
+
+    @property
+    def rate_per_gpu_day(self) -> float:
+        return self.rate_per_node_day / GPUS_PER_NODE_OF_RATE
 
 
 def load_reliability(path: str | Path | None = None) -> ReliabilityReference:
@@ -78,16 +85,24 @@ def parse_dcgm_levels(text: str) -> dict[str, float]:
 
 
 def _reference(rate: float, mix: dict[str, float], dcgm: dict[str, float]) -> ReliabilityReference:
-    total = sum(mix.values())
-    return ReliabilityReference(rate, {k: v / total for k, v in mix.items()}, dcgm)
+    """Shares stay as published (percent of unexpected interruptions); what the table does not
+    name is "other", so the simulated mix matches the source instead of inflating every cause."""
+    listed = sum(mix.values())
+    if listed > 100.0 + 1e-9:
+        raise ValueError(f"the cause mix sums to {listed}%, more than 100%")
+    shares = {k: v / 100.0 for k, v in mix.items()}
+    if listed < 100.0:
+        shares["other"] = (100.0 - listed) / 100.0
+    return ReliabilityReference(rate, shares, dcgm)
 
 
 class FaultProcess:
-    """Draws fault arrivals (exponential gaps) and causes (weighted) for one node."""
+    """Draws fault arrivals (exponential gaps) and causes (weighted) for one node of `gpu_count`
+    GPUs: the rate is per GPU."""
 
-    def __init__(self, rng: Random, reference: ReliabilityReference) -> None:
+    def __init__(self, rng: Random, reference: ReliabilityReference, gpu_count: int = GPUS_PER_NODE_OF_RATE) -> None:
         self.rng = rng
-        self.rate_per_second = reference.rate_per_node_day / 86400.0
+        self.rate_per_second = reference.rate_per_gpu_day * gpu_count / 86400.0
         self.causes = list(reference.cause_mix)
         self.weights = [reference.cause_mix[c] for c in self.causes]
 
@@ -203,6 +218,7 @@ class _GpuState:
     row_remap_pending: bool = False
     row_remap_failed: bool = False
     nvlink_down: int = 0
+    thermal_fault: bool = False  # a failed thermal interface or sensor: throttles until repaired
     needs_reset: bool = False
     lost: bool = False
     xids: list[int] = field(default_factory=list)
@@ -232,7 +248,7 @@ class SimulatedHardware:
         self.sdc = False
         self.fault_log: list[dict[str, Any]] = []
         self.now = start
-        self.process = FaultProcess(self.rng, self.reference) if random_faults else None
+        self.process = FaultProcess(self.rng, self.reference, gpu_count) if random_faults else None
         self.next_random_fault: datetime | None = None
         self.script = [f for f in parse_scenario(scenario or [])
                        if f.node is None or hostname is None or f.node == hostname]
@@ -274,14 +290,25 @@ class SimulatedHardware:
                 ecc_sbe=state.ecc_sbe, ecc_dbe=state.ecc_dbe, retired_pages=state.retired_pages,
                 row_remap_pending=state.row_remap_pending, row_remap_failed=state.row_remap_failed,
                 xid_errors=state.xids, nvlink_down=state.nvlink_down,
+                throttle_reasons=0x40 if state.thermal_fault else 0,
             )
+            if state.thermal_fault:
+                gpu["temperature_c"] = self.rng.randint(90, 95)
             state.xids = []
             result.append(gpu)
         return result
 
     def drives(self) -> list[dict[str, Any]]:
-        return [{"device": f"/dev/nvme{i}n1", "serial": s, "model": "SIM NVMe 3.84TB"}
+        # the boot drive encrypts everything it stores; the scratch drive can be purged by block erase
+        return [{"device": f"/dev/nvme{i}n1", "serial": s, "model": "SIM NVMe 3.84TB", "capacity_gb": 3840,
+                 "self_encrypting": i == 0, "purge_supported": True}
                 for i, s in enumerate(self.serials)]
+
+    def ib_ports(self) -> list[dict[str, Any]]:
+        down = self.nic_failed or (self.ib_fail_until is not None and self.now is not None
+                                   and self.now < self.ib_fail_until)
+        return [{"port": "mlx5_0/1", "state": "1: DOWN" if down else "4: ACTIVE",
+                 "link_downed_1h": 1 if down else 0, "symbol_errors_1h": 0}]
 
     def health_checks(self) -> list[dict[str, Any]]:
         ib_down = self.nic_failed or (self.ib_fail_until is not None and self.now < self.ib_fail_until)
@@ -304,9 +331,10 @@ class SimulatedHardware:
         if cause == "gpu":
             self.inject_xid(index, 79 if pick < 0.5 else 74 if pick < 0.8 else 62)
         elif cause == "hbm3":
+            # An uncorrectable HBM error: XID 48 and a row remap pending until the next reset
+            # (NVIDIA memory error management). No published split says how many end in a remap
+            # failure (XID 64), so random faults never invent one; scenarios can.
             self.inject_xid(index, 48)
-            if pick < 0.2:
-                self.inject_xid(index, 64)
         elif cause == "software":
             self.inject_xid(index, self.rng.choice((13, 31, 43)))
         elif cause == "network_switch_cable":
@@ -321,6 +349,12 @@ class SimulatedHardware:
             self.nic_failed = True
         elif cause == "silent_data_corruption":
             self.sdc = True
+        elif cause == "gpu_thermal":
+            self.gpu_state[index].thermal_fault = True
+        elif cause == "other":
+            # the causes the table leaves unnamed (host parts, dependencies): the host hangs and
+            # stops reporting until it is power-cycled or its lease expires
+            self.offline_until = at + self.wall(self.rng.uniform(600, 3600))
         else:
             raise ValueError(f"unknown cause {cause!r}")
 
@@ -373,7 +407,8 @@ class SimulatedHardware:
         """Power cycle: the host is gone for `duration`, then every transient fault is cleared.
 
         Row-remap failures and SDC stand for parts that were replaced during repair,
-        which always ends in a power cycle, so they clear too.
+        which always ends in a power cycle, so they clear too. A failed NIC and a failed
+        thermal interface do not: they survive a reboot until the part is replaced.
         """
         self.offline_until = self.now + duration
         self.reset_gpu()
@@ -381,9 +416,14 @@ class SimulatedHardware:
             s.lost = False
             s.nvlink_down = 0
             s.row_remap_failed = False
-        self.nic_failed = False
         self.sdc = False
         self.ib_fail_until = None
+
+    def replace_parts(self) -> None:
+        """Repair replaced what was broken (it ends in burn-in): NIC and thermal faults clear."""
+        self.nic_failed = False
+        for s in self.gpu_state:
+            s.thermal_fault = False
 
     def _arm(self, start: datetime) -> None:
         self.start = start

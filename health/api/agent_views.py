@@ -16,14 +16,17 @@ from core.api.permissions import IsAgent
 from core.api.problems import Problem
 from core.api.schema import problems
 from core.api.timestamps import parse_rfc3339
-from fleet.choices import PowerState
+from fleet.choices import DriveInterface, PowerState
+from fleet.services.drive_inventory import MAX_CAPACITY_GB, MAX_DRIVES
 from health.choices import CheckName, CheckStatus
 from health.services.ingest import UnknownNode, ingest_health_report, ingest_heartbeat
 
-GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb")
+GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb",
+                  "recovery_action", "throttle_reasons", "nvlink_errors_1h")
 # NVML reports remapped rows as counts, nvidia-smi as Yes/No: accept a flag or a count.
 GPU_FLAG_FIELDS = ("row_remap_pending", "row_remap_failed")
-GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct")
+GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct", "slowdown_temp_c")
+MAX_IB_PORTS = 32
 MAX_GPUS = 72
 MAX_READING = 1_000_000  # far above any real temperature, wattage or percentage; keeps sums in range
 
@@ -73,7 +76,25 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
         seen.add(index)
 
 
-def _parse_heartbeat(body) -> tuple[str, list[dict]]:
+def _ib_port_errors(ports, errors: list[dict]) -> None:
+    if not isinstance(ports, list) or len(ports) > MAX_IB_PORTS:
+        errors.append({"field": "ib_ports", "message": f"A list of at most {MAX_IB_PORTS} port objects."})
+        return
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict):
+            errors.append({"field": f"ib_ports.{i}", "message": "Each port is an object."})
+            continue
+        for name in ("port", "state"):
+            value = port.get(name)
+            if not (isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable()):
+                errors.append({"field": f"ib_ports.{i}.{name}", "message": "1 to 64 printable characters."})
+        for name in ("link_downed_1h", "symbol_errors_1h"):
+            value = port.get(name)
+            if value is not None and not (type(value) is int and 0 <= value <= MAX_READING):
+                errors.append({"field": f"ib_ports.{i}.{name}", "message": f"An integer from 0 to {MAX_READING}."})
+
+
+def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
@@ -91,19 +112,56 @@ def _parse_heartbeat(body) -> tuple[str, list[dict]]:
             _gpu_errors(i, gpu, seen, errors)
         else:
             errors.append({"field": f"gpus.{i}", "message": "Each GPU is an object."})
+    ib_ports = body.get("ib_ports")
+    if ib_ports is not None:
+        _ib_port_errors(ib_ports, errors)
     if errors:
         raise _invalid(errors)
-    return power_state, gpus
+    return power_state, gpus, ib_ports
 
 
-def _parse_report(body) -> tuple[datetime | None, list[dict]]:
+def _drive_errors(drives, errors: list[dict]) -> None:
+    if not isinstance(drives, list) or len(drives) > MAX_DRIVES:
+        errors.append({"field": "drives", "message": f"A list of at most {MAX_DRIVES} drive objects."})
+        return
+    seen: set[str] = set()
+    for i, drive in enumerate(drives):
+        if not isinstance(drive, dict):
+            errors.append({"field": f"drives.{i}", "message": "Each drive is an object."})
+            continue
+        serial = drive.get("serial")
+        if not (isinstance(serial, str) and 0 < len(serial.strip()) <= 64 and serial.isprintable()):
+            errors.append({"field": f"drives.{i}.serial", "message": "The drive's serial: 1 to 64 printable characters."})
+        elif serial in seen:
+            errors.append({"field": f"drives.{i}.serial", "message": "Duplicate serial."})
+        else:
+            seen.add(serial)
+        model = drive.get("model", "")
+        if not (isinstance(model, str) and len(model) <= 100 and model.isprintable()):
+            errors.append({"field": f"drives.{i}.model", "message": "At most 100 printable characters."})
+        size = drive.get("capacity_gb", 0)
+        if not (type(size) is int and 0 <= size <= MAX_CAPACITY_GB):
+            errors.append({"field": f"drives.{i}.capacity_gb", "message": f"An integer from 0 to {MAX_CAPACITY_GB}."})
+        for flag in ("self_encrypting", "purge_supported"):
+            if drive.get(flag) not in (None, True, False):
+                errors.append({"field": f"drives.{i}.{flag}", "message": "true or false."})
+        if drive.get("interface") not in (None, *DriveInterface.values):
+            errors.append({"field": f"drives.{i}.interface", "message": f"One of: {', '.join(DriveInterface.values)}."})
+
+
+def _parse_report(body) -> tuple[datetime | None, list[dict], list[dict] | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
     observed_at = _timestamp(body.get("observed_at"), "observed_at", errors)
-    checks = body.get("checks")
-    if not isinstance(checks, list) or not checks or len(checks) > 50:
-        errors.append({"field": "checks", "message": "A list of 1 to 50 check objects."})
+    drives = body.get("drives")
+    if drives is not None:
+        _drive_errors(drives, errors)
+    checks = body.get("checks", [] if drives is not None else None)
+    # A report carries checks, a drive inventory, or both.
+    if not isinstance(checks, list) or len(checks) > 50 or (not checks and drives is None):
+        errors.append({"field": "checks", "message": "A list of up to 50 check objects (at least one unless the "
+                                                     "report carries `drives`)."})
         raise _invalid(errors)
     for i, check in enumerate(checks):
         if not isinstance(check, dict):
@@ -117,7 +175,7 @@ def _parse_report(body) -> tuple[datetime | None, list[dict]]:
             errors.append({"field": f"checks.{i}.detail", "message": "A string."})
     if errors:
         raise _invalid(errors)
-    return observed_at, checks
+    return observed_at, checks, drives
 
 
 class GpuTelemetrySchema(serializers.Serializer):
@@ -136,6 +194,21 @@ class GpuTelemetrySchema(serializers.Serializer):
     row_remap_failed = serializers.JSONField(required=False, help_text="true/false or a count")
     xid_errors = serializers.ListField(child=serializers.IntegerField(), required=False)
     nvlink_down = serializers.IntegerField(required=False, allow_null=True)
+    recovery_action = serializers.IntegerField(required=False, allow_null=True,
+                                               help_text="NVML GPU recovery action: 0 none, 1 GPU reset, 2 node reboot, "
+                                                         "3 drain P2P, 4 drain and reset, 5 recover IMEX domain, "
+                                                         "6 bus reset, 7 system reboot")
+    throttle_reasons = serializers.IntegerField(required=False, allow_null=True, help_text="NVML clock event bitmask")
+    slowdown_temp_c = serializers.FloatField(required=False, allow_null=True, help_text="the GPU's slowdown threshold")
+    nvlink_errors_1h = serializers.IntegerField(required=False, allow_null=True,
+                                                help_text="NVLink replay+recovery+CRC errors over the last hour")
+
+
+class IbPortSchema(serializers.Serializer):
+    port = serializers.CharField(max_length=64, help_text="e.g. mlx5_0/1")
+    state = serializers.CharField(max_length=64, help_text="e.g. 4: ACTIVE")
+    link_downed_1h = serializers.IntegerField(required=False, help_text="LinkDownedCounter increase, last hour")
+    symbol_errors_1h = serializers.IntegerField(required=False, help_text="SymbolErrorCounter increase, last hour")
 
 
 class HeartbeatSchema(serializers.Serializer):
@@ -143,6 +216,7 @@ class HeartbeatSchema(serializers.Serializer):
     power_state = serializers.ChoiceField(choices=PowerState.choices)
     agent_version = serializers.CharField(required=False)
     gpus = GpuTelemetrySchema(many=True)
+    ib_ports = IbPortSchema(many=True, required=False)
 
 
 class CheckSchema(serializers.Serializer):
@@ -151,9 +225,22 @@ class CheckSchema(serializers.Serializer):
     detail = serializers.CharField(required=False, allow_blank=True)
 
 
+class DriveInventorySchema(serializers.Serializer):
+    """One drive the agent sees (NVMe identify data)."""
+
+    serial = serializers.CharField(max_length=64)
+    model = serializers.CharField(max_length=100, required=False)
+    capacity_gb = serializers.IntegerField(min_value=0, max_value=MAX_CAPACITY_GB, required=False)
+    interface = serializers.ChoiceField(choices=DriveInterface.choices, required=False)
+    self_encrypting = serializers.BooleanField(required=False, help_text="encrypts all user data (crypto erase)")
+    purge_supported = serializers.BooleanField(required=False, help_text="NVMe sanitize or crypto erase available")
+
+
 class HealthReportSchema(serializers.Serializer):
     observed_at = serializers.DateTimeField()
-    checks = CheckSchema(many=True)
+    checks = CheckSchema(many=True, required=False)
+    drives = DriveInventorySchema(many=True, required=False,
+                                  help_text="every drive the agent sees; reconciled with the node's drive records")
 
 
 AGENT_ERRORS = problems(400, 401, 403, 404, 415)
@@ -169,9 +256,10 @@ def _unknown_node() -> Problem:
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def heartbeat(request):
-    power_state, gpus = _parse_heartbeat(request.data)
+    power_state, gpus, ib_ports = _parse_heartbeat(request.data)
     try:
-        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now())
+        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now(),
+                         ib_ports=ib_ports)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)
@@ -183,10 +271,11 @@ def heartbeat(request):
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def health_reports(request):
-    observed_at, checks = _parse_report(request.data)
+    observed_at, checks, drives = _parse_report(request.data)
     now = timezone.now()
     try:
-        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now)
+        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now,
+                             drives=drives)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)

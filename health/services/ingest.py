@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from fleet.models import Node
+from fleet.services.drive_inventory import reconcile_drive_inventory
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
 from health.policy import (
@@ -15,31 +16,71 @@ from health.policy import (
     CHECK_PASS_CLEARS,
     CHECK_WARN_SIGNAL,
     HEARTBEAT_LEVEL_SIGNALS,
-    THERMAL_THROTTLE_C,
+    IB_LINK_DOWNED_REPAIR,
+    IB_SYMBOL_ERRORS_WARN,
+    NVLINK_ERRORS_WARN,
+    RECOVERY_ACTIONS,
+    THROTTLE_THERMAL_BITS,
+    slowdown_temp_c,
 )
 from health.services.conditions import apply_observations
 
-_gpus_per_node: dict = {}  # node id → node type's GPU count (immutable for a node's life)
+_gpus_per_node: dict = {}  # node id → (GPU count, SKU slowdown °C) of its type (immutable for a node's life)
 
 
 class UnknownNode(Exception):
     """The token is valid but the node no longer exists."""
 
 
-def _expected_gpus(node_id) -> int | None:
+def _node_type_facts(node_id) -> tuple[int, int | None]:
     if node_id not in _gpus_per_node:
-        value = Node.objects.filter(pk=node_id).values_list("node_type__gpus_per_node", flat=True).first()
-        if value is None:
+        row = Node.objects.filter(pk=node_id).values_list("node_type__gpus_per_node", "node_type__gpu_model").first()
+        if row is None:
             raise UnknownNode(node_id)
-        _gpus_per_node[node_id] = value
+        _gpus_per_node[node_id] = (row[0], slowdown_temp_c(row[1] or ""))
     return _gpus_per_node[node_id]
 
 
-def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
+def _expected_gpus(node_id) -> int | None:
+    return _node_type_facts(node_id)[0]
+
+
+def _thermal(gpu: dict, sku_slowdown_c: int | None) -> str | None:
+    """Why the GPU is in thermal slowdown now (throttle reasons first, then temperature against its
+    own slowdown threshold, else the SKU's), or None."""
+    reasons = gpu.get("throttle_reasons")
+    if reasons and reasons & THROTTLE_THERMAL_BITS:
+        return f"thermal throttle reason 0x{reasons:x}"
+    temperature = gpu.get("temperature_c")
+    threshold = gpu.get("slowdown_temp_c") or sku_slowdown_c
+    if temperature is not None and threshold is not None and temperature >= threshold:
+        return f"{temperature} °C ≥ slowdown {threshold} °C"
+    return None
+
+
+def heartbeat_signals(gpus: list[dict], expected: int | None, *, sku_slowdown_c: int | None = None,
+                      ib_ports: list[dict] | None = None) -> dict:
     """The policy's heartbeat signals: {(gpu_index | None, signal): detail}."""
     found: dict = {}
+    for port in ib_ports or ():
+        name = port.get("port", "?")
+        if port.get("state") and port["state"].upper() not in ("ACTIVE", "4: ACTIVE"):
+            found[(None, "ib_port_down")] = f"{name}: {port['state']}"
+        if (port.get("link_downed_1h") or 0) >= IB_LINK_DOWNED_REPAIR:
+            found[(None, "ib_link_flapping")] = f"{name}: down {port['link_downed_1h']} times in the last hour"
+        if (port.get("symbol_errors_1h") or 0) >= IB_SYMBOL_ERRORS_WARN:
+            found[(None, "ib_symbol_errors")] = f"{name}: {port['symbol_errors_1h']} symbol errors in the last hour"
     for gpu in gpus:
         index = gpu["index"]
+        action = gpu.get("recovery_action")
+        if action:  # 0 is "none"
+            name, severity, what = RECOVERY_ACTIONS.get(action, ("node_reboot", None, "unknown recovery action"))
+            found[(index, f"recovery_{name}")] = f"NVML recovery action {action} on GPU {index}: {what}"
+        thermal = _thermal(gpu, sku_slowdown_c)
+        if thermal:
+            found[(index, "thermal_slowdown")] = thermal
+        if (gpu.get("nvlink_errors_1h") or 0) >= NVLINK_ERRORS_WARN:
+            found[(index, "nvlink_errors")] = f"{gpu['nvlink_errors_1h']} NVLink errors in the last hour"
         for xid in gpu.get("xid_errors") or ():
             found[(index, f"xid_{xid}")] = f"XID {xid} on GPU {index}"
         if gpu.get("ecc_sbe"):
@@ -50,9 +91,6 @@ def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
                                                    else f"{pending} rows pending remap")
         if gpu.get("row_remap_failed"):
             found[(index, "row_remap_failed")] = "row remap failed"
-        temperature = gpu.get("temperature_c")
-        if temperature is not None and temperature >= THERMAL_THROTTLE_C:
-            found[(index, "thermal_throttle")] = f"{temperature} °C"
         if gpu.get("nvlink_down"):
             found[(index, "nvlink_down")] = f"{gpu['nvlink_down']} NVLink link(s) down"
     if expected is not None and len(gpus) < expected:
@@ -73,12 +111,13 @@ def _heartbeat_sql() -> str:
 _UPDATE_NODE = _heartbeat_sql()
 
 
-def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime) -> None:
+def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime,
+                     ib_ports: list[dict] | None = None) -> None:
     """The common case (nothing wrong, nothing to clear) is one statement of fixed SQL: it is
     the hottest path in the control plane (every node, every 10 s)."""
-    expected = _expected_gpus(node_id)
+    expected, sku_slowdown_c = _node_type_facts(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
-    signals = heartbeat_signals(gpus, expected)
+    signals = heartbeat_signals(gpus, expected, sku_slowdown_c=sku_slowdown_c, ib_ports=ib_ports)
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
     with connection.cursor() as cursor:
         cursor.execute(_UPDATE_NODE, [connection.ops.adapt_datetimefield_value(now), power_state,
@@ -93,9 +132,12 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
 
 
 @transaction.atomic
-def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
+def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime,
+                         drives: list[dict] | None = None) -> int:
     if not Node.objects.filter(pk=node_id).exists():
         raise UnknownNode(node_id)
+    if drives is not None:
+        reconcile_drive_inventory(node_id=node_id, drives=drives, observed_at=observed_at, now=now)
     HealthCheckResult.objects.bulk_create([
         HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], detail=c.get("detail") or "",
                           observed_at=observed_at) for c in checks])

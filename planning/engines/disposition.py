@@ -26,11 +26,12 @@ Two ideas shape every number here:
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

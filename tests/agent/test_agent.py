@@ -52,7 +52,7 @@ def test_heartbeat_shape_and_xid_reported_once() -> None:
     agent = make_agent(cp, scenario="xid 13 on gpu 3 at 50s")
     run(agent, 30)
     hb = cp.heartbeats[-1]
-    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus"}
+    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports"}
     assert hb["observed_at"].endswith("Z") and len(hb["gpus"]) == 8
     xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"]
             if g["xid_errors"]]

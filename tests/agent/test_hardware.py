@@ -37,6 +37,8 @@ def test_nvml_mapping_of_recorded_values() -> None:
         "power_w": 653.4, "utilization_pct": 98, "memory_used_mb": 71239, "ecc_sbe": 3, "ecc_dbe": 1,
         "retired_pages": 0, "row_remap_pending": True, "row_remap_failed": False,
         "xid_errors": [48, 63], "nvlink_down": 1,
+        # an H100 on driver 550 exposes no recovery action field; the rest were not recorded
+        "recovery_action": None, "throttle_reasons": None, "slowdown_temp_c": None, "nvlink_errors_1h": None,
     }
 
 
@@ -126,7 +128,8 @@ def test_parse_recorded_nvidia_smi_xml() -> None:
         "index": 0, "uuid": "GPU-3f1c2a8e-8b4d-2c71-9e0a-5d6f7b8c9d01", "temperature_c": 68,
         "power_w": 652.3, "utilization_pct": 97, "memory_used_mb": 71234, "ecc_sbe": 0, "ecc_dbe": 0,
         "retired_pages": 0, "row_remap_pending": False, "row_remap_failed": False,
-        "xid_errors": [], "nvlink_down": 0,
+        "xid_errors": [], "nvlink_down": 0, "recovery_action": None, "throttle_reasons": 0,
+        "slowdown_temp_c": 89, "nvlink_errors_1h": None,
     }
     assert gpus[7]["utilization_pct"] == 0 and gpus[7]["power_w"] == 78.8
     assert gpus[2]["ecc_sbe"] == 3

@@ -98,8 +98,8 @@ def test_sla_credit_becomes_a_credit_line(ingest):
     kwargs = dict(tenant_id=tenant, allocation_id=allocation, node_id=node, gpus=8, reason="GPU fell off the bus",
                   start=datetime(2026, 9, 10, 2, tzinfo=UTC), end=datetime(2026, 9, 10, 3, tzinfo=UTC),
                   incident_id="inc-42")
-    credit = record_sla_credit(**kwargs)
-    assert record_sla_credit(**kwargs).pk == credit.pk  # recorded once
+    [credit] = record_sla_credit(**kwargs)
+    assert [c.pk for c in record_sla_credit(**kwargs)] == [credit.pk]  # recorded once
     assert credit.sku == "h100-sxm-8x"  # learned from the ledger's metering
     run_billing(period=SEPT, finalize=False, actor="test")
     lines = {line.kind: line for line in Invoice.objects.get().lines.all()}

@@ -29,7 +29,7 @@ CONSOLE_ACTIONS = {
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
     "fleet:overview", "fleet:rack-list", "fleet:power", "fleet:floor-map", "fleet:rack-detail", "fleet:chart-json",
-    "fleet:metrics", "fleet:node-list", "fleet:node-detail", "fleet:node-certificate",
+    "fleet:metrics", "fleet:node-list", "fleet:node-detail", "fleet:node-certificate", "fleet:node-certificate-pdf",
     "planning:disposition-plan-detail", "planning:migration-plan-list", "planning:migration-plan-detail",
     "health:dashboard", "health:policy", "tenants:tenant-list",
     "billing:overview", "tenants:portal", "tenants:portal-create", "tenants:portal-cancel", "billing:portal-usage",
