@@ -322,3 +322,84 @@ class BillingRun(models.Model):
     class Meta:
         ordering = ["-started_at"]
         indexes = [models.Index(fields=["period", "finalize"], name="billing_run_period_idx")]
+
+
+class RejectionCode(models.TextChoices):
+    """Why ingest refused a meter event (the `code` of the 202 answer's `rejected` entries)."""
+
+    GRANT_MISSING = "grant_missing", "No metering grant"
+    GRANT_INVALID = "grant_invalid", "Grant forged, unreadable or expired"
+    OUTSIDE_GRANT = "outside_grant", "Outside its grant (node, tenant, allocation, SKU or time)"
+    QUANTITY_EXCEEDS_GRANT = "quantity_exceeds_grant", "More than GPUs × seconds"
+
+
+class RejectedMeterEvent(models.Model):
+    """A meter event ingest refused: never charged, kept as sent so an operator can see who
+    tried what (append-only, like the usage it would have been)."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.CharField(max_length=100)
+    node_id = models.UUIDField(help_text="the node whose agent token sent it")
+    tenant_id = models.UUIDField(help_text="the tenant the event named (not necessarily the node's)")
+    allocation_id = models.UUIDField()
+    sku = models.CharField(max_length=50)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    quantity_micro = models.BigIntegerField()
+    code = models.CharField(max_length=32, choices=RejectionCode.choices)
+    detail = models.CharField(max_length=500)
+    grant = models.TextField(blank=True, help_text="the grant as sent (may be forged)")
+    payload_hash = models.CharField(max_length=64)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["node_id", "event_id", "payload_hash", "code"],
+                                               name="billing_rejected_event_unique")]
+
+    def __str__(self) -> str:
+        return f"refused {self.event_id} from node {self.node_id}: {self.code}"
+
+    @property
+    def quantity(self) -> Decimal:
+        return Decimal(self.quantity_micro) / MICRO
+
+
+class DisputeStatus(models.TextChoices):
+    OPEN = "open", "Open (not rated)"
+    ACCEPTED = "accepted", "Accepted (rated)"
+    REJECTED = "rejected", "Rejected (never rated)"
+
+
+class UsageDispute(models.Model):
+    """Usage whose grant verified but which the control plane's allocation history contradicts.
+
+    Held out of rating while open or rejected; an operator resolves it (billing.services.disputes).
+    Usage rows stay append-only: the dispute is the only thing that changes.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    public_id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    usage_event = models.OneToOneField(UsageEvent, on_delete=models.PROTECT, related_name="dispute")
+    tenant_id = models.UUIDField()
+    period = models.DateField()
+    reason = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=DisputeStatus.choices, default=DisputeStatus.OPEN)
+    opened_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True)
+    resolution_note = models.TextField(blank=True)
+    adjustment = models.ForeignKey(Adjustment, null=True, blank=True, on_delete=models.PROTECT,
+                                   help_text="the late-usage charge, when accepted after its period was finalized")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["status", "period"], name="billing_dispute_status_idx")]
+        permissions = [("resolve_usagedispute", "Can accept or reject disputed usage")]
+
+    def __str__(self) -> str:
+        return f"dispute {self.public_id} ({self.status})"
+
+
+# Usage that may be rated or shown as charges: not disputed, or disputed and accepted.
+BILLABLE_USAGE = models.Q(dispute__isnull=True) | models.Q(dispute__status=DisputeStatus.ACCEPTED)

@@ -4,12 +4,26 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Prefetch, Q, Sum
+from django.db.models import Count, Prefetch, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from billing.models import BillingRun, CreditNote, Invoice, InvoiceLine, SlaPolicy, Unit, UsageEvent
+from billing.grants import MeteringGrant, grant_window, sign_grant
+from billing.models import (
+    BILLABLE_USAGE,
+    BillingRun,
+    CreditNote,
+    DisputeStatus,
+    Invoice,
+    InvoiceLine,
+    RejectedMeterEvent,
+    SlaPolicy,
+    Unit,
+    UsageDispute,
+    UsageEvent,
+)
 from billing.services.rating import Price, PriceBook, gpu_hours, price_buckets, usage_buckets
+from tenants.models import AllocationNode
 
 LEDGER = "ledger"
 
@@ -46,8 +60,9 @@ def usage_by_sku(*, tenant_id, start: datetime, end: datetime, as_of: datetime |
     price-book rows created, by `as_of` count, so the figure is reproducible."""
     as_of = as_of or timezone.now()
     book = PriceBook.load(as_of=as_of)
-    usage = UsageEvent.objects.using(LEDGER).filter(tenant_id=tenant_id, start__gte=start, start__lt=end,
-                                                    received_at__lte=as_of)
+    # usage held as disputed is left out until an operator accepts it
+    usage = UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start,
+                                                    start__lt=end, received_at__lte=as_of)
     rows = [UsageRow(sku=u.sku, period=u.period, quantity=gpu_hours(u.quantity_micro), quantity_micro=u.quantity_micro,
                      unit=Unit.GPU_HOUR, unit_price=u.price.unit_price, price_version=u.price.version,
                      start=u.start, end=u.end, amount=u.amount, currency=u.price.currency)
@@ -57,7 +72,7 @@ def usage_by_sku(*, tenant_id, start: datetime, end: datetime, as_of: datetime |
 
 def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, dict[date, Decimal]]:
     """{sku: {day: GPU-hours}} by event start day (UTC), for the usage chart."""
-    rows = (UsageEvent.objects.using(LEDGER).filter(tenant_id=tenant_id, start__gte=start, start__lt=end)
+    rows = (UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end)
             .annotate(day=TruncDate("start")).values("sku", "day").annotate(micro=Sum("quantity_micro"))
             .order_by("sku", "day"))
     out: dict[str, dict[date, Decimal]] = defaultdict(dict)
@@ -114,3 +129,49 @@ def policy_in_force(tenant_id, at: datetime) -> SlaPolicy | None:
     own = [r for r in rows if r.tenant_id is not None]
     pool = own or rows
     return max(pool, key=lambda r: (r.effective_from, r.version), default=None)
+
+
+DISPUTES_SHOWN = 200
+REJECTIONS_SHOWN = 200
+
+
+def open_disputes(limit: int = DISPUTES_SHOWN) -> list[UsageDispute]:
+    """Oldest first (two queries however many: the disputes with their usage rows)."""
+    return list(UsageDispute.objects.using(LEDGER).filter(status=DisputeStatus.OPEN).select_related("usage_event")
+                .order_by("id")[:limit])
+
+
+def resolved_disputes(limit: int = 50) -> list[UsageDispute]:
+    return list(UsageDispute.objects.using(LEDGER).exclude(status=DisputeStatus.OPEN).select_related("usage_event")
+                .order_by("-resolved_at")[:limit])
+
+
+def dispute_by_public_id(public_id) -> UsageDispute | None:
+    return UsageDispute.objects.using(LEDGER).select_related("usage_event").filter(public_id=public_id).first()
+
+
+def recent_rejections(limit: int = REJECTIONS_SHOWN) -> list[RejectedMeterEvent]:
+    """Meter events ingest refused, newest first."""
+    return list(RejectedMeterEvent.objects.using(LEDGER).order_by("-id")[:limit])
+
+
+def dispute_counts() -> dict[str, int]:
+    rows = UsageDispute.objects.using(LEDGER).values("status").annotate(n=Count("id")).order_by()
+    return {row["status"]: row["n"] for row in rows}
+
+
+def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
+    """The signed grants a node's agent attaches to its meter events: one per live allocation
+    membership of the node, from the membership's start to a few hours ahead (renewed on every
+    desired-state poll while the membership lives; none once it ends). One query."""
+    rows = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+            .values_list("allocation_id", "allocation__tenant_id", "allocation__instance_type__slug",
+                         "allocation__instance_type__gpus_per_node", "started_at").order_by("started_at"))
+    grants = []
+    for allocation_id, tenant_id, sku, gpus, started_at in rows:
+        valid_from, valid_until = grant_window(started_at=started_at, now=now)
+        grant = MeteringGrant(node_id=node.pk, tenant_id=tenant_id, allocation_id=allocation_id, sku=sku, gpus=gpus,
+                              valid_from=valid_from, valid_until=valid_until)
+        grants.append({"grant": sign_grant(grant), "allocation_id": str(allocation_id), "tenant_id": str(tenant_id),
+                       "sku": sku, "gpus": gpus, "valid_from": valid_from, "valid_until": valid_until})
+    return grants

@@ -15,11 +15,15 @@ def _problem(variable: str, value: str, development_keys: tuple[str, ...]) -> st
     return None
 
 
-def require_production_secrets(*, secret_key: str, agent_token_key: str, development_keys: tuple[str, ...]) -> None:
-    problems = [p for p in (_problem("SECRET_KEY", secret_key, development_keys),
-                            _problem("AGENT_TOKEN_KEY", agent_token_key, development_keys)) if p]
-    if secret_key and secret_key == agent_token_key:
-        problems.append("AGENT_TOKEN_KEY equals SECRET_KEY; give agent tokens their own key")
+def require_production_secrets(secrets: dict[str, str], *, development_keys: tuple[str, ...]) -> None:
+    """`secrets` maps each variable name to its value; each must be set, long, not a
+    development key, and different from every other."""
+    problems = [p for p in (_problem(name, value, development_keys) for name, value in secrets.items()) if p]
+    names = list(secrets)
+    for i, name in enumerate(names):
+        for other in names[:i]:
+            if secrets[name] and secrets[name] == secrets[other]:
+                problems.append(f"{name} equals {other}; give each its own key")
     if problems:
         raise ImproperlyConfigured(
             "Refusing to start with DEBUG off: " + "; ".join(problems) + ". Set each to its own random value, "

@@ -21,23 +21,30 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env("DEBUG")
 # Development keys: fine on a laptop (DEBUG=true, what `make demo` sets), never in production.
-# Anyone who knows a key can forge sessions (SECRET_KEY) or mint a token for any node
-# (AGENT_TOKEN_KEY), so without DEBUG the process refuses to start on them.
+# Anyone who knows a key can forge sessions (SECRET_KEY), mint a token for any node
+# (AGENT_TOKEN_KEY) or sign metering grants (METERING_GRANT_KEY), so without DEBUG the
+# process refuses to start on them.
 DEVELOPMENT_SECRET_KEY = "hangar-embedded-default-not-for-production"
 DEVELOPMENT_AGENT_TOKEN_KEY = "hangar-embedded-agent-key-not-for-production"
+DEVELOPMENT_METERING_GRANT_KEY = "hangar-embedded-metering-grant-key-not-for-production"
 SECRET_KEY = env.str("SECRET_KEY", default="")
 # Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
-# reading the control-plane database. Its own secret: a leaked session key must not let
-# anyone speak for a node.
+# reading the control-plane database. Its own secret, never SECRET_KEY: a leaked session key
+# must not let anyone speak for a node.
 AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default="")
+# Metering grants (which node may bill which allocation, when) are signed with a key the billing
+# ledger holds, so ingest checks them without the control-plane database (docs/billing.md).
+METERING_GRANT_KEY = env.str("METERING_GRANT_KEY", default="")
 if DEBUG:
     SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
     AGENT_TOKEN_KEY = AGENT_TOKEN_KEY or DEVELOPMENT_AGENT_TOKEN_KEY
+    METERING_GRANT_KEY = METERING_GRANT_KEY or DEVELOPMENT_METERING_GRANT_KEY
 else:
     from config.secrets import require_production_secrets
 
-    require_production_secrets(secret_key=SECRET_KEY, agent_token_key=AGENT_TOKEN_KEY,
-                               development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY))
+    require_production_secrets(
+        {"SECRET_KEY": SECRET_KEY, "AGENT_TOKEN_KEY": AGENT_TOKEN_KEY, "METERING_GRANT_KEY": METERING_GRANT_KEY},
+        development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY, DEVELOPMENT_METERING_GRANT_KEY))
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -269,3 +276,14 @@ BILLING_ISSUER = env.str("BILLING_ISSUER", default="hangar")  # invoice numbers 
 BILLING_FINALIZE_GRACE_HOURS = env.int("BILLING_FINALIZE_GRACE_HOURS", default=6)
 # SLA credit = provider-attributed GPU-hours × the SKU's price × this factor (README "Billing").
 BILLING_SLA_CREDIT_FACTOR = env.str("BILLING_SLA_CREDIT_FACTOR", default="1")
+# Metering grants last this long ahead of "now" and are renewed on every desired-state poll.
+METERING_GRANT_HOURS = env.int("METERING_GRANT_HOURS", default=4)
+# Ingest accepts events ending at most this far ahead of its clock (agent clock skew) ...
+METER_CLOCK_SKEW_SECONDS = env.int("METER_CLOCK_SKEW_SECONDS", default=300)
+# ... and at most this old (an agent spools through outages; older is refused, kept, shown).
+METER_MAX_EVENT_AGE_HOURS = env.int("METER_MAX_EVENT_AGE_HOURS", default=7 * 24)
+# Usage this far outside the node's allocation membership is held as disputed (an agent learns
+# of a release at its next desired-state poll, so the last interval may overhang a little).
+BILLING_DISPUTE_TOLERANCE_SECONDS = env.int("BILLING_DISPUTE_TOLERANCE_SECONDS", default=300)
+# How long an agent request trusts the cached revocation entry of its node.
+AGENT_REVOCATION_CACHE_SECONDS = env.int("AGENT_REVOCATION_CACHE_SECONDS", default=10)

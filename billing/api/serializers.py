@@ -4,11 +4,15 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from billing.models import RejectionCode
 from billing.periods import format_period
 
 
 class MeterEventSerializer(serializers.Serializer):
     event_id = serializers.CharField(max_length=100)
+    grant = serializers.CharField(max_length=1000, help_text="the metering grant from desired-state that covers "
+                                  "this allocation and [start, end); without one the event is rejected "
+                                  "(grant_missing)")
     allocation_id = serializers.UUIDField()
     tenant_id = serializers.UUIDField()
     sku = serializers.CharField(help_text="instance-type name, e.g. h100-sxm-8x")
@@ -22,9 +26,16 @@ class MeterBatchSerializer(serializers.Serializer):
     events = MeterEventSerializer(many=True, help_text="1 to 1000 events")
 
 
+class MeterRejectionSerializer(serializers.Serializer):
+    event_id = serializers.CharField()
+    code = serializers.ChoiceField(choices=RejectionCode.choices)
+    detail = serializers.CharField()
+
+
 class MeterResultSerializer(serializers.Serializer):
     accepted = serializers.IntegerField()
     duplicates = serializers.IntegerField()
+    rejected = MeterRejectionSerializer(many=True, help_text="events refused and never charged (kept for operators)")
 
 
 @extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-11"})

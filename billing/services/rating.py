@@ -24,6 +24,9 @@ credits on one invoice never exceed its charges.
 
 Quantities are summed in SQL as exact integers (GPU-microseconds); money is Decimal, rounded
 half-even to the cent once per invoice line: amount = GPU-µs × unit price × rate ÷ 3.6e9.
+
+Disputed usage is never rated unless an operator accepted it (billing.services.disputes);
+an accepted dispute after its month was finalized is billed once as a late-usage adjustment.
 """
 import hashlib
 import json
@@ -36,6 +39,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from django.db.models import Case, IntegerField, Q, Sum, Value, When
 
 from billing.models import (
+    BILLABLE_USAGE,
     MICRO_PER_HOUR,
     Adjustment,
     AdjustmentKind,
@@ -297,7 +301,8 @@ def _late_periods(period: date, cut: Cutoff) -> list[date]:
     return sorted(p for p in cut.finalized_periods if p != period)
 
 
-def _usage_filter(period: date, cut: Cutoff) -> Q:
+def usage_scope(period: date, cut: Cutoff) -> Q:
+    """The usage rows a run of `period` with this cutoff reads (before the dispute filter)."""
     scope = Q(period=period, id__lte=cut.watermark)
     late = _late_periods(period, cut)
     if late:
@@ -397,7 +402,7 @@ def rate_period(*, period: date, cutoff: Cutoff, book: PriceBook | None = None,
                 tenant_ids: list | None = None, price_book_version: int | None = None) -> dict:
     """{tenant_id: [RatedLine, ...]} for every tenant with something to bill in `period`."""
     book = book or PriceBook.load()
-    usage = UsageEvent.objects.using(LEDGER).filter(_usage_filter(period, cutoff))
+    usage = UsageEvent.objects.using(LEDGER).filter(usage_scope(period, cutoff)).filter(BILLABLE_USAGE)
     adjustments = Adjustment.objects.using(LEDGER).filter(_adjustment_filter(period, cutoff))
     if tenant_ids is not None:
         usage, adjustments = usage.filter(tenant_id__in=tenant_ids), adjustments.filter(tenant_id__in=tenant_ids)
@@ -411,8 +416,10 @@ def rate_period(*, period: date, cutoff: Cutoff, book: PriceBook | None = None,
         if adj.kind == AdjustmentKind.SLA_CREDIT:
             lines[adj.tenant_id].append(sla[adj.pk])
             continue
+        # an accepted dispute after its month was finalized is late usage, not a manual charge
+        kind = LineKind.LATE_USAGE if adj.kind == AdjustmentKind.LATE_USAGE else LineKind.MANUAL
         lines[adj.tenant_id].append(RatedLine(
-            kind=LineKind.MANUAL, sku=adj.sku, description=adj.reason[:300], usage_period=adj.period,
+            kind=kind, sku=adj.sku, description=adj.reason[:300], usage_period=adj.period,
             quantity=gpu_hours(adj.quantity_micro), unit=Unit.GPU_HOUR, unit_price=None,
             amount=adj.amount.quantize(CENT, rounding=ROUND_HALF_EVEN), reference=adj.reference or str(adj.public_id),
             quantity_micro=adj.quantity_micro, start=adj.start, end=adj.end,

@@ -1,6 +1,8 @@
 """Billing runs: rate a period into draft invoices, optionally finalize them.
 
-A run is one transaction on the ledger database holding the `billing_run` advisory lock:
+A run first holds as disputed the usage the allocation history contradicts (never rated until
+an operator accepts it), then rates. It is one transaction on the ledger database holding the
+`billing_run` advisory lock:
 a worker killed mid-run leaves nothing behind (no partial invoice, no BillingRun row, no
 consumed invoice number). Draft invoices are rewritten in place; finalized ones are never
 touched again (triggers enforce it), so re-running a finalized period is a no-op that
@@ -33,7 +35,8 @@ from billing.models import (
     UsageEvent,
 )
 from billing.periods import format_period, period_end, period_of, previous_period
-from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period
+from billing.services.disputes import hold_disputed_usage
+from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
@@ -199,6 +202,8 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         # The run records the highest version in force during the period; lines carry their own.
         version = book.version_at(period_end(period) - timedelta(microseconds=1)) or 0
         cutoff = _cutoff(watermark, adjustment_watermark)
+        # Reconcile first: usage the allocation history contradicts is held, not rated.
+        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
         rated = rate_period(period=period, cutoff=cutoff, book=book)
         digest = output_hash(period=period, price_book_version=version, rated=rated)
         run = BillingRun(period=period, finalize=finalize, price_book_version=version, watermark=cutoff.watermark,
@@ -212,6 +217,7 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         run.save(using=LEDGER, force_insert=True)
     record_audit(actor=actor, action="billing.run", target=run, reason="finalize" if finalize else "draft refresh",
                  after={"period": format_period(period), "invoices": run.invoices, "watermark": watermark,
+                        "disputes_opened": disputed,
                         "output_hash": digest, "price_book_version": version})
     return RunOutcome(run, created=True)
 

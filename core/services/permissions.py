@@ -4,7 +4,7 @@ The console, the admin and the operator API all ask `require_permission(user, ac
 callers through `core.api.permissions.IsOperator`, with the user behind the operator token),
 so a staff account without the permission is refused everywhere, not only where a button is
 hidden. Permissions are Django model permissions; the named groups below bundle them and are
-created by a data migration (core 0002) and topped up after every `migrate`.
+created by a data migration (core 0003_role_groups) and topped up after every `migrate`.
 
 docs/permissions.md shows this table; a test keeps the two in step.
 """
@@ -59,6 +59,7 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("invoice.reissue", "billing.change_invoice", "void a finalized invoice and issue its replacement"),
     ("credit_note.create", "billing.add_creditnote", "issue a credit note against an invoice"),
     ("adjustment.create", "billing.add_adjustment", "record a manual credit or charge"),
+    ("dispute.resolve", "billing.change_usagedispute", "accept or reject disputed usage"),
 )
 
 # The named groups. Each gets the permissions of its actions plus every `view_*` permission

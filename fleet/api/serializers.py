@@ -21,6 +21,17 @@ class DesiredActionOut(serializers.Serializer):
     params = serializers.DictField()
 
 
+class MeteringGrantOut(serializers.Serializer):
+    grant = serializers.CharField(help_text="opaque, signed by the billing ledger; send it with every meter event "
+                                            "of this allocation in [valid_from, valid_until)")
+    allocation_id = serializers.UUIDField()
+    tenant_id = serializers.UUIDField()
+    sku = serializers.CharField(help_text="instance-type name")
+    gpus = serializers.IntegerField(help_text="GPUs metered: quantity ≤ gpus × seconds")
+    valid_from = serializers.DateTimeField()
+    valid_until = serializers.DateTimeField(help_text="a few hours ahead; renewed while the allocation lives")
+
+
 class DesiredStateOut(serializers.Serializer):
     lifecycle = serializers.CharField()
     allocation_id = serializers.UUIDField(allow_null=True)
@@ -28,6 +39,7 @@ class DesiredStateOut(serializers.Serializer):
     actions = DesiredActionOut(many=True)
     sku = serializers.CharField()
     gpus = serializers.IntegerField()
+    metering_grants = MeteringGrantOut(many=True, help_text="one per live allocation on this node")
 
 
 class NodeActionIn(serializers.Serializer):

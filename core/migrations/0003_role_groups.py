@@ -21,7 +21,7 @@ def remove_role_groups(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("core", "0001_initial"),
+        ("core", "0002_agent_token_revocation"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
         ("fleet", "0006_migration_plans"),
