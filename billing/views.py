@@ -30,7 +30,7 @@ from billing.selectors import (
 )
 from billing.services.disputes import RESOLVE_PERMISSION, DisputeError, transition
 from core.api.lookups import parse_uuid
-from core.decorators import operator_required
+from core.decorators import console_action, operator_required
 from core.services.audit import actor_label
 from tenants.energy import allocation_energy, energy_totals
 from tenants.models import Membership, Tenant
@@ -68,6 +68,7 @@ def disputes(request):
 
 @operator_required
 @require_http_methods(["GET", "POST"])
+@console_action("dispute.resolve")
 def dispute_detail(request, pk):
     """Shows what accepting or rejecting touches, then (POST) does it."""
     public_id = parse_uuid(pk)

@@ -20,6 +20,7 @@ from django.utils.html import format_html
 
 from core.admin import AuditedModelAdmin, ReadOnlyAdmin, form_diff
 from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
 
 from .inventory_files import SHEETS, csv_lines, read_workbook, xlsx_bytes
 from .models import (
@@ -471,8 +472,9 @@ class NodeAdmin(InventoryFileAdmin):
                 done += 1
             except (InvalidTransition, ActionRefused) as exc:
                 refused.append(f"{hostname}: {exc.detail}")
-            except PermissionError as exc:
-                refused.append(f"{hostname}: {exc}")
+            except PermissionMissing as exc:
+                self.message_user(request, exc.detail, messages.ERROR)
+                return
         if done:
             self.message_user(request, f"{action}: {done} node(s) done.", messages.SUCCESS)
         for line in refused[:20]:

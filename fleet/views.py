@@ -8,9 +8,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
-from core.decorators import operator_required
+from core.decorators import operator_required, permission_denied_page
 from core.reference_data import parameter
 from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
 from health.selectors import conditions_for_nodes
 from tenants.selectors import live_allocation_ids
 
@@ -253,8 +254,8 @@ def node_action(request, pk):
             messages.error(request, f"Unknown action {action!r}; use one of the buttons shown.")
         except (InvalidTransition, ActionRefused) as exc:
             messages.error(request, exc.detail)
-        except PermissionError as exc:
-            messages.error(request, f"{exc}; ask an administrator for it.")
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
         else:
             messages.success(request, f"{action} done.")
         return redirect("fleet:node-detail", pk=pk)

@@ -12,8 +12,9 @@ from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
 from core.api.problems import Problem
-from core.decorators import operator_required
+from core.decorators import console_action, operator_required, permission_denied_page
 from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing, require_permission
 from fleet.models import Hall, Node, NodeType
 from fleet.selectors import data_handling_status, halls_for_filter
 from fleet.services import sanitization
@@ -114,6 +115,7 @@ def migration_list(request):
 
 
 @operator_required
+@console_action("migration_plan.create")
 def migration_create(request):
     errors: list[dict] = []
     if request.method == "POST":
@@ -167,6 +169,7 @@ def migration_detail(request, pk):
 
 @operator_required
 @require_POST
+@console_action("migration_plan.apply")
 def migration_apply(request, pk):
     record = get_object_or_404(MigrationPlan, pk=pk)
     try:
@@ -206,6 +209,7 @@ def _form_to_body(post) -> dict:
 
 
 @operator_required
+@console_action("disposition_plan.create")
 def disposition_list(request):
     errors, form = [], None
     if request.method == "POST":
@@ -257,14 +261,23 @@ def disposition_detail(request, pk):
 
 
 NODE_STEPS = {"bmc_reset": sanitization.record_bmc_reset, "asset_tags": sanitization.record_asset_tags_removed}
+# The permission-table action of each button on the plan page.
+PLAN_PAGE_ACTIONS = {"bmc_reset": "node.record_bmc_reset", "asset_tags": "node.record_asset_tags_removed",
+                     "custody": "node.record_custody_transfer", "sanitize": "node.sanitize",
+                     "retire": "node.retire", "dispose": "node.dispose"}
 
 
 @operator_required
 @require_POST
 def disposition_node_action(request, pk):
     """Run one checklist step or lifecycle action on the nodes ticked on the plan page."""
-    plan = get_object_or_404(DispositionPlan, pk=uuid_or_404(pk))
     action = request.POST.get("action", "")
+    if action in PLAN_PAGE_ACTIONS:
+        try:
+            require_permission(request.user, PLAN_PAGE_ACTIONS[action])
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
+    plan = get_object_or_404(DispositionPlan, pk=uuid_or_404(pk))
     ids = [i for i in (parse_uuid(v) for v in request.POST.getlist("node")) if i]
     nodes = list(Node.objects.filter(pk__in=ids, disposition_assignments__plan=plan))
     actor = actor_label(request.user)

@@ -4,7 +4,7 @@ from django.contrib import admin
 
 from core.admin import AuditedModelAdmin, ReadOnlyAdmin
 
-from .models import Allocation, AllocationNode, Membership, Tenant
+from .models import Allocation, AllocationNode, Membership, Quota, StorageQuota, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -13,11 +13,22 @@ class MembershipInline(admin.TabularInline):
     raw_id_fields = ("user",)
 
 
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    extra = 0
+
+
+class StorageQuotaInline(admin.StackedInline):
+    model = StorageQuota
+    extra = 0
+    max_num = 1
+
+
 @admin.register(Tenant)
 class TenantAdmin(AuditedModelAdmin):
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, QuotaInline, StorageQuotaInline]
 
 
 class AllocationNodeInline(admin.TabularInline):

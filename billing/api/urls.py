@@ -26,6 +26,7 @@ from core.api.permissions import IsTenant
 from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
+from core.exports import safe_row
 from tenants.energy import allocation_energy
 
 INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
@@ -103,15 +104,15 @@ def invoice_csv(invoice) -> str:
     writer.writerow(CSV_HEADER)
     label = invoice.number or f"draft-{invoice.pk}"
     for line in invoice.lines.all():
-        writer.writerow((label, invoice.status, format_period(invoice.period), line.position, line.kind, line.sku,
-                         line.description, format_period(line.usage_period), _when(line.start), _when(line.end),
-                         line.gpu_seconds, line.quantity, line.unit, "" if line.unit_price is None else line.unit_price,
-                         line.price_version or "", line.rate, line.amount, invoice.currency, line.note,
-                         line.reference))
+        writer.writerow(safe_row((label, invoice.status, format_period(invoice.period), line.position, line.kind,
+                                  line.sku, line.description, format_period(line.usage_period), _when(line.start),
+                                  _when(line.end), line.gpu_seconds, line.quantity, line.unit,
+                                  "" if line.unit_price is None else line.unit_price, line.price_version or "",
+                                  line.rate, line.amount, invoice.currency, line.note, line.reference)))
     total = dict.fromkeys(CSV_HEADER, "") | {"invoice": label, "status": invoice.status, "kind": "total",
                                              "period": format_period(invoice.period), "amount": invoice.total,
                                              "currency": invoice.currency}
-    writer.writerow(total.values())
+    writer.writerow(safe_row(total.values()))
     return buffer.getvalue()
 
 

@@ -37,6 +37,7 @@ def _billing_problem(exc) -> Problem:
 
 class BillingRunsView(APIView):
     permission_classes = [IsOperator]
+    ops_action = "billing_run.create"
 
     @extend_schema(request=BillingRunRequestSerializer, responses={201: BillingRunSerializer, 200: BillingRunSerializer},
                    parameters=[IDEMPOTENCY_KEY], tags=["ops"])
@@ -60,6 +61,7 @@ class BillingRunsView(APIView):
 
 class InvoiceReissueView(APIView):
     permission_classes = [IsOperator]
+    ops_action = "invoice.reissue"
 
     @extend_schema(request=ReissueRequestSerializer, responses={201: InvoiceSerializer}, parameters=[IDEMPOTENCY_KEY],
                    tags=["ops"])
@@ -81,6 +83,7 @@ class InvoiceReissueView(APIView):
 
 class CreditNotesView(APIView):
     permission_classes = [IsOperator]
+    ops_action = "credit_note.create"
 
     @extend_schema(request=CreditNoteRequestSerializer, responses={201: CreditNoteSerializer},
                    parameters=[IDEMPOTENCY_KEY], tags=["ops"])
@@ -104,6 +107,7 @@ class CreditNotesView(APIView):
 
 class AdjustmentsView(APIView):
     permission_classes = [IsOperator]
+    ops_action = "adjustment.create"
 
     @extend_schema(request=AdjustmentRequestSerializer, responses={201: AdjustmentSerializer},
                    parameters=[IDEMPOTENCY_KEY], tags=["ops"])

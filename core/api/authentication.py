@@ -20,6 +20,7 @@ from core.models import ApiToken
 from core.services.agent_credentials import revocation_reason
 
 from .agent_tokens import looks_like_agent_token, verify_agent_token
+from .throttles import guarded_authentication
 
 TOKEN_PREFIXES = {ApiTokenKind.TENANT: "hgt_", ApiTokenKind.OPERATOR: "hgo_"}
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -95,6 +96,11 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
     whose permission classes accept nothing else)."""
 
     def authenticate(self, request):
+        """Every check of a presented token is counted: an address that fails too often gets
+        429 before its next guess is looked at (core.api.throttles)."""
+        return guarded_authentication(request, self.verify)
+
+    def verify(self, request):
         plain = _bearer(request)
         if plain is None:
             return None
@@ -127,7 +133,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 class AgentTokenAuthentication(BearerTokenAuthentication):
     """Agent routes: anything that is not a valid agent signature is 401 (API.md)."""
 
-    def authenticate(self, request):
+    def verify(self, request):
         plain = _bearer(request)
         if plain is None:
             return None

@@ -98,6 +98,11 @@ class NodeDetailView(APIView):
 class NodeActionsView(APIView):
     permission_classes = [IsOperator]
 
+    def ops_action_for(self, request):
+        """The permission depends on the action named in the body (core.services.permissions)."""
+        action = request.data.get("action") if isinstance(request.data, dict) else None
+        return f"node.{action}" if isinstance(action, str) and action in REGISTRY else None
+
     @extend_schema(request=NodeActionIn, responses={202: NodeOut}, summary="Run an operator action on a node",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)])
     def post(self, request, pk):
@@ -112,7 +117,8 @@ class NodeActionsView(APIView):
 
         def perform():
             try:
-                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason)
+                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
+                                        user=request.user.user)
             except ExitRefused as exc:
                 raise Problem(409, exc.code, exc.detail, extra={"gate": exc.status.as_dict()}) from None
             except InvalidTransition as exc:
@@ -147,6 +153,8 @@ class NodeEventsView(APIView):
 # ---- end of life: sanitisation records, checklist steps, custody (operator API)
 
 class SanitizationRecordCreate(OpsView):
+    ops_action = "drive.record_sanitization"
+
     @extend_schema(operation_id="ops_drive_sanitization_record_create", request=SanitizationRecordIn,
                    responses={201: SanitizationRecordOut}, parameters=[IDEMPOTENCY_HEADER],
                    summary="Record a drive's sanitisation (operator-entered, with evidence)")
@@ -199,6 +207,8 @@ class NodeChecklistStep(OpsView):
 
 
 class BmcReset(NodeChecklistStep):
+    ops_action = "node.record_bmc_reset"
+
     @extend_schema(operation_id="ops_node_bmc_reset", request=ReasonIn, responses={201: DataHandlingOut},
                    parameters=[IDEMPOTENCY_HEADER], summary="Record that the BMC credentials were reset and its logs cleared")
     def post(self, request, pk):
@@ -209,6 +219,8 @@ class BmcReset(NodeChecklistStep):
 
 
 class AssetTagsRemoved(NodeChecklistStep):
+    ops_action = "node.record_asset_tags_removed"
+
     @extend_schema(operation_id="ops_node_asset_tags_removed", request=ReasonIn, responses={201: DataHandlingOut},
                    parameters=[IDEMPOTENCY_HEADER], summary="Record that the node's asset tags were removed")
     def post(self, request, pk):
@@ -220,6 +232,7 @@ class AssetTagsRemoved(NodeChecklistStep):
 
 class CustodyTransfers(NodeChecklistStep):
     serializer_class = CustodyTransferIn
+    ops_action = "node.record_custody_transfer"
 
     @extend_schema(operation_id="ops_node_custody_transfer_create", request=CustodyTransferIn,
                    responses={201: DataHandlingOut}, parameters=[IDEMPOTENCY_HEADER],

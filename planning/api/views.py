@@ -46,6 +46,7 @@ def _body(plan: MigrationPlan) -> dict:
 
 class MigrationPlanCollection(APIView):
     permission_classes = [IsOperator]
+    ops_action = "migration_plan.create"
 
     @extend_schema(
         operation_id="ops_migration_plans_create",
@@ -80,6 +81,7 @@ class MigrationPlanDetail(APIView):
 
 class MigrationPlanApply(APIView):
     permission_classes = [IsOperator]
+    ops_action = "migration_plan.apply"
 
     @extend_schema(
         operation_id="ops_migration_plans_apply", request=None, parameters=[IDEMPOTENCY_KEY],
@@ -132,6 +134,7 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
 
 class DispositionPlans(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "disposition_plan.create"
 
     @extend_schema(operation_id="ops_disposition_plan_create", request=DispositionPlanIn,
                    responses={201: DispositionPlanOut}, parameters=[IDEMPOTENCY_KEY],

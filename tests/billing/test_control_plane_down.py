@@ -33,7 +33,8 @@ print(UsageEvent.objects.count())
 def _env(tmp_path, database_url):
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "HANGAR_VAR_DIR": str(tmp_path),
             "DATABASE_URL": database_url, "LEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite3'}",
-            "AGENT_TOKEN_KEY": "test-agent-key", "METERING_GRANT_KEY": "test-grant-key"}
+            "AGENT_TOKEN_KEY": "test-agent-key-of-this-subprocess-only-0123",
+            "METERING_GRANT_KEY": "test-grant-key-of-this-subprocess-only-0123"}
 
 
 MINT = """

@@ -8,7 +8,10 @@ def test_create_a_plan_in_the_console(page, live_server, login, screenshot, djan
     from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=2048)
-    django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    from django.contrib.auth.models import Group
+
+    alice = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    alice.groups.add(Group.objects.get(name="operators"))  # creating and applying plans needs the permissions
     login(page, "alice", "s3cret-pass")
     page.goto(f"{live_server.url}/plans/")
     page.click("#new-plan")

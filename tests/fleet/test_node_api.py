@@ -147,6 +147,9 @@ def test_action_refused_maps_to_its_code(node, ops_api, monkeypatch):
         def execute(self, node, *, actor, reason):
             raise operator_actions.ActionRefused("sanitization_incomplete", "drives lack records", {"drives": ["d1"]})
 
+    from core.services.permissions import OPS_ACTIONS, OpsAction
+
+    monkeypatch.setitem(OPS_ACTIONS, "node.blocked", OpsAction("node.blocked", "fleet.change_node", "test action"))
     monkeypatch.setitem(operator_actions.REGISTRY, "blocked", Blocked())
     response = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "blocked"}, format="json",
                             HTTP_IDEMPOTENCY_KEY="k")
