@@ -336,6 +336,7 @@ def _capacity_body(post) -> dict:
 
 
 @operator_required
+@console_action("capacity_plan.create")
 def capacity_list(request):
     errors: list[dict] = []
     if request.method == "POST":
@@ -367,6 +368,7 @@ def capacity_detail(request, pk):
 
 
 @operator_required
+@console_action("capacity_plan.to_migration")
 @require_POST
 def capacity_to_migration(request, pk):
     plan = get_object_or_404(CapacityPlan, pk=pk)

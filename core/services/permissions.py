@@ -53,6 +53,8 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("disposition_plan.create", "planning.add_dispositionplan", "create a disposition plan"),
     ("migration_plan.create", "planning.add_migrationplan", "create a migration plan"),
     ("migration_plan.apply", "planning.change_migrationplan", "apply a migration plan (schedules node actions)"),
+    ("capacity_plan.create", "planning.add_capacityplan", "create a capacity plan from a demand forecast"),
+    ("capacity_plan.to_migration", "planning.add_migrationplan", "turn a capacity plan's gap into a migration plan"),
     ("incident.open", "health.add_incident", "open an incident"),
     ("incident.postmortem", "health.change_incident", "write an incident's post-mortem, close it"),
     ("billing_run.create", "billing.add_billingrun", "run billing for a period (drafts, finalizes invoices)"),

@@ -179,6 +179,7 @@ def create_capacity_from(data: dict, *, actor: str) -> CapacityPlan:
 
 class CapacityPlans(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "capacity_plan.create"
 
     @extend_schema(operation_id="ops_capacity_plan_create", request=CapacityPlanIn,
                    responses={201: CapacityPlanOut, 400: PROBLEM}, parameters=[IDEMPOTENCY_KEY],
@@ -217,6 +218,7 @@ def migration_from_capacity(plan_id, *, actor: str) -> MigrationPlan:
 
 class CapacityPlanToMigration(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "capacity_plan.to_migration"
 
     @extend_schema(operation_id="ops_capacity_plan_to_migration", request=None, parameters=[IDEMPOTENCY_KEY],
                    responses={201: MigrationPlanSerializer, 404: PROBLEM, 409: PROBLEM},
