@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The laptop targets run in development mode (development keys, no TLS) unless DEBUG is set;
+# with DEBUG=false the settings demand real SECRET_KEY and AGENT_TOKEN_KEY (README).
+DEV := DEBUG=$${DEBUG:-true}
 
 .PHONY: demo test lint format install migrate bench ci clean chaos
 
@@ -15,12 +18,12 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 migrate: install
-	@$(PY) manage.py migrate --noinput
-	@$(PY) manage.py migrate --database ledger --noinput
-	@$(PY) manage.py setup_periodic_tasks
+	@$(DEV) $(PY) manage.py migrate --noinput
+	@$(DEV) $(PY) manage.py migrate --database ledger --noinput
+	@$(DEV) $(PY) manage.py setup_periodic_tasks
 
 demo: migrate
-	@$(PY) manage.py demo
+	@$(DEV) $(PY) manage.py demo
 
 test: install
 	@$(VENV)/bin/pytest

@@ -46,7 +46,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="run only benchmarks whose name contains this text")
     args = parser.parse_args(argv)
     _bench_database_urls()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # DEBUG off (it records every query and would skew the timings) with the suite's local keys.
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.test_settings")
     import django
 
     django.setup()

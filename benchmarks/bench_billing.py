@@ -15,6 +15,7 @@ from django.db import connections, transaction
 from django.test import Client
 
 from benchmarks.harness import Measurement, benchmark
+from billing.grants import MeteringGrant, sign_grant
 from billing.services.runs import run_billing
 from core.api.agent_tokens import mint_agent_token
 
@@ -26,21 +27,21 @@ COLUMNS = ("event_id", "part", "tenant_id", "allocation_id", "node_id", "sku", "
 COLUMN_LIST = ", ".join(f'"{c}"' for c in COLUMNS)
 
 
-def _event(i: int, tenant: uuid.UUID) -> dict:
-    start = T0 + timedelta(minutes=i % 40_000)
+def _event(i: int, tenant: uuid.UUID, start0: datetime, grant: str) -> dict:
+    start = start0 + timedelta(minutes=i % 1000)
     return {"event_id": str(uuid.UUID(int=i + 1)), "allocation_id": str(tenant), "tenant_id": str(tenant),
             "sku": "h100-sxm-8x", "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "end": (start + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"), "quantity": "480",
-            "unit": "gpu_second"}
+            "unit": "gpu_second", "grant": grant}
 
 
-def _row(i: int, tenant: str, vendor: str) -> tuple:
+def _row(i: int, tenant: str, node: str, vendor: str) -> tuple:
     start = T0 + timedelta(minutes=i % 40_000)
     end = start + timedelta(seconds=60)
     if vendor == "sqlite":  # Django's SQLite storage format
         start, end = start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%Y-%m-%d %H:%M:%S")
-    uid = uuid.UUID(int=i + 1).hex if vendor == "sqlite" else str(uuid.UUID(int=i + 1))
-    return (f"bench-{i}", 0, tenant, uid, uid, "h100-sxm-8x", start, end, PERIOD.isoformat(), 480_000_000,
+    # Each tenant's usage is its one allocation (id = the tenant's) on one node, as allocated.
+    return (f"bench-{i}", 0, tenant, tenant, node, "h100-sxm-8x", start, end, PERIOD.isoformat(), 480_000_000,
             "gpu_second", "0" * 64, start)
 
 
@@ -52,13 +53,17 @@ def _insert_sql(table: str) -> str:
            target=">= 20,000 events/s, <= 3x executemany")
 def meter_ingest() -> Measurement:
     total = int(os.environ.get("BENCH_METER_EVENTS", 50_000))
-    tenant = uuid.uuid4()
-    events = [_event(i, tenant) for i in range(total)]
+    tenant, node = uuid.uuid4(), uuid.uuid4()
+    # Recent minutes (ingest refuses stale or future usage), all under the node's one grant.
+    start0 = (datetime.now(UTC) - timedelta(hours=20)).replace(second=0, microsecond=0)
+    grant = sign_grant(MeteringGrant(node_id=node, tenant_id=tenant, allocation_id=tenant, sku="h100-sxm-8x", gpus=8,
+                                     valid_from=start0, valid_until=start0 + timedelta(hours=20)))
+    events = [_event(i, tenant, start0, grant) for i in range(total)]
     # Bodies are encoded up front: what the agent spends serialising is not the server's time.
     bodies = [json.dumps({"events": events[i:i + 1000]}) for i in range(0, total, 1000)]
     client = Client()
-    auth = f"Bearer {mint_agent_token(uuid.uuid4())}"
-    warm_up = json.dumps({"events": [{**_event(0, tenant), "event_id": "warm-up"}]})
+    auth = f"Bearer {mint_agent_token(node)}"
+    warm_up = json.dumps({"events": [{**_event(0, tenant, start0, grant), "event_id": "warm-up"}]})
     client.post("/api/agent/v1/meter-events", warm_up, content_type="application/json", HTTP_AUTHORIZATION=auth)
     started = time.perf_counter()
     for body in bodies:
@@ -70,7 +75,8 @@ def meter_ingest() -> Measurement:
     vendor = connection.vendor
     # Baseline: the same rows (new ids) into the same table and indexes, one transaction per
     # 1,000 like the endpoint, by raw executemany: the database's own cost.
-    rows = [_row(i + 10**9, tenant.hex if vendor == "sqlite" else str(tenant), vendor) for i in range(total)]
+    key = (lambda u: u.hex) if vendor == "sqlite" else str
+    rows = [_row(i + 10**9, key(tenant), key(node), vendor) for i in range(total)]
     started = time.perf_counter()
     for i in range(0, total, 1000):
         with transaction.atomic(using=LEDGER), connection.cursor() as cursor:
@@ -80,16 +86,39 @@ def meter_ingest() -> Measurement:
                                            f"{total / baseline:,.0f} rows/s raw executemany")
 
 
+def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
+    """What the control plane would hold for this usage: each tenant's allocation (id = the
+    tenant's) on one node for all of September, so the run's reconciliation finds nothing."""
+    from devtools.services.fleet_seed import seed_fleet
+    from fleet.models import Node, NodeType
+    from tenants.models import Allocation, AllocationNode, Tenant
+
+    node = Node.objects.order_by("hostname").first()
+    if node is None:
+        seed_fleet(gpus=8, site_slug="bench")
+        node = Node.objects.order_by("hostname").first()
+    node_type = NodeType.objects.get(slug="h100-sxm-8x")
+    Tenant.objects.bulk_create([Tenant(pk=t, slug=f"bench-{t.hex[:12]}", name="bench") for t in tenant_ids])
+    Allocation.objects.bulk_create([Allocation(pk=t, tenant_id=t, name="bench", instance_type=node_type, node_count=1,
+                                               state="released") for t in tenant_ids])
+    AllocationNode.objects.bulk_create([AllocationNode(allocation_id=t, node=node, started_at=T0,
+                                                       ended_at=T0 + timedelta(days=30)) for t in tenant_ids])
+    return node.pk
+
+
 def _load_usage(total: int, tenants: int) -> None:
-    """Bulk-load `total` September events over `tenants` tenants (COPY on PostgreSQL)."""
+    """Bulk-load `total` September events over `tenants` tenants (COPY on PostgreSQL), with the
+    allocation history they come from."""
     connection = connections[LEDGER]
     vendor = connection.vendor
     tenant_ids = [uuid.uuid4() for _ in range(tenants)]
+    node_id = _allocation_history(tenant_ids)
     tenant_keys = [t.hex if vendor == "sqlite" else str(t) for t in tenant_ids]
+    node_key = node_id.hex if vendor == "sqlite" else str(node_id)
     chunk = 100_000
     with transaction.atomic(using=LEDGER), connection.cursor() as cursor:
         for lo in range(0, total, chunk):
-            rows = [_row(i, tenant_keys[i % tenants], vendor) for i in range(lo, min(total, lo + chunk))]
+            rows = [_row(i, tenant_keys[i % tenants], node_key, vendor) for i in range(lo, min(total, lo + chunk))]
             if vendor == "postgresql":
                 with cursor.cursor.copy(f"COPY billing_usageevent ({COLUMN_LIST}) FROM STDIN") as copy:
                     for row in rows:
@@ -122,4 +151,5 @@ def billing_run() -> Measurement:
         cursor.fetchall()
         baseline = time.perf_counter() - started
     return Measurement(ours, baseline, note=f"{total:,} events, {outcome.run.invoices} invoices; baseline = the "
-                                           "GROUP BY alone (ours adds pricing, invoices, lines, run row)")
+                                           "GROUP BY alone (ours adds reconciliation against the allocation "
+                                           "history, pricing, invoices, lines, run row)")

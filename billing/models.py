@@ -8,13 +8,15 @@ DELETE (and TRUNCATE on PostgreSQL) with database triggers (migration 0002). Inv
 change only while they are drafts; a finalized invoice may only become void.
 
 Money: usage quantities are stored as exact integers of GPU-microseconds
-(`quantity_micro`), so SQL sums are exact on both vendors; amounts are Decimal and rounded
-half-even to the cent only on invoice lines.
+(`quantity_micro`), so SQL sums are exact on both vendors; prices and amounts are Decimal in
+`ExactDecimalField` columns (NUMERIC on PostgreSQL, fixed-point text on SQLite: never a float),
+rounded half-even to the cent only on invoice lines, and never summed in SQL.
 """
 from decimal import Decimal
 
 from django.db import models
 
+from billing.fields import ExactDecimalField
 from core.ids import uuid7
 
 MICRO = 1_000_000
@@ -33,7 +35,7 @@ class PriceBookEntry(models.Model):
     version = models.PositiveIntegerField()
     sku = models.CharField(max_length=50, help_text="instance-type name, e.g. h100-sxm-8x")
     unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_HOUR)
-    unit_price = models.DecimalField(max_digits=12, decimal_places=6)
+    unit_price = ExactDecimalField(max_digits=12, decimal_places=6)
     currency = models.CharField(max_length=3, default="USD")
     effective_from = models.DateTimeField()
     source = models.TextField(help_text="where the price comes from")
@@ -112,11 +114,22 @@ class Adjustment(models.Model):
     end = models.DateTimeField(null=True, blank=True)
     period = models.DateField(help_text="first day of the month it applies to")
     quantity_micro = models.BigIntegerField(default=0, help_text="GPU-microseconds it concerns")
-    amount = models.DecimalField(max_digits=18, decimal_places=6)
+    amount = ExactDecimalField(max_digits=18, decimal_places=6,
+                               help_text="signed; for an SLA credit the uncapped amount (rating applies the cap)")
     currency = models.CharField(max_length=3, default="USD")
     reason = models.TextField()
     reference = models.CharField(max_length=200, blank=True)
     dedupe_key = models.CharField(max_length=200, unique=True)
+    # SLA credits: what the amount was computed from, so a line can be recomputed from what it shows.
+    gpus = models.PositiveIntegerField(null=True, blank=True)
+    unit_price = ExactDecimalField(max_digits=12, decimal_places=6, null=True, blank=True,
+                                   help_text="list price per GPU-hour in force during [start, end)")
+    price_version = models.PositiveIntegerField(null=True, blank=True)
+    rate = ExactDecimalField(max_digits=9, decimal_places=6, null=True, blank=True,
+                             help_text="share of the list price credited (the SLA policy's rate)")
+    sla_policy = models.ForeignKey("SlaPolicy", null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="credits")
+    actor = models.CharField(max_length=200, blank=True, help_text="who recorded it")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -141,8 +154,13 @@ class Invoice(models.Model):
     number = models.CharField(max_length=50, null=True, blank=True)
     status = models.CharField(max_length=16, choices=InvoiceStatus.choices, default=InvoiceStatus.DRAFT)
     currency = models.CharField(max_length=3, default="USD")
-    total = models.DecimalField(max_digits=18, decimal_places=2, default=Decimal("0.00"))
+    total = ExactDecimalField(max_digits=18, decimal_places=2, default=Decimal("0.00"))
     billing_run_id = models.UUIDField(null=True, blank=True)
+    replaces = models.OneToOneField("self", null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="replaced_by", help_text="the void invoice this one re-issues")
+    void_reason = models.TextField(blank=True)
+    voided_at = models.DateTimeField(null=True, blank=True)
+    voided_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
@@ -176,15 +194,102 @@ class InvoiceLine(models.Model):
     sku = models.CharField(max_length=50, blank=True)
     description = models.CharField(max_length=300)
     usage_period = models.DateField(help_text="the month the usage or credit belongs to")
-    quantity = models.DecimalField(max_digits=20, decimal_places=6)
+    quantity = ExactDecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for display")
+    quantity_micro = models.BigIntegerField(default=0, help_text="exact GPU-microseconds the amount is computed from")
     unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_HOUR)
-    unit_price = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
-    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    unit_price = ExactDecimalField(max_digits=12, decimal_places=6, null=True, blank=True,
+                                   help_text="list price per GPU-hour in force for this line")
+    rate = ExactDecimalField(max_digits=9, decimal_places=6, default=Decimal("1"),
+                             help_text="share of the unit price charged (SLA credits: the policy's rate)")
+    price_version = models.PositiveIntegerField(null=True, blank=True, help_text="price-book version of unit_price")
+    start = models.DateTimeField(null=True, blank=True, help_text="the time range this line covers")
+    end = models.DateTimeField(null=True, blank=True)
+    amount = ExactDecimalField(max_digits=18, decimal_places=2)
+    note = models.CharField(max_length=300, blank=True, help_text="how the amount was rounded or capped")
     reference = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["invoice", "position"]
         constraints = [models.UniqueConstraint(fields=["invoice", "position"], name="billing_line_position_unique")]
+
+    @property
+    def gpu_seconds(self) -> Decimal:
+        """The exact quantity: GPU-microseconds written as GPU-seconds (6 places, no rounding)."""
+        return Decimal(self.quantity_micro).scaleb(-6)
+
+
+class SlaPolicy(models.Model):
+    """An SLA credit policy, as data. A change is a new row (a higher `version` of the same `key`).
+
+    The policy in force for a tenant at time t: the tenant's own rows if it has any, else the
+    default rows (tenant_id NULL); among them the highest version with effective_from ≤ t.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    key = models.SlugField(max_length=50)
+    version = models.PositiveIntegerField()
+    tenant_id = models.UUIDField(null=True, blank=True, help_text="NULL: the default for every tenant")
+    name = models.CharField(max_length=100)
+    attributions = models.CharField(max_length=100, default="provider",
+                                    help_text="comma-separated incident attributions that earn a credit")
+    credit_rate = ExactDecimalField(max_digits=9, decimal_places=6,
+                                    help_text="share of the list price of the lost GPU-time credited (1 = all of it)")
+    cap_percent = ExactDecimalField(max_digits=7, decimal_places=2,
+                                    help_text="credits for one allocation and month ≤ this % of its charge that month")
+    effective_from = models.DateTimeField()
+    source = models.TextField(help_text="where the terms come from")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["key", "-version"]
+        constraints = [models.UniqueConstraint(fields=["key", "version"], name="billing_sla_policy_key_version")]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+    @property
+    def counted_attributions(self) -> set[str]:
+        return {a.strip() for a in self.attributions.split(",") if a.strip()}
+
+
+class CreditNote(models.Model):
+    """A numbered document that reduces what a finalized invoice asks for; never edited.
+
+    Its lines name the invoice lines they credit; the credited amount of a line over all its
+    credit notes never exceeds what the line billed."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    number = models.CharField(max_length=50, unique=True)
+    issuer = models.CharField(max_length=50)
+    tenant_id = models.UUIDField()
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="credit_notes")
+    currency = models.CharField(max_length=3, default="USD")
+    total = ExactDecimalField(max_digits=18, decimal_places=2, help_text="amount credited (positive)")
+    reason = models.TextField()
+    actor = models.CharField(max_length=200)
+    issued_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-issued_at"]
+
+    def __str__(self) -> str:
+        return self.number
+
+
+class CreditNoteLine(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    credit_note = models.ForeignKey(CreditNote, on_delete=models.PROTECT, related_name="lines")
+    position = models.PositiveIntegerField()
+    invoice_line = models.ForeignKey(InvoiceLine, on_delete=models.PROTECT, related_name="credit_note_lines")
+    description = models.CharField(max_length=300)
+    amount = ExactDecimalField(max_digits=18, decimal_places=2, help_text="amount credited (positive)")
+
+    class Meta:
+        ordering = ["credit_note", "position"]
+        constraints = [models.UniqueConstraint(fields=["credit_note", "position"], name="billing_cnline_position")]
+
+    def __str__(self) -> str:
+        return f"{self.credit_note_id} line {self.position}"
 
 
 class InvoiceCounter(models.Model):
@@ -203,6 +308,10 @@ class BillingRun(models.Model):
     price_book_version = models.PositiveIntegerField()
     watermark = models.BigIntegerField(help_text="highest usage-event id rated")
     adjustment_watermark = models.BigIntegerField(help_text="highest adjustment id rated")
+    prior_watermark = models.BigIntegerField(
+        default=0, help_text="watermark of the last finalized run before this one: rows of finalized periods "
+                             "above it and up to `watermark` are this run's late usage")
+    prior_adjustment_watermark = models.BigIntegerField(default=0)
     invoices = models.PositiveIntegerField()
     output_hash = models.CharField(max_length=64)
     actor = models.CharField(max_length=200)
@@ -213,3 +322,84 @@ class BillingRun(models.Model):
     class Meta:
         ordering = ["-started_at"]
         indexes = [models.Index(fields=["period", "finalize"], name="billing_run_period_idx")]
+
+
+class RejectionCode(models.TextChoices):
+    """Why ingest refused a meter event (the `code` of the 202 answer's `rejected` entries)."""
+
+    GRANT_MISSING = "grant_missing", "No metering grant"
+    GRANT_INVALID = "grant_invalid", "Grant forged, unreadable or expired"
+    OUTSIDE_GRANT = "outside_grant", "Outside its grant (node, tenant, allocation, SKU or time)"
+    QUANTITY_EXCEEDS_GRANT = "quantity_exceeds_grant", "More than GPUs × seconds"
+
+
+class RejectedMeterEvent(models.Model):
+    """A meter event ingest refused: never charged, kept as sent so an operator can see who
+    tried what (append-only, like the usage it would have been)."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.CharField(max_length=100)
+    node_id = models.UUIDField(help_text="the node whose agent token sent it")
+    tenant_id = models.UUIDField(help_text="the tenant the event named (not necessarily the node's)")
+    allocation_id = models.UUIDField()
+    sku = models.CharField(max_length=50)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    quantity_micro = models.BigIntegerField()
+    code = models.CharField(max_length=32, choices=RejectionCode.choices)
+    detail = models.CharField(max_length=500)
+    grant = models.TextField(blank=True, help_text="the grant as sent (may be forged)")
+    payload_hash = models.CharField(max_length=64)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["node_id", "event_id", "payload_hash", "code"],
+                                               name="billing_rejected_event_unique")]
+
+    def __str__(self) -> str:
+        return f"refused {self.event_id} from node {self.node_id}: {self.code}"
+
+    @property
+    def quantity(self) -> Decimal:
+        return Decimal(self.quantity_micro) / MICRO
+
+
+class DisputeStatus(models.TextChoices):
+    OPEN = "open", "Open (not rated)"
+    ACCEPTED = "accepted", "Accepted (rated)"
+    REJECTED = "rejected", "Rejected (never rated)"
+
+
+class UsageDispute(models.Model):
+    """Usage whose grant verified but which the control plane's allocation history contradicts.
+
+    Held out of rating while open or rejected; an operator resolves it (billing.services.disputes).
+    Usage rows stay append-only: the dispute is the only thing that changes.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    public_id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    usage_event = models.OneToOneField(UsageEvent, on_delete=models.PROTECT, related_name="dispute")
+    tenant_id = models.UUIDField()
+    period = models.DateField()
+    reason = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=DisputeStatus.choices, default=DisputeStatus.OPEN)
+    opened_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True)
+    resolution_note = models.TextField(blank=True)
+    adjustment = models.ForeignKey(Adjustment, null=True, blank=True, on_delete=models.PROTECT,
+                                   help_text="the late-usage charge, when accepted after its period was finalized")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["status", "period"], name="billing_dispute_status_idx")]
+        permissions = [("resolve_usagedispute", "Can accept or reject disputed usage")]
+
+    def __str__(self) -> str:
+        return f"dispute {self.public_id} ({self.status})"
+
+
+# Usage that may be rated or shown as charges: not disputed, or disputed and accepted.
+BILLABLE_USAGE = models.Q(dispute__isnull=True) | models.Q(dispute__status=DisputeStatus.ACCEPTED)

@@ -6,11 +6,12 @@ ledger, and every metered (allocation, node) pair must match a membership of tha
 allocation and tenant overlapping the period. Anything else is a gap: a node running a
 tenant's workload unbilled, or billing with no allocation behind it.
 """
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from uuid import UUID
 
-from django.db.models import Q, Sum
+from django.db.models import Max, Min, Q, Sum
 from django.utils import timezone
 
 from billing.models import UsageEvent
@@ -70,3 +71,62 @@ def reconcile(*, period: date, min_overlap: timedelta = timedelta(minutes=10)) -
             report.unallocated.append(Gap(allocation_id, node_id, tenant_id,
                                           f"metered to tenant {tenant_id}, allocation belongs to {owner[0]}"))
     return report
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    usage_event_id: int
+    tenant_id: UUID
+    period: date
+    reason: str
+
+
+def _windows(memberships: list[tuple], now, tolerance: timedelta) -> list[tuple]:
+    return [(started - tolerance, (ended or now) + tolerance) for started, ended in memberships]
+
+
+def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Contradiction]:
+    """Usage rows in `scope` (not yet disputed) that the allocation history contradicts: the node
+    was never in that allocation, the allocation belongs to another tenant, or the row lies
+    outside every membership of the node in it (beyond `tolerance`).
+
+    Every row passed its grant's signature check; this is the second, control-plane opinion.
+    Cost: one grouped query over the scope and one membership query per 1,000 allocations; rows
+    are read one by one only for (allocation, node) pairs whose span is not inside a membership.
+    """
+    now = now or timezone.now()
+    rows = UsageEvent.objects.using(LEDGER).filter(scope, dispute__isnull=True)
+    spans = list(rows.values("allocation_id", "node_id", "tenant_id")
+                 .annotate(first=Min("start"), last=Max("end")).order_by())
+    allocation_ids = sorted({s["allocation_id"] for s in spans}, key=str)
+    owners: dict = {}
+    memberships: dict = defaultdict(list)
+    for lo in range(0, len(allocation_ids), 1000):
+        for allocation_id, node_id, tenant_id, started, ended in (
+                AllocationNode.objects.filter(allocation_id__in=allocation_ids[lo:lo + 1000])
+                .values_list("allocation_id", "node_id", "allocation__tenant_id", "started_at", "ended_at")):
+            owners[allocation_id] = tenant_id
+            memberships[(allocation_id, node_id)].append((started, ended))
+    out: list[Contradiction] = []
+    for span in spans:
+        pair = (span["allocation_id"], span["node_id"])
+        pair_rows = rows.filter(allocation_id=pair[0], node_id=pair[1], tenant_id=span["tenant_id"])
+        owner = owners.get(pair[0])
+        if owner is not None and owner != span["tenant_id"]:
+            reason = f"metered to tenant {span['tenant_id']}, but the allocation belongs to tenant {owner}"
+        elif pair not in memberships:
+            reason = f"node {pair[1]} was never in allocation {pair[0]}"
+        else:
+            windows = _windows(memberships[pair], now, tolerance)
+            if any(lo <= span["first"] and span["last"] <= hi for lo, hi in windows):
+                continue
+            for row_id, tenant_id, period, start, end in pair_rows.values_list("id", "tenant_id", "period", "start",
+                                                                               "end"):
+                if not any(lo <= start and end <= hi for lo, hi in windows):
+                    out.append(Contradiction(row_id, tenant_id, period,
+                                             f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
+                                             f"of node {pair[1]} in allocation {pair[0]}"))
+            continue
+        out.extend(Contradiction(row_id, tenant_id, period, reason)
+                   for row_id, tenant_id, period in pair_rows.values_list("id", "tenant_id", "period"))
+    return out

@@ -4,18 +4,26 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Prefetch, Sum
+from django.db.models import Count, Prefetch, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from billing.models import BillingRun, Invoice, InvoiceLine, Unit, UsageEvent
-from billing.services.rating import (
-    Price,
-    gpu_hours,
-    latest_price_book_version,
-    prices,
-    usage_amount,
+from billing.grants import MeteringGrant, grant_window, sign_grant
+from billing.models import (
+    BILLABLE_USAGE,
+    BillingRun,
+    CreditNote,
+    DisputeStatus,
+    Invoice,
+    InvoiceLine,
+    RejectedMeterEvent,
+    SlaPolicy,
+    Unit,
+    UsageDispute,
+    UsageEvent,
 )
+from billing.services.rating import Price, PriceBook, gpu_hours, price_buckets, usage_buckets
+from tenants.models import AllocationNode
 
 LEDGER = "ledger"
 
@@ -23,31 +31,48 @@ LEDGER = "ledger"
 @dataclass(frozen=True)
 class UsageRow:
     sku: str
-    quantity: Decimal  # GPU-hours
+    period: date
+    quantity: Decimal  # GPU-hours (6 places, for reading)
+    quantity_micro: int  # exact GPU-microseconds
     unit: str
+    unit_price: Decimal
+    price_version: int
+    start: datetime  # when this price was in force (within the period)
+    end: datetime
     amount: Decimal
     currency: str
 
+    @property
+    def gpu_seconds(self) -> Decimal:
+        return Decimal(self.quantity_micro).scaleb(-6)
 
-def usage_by_sku(*, tenant_id, start: datetime, end: datetime) -> list[UsageRow]:
-    """Usage metered in [start, end) (by event start), priced at the current price book.
 
-    Draft pricing for display only; invoices are what is charged."""
-    price_of = prices(latest_price_book_version())
-    rows = (UsageEvent.objects.using(LEDGER).filter(tenant_id=tenant_id, start__gte=start, start__lt=end)
-            .values("sku").annotate(micro=Sum("quantity_micro")).order_by("sku"))
-    out = []
-    for row in rows:
-        price = price_of.get(row["sku"])
-        out.append(UsageRow(sku=row["sku"], quantity=gpu_hours(row["micro"]), unit=Unit.GPU_HOUR,
-                            amount=usage_amount(row["micro"], price.unit_price) if price else Decimal("0.00"),
-                            currency=price.currency if price else "USD"))
-    return out
+@dataclass(frozen=True)
+class UsageReport:
+    rows: list[UsageRow]
+    as_of: datetime  # the ledger and price book as they stood at this moment
+
+
+def usage_by_sku(*, tenant_id, start: datetime, end: datetime, as_of: datetime | None = None) -> UsageReport:
+    """Usage metered in [start, end) (by event start), priced exactly as the draft invoice prices
+    it: by the price-book version in force when each interval ran, one row per month × SKU × price
+    (rounded half-even to the cent per row, like an invoice line). Only usage received, and
+    price-book rows created, by `as_of` count, so the figure is reproducible."""
+    as_of = as_of or timezone.now()
+    book = PriceBook.load(as_of=as_of)
+    # usage held as disputed is left out until an operator accepts it
+    usage = UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start,
+                                                    start__lt=end, received_at__lte=as_of)
+    rows = [UsageRow(sku=u.sku, period=u.period, quantity=gpu_hours(u.quantity_micro), quantity_micro=u.quantity_micro,
+                     unit=Unit.GPU_HOUR, unit_price=u.price.unit_price, price_version=u.price.version,
+                     start=u.start, end=u.end, amount=u.amount, currency=u.price.currency)
+            for u in price_buckets(usage_buckets(usage, book), book)]
+    return UsageReport(rows=rows, as_of=as_of)
 
 
 def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, dict[date, Decimal]]:
     """{sku: {day: GPU-hours}} by event start day (UTC), for the usage chart."""
-    rows = (UsageEvent.objects.using(LEDGER).filter(tenant_id=tenant_id, start__gte=start, start__lt=end)
+    rows = (UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end)
             .annotate(day=TruncDate("start")).values("sku", "day").annotate(micro=Sum("quantity_micro"))
             .order_by("sku", "day"))
     out: dict[str, dict[date, Decimal]] = defaultdict(dict)
@@ -57,9 +82,11 @@ def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, d
 
 
 def invoices_for_tenant(tenant_id):
-    """A tenant's invoices with their lines (two queries however many there are)."""
-    return (Invoice.objects.using(LEDGER).filter(tenant_id=tenant_id)
-            .prefetch_related(Prefetch("lines", queryset=InvoiceLine.objects.using(LEDGER).order_by("position"))))
+    """A tenant's invoices with their lines and credit notes (a fixed number of queries)."""
+    return (Invoice.objects.using(LEDGER).filter(tenant_id=tenant_id).select_related("replaces")
+            .prefetch_related(Prefetch("lines", queryset=InvoiceLine.objects.using(LEDGER).order_by("position")),
+                              Prefetch("credit_notes", queryset=CreditNote.objects.using(LEDGER)
+                                       .prefetch_related("lines__invoice_line").order_by("issued_at"))))
 
 
 def invoice_for_tenant(*, tenant_id, invoice_id) -> Invoice | None:
@@ -71,9 +98,17 @@ def recent_runs(limit: int = 20) -> list[BillingRun]:
 
 
 def invoice_totals_by_tenant() -> list[dict]:
-    """Per tenant and status: invoice count and total (the console's billing page)."""
-    return list(Invoice.objects.using(LEDGER).values("tenant_id", "status", "currency")
-                .annotate(count=Count("id"), total=Sum("total")).order_by("tenant_id", "status"))
+    """Per tenant and status: invoice count and total (the console's billing page). Totals are
+    summed as Decimals here, never by SQL (SQLite would sum them as floats)."""
+    groups: dict[tuple, dict] = {}
+    for tenant_id, status, currency, total in (Invoice.objects.using(LEDGER).order_by("tenant_id", "status")
+                                               .values_list("tenant_id", "status", "currency", "total")):
+        row = groups.setdefault((tenant_id, status, currency), {"tenant_id": tenant_id, "status": status,
+                                                                "currency": currency, "count": 0,
+                                                                "total": Decimal("0.00")})
+        row["count"] += 1
+        row["total"] += total
+    return sorted(groups.values(), key=lambda r: (str(r["tenant_id"]), r["status"], r["currency"]))
 
 
 def default_usage_window(now: datetime) -> tuple[datetime, datetime]:
@@ -82,6 +117,61 @@ def default_usage_window(now: datetime) -> tuple[datetime, datetime]:
     return start, now + timedelta(seconds=1)
 
 
-def current_prices() -> dict[str, "Price"]:
-    """sku → today's price (unit price per GPU-hour and currency) from the latest price book."""
-    return prices(latest_price_book_version(on=timezone.now().date()))
+def current_prices() -> dict[str, Price]:
+    """sku → the price in force now (unit price per GPU-hour and currency)."""
+    return PriceBook.load().prices_at(timezone.now())
+
+
+def policy_in_force(tenant_id, at: datetime) -> SlaPolicy | None:
+    """The tenant's own policy rows if it has any, else the default's; the latest in force at `at`."""
+    rows = list(SlaPolicy.objects.using(LEDGER).filter(Q(tenant_id=tenant_id) | Q(tenant_id__isnull=True),
+                                                       effective_from__lte=at))
+    own = [r for r in rows if r.tenant_id is not None]
+    pool = own or rows
+    return max(pool, key=lambda r: (r.effective_from, r.version), default=None)
+
+
+DISPUTES_SHOWN = 200
+REJECTIONS_SHOWN = 200
+
+
+def open_disputes(limit: int = DISPUTES_SHOWN) -> list[UsageDispute]:
+    """Oldest first (two queries however many: the disputes with their usage rows)."""
+    return list(UsageDispute.objects.using(LEDGER).filter(status=DisputeStatus.OPEN).select_related("usage_event")
+                .order_by("id")[:limit])
+
+
+def resolved_disputes(limit: int = 50) -> list[UsageDispute]:
+    return list(UsageDispute.objects.using(LEDGER).exclude(status=DisputeStatus.OPEN).select_related("usage_event")
+                .order_by("-resolved_at")[:limit])
+
+
+def dispute_by_public_id(public_id) -> UsageDispute | None:
+    return UsageDispute.objects.using(LEDGER).select_related("usage_event").filter(public_id=public_id).first()
+
+
+def recent_rejections(limit: int = REJECTIONS_SHOWN) -> list[RejectedMeterEvent]:
+    """Meter events ingest refused, newest first."""
+    return list(RejectedMeterEvent.objects.using(LEDGER).order_by("-id")[:limit])
+
+
+def dispute_counts() -> dict[str, int]:
+    rows = UsageDispute.objects.using(LEDGER).values("status").annotate(n=Count("id")).order_by()
+    return {row["status"]: row["n"] for row in rows}
+
+
+def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
+    """The signed grants a node's agent attaches to its meter events: one per live allocation
+    membership of the node, from the membership's start to a few hours ahead (renewed on every
+    desired-state poll while the membership lives; none once it ends). One query."""
+    rows = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+            .values_list("allocation_id", "allocation__tenant_id", "allocation__instance_type__slug",
+                         "allocation__instance_type__gpus_per_node", "started_at").order_by("started_at"))
+    grants = []
+    for allocation_id, tenant_id, sku, gpus, started_at in rows:
+        valid_from, valid_until = grant_window(started_at=started_at, now=now)
+        grant = MeteringGrant(node_id=node.pk, tenant_id=tenant_id, allocation_id=allocation_id, sku=sku, gpus=gpus,
+                              valid_from=valid_from, valid_until=valid_until)
+        grants.append({"grant": sign_grant(grant), "allocation_id": str(allocation_id), "tenant_id": str(tenant_id),
+                       "sku": sku, "gpus": gpus, "valid_from": valid_from, "valid_until": valid_until})
+    return grants

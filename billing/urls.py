@@ -6,6 +6,8 @@ from billing import views
 app_name = "billing"
 urlpatterns = [
     path("billing/", views.billing_overview, name="overview"),
+    path("billing/disputes/", views.disputes, name="disputes"),
+    path("billing/disputes/<str:pk>/", views.dispute_detail, name="dispute"),
     path("portal/usage/", views.portal_usage, name="portal-usage"),
     path("portal/invoices/", views.portal_invoices, name="portal-invoices"),
     path("portal/invoices/<str:pk>.csv", views.portal_invoice_csv, name="portal-invoice-csv"),

@@ -1,25 +1,38 @@
 """Billing console page (operators) and tenant portal pages (members of a tenant)."""
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_http_methods
 
 from billing.api.urls import invoice_csv
 from billing.charts import daily_gpu_hours_figure
+from billing.models import DisputeStatus
+from billing.periods import next_period
 from billing.selectors import (
     daily_gpu_hours,
     default_usage_window,
+    dispute_by_public_id,
+    dispute_counts,
     invoice_for_tenant,
     invoice_totals_by_tenant,
     invoices_for_tenant,
+    open_disputes,
+    policy_in_force,
+    recent_rejections,
     recent_runs,
+    resolved_disputes,
     usage_by_sku,
 )
+from billing.services.disputes import RESOLVE_PERMISSION, DisputeError, transition
 from core.api.lookups import parse_uuid
-from core.decorators import operator_required
+from core.decorators import console_action, operator_required
+from core.services.audit import actor_label
+from tenants.energy import allocation_energy, energy_totals
 from tenants.models import Membership, Tenant
 
 PORTAL_USAGE_DAYS = 30
@@ -33,7 +46,55 @@ def billing_overview(request):
     slugs = dict(Tenant.objects.filter(pk__in={row["tenant_id"] for row in totals}).values_list("pk", "slug"))
     for row in totals:
         row["tenant"] = slugs.get(row["tenant_id"], str(row["tenant_id"]))
-    return render(request, "billing/overview.html", {"nav": "billing", "runs": recent_runs(), "totals": totals})
+    return render(request, "billing/overview.html", {"nav": "billing", "runs": recent_runs(), "totals": totals,
+                                                     "dispute_counts": dispute_counts()})
+
+
+def _tenant_slugs(tenant_ids) -> dict:
+    return dict(Tenant.objects.filter(pk__in=set(tenant_ids)).values_list("pk", "slug"))
+
+
+@operator_required
+def disputes(request):
+    """Usage held out of billing (open disputes), recent resolutions, and refused meter events."""
+    held, resolved, refused = open_disputes(), resolved_disputes(), recent_rejections()
+    slugs = _tenant_slugs([d.tenant_id for d in held + resolved] + [r.tenant_id for r in refused])
+    for item in (*held, *resolved, *refused):
+        item.tenant_label = slugs.get(item.tenant_id, f"unknown tenant {item.tenant_id}")
+    return render(request, "billing/disputes.html", {
+        "nav": "billing", "held": held, "resolved": resolved, "refused": refused,
+        "can_resolve": request.user.has_perm(RESOLVE_PERMISSION)})
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+@console_action("dispute.resolve")
+def dispute_detail(request, pk):
+    """Shows what accepting or rejecting touches, then (POST) does it."""
+    public_id = parse_uuid(pk)
+    dispute = dispute_by_public_id(public_id) if public_id else None
+    if dispute is None:
+        raise Http404("No such disputed usage.")
+    if request.method == "POST":
+        decision = {"accept": DisputeStatus.ACCEPTED, "reject": DisputeStatus.REJECTED}.get(request.POST.get("decision"))
+        if decision is None:
+            messages.error(request, "Choose accept or reject.")
+        else:
+            try:
+                transition(dispute_id=dispute.public_id, to_status=decision, user=request.user,
+                           actor=actor_label(request.user), note=request.POST.get("note", ""))
+            except DisputeError as exc:
+                if exc.status == 403:
+                    raise PermissionDenied(exc.detail) from None
+                messages.error(request, exc.detail)
+            else:
+                messages.success(request, f"Disputed usage {decision}.")
+                return redirect("billing:disputes")
+        return redirect("billing:dispute", pk=pk)
+    return render(request, "billing/dispute.html", {
+        "nav": "billing", "dispute": dispute, "row": dispute.usage_event,
+        "tenant": _tenant_slugs([dispute.tenant_id]).get(dispute.tenant_id, str(dispute.tenant_id)),
+        "can_resolve": request.user.has_perm(RESOLVE_PERMISSION), "permission": RESOLVE_PERMISSION})
 
 
 def _portal_tenant(request):
@@ -56,9 +117,13 @@ def portal_usage(request):
     daily = daily_gpu_hours(tenant_id=tenant.pk, start=window_start, end=now + timedelta(seconds=1))
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
     month_start, month_end = default_usage_window(now)
+    energy = allocation_energy(tenant_id=tenant.pk, start=month_start, end=month_end)
+    report = usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end, as_of=now)
     return render(request, "billing/portal_usage.html", {
+        "energy_rows": energy, "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
         "nav": "portal", "tenant": tenant, "figure_json": figure.to_json(), "days": PORTAL_USAGE_DAYS,
-        "month_rows": usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end), "month_start": month_start,
+        "month_rows": report.rows, "as_of": report.as_of, "month_start": month_start,
+        "sla_policy": policy_in_force(tenant.pk, now),
     })
 
 
@@ -81,7 +146,14 @@ def _tenant_invoice(request, pk):
 @login_required
 def portal_invoice_detail(request, pk):
     tenant, invoice = _tenant_invoice(request, pk)
-    return render(request, "billing/portal_invoice.html", {"nav": "portal", "tenant": tenant, "invoice": invoice})
+    # Energy of the invoice's month, informational (not an invoice line until the price book prices energy).
+    start = datetime(invoice.period.year, invoice.period.month, 1, tzinfo=UTC)
+    end = datetime.combine(next_period(invoice.period), time.min, tzinfo=UTC)
+    energy = allocation_energy(tenant_id=tenant.pk, start=start, end=end)
+    return render(request, "billing/portal_invoice.html", {
+        "nav": "portal", "tenant": tenant, "invoice": invoice, "energy_rows": energy,
+        "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
+    })
 
 
 @login_required

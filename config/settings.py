@@ -4,7 +4,7 @@ Unset variables give the embedded default: SQLite files and Celery's filesystem 
 under var/, so `make demo` needs nothing but Python. Production and CI set DATABASE_URL,
 LEDGER_DATABASE_URL and REDIS_URL (PostgreSQL + Redis).
 """
-
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -19,13 +19,47 @@ env = environ.Env(
 )
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-SECRET_KEY = env.str("SECRET_KEY", default="hangar-embedded-default-not-for-production")
-# Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
-# reading the control-plane database.
-AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default=SECRET_KEY)
 DEBUG = env("DEBUG")
+# Development keys: fine on a laptop (DEBUG=true, what `make demo` sets), never in production.
+# Anyone who knows a key can forge sessions (SECRET_KEY), mint a token for any node
+# (AGENT_TOKEN_KEY) or sign metering grants (METERING_GRANT_KEY), so without DEBUG the
+# process refuses to start on them.
+DEVELOPMENT_SECRET_KEY = "hangar-embedded-default-not-for-production"
+DEVELOPMENT_AGENT_TOKEN_KEY = "hangar-embedded-agent-key-not-for-production"
+DEVELOPMENT_METERING_GRANT_KEY = "hangar-embedded-metering-grant-key-not-for-production"
+SECRET_KEY = env.str("SECRET_KEY", default="")
+# Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
+# reading the control-plane database. Its own secret, never SECRET_KEY: a leaked session key
+# must not let anyone speak for a node.
+AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default="")
+# Metering grants (which node may bill which allocation, when) are signed with a key the billing
+# ledger holds, so ingest checks them without the control-plane database (docs/billing.md).
+METERING_GRANT_KEY = env.str("METERING_GRANT_KEY", default="")
+if DEBUG:
+    SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
+    AGENT_TOKEN_KEY = AGENT_TOKEN_KEY or DEVELOPMENT_AGENT_TOKEN_KEY
+    METERING_GRANT_KEY = METERING_GRANT_KEY or DEVELOPMENT_METERING_GRANT_KEY
+else:
+    from config.secrets import require_production_secrets
+
+    require_production_secrets(
+        {"SECRET_KEY": SECRET_KEY, "AGENT_TOKEN_KEY": AGENT_TOKEN_KEY, "METERING_GRANT_KEY": METERING_GRANT_KEY},
+        development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY, DEVELOPMENT_METERING_GRANT_KEY))
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- Transport security: on by default without DEBUG, each one switchable from the environment.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31_536_000)  # one year
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+# Behind a TLS-terminating proxy Django sees plain HTTP; it trusts this header (only set it
+# when the proxy overwrites whatever the client sent). "HTTP_X_FORWARDED_PROTO,https" by
+# default without DEBUG, "" turns it off.
+_proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="" if DEBUG else "HTTP_X_FORWARDED_PROTO,https")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header.split(",", 1)) if _proxy_ssl_header else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -40,6 +74,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_celery_beat",
     "import_export",
+    "axes",
     "core",
     "fleet",
     "tenants",
@@ -54,6 +89,7 @@ if env.bool("HANGAR_DEVTOOLS", default=True):
 
 MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",
+    "core.middleware.RequestBodyLimitMiddleware",
     "core.middleware.RejectNulCharactersMiddleware",
     "core.middleware.RequestLatencyMiddleware",
     "core.middleware.OutageMiddleware",
@@ -64,6 +100,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -109,6 +147,19 @@ DATABASES = {
 }
 DATABASE_ROUTERS = ["config.db_router.LedgerRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django-axes first: it refuses a locked-out (username, address) before the password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Five wrong passwords for one account from one address lock that pair out for 15 minutes
+# (429). Locking the pair, not the account alone, keeps an attacker from locking operators
+# out by guessing their usernames; a success resets the count. Successes, failures and
+# lockouts go into the audit trail (core.services.login_audit).
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "core.api.throttles.client_address"  # the same address the API throttles use
+AXES_VERBOSE = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -167,6 +218,10 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.problems.problem_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["core.api.throttles.TokenKindThrottle"],
+    # How many proxies in front set X-Forwarded-For; 0 trusts only the socket's address, so a
+    # client cannot dodge its budget by sending a made-up header.
+    "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
     "DEFAULT_PAGINATION_CLASS": None,
     "UNAUTHENTICATED_USER": None,
 }
@@ -194,6 +249,28 @@ FAULT_POINTS = parse_fault_points(env.str("HANGAR_FAULT_POINTS", default=""))
 
 # Seconds a client is told to wait when the database or broker is unavailable (core.outages).
 OUTAGE_RETRY_AFTER_S = env.int("OUTAGE_RETRY_AFTER_S", default=5)
+# Largest request body (bytes), 413 above it. The biggest legitimate body is a disposition plan
+# naming up to 200,000 node ids (~7.6 MB); a full meter batch of 1,000 events is under 1 MB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BODY_BYTES", default=8 * 1024 * 1024)
+# JSON nested deeper than this is a 400: no API body needs more than a few levels, and deep
+# nesting is how a small body exhausts the parser's stack.
+API_MAX_JSON_DEPTH = 32
+
+# Requests per caller (core.api.throttles): a tenant's tokens together, an operator user, a
+# node agent (heartbeat and desired-state every 10 s, meters every 60 s: ~15/min, with room
+# for a spool flushing its backlog after an outage), anything without a valid token per
+# client address, and failed token checks per address.
+API_THROTTLE_RATES = {
+    "tenant": env.str("THROTTLE_TENANT", default="1200/min"),
+    "operator": env.str("THROTTLE_OPERATOR", default="1200/min"),
+    "agent": env.str("THROTTLE_AGENT", default="600/min"),
+    "anonymous": env.str("THROTTLE_ANONYMOUS", default="120/min"),
+    "failed_auth": env.str("THROTTLE_FAILED_AUTH", default="30/min"),
+}
+# Shared by every web process when Redis is there (throttle counts, login lockout cache).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                      "KEY_PREFIX": "hangar"}} if REDIS_URL else {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
@@ -218,3 +295,14 @@ BILLING_ISSUER = env.str("BILLING_ISSUER", default="hangar")  # invoice numbers 
 BILLING_FINALIZE_GRACE_HOURS = env.int("BILLING_FINALIZE_GRACE_HOURS", default=6)
 # SLA credit = provider-attributed GPU-hours × the SKU's price × this factor (README "Billing").
 BILLING_SLA_CREDIT_FACTOR = env.str("BILLING_SLA_CREDIT_FACTOR", default="1")
+# Metering grants last this long ahead of "now" and are renewed on every desired-state poll.
+METERING_GRANT_HOURS = env.int("METERING_GRANT_HOURS", default=4)
+# Ingest accepts events ending at most this far ahead of its clock (agent clock skew) ...
+METER_CLOCK_SKEW_SECONDS = env.int("METER_CLOCK_SKEW_SECONDS", default=300)
+# ... and at most this old (an agent spools through outages; older is refused, kept, shown).
+METER_MAX_EVENT_AGE_HOURS = env.int("METER_MAX_EVENT_AGE_HOURS", default=7 * 24)
+# Usage this far outside the node's allocation membership is held as disputed (an agent learns
+# of a release at its next desired-state poll, so the last interval may overhang a little).
+BILLING_DISPUTE_TOLERANCE_SECONDS = env.int("BILLING_DISPUTE_TOLERANCE_SECONDS", default=300)
+# How long an agent request trusts the cached revocation entry of its node.
+AGENT_REVOCATION_CACHE_SECONDS = env.int("AGENT_REVOCATION_CACHE_SECONDS", default=10)

@@ -1,15 +1,110 @@
-"""Admin for the audit trail (read-only) and API tokens (created by a service so the plain
-value is shown once)."""
-from django.contrib import admin, messages
+"""Admin foundations every app's admin builds on, the audit trail (read-only) and API tokens.
 
+`AuditedModelAdmin` makes every admin add, change (with the field diff), inline change and
+delete write the same audit row the console's services write (core.services.audit), with the
+actor and the request id. Django's LogEntry is still written; it is not the audit trail.
+
+API tokens are created by a service so the plain value is shown once, on the page that
+answers the form (never through the cookie-stored messages); after that a token is read-only
+except for revoking it. Rights never exceed the issuer's (core.services.tokens)."""
+import datetime
+import uuid
+from decimal import Decimal
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.template.response import TemplateResponse
+
+from .choices import ApiTokenKind
 from .models import ApiToken, AuditEvent
-from .services.tokens import create_api_token, revoke_api_token
+from .services.audit import actor_label, record_audit
+from .services.tokens import (
+    create_api_token,
+    issuance_refusal,
+    reissue_api_token,
+    revoke_api_token,
+)
+
+
+def audit_value(value):
+    """A form or model value as JSON the audit row can hold."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, models.Model):
+        return str(value)
+    if isinstance(value, (Decimal, uuid.UUID)):
+        return str(value)
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple, set, models.QuerySet)):
+        return [audit_value(v) for v in value]
+    return str(value)
+
+
+def _initial_value(form, name):
+    """What the field held before the edit, readable (a related row by name, not by id)."""
+    value = form.initial.get(name)
+    field = form.fields.get(name)
+    if isinstance(field, forms.ModelChoiceField) and value not in (None, ""):
+        if isinstance(field, forms.ModelMultipleChoiceField):
+            return [str(v) for v in field.queryset.filter(pk__in=[getattr(v, "pk", v) for v in value])]
+        return str(field.queryset.filter(pk=getattr(value, "pk", value)).first())
+    return audit_value(value)
+
+
+def form_diff(form) -> tuple[dict, dict]:
+    before = {name: _initial_value(form, name) for name in form.changed_data}
+    after = {name: audit_value(form.cleaned_data.get(name)) for name in form.changed_data}
+    return before, after
+
+
+class AuditedModelAdmin(admin.ModelAdmin):
+    """Every write through this admin lands in the audit trail."""
+
+    audit_prefix = ""  # defaults to the model name: `rack.admin_update`
+
+    def _audit(self, request, action: str, target, *, before=None, after=None, reason: str = "admin") -> None:
+        prefix = self.audit_prefix or target._meta.model_name
+        record_audit(actor=actor_label(request.user), action=f"{prefix}.{action}", target=target, before=before,
+                     after=after, reason=reason)
+
+    def save_model(self, request, obj, form, change):
+        before, after = form_diff(form)
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if change and not form.changed_data:
+                return
+            self._audit(request, "admin_update" if change else "admin_create", obj,
+                        before=before if change else None, after=after)
+
+    def save_formset(self, request, form, formset, change):
+        with transaction.atomic():
+            super().save_formset(request, form, formset, change)
+            for obj in formset.new_objects:
+                self._audit(request, "admin_create", obj, after={"via": str(form.instance)})
+            for obj, changed in formset.changed_objects:
+                self._audit(request, "admin_update", obj, after={"fields": list(changed)})
+            for obj in formset.deleted_objects:
+                self._audit(request, "admin_delete", obj, before={"was": str(obj)})
+
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            self._audit(request, "admin_delete", obj, before={"was": str(obj)})
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for obj in queryset:
+                self._audit(request, "admin_delete", obj, before={"was": str(obj)})
+            super().delete_queryset(request, queryset)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows written only by services (which audit them): viewable here, never added, changed or deleted."""
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
@@ -28,27 +123,157 @@ class AuditEventAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
+class ApiTokenCreateForm(forms.ModelForm):
+    """Only the shape and the issuer's rights are checked here; the service checks them again."""
+
+    class Meta:
+        model = ApiToken
+        fields = ("kind", "name", "tenant", "user", "role")
+
+    def __init__(self, *args, issuer=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.issuer = issuer
+
+    def clean(self):
+        data = super().clean()
+        kind, tenant, user, role = data.get("kind"), data.get("tenant"), data.get("user"), data.get("role")
+        if kind == ApiTokenKind.TENANT:
+            if tenant is None:
+                self.add_error("tenant", "A tenant token needs a tenant.")
+            if not role:
+                self.add_error("role", "A tenant token needs a role: admin, member or viewer.")
+            if user is not None:
+                self.add_error("user", "A tenant token belongs to its tenant; leave the user empty.")
+        elif kind == ApiTokenKind.OPERATOR:
+            if user is None:
+                self.add_error("user", "An operator token needs a staff user.")
+            elif not (user.is_staff and user.is_active):
+                self.add_error("user", f"{user.get_username()} is not an active staff user; an operator token acts as "
+                                       "its user in the ops API. Give them staff status first.")
+            if tenant is not None:
+                self.add_error("tenant", "An operator token has no tenant; leave it empty.")
+            if role:
+                self.add_error("role", "An operator token has no tenant role; leave it empty.")
+        if kind and self.issuer is not None:
+            refusal = issuance_refusal(issuer=self.issuer, kind=kind, user=user)
+            if refusal:
+                raise ValidationError(refusal)
+        return data
+
+
+class ApiTokenRevokeForm(forms.ModelForm):
+    revoke_now = forms.BooleanField(required=False, label="Revoke", help_text="Revoke this token now. A revoked token cannot be restored; "
+                                                          "use 'Revoke and reissue' to replace it.")
+
+    class Meta:
+        model = ApiToken
+        fields = ()
+
+
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AuditedModelAdmin):
+    audit_prefix = "token"
     list_display = ("prefix", "kind", "name", "tenant", "user", "role", "created_at", "last_used_at", "revoked_at")
     list_filter = ("kind", "role")
     search_fields = ("name", "prefix", "tenant__slug", "user__username")
-    fields = ("kind", "name", "tenant", "user", "role", "prefix", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
     list_select_related = ("tenant", "user")
-    actions = ["revoke"]
+    actions = ["revoke", "revoke_and_reissue"]
+    raw_id_fields = ("user", "tenant")
+    TOKEN_FIELDS = ("kind", "name", "tenant", "user", "role", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is not None:
+            return super().get_form(request, obj, change=change, form=ApiTokenRevokeForm, **kwargs)
+        base = super().get_form(request, obj, change=change, form=ApiTokenCreateForm, **kwargs)
+
+        class IssuerBoundForm(base):
+            def __init__(self, *args, **kw):
+                super().__init__(*args, issuer=request.user, **kw)
+
+        return IssuerBoundForm
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ApiTokenCreateForm.Meta.fields
+        if obj.revoked_at is None and self.has_change_permission(request, obj):
+            return (*self.TOKEN_FIELDS, "revoke_now")
+        return self.TOKEN_FIELDS
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.TOKEN_FIELDS
 
     def save_model(self, request, obj, form, change):
+        actor = actor_label(request.user)
         if change:
-            return super().save_model(request, obj, form, change)
-
-        token, plain = create_api_token(kind=obj.kind, tenant=obj.tenant, user=obj.user, role=obj.role,
-                                        name=obj.name, actor=f"user:{request.user.get_username()}")
+            if form.cleaned_data.get("revoke_now"):
+                revoke_api_token(token=obj, actor=actor, reason="revoked in the admin")
+            return
+        token, plain = create_api_token(kind=obj.kind, tenant=obj.tenant, user=obj.user, role=obj.role, name=obj.name,
+                                        actor=actor, issuer=request.user)
         obj.pk = token.pk
-        messages.warning(request, f"Token created. Copy it now, it will not be shown again: {plain}")
+        obj._state.adding = False
+        request._issued_tokens = [(token, plain)]
 
-    @admin.action(description="Revoke selected tokens")
+    def save_related(self, request, form, formsets, change):
+        """A token has no related rows; the form's m2m save would re-save the row."""
+
+    def log_addition(self, request, obj, message):
+        return None  # the audit row is written by the service
+
+    def response_add(self, request, obj, post_url_continue=None):
+        return self._issued_page(request, getattr(request, "_issued_tokens", []))
+
+    def _issued_page(self, request, issued):
+        response = TemplateResponse(request, "admin/core/apitoken/issued.html", {
+            **self.admin_site.each_context(request), "title": "Token issued", "issued": issued, "opts": self.opts,
+        })
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            self._audit(request, "delete", obj, before={"kind": obj.kind, "prefix": obj.prefix, "owner": str(obj)})
+            admin.ModelAdmin.delete_model(self, request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for obj in queryset:
+                self._audit(request, "delete", obj, before={"kind": obj.kind, "prefix": obj.prefix, "owner": str(obj)})
+            admin.ModelAdmin.delete_queryset(self, request, queryset)
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
-
+        actor = actor_label(request.user)
+        count = 0
         for token in queryset.filter(revoked_at__isnull=True):
-            revoke_api_token(token=token, actor=f"user:{request.user.get_username()}")
+            revoke_api_token(token=token, actor=actor, reason="revoked in the admin")
+            count += 1
+        self.message_user(request, f"{count} token(s) revoked.", messages.SUCCESS)
+
+    @admin.action(description="Revoke and reissue selected tokens (shows the new values once)",
+                  permissions=["add", "change"])
+    def revoke_and_reissue(self, request, queryset):
+        actor = actor_label(request.user)
+        tokens = list(queryset.filter(revoked_at__isnull=True).select_related("user", "tenant"))
+        for token in tokens:
+            refusal = issuance_refusal(issuer=request.user, kind=token.kind, user=token.user)
+            if refusal:
+                self.message_user(request, f"Nothing reissued: {token}: {refusal}", messages.ERROR)
+                return None
+        with transaction.atomic():
+            issued = [reissue_api_token(token=token, actor=actor, issuer=request.user) for token in tokens]
+        return self._issued_page(request, issued)
+
+
+def _declare_missing_action_permissions(site) -> None:
+    """Actions of third-party admins (django-celery-beat's enable/disable/run tasks) declare no
+    permission, so Django offers them to view-only users: they need change, like ours."""
+    for model_admin in site._registry.values():
+        for action in model_admin.actions or ():
+            func = getattr(type(model_admin), action, None) if isinstance(action, str) else action
+            func = getattr(func, "__func__", func)
+            if callable(func) and not getattr(func, "allowed_permissions", None):
+                func.allowed_permissions = ("change",)
+
+
+_declare_missing_action_permissions(admin.site)

@@ -20,6 +20,8 @@ LOCK_NAMES = frozenset(
         "health_sweep",
         "billing_run",
         "fleet_snapshot",
+        "power_history",
+        "rack_power",
     }
 )
 

@@ -7,4 +7,6 @@ LOOPS: tuple[tuple[str, str, int], ...] = (
     ("reconcile_nodes", "fleet.services.reconcile.reconcile_nodes", 10),
     ("allocation_loop", "tenants.services.allocation_loop.run_allocation_loop", 10),
     ("health_sweep", "health.services.sweep.run_health_sweep", 30),
+    ("power_history", "fleet.services.power_history.record_power_history", 60),
+    ("rack_power", "health.services.rack_power.run_rack_power_check", 60),
 )

@@ -91,3 +91,33 @@ class OutageMiddleware:
 
     def process_exception(self, request, exception):
         return unavailable_response(request, exception) if is_outage(exception) else None
+
+
+class RequestBodyLimitMiddleware:
+    """A body larger than settings.DATA_UPLOAD_MAX_MEMORY_SIZE is refused with 413 before
+    anything reads it (under /api/ as problem+json), instead of Django's HTML 400 the first
+    time a view touches request.body."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.conf import settings
+
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if limit is not None and length > limit:
+            from django.http import HttpResponse, JsonResponse
+
+            from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+
+            detail = (f"The request body is {length} bytes; the limit is {limit} bytes. "
+                      "Send less per request (split the batch).")
+            if request.path.startswith("/api/"):
+                return JsonResponse(problem_body(413, "payload_too_large", detail, extra={"limit_bytes": limit}),
+                                    status=413, content_type=PROBLEM_CONTENT_TYPE)
+            return HttpResponse(detail, status=413, content_type="text/plain")
+        return self.get_response(request)

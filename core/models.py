@@ -160,3 +160,23 @@ class BeatLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
+
+
+class AgentTokenRevocation(models.Model):
+    """The revocation list of agent tokens, one row per node that has one.
+
+    Kept in both databases (config.db_router): meter ingest reads the ledger's copy, so it works
+    while the control-plane database is down; the control-plane agent routes read theirs.
+    Agent tokens carry their issue time: every token of the
+    node issued before `not_before` is revoked (re-keying moves it to the new token's issue
+    time); `revoked_all` ends every token of a retired or disposed node.
+    """
+
+    node_id = models.UUIDField(primary_key=True)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="tokens issued earlier are revoked")
+    revoked_all = models.BooleanField(default=False, help_text="the node is gone: no token of it works")
+    reason = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"agent tokens of {self.node_id}: " + ("all revoked" if self.revoked_all else f"valid from {self.not_before}")

@@ -18,6 +18,9 @@ class PeriodicSpec:
 PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("purge expired idempotency keys", "core.tasks.purge_idempotency_keys", crontab="17 3 * * *"),
     PeriodicSpec("fleet utilisation snapshot", "fleet.tasks.record_fleet_snapshot", every_seconds=300, expires_seconds=240),
+    # The power history's minute points, then the rack power condition that reads them.
+    PeriodicSpec("fleet power history", "fleet.tasks.record_power_history", every_seconds=60, expires_seconds=50),
+    PeriodicSpec("rack power condition", "health.tasks.rack_power_check", every_seconds=60, expires_seconds=50),
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),
     PeriodicSpec("reconcile nodes", "fleet.tasks.reconcile_nodes", every_seconds=10, expires_seconds=10),
     PeriodicSpec("allocation loop", "tenants.tasks.allocation_loop", every_seconds=10, expires_seconds=10),

@@ -25,12 +25,13 @@ from __future__ import annotations
 import csv
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
-_PARAMETER_FILES = ("facility.csv", "economics.csv", "reliability.csv")
+_PARAMETER_FILES = ("facility.csv", "economics.csv", "reliability.csv", "inference.csv")
 _NUMBER_OR_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:-\s*(\d+(?:\.\d+)?))?\s*$")
 
 
@@ -65,6 +66,22 @@ class GenerationRow:
     cuda_cc: str
     year: int
     source: str
+    dense_bf16_tflops: Decimal | None = None
+    hbm_tb_s: Decimal | None = None
+    hbm_gb: Decimal | None = None
+    training_vs_h100: Decimal | None = None
+    inference_vs_h100: Decimal | None = None
+    node_weight_kg: Decimal | None = None
+    rack_weight_kg: Decimal | None = None
+    perf_source: str = ""
+
+    @property
+    def it_kw_per_gpu(self) -> Decimal:
+        """IT kW per GPU of this family: node kW / GPUs per node, or rack kW / GPUs per rack (rack-scale)."""
+        if self.node_kw is not None:
+            return self.node_kw / self.gpus_per_node
+        assert self.rack_kw_typical is not None
+        return self.rack_kw_typical / self.nvlink_domain_gpus
 
 
 def _bounds(value: str) -> tuple[Decimal | None, Decimal | None]:
@@ -127,6 +144,14 @@ def generations() -> tuple[GenerationRow, ...]:
             cuda_cc=row["cuda_cc"],
             year=int(row["year"]),
             source=row["source"],
+            dense_bf16_tflops=_decimal_or_none(row.get("dense_bf16_tflops", "")),
+            hbm_tb_s=_decimal_or_none(row.get("hbm_tb_s", "")),
+            hbm_gb=_decimal_or_none(row.get("hbm_gb", "")),
+            training_vs_h100=_decimal_or_none(row.get("training_vs_h100", "")),
+            inference_vs_h100=_decimal_or_none(row.get("inference_vs_h100", "")),
+            node_weight_kg=_decimal_or_none(row.get("node_weight_kg", "")),
+            rack_weight_kg=_decimal_or_none(row.get("rack_weight_kg", "")),
+            perf_source=row.get("perf_source", ""),
         )
         for row in _rows("generations.csv")
     )
@@ -138,3 +163,15 @@ def generation(gpu_model: str) -> GenerationRow:
         if row.gpu_model == gpu_model:
             return row
     raise KeyError(gpu_model)
+
+
+def burn_in_deadline() -> timedelta:
+    """How long a node's burn-in may take (facility.csv ``burn_in_deadline``).
+
+    One value for both sides: the lifecycle times burn-in out after it, and the migration
+    planner schedules a new rack's burn-in for it, so a plan never counts on a burn-in the
+    control plane would fail.
+    """
+    row = parameter("burn_in_deadline")
+    assert row.low is not None and row.unit == "hours"
+    return timedelta(hours=float(row.low))

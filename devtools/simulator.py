@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import requests
 from django.db import DatabaseError, close_old_connections
@@ -38,8 +39,11 @@ class FleetSimulator:
     leaf_of: dict[str, str] = field(default_factory=dict)  # hostname → "fabric-domain/leaf"
     failed_leaves: set[str] = field(default_factory=set)  # leaf switches the simulation has killed
     refresh_failures: int = 0
+    counter_dir: str | None = None  # where each simulated node keeps its energy counters
 
     def __post_init__(self):
+        if self.counter_dir:
+            Path(self.counter_dir).mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(self.seed)
         self.session = requests.Session()
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
@@ -52,7 +56,11 @@ class FleetSimulator:
         The simulator reads the node list straight from the database; when the database is
         away the agents it already runs keep running (and keep their queues) and the list
         is read again on the next refresh, so an outage never takes the fleet down with it."""
-        nodes = Node.objects.exclude(lifecycle__in=GONE).select_related("node_type", "fabric_domain")
+        nodes = (
+            Node.objects.exclude(lifecycle__in=GONE)
+            .select_related("node_type", "fabric_domain")
+            .prefetch_related("drives")
+        )
         if self.hostnames is not None:
             nodes = nodes.filter(hostname__in=list(self.hostnames))
         try:
@@ -82,6 +90,10 @@ class FleetSimulator:
                     gpu_count=node.node_type.gpus_per_node,
                     sku=node.node_type.slug,
                     scenario=self.scenarios.get(hostname),
+                    drives=[{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb,
+                             "self_encrypting": d.self_encrypting, "purge_supported": d.purge_supported}
+                            for d in node.drives.all()],
+                    counter_file=str(Path(self.counter_dir) / f"{hostname}.json") if self.counter_dir else None,
                 )
         return len(self.agents)
 

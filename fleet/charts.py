@@ -78,8 +78,10 @@ def hall_power(halls: Sequence) -> go.Figure:
     names = [h.name for h in halls]
     fig = go.Figure([
         go.Bar(name="IT budget", x=names, y=[h.budget_kw for h in halls], marker={"color": COLORS["budget"]}),
-        go.Bar(name="IT draw", x=names, y=[h.drawn_kw for h in halls], marker={"color": COLORS["drawn"]},
-               text=[f"{h.load_pct:.0f}%" for h in halls], textposition="outside"),
+        go.Bar(name="IT (wall) draw", x=names, y=[h.drawn_kw for h in halls], marker={"color": COLORS["drawn"]},
+               text=[f"{h.load_pct:.0f}%" for h in halls], textposition="outside",
+               customdata=[h.sources.label for h in halls],
+               hovertemplate="%{x}: %{y:,.1f} kW (%{customdata})<extra></extra>"),
         go.Bar(name="facility draw (× PUE)", x=names, y=[h.facility_kw for h in halls], marker={"color": COLORS["facility"]}),
     ])
     return _layout(fig, title="Hall power: draw against budget", barmode="group", yaxis={"title": "kW"})
@@ -99,3 +101,20 @@ def rack_load(loads_pct: Sequence[float]) -> go.Figure:
     ))
     return _layout(fig, title="Racks by load (draw ÷ usable kW); red = at or above 90 %",
                    xaxis={"title": "load"}, yaxis={"title": "racks"}, showlegend=False)
+
+
+def hall_power_history(points: Iterable[dict], *, title: str) -> go.Figure:
+    """Wall (IT) draw per hall over time; each point's hover says how it was known."""
+    per_hall: dict[str, tuple[list, list, list]] = {}
+    for p in points:
+        xs, ys, sources = per_hall.setdefault(p["hall"], ([], [], []))
+        xs.append(p["at"])
+        ys.append(round(p["kw"], 1))
+        sources.append(p["source"])
+    fig = go.Figure([
+        go.Scatter(x=xs, y=ys, name=hall, mode="lines", customdata=sources,
+                   line={"color": GENERATION_COLORS[i % len(GENERATION_COLORS)], "width": 2},
+                   hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>%{y:,.1f} kW (%{customdata})<extra></extra>")
+        for i, (hall, (xs, ys, sources)) in enumerate(sorted(per_hall.items()))
+    ])
+    return _layout(fig, title=title, yaxis={"title": "kW (wall)"}, xaxis={"title": "time (UTC)"})

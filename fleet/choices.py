@@ -59,6 +59,22 @@ class PowerState(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
 
 
+class WallPowerSource(models.TextChoices):
+    """Who measured a node's wall draw."""
+
+    BMC = "bmc", "BMC"
+    PDU = "pdu", "PDU outlet"
+
+
+class EnergySource(models.TextChoices):
+    """How a figure of node power or energy is known: measured at the wall, estimated, or assumed."""
+
+    BMC = "bmc", "BMC"
+    PDU = "pdu", "PDU outlet"
+    ESTIMATE = "estimate", "Estimate (GPU power + host share)"
+    RATED = "rated", "Rated maximum"
+
+
 class Health(models.TextChoices):
     HEALTHY = "healthy", "Healthy"
     DEGRADED = "degraded", "Degraded"
@@ -127,6 +143,7 @@ class AgentAction(models.TextChoices):
     DCGM_R1 = "dcgm_r1", "DCGM level 1"
     DCGM_R2 = "dcgm_r2", "DCGM level 2"
     DCGM_R3 = "dcgm_r3", "DCGM level 3"
+    DCGM_R4 = "dcgm_r4", "DCGM level 4"
     BURN_IN = "burn_in", "Burn-in"
     SANITIZE_DRIVE = "sanitize_drive", "Sanitize drive"
 
@@ -149,6 +166,11 @@ class SanitizationMethod(models.TextChoices):
 class SanitizationSource(models.TextChoices):
     AGENT = "agent", "Node agent"
     OPERATOR = "operator", "Operator"
+
+
+class CustodyKind(models.TextChoices):
+    DISPOSAL = "disposal", "Disposal (buyer or recycler)"
+    RMA_SHIPMENT = "rma_shipment", "RMA shipment with drives aboard"
 
 
 class DispositionOption(models.TextChoices):

@@ -47,29 +47,45 @@ class FleetCollector:
         yield gpus
         yield nodes
 
-        rack_kw = GaugeMetricFamily(
-            "hangar_rack_power_kw", "Rack IT draw (agent readings, else rated kW)", labels=["rack", "hall"]
-        )
-        rack_rated = GaugeMetricFamily(
-            "hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"]
-        )
+        # `source`: bmc / pdu (a meter), estimate (GPU power + host share), rated, or mixed.
+        rack_kw = GaugeMetricFamily("hangar_rack_power_kw", "Rack wall (IT) draw (kW); source says how it is known",
+                                    labels=["rack", "hall", "source"])
+        rack_age = GaugeMetricFamily("hangar_rack_power_reading_age_seconds",
+                                     "Age of the oldest reading in the rack's draw (absent when all rated)",
+                                     labels=["rack", "hall", "source"])
+        rack_rated = GaugeMetricFamily("hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"])
         for rack in (r for r in racks_with_draw(now=now) if r.node_count):
             hall = rack.hall
-            rack_kw.add_metric([rack.name, hall], round(rack.drawn, 3))
+            rack_kw.add_metric([rack.name, hall, rack.sources.source], round(rack.drawn, 3))
+            if rack.age_s is not None:
+                rack_age.add_metric([rack.name, hall, rack.sources.source], rack.age_s)
             rack_rated.add_metric([rack.name, hall], float(rack.usable_kw))
         yield rack_kw
+        yield rack_age
         yield rack_rated
 
-        hall_kw = GaugeMetricFamily("hangar_hall_power_kw", "Hall IT draw (kW)", labels=["hall"])
+        hall_kw = GaugeMetricFamily("hangar_hall_power_kw", "Hall wall (IT) draw (kW); source says how it is known",
+                                    labels=["hall", "source"])
+        hall_age = GaugeMetricFamily("hangar_hall_power_reading_age_seconds",
+                                     "Age of the oldest reading in the hall's draw (absent when all rated)",
+                                     labels=["hall", "source"])
+        hall_nodes = GaugeMetricFamily("hangar_hall_power_nodes", "Nodes behind the hall's draw, by how each is known",
+                                       labels=["hall", "source"])
         budget = GaugeMetricFamily("hangar_hall_power_budget_kw", "Hall IT power budget (kW)", labels=["hall"])
-        facility = GaugeMetricFamily(
-            "hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)", labels=["hall"]
-        )
+        facility = GaugeMetricFamily("hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)",
+                                     labels=["hall", "source"])
         for hall in hall_power(now=now):
-            hall_kw.add_metric([hall.name], hall.drawn_kw)
+            source = hall.sources.source
+            hall_kw.add_metric([hall.name, source], hall.drawn_kw)
+            if hall.age_s is not None:
+                hall_age.add_metric([hall.name, source], hall.age_s)
+            for name, count in hall.sources.counts.items():
+                hall_nodes.add_metric([hall.name, name], count)
             budget.add_metric([hall.name], hall.budget_kw)
-            facility.add_metric([hall.name], hall.facility_kw)
+            facility.add_metric([hall.name, source], hall.facility_kw)
         yield hall_kw
+        yield hall_age
+        yield hall_nodes
         yield budget
         yield facility
         yield from agent_clock_skew()

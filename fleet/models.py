@@ -22,24 +22,52 @@ from .choices import (
     Attribution,
     Cooling,
     CoolingRequirement,
+    CustodyKind,
     DriveInterface,
+    EnergySource,
     FabricTechnology,
     Health,
     Lifecycle,
     PowerState,
     SanitizationMethod,
     SanitizationSource,
+    WallPowerSource,
 )
+from .validators import normalise_mac, validate_bmc_address, validate_gpu_uuid, validate_hostname, validate_mac
 
 KW = {"max_digits": 9, "decimal_places": 2, "validators": [MinValueValidator(Decimal("0"))]}
 
 
+def _reference_decimal(name: str) -> Decimal:
+    from core.reference_data import parameter
+
+    return parameter(name).low
+
+
+def default_electricity_price() -> Decimal:
+    return _reference_decimal("electricity_price")
+
+
+def default_grid_carbon_intensity() -> Decimal:
+    return _reference_decimal("grid_carbon_intensity_us_average")
+
+
 class Site(BaseModel):
-    """A data-centre campus."""
+    """A data-centre campus, with what its energy costs and emits."""
 
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=100, unique=True)
     region = models.CharField(max_length=50, blank=True)
+    electricity_usd_per_kwh = models.DecimalField(
+        max_digits=8, decimal_places=5, default=default_electricity_price,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="what the site pays per facility kWh; default economics.csv electricity_price",
+    )
+    grid_kg_co2e_per_kwh = models.DecimalField(
+        max_digits=6, decimal_places=4, default=default_grid_carbon_intensity,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="grid carbon intensity; default facility.csv grid_carbon_intensity_us_average",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -69,6 +97,22 @@ class Hall(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.site.slug}/{self.name}"
+
+    def placed_load_kw(self) -> Decimal:
+        """The nameplate draw of every node in the hall's racks."""
+        total = Node.objects.filter(rack__hall=self).aggregate(kw=Sum("node_type__node_kw"))["kw"] or 0
+        return Decimal(total).quantize(Decimal("0.01"))
+
+    def clean(self):
+        super().clean()
+        if self.pk and self.it_power_budget_kw is not None:
+            load = self.placed_load_kw()
+            if self.it_power_budget_kw < load:
+                budget = Decimal(self.it_power_budget_kw).quantize(Decimal("0.01"))
+                raise ValidationError({"it_power_budget_kw": (
+                    f"The nodes in {self.name} draw {load} kW at nameplate; a budget of {budget} kW "
+                    f"would overload the hall by {load - budget} kW. Move or retire nodes first, "
+                    "or give the budget the hall's plant really delivers.")})
 
 
 class Rack(BaseModel):
@@ -100,13 +144,37 @@ class Rack(BaseModel):
 
     def clean(self):
         super().clean()
-        if self.pk and self.rated_power_kw is not None and self.cooling_capacity_kw is not None:
-            placed = Node.objects.filter(rack=self).aggregate(kw=Sum("node_type__node_kw"))["kw"] or Decimal("0")
-            if placed > self.usable_kw:
-                raise ValidationError(
-                    f"The nodes already in {self.name} draw {placed} kW, more than the {self.usable_kw} kW it "
-                    "could power and cool with these values. Move nodes out first."
-                )
+        if self.u_height is not None and self.u_height < 1:
+            raise ValidationError({"u_height": "A rack is at least 1U high; a standard rack is 42U."})
+        if not self.pk or self.rated_power_kw is None or self.cooling_capacity_kw is None:
+            return
+        errors = rack_errors_for_nodes(self, Node.objects.filter(rack=self).select_related("node_type"))
+        if errors:
+            raise ValidationError(errors)
+
+
+def rack_errors_for_nodes(rack: "Rack", nodes) -> list[str]:
+    """What these rack values would break for the nodes already in it (power, cooling, U height)."""
+    errors = []
+    nodes = list(nodes)
+    placed = sum((n.node_type.node_kw for n in nodes), Decimal("0"))
+    if placed > rack.usable_kw:
+        errors.append(
+            f"The nodes already in {rack.name} draw {placed} kW, more than the {rack.usable_kw} kW it "
+            "could power and cool with these values. Move nodes out first."
+        )
+    for node in nodes:
+        node_type = node.node_type
+        if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
+            errors.append(f"{node.hostname} ({node_type.slug}) needs {node_type.get_cooling_requirement_display().lower()} "
+                          f"cooling; {rack.name} would be {rack.get_cooling_display().lower()}-cooled. Move it out first.")
+        elif node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
+            errors.append(f"{node.hostname} is a rack-scale {node_type.slug} drawing {node_type.rack_kw} kW; "
+                          f"{rack.name} could carry only {rack.usable_kw} kW.")
+        top = node.u_position + node_type.u_height - 1
+        if rack.u_height is not None and top > rack.u_height:
+            errors.append(f"{node.hostname} occupies U{node.u_position}-U{top}; a {rack.u_height}U rack cannot hold it.")
+    return errors
 
 
 class PowerFeed(BaseModel):
@@ -190,11 +258,30 @@ class NodeType(BaseModel):
     def is_rack_scale(self) -> bool:
         return self.rack_kw is not None
 
+    # What nodes, allocations and bills were sized by: fixed once a node has this type.
+    FIXED_WHEN_IN_USE = ("generation", "gpus_per_node", "cooling_requirement", "node_kw", "rack_kw", "u_height")
+
+    def clean(self):
+        super().clean()
+        if not self.pk:
+            return
+        stored = NodeType.objects.filter(pk=self.pk).values(*self.FIXED_WHEN_IN_USE).first()
+        if stored is None:
+            return
+        changed = [f for f in self.FIXED_WHEN_IN_USE if stored[f] != getattr(self, f)]
+        if not changed:
+            return
+        in_use = Node.objects.filter(node_type_id=self.pk).count()
+        if in_use:
+            raise ValidationError({f: (
+                f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
+                f"cannot change under them (was {stored[f]}). Create a new node type instead.") for f in changed})
+
 
 class Node(BaseModel):
     """One server. Its lifecycle changes only through fleet.services.lifecycle.transition()."""
 
-    hostname = models.CharField(max_length=100, unique=True)
+    hostname = models.CharField(max_length=100, unique=True, validators=[validate_hostname])
     serial = models.CharField(max_length=100, unique=True)
     rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="nodes")
     u_position = models.PositiveSmallIntegerField(help_text="lowest U the node occupies (1 = bottom)")
@@ -203,7 +290,10 @@ class Node(BaseModel):
         FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes"
     )
     leaf_switch = models.CharField(max_length=50, blank=True, help_text="the fabric leaf the node's ports land on")
-    bmc_address = models.GenericIPAddressField(null=True, blank=True)
+    bmc_address = models.CharField(max_length=253, blank=True, validators=[validate_bmc_address],
+                                   help_text="the BMC's IP address or DNS name")
+    bmc_mac = models.CharField(max_length=17, blank=True, validators=[validate_mac], verbose_name="BMC MAC",
+                               help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56")
     commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
 
     lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
@@ -223,11 +313,15 @@ class Node(BaseModel):
     agent_clock_skew_s = models.IntegerField(
         null=True, blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)"
     )
-    observed_power_w = models.IntegerField(
-        null=True,
-        blank=True,
-        help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",
+    gpu_power_w = models.IntegerField(
+        null=True, blank=True,
+        help_text="sum of the GPUs' board power at the last heartbeat (W): GPU power, not the node's wall draw",
     )
+    # The node's wall draw as a meter reports it (the BMC's chassis power or a metered PDU outlet),
+    # when the agent relays one. Kept apart from GPU power: never shown under the other's name.
+    wall_power_w = models.IntegerField(null=True, blank=True, help_text="wall draw last reported by a meter (W)")
+    wall_power_source = models.CharField(max_length=8, choices=WallPowerSource.choices, blank=True)
+    wall_power_at = models.DateTimeField(null=True, blank=True, help_text="when the control plane received it")
     # A drain asked of a node that carries a live allocation: the allocation loop moves the
     # tenant off by the deadline (fleet.selectors.nodes_to_drain()); cleared once it is off.
     drain_requested_at = models.DateTimeField(null=True, blank=True)
@@ -256,46 +350,78 @@ class Node(BaseModel):
     def gpu_count(self) -> int:
         return self.node_type.gpus_per_node
 
+    # What an allocation depends on: fixed while the node carries a tenant.
+    LOCKED_WHILE_ALLOCATED = ("rack_id", "u_position", "node_type_id", "fabric_domain_id", "leaf_switch")
+
+    def is_allocated(self) -> bool:
+        return bool(self.pk) and (self.lifecycle in ALLOCATED_LIFECYCLES
+                                  or self.allocation_memberships.filter(ended_at__isnull=True).exists())
+
     def clean(self):
         super().clean()
+        if self.bmc_mac:
+            self.bmc_mac = normalise_mac(self.bmc_mac)
         if not (self.rack_id and self.node_type_id):
             return
-        rack, node_type = self.rack, self.node_type
         errors = []
-        if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
-            errors.append(
-                f"{node_type.slug} needs {node_type.get_cooling_requirement_display().lower()} cooling; "
-                f"rack {rack.name} is {rack.get_cooling_display().lower()}-cooled. Choose a rack with suitable cooling."
-            )
-        if node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
-            errors.append(
-                f"{node_type.slug} is a rack-scale system drawing {node_type.rack_kw} kW; rack {rack.name} can power and "
-                f"cool only {rack.usable_kw} kW. Choose a position rated for at least {node_type.rack_kw} kW."
-            )
-        others = Node.objects.filter(rack=rack).exclude(pk=self.pk)
-        placed = Decimal(others.aggregate(kw=Sum("node_type__node_kw"))["kw"] or 0).quantize(Decimal("0.01"))
-        if placed + node_type.node_kw > rack.usable_kw:
-            errors.append(
-                f"Rack {rack.name} can power and cool {rack.usable_kw} kW; it already carries {placed} kW and "
-                f"{node_type.slug} adds {node_type.node_kw} kW. Choose another rack or move a node out."
-            )
-        if self.u_position is not None:
-            top = self.u_position + node_type.u_height - 1
-            if self.u_position < 1 or top > rack.u_height:
-                errors.append(f"U{self.u_position}-U{top} does not fit in the {rack.u_height}U rack {rack.name}.")
-            for other in others.select_related("node_type"):
-                other_top = other.u_position + other.node_type.u_height - 1
-                if self.u_position <= other_top and other.u_position <= top:
-                    errors.append(
-                        f"U{self.u_position}-U{top} overlaps {other.hostname} at U{other.u_position}-U{other_top}."
-                    )
-        if self.fabric_domain_id and self.fabric_domain.site_id != rack.hall.site_id:
-            errors.append(
-                f"Fabric {self.fabric_domain.name} is in site {self.fabric_domain.site}; rack {rack.name} is in "
-                f"{rack.hall.site}. A node and its fabric must be in one site."
-            )
+        if self.pk:
+            stored = Node.objects.filter(pk=self.pk).values(*self.LOCKED_WHILE_ALLOCATED).first()
+            if stored and self.is_allocated():
+                moved = [f.removesuffix("_id") for f in self.LOCKED_WHILE_ALLOCATED if stored[f] != getattr(self, f)]
+                if moved:
+                    raise ValidationError(
+                        f"{self.hostname} carries a tenant allocation; its {', '.join(moved)} cannot change under it. "
+                        "Drain it first (node actions), then edit it once it is available.")
+            surplus = self.gpus.filter(index__gte=self.node_type.gpus_per_node).count() if stored else 0
+            if surplus:
+                errors.append(f"{self.node_type.slug} has {self.node_type.gpus_per_node} GPUs; {self.hostname} has "
+                              f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type.")
+        others = Node.objects.filter(rack=self.rack).exclude(pk=self.pk).select_related("node_type")
+        errors += placement_errors(
+            rack=self.rack, node_type=self.node_type, u_position=self.u_position, fabric_domain=self.fabric_domain,
+            others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others])
         if errors:
             raise ValidationError(errors)
+
+
+ALLOCATED_LIFECYCLES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
+
+
+def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_domain, others) -> list[str]:
+    """Whether a node of `node_type` fits at `u_position` in `rack` next to `others`
+    ((hostname, u_position, u_height, node_kw) of the nodes already there). Pure: the admin's
+    clean() passes rows from the database, the importer rows from the database and the file."""
+    errors = []
+    if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
+        errors.append(
+            f"{node_type.slug} needs {node_type.get_cooling_requirement_display().lower()} cooling; "
+            f"rack {rack.name} is {rack.get_cooling_display().lower()}-cooled. Choose a rack with suitable cooling."
+        )
+    if node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
+        errors.append(
+            f"{node_type.slug} is a rack-scale system drawing {node_type.rack_kw} kW; rack {rack.name} can power and "
+            f"cool only {rack.usable_kw} kW. Choose a position rated for at least {node_type.rack_kw} kW."
+        )
+    placed = sum((Decimal(o[3]) for o in others), Decimal("0")).quantize(Decimal("0.01"))
+    if placed + node_type.node_kw > rack.usable_kw:
+        errors.append(
+            f"Rack {rack.name} can power and cool {rack.usable_kw} kW; it already carries {placed} kW and "
+            f"{node_type.slug} adds {node_type.node_kw} kW. Choose another rack or move a node out."
+        )
+    if u_position is not None:
+        top = u_position + node_type.u_height - 1
+        if u_position < 1 or top > rack.u_height:
+            errors.append(f"U{u_position}-U{top} does not fit in the {rack.u_height}U rack {rack.name}.")
+        for hostname, other_u, other_height, _kw in others:
+            other_top = other_u + other_height - 1
+            if u_position <= other_top and other_u <= top:
+                errors.append(f"U{u_position}-U{top} overlaps {hostname} at U{other_u}-U{other_top}.")
+    if fabric_domain is not None and fabric_domain.site_id != rack.hall.site_id:
+        errors.append(
+            f"Fabric {fabric_domain.name} is in site {fabric_domain.site}; rack {rack.name} is in "
+            f"{rack.hall.site}. A node and its fabric must be in one site."
+        )
+    return errors
 
 
 class GPU(models.Model):
@@ -304,7 +430,8 @@ class GPU(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, GPU-xxxxxxxx-...")
+    uuid = models.CharField(max_length=64, unique=True, validators=[validate_gpu_uuid],
+                            help_text="NVML UUID as nvidia-smi -L prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
     serial = models.CharField(max_length=64, blank=True)
 
     class Meta:
@@ -314,6 +441,16 @@ class GPU(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.hostname}/gpu{self.index}"
+
+    def clean(self):
+        super().clean()
+        # index < the type's GPU count, with (node, index) unique, bounds a node's GPUs by its type.
+        if self.node_id and self.index is not None:
+            per_node = self.node.node_type.gpus_per_node
+            if self.index >= per_node:
+                raise ValidationError({"index": (
+                    f"{self.node.hostname} is a {self.node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}); "
+                    f"index {self.index} does not exist on it.")})
 
 
 class Drive(models.Model):
@@ -326,12 +463,33 @@ class Drive(models.Model):
     capacity_gb = models.PositiveIntegerField()
     interface = models.CharField(max_length=8, choices=DriveInterface.choices, default=DriveInterface.NVME)
     self_encrypting = models.BooleanField(default=False)
+    purge_supported = models.BooleanField(
+        default=False, help_text="the drive can be purged in place (NVMe sanitize or cryptographic erase); "
+                                 "a drive that cannot must be destroyed before it leaves the organisation")
+    # Reconciled from the agent's drive inventory (fleet.services.drive_inventory).
+    last_reported_at = models.DateTimeField(null=True, blank=True, help_text="last time the node agent saw it")
+    missing_since = models.DateTimeField(
+        null=True, blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit")
 
     class Meta:
         ordering = ["node__hostname", "serial"]
 
     def __str__(self) -> str:
         return self.serial
+
+
+class NodeDriveInventory(models.Model):
+    """The drives the node agent last reported (its health report's `drives`), as reported.
+
+    The exit gate compares this with the node's Drive rows, so a drive row deleted or moved
+    after the agent counted it is a disagreement, not a silent pass."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="drive_inventory")
+    reported_at = models.DateTimeField(help_text="when the agent observed the drives")
+    drives = models.JSONField(default=list, help_text="[{serial, model, capacity_gb, self_encrypting, purge_supported}]")
+
+    def __str__(self) -> str:
+        return f"drive inventory of {self.node_id} at {self.reported_at:%Y-%m-%d %H:%M}"
 
 
 class NodeEvent(models.Model):
@@ -395,6 +553,66 @@ class NodeAgentAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on {self.node_id} ({self.state})"
+
+
+class NodeEnergyCounter(models.Model):
+    """The last cumulative energy counters a node's agent reported, the baseline the next
+    reading's delta is taken from (fleet.services.energy). Resets and refusals are counted here."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="energy_counter")
+    read_at = models.DateTimeField(help_text="when the control plane received these counters")
+    wall_energy_j = models.BigIntegerField(null=True, blank=True, help_text="meter's cumulative energy (J)")
+    wall_source = models.CharField(max_length=8, choices=WallPowerSource.choices, blank=True)
+    gpu_energy_mj = models.JSONField(default=dict, help_text="GPU index → NVML total energy (mJ)")
+    resets = models.PositiveIntegerField(default=0, help_text="counters seen going backwards")
+    last_reset_at = models.DateTimeField(null=True, blank=True)
+    refused = models.PositiveIntegerField(default=0, help_text="readings above the node type's maximum")
+    last_refused_at = models.DateTimeField(null=True, blank=True)
+    last_refused_detail = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"energy counters of {self.node_id}"
+
+
+class NodeEnergyHour(models.Model):
+    """Energy one node used in one UTC hour, by how it is known: `bmc`/`pdu` (a meter's counter)
+    or `estimate` (GPU counters + the type's host share). A counter delta over a gap is spread
+    evenly over the gap's hours, so an agent outage loses nothing."""
+
+    id = models.BigAutoField(primary_key=True)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="energy_hours")
+    hour = models.DateTimeField(help_text="start of the UTC hour")
+    source = models.CharField(max_length=8, choices=EnergySource.choices)
+    it_energy_j = models.BigIntegerField(default=0, help_text="node wall (IT) energy (J)")
+    gpu_energy_j = models.BigIntegerField(default=0, help_text="of which GPU board energy, where counters say (J)")
+    seconds = models.PositiveIntegerField(default=0, help_text="seconds of the hour the counters cover")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "hour", "source"], name="fleet_energyhour_unique")]
+        indexes = [models.Index(fields=["hour", "node"], name="fleet_energyhour_hour_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.hour:%Y-%m-%d %H}h {self.source}"
+
+
+class PowerPoint(models.Model):
+    """A rack's wall draw over one minute or one hour (the power history; fleet.services.power_history).
+    Minutes keep 30 days, hours 2 years. `source` says how the figure is known (bmc, pdu, estimate,
+    rated or mixed) and `measured_nodes`/`nodes` how much of it was measured."""
+
+    id = models.BigAutoField(primary_key=True)
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="power_points")
+    resolution = models.CharField(max_length=2, choices=[("1m", "1 minute"), ("1h", "1 hour")])
+    at = models.DateTimeField()
+    kw = models.FloatField()
+    kw_max = models.FloatField(help_text="highest minute in the period")
+    source = models.CharField(max_length=8)
+    nodes = models.PositiveSmallIntegerField(default=0)
+    measured_nodes = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["resolution", "rack", "at"], name="fleet_powerpoint_unique")]
+        indexes = [models.Index(fields=["resolution", "at"], name="fleet_powerpoint_res_at_idx")]
 
 
 class SnapshotResolution(models.TextChoices):
@@ -487,6 +705,12 @@ class CustodyTransfer(AppendOnlyModel):
     document_ref = models.CharField(max_length=200, help_text="bill of lading, sale contract, recycler certificate")
     recorded_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    # An RMA whose drives must ship with the node: the carrier and each drive's declared status
+    # stand in for sanitisation records (fleet.services.drive_gate).
+    kind = models.CharField(max_length=16, choices=CustodyKind.choices, default=CustodyKind.DISPOSAL)
+    carrier = models.CharField(max_length=200, blank=True, help_text="carrier of an RMA shipment")
+    drive_status = models.JSONField(default=list, blank=True,
+                                    help_text="RMA shipment: [{serial, status}] for every drive shipped")
 
     class Meta:
         ordering = ["at", "id"]

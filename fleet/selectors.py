@@ -6,9 +6,12 @@ from decimal import Decimal
 from django.db.models import (
     Case,
     Count,
+    DateTimeField,
     DecimalField,
     F,
     FloatField,
+    Max,
+    Min,
     Q,
     QuerySet,
     Sum,
@@ -16,6 +19,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Cast, Coalesce
+from django.utils import timezone
 
 from core.reference_data import generations
 
@@ -28,9 +32,11 @@ from .models import (
     Node,
     NodeAgentAction,
     NodeDisposal,
+    NodeEvent,
     Rack,
     SanitizationRecord,
 )
+from .wall_power import SourceMix, host_share_kw
 
 ZERO_KW = Value(Decimal("0"), output_field=DecimalField(max_digits=9, decimal_places=2))
 HOT_FRACTION = Decimal("0.9")  # a rack at or above this share of its usable kW is highlighted
@@ -110,21 +116,82 @@ REPAIR_STATES = (
     Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING, Lifecycle.VALIDATING,
     Lifecycle.TRIAGE, Lifecycle.REPAIR, Lifecycle.RMA,
 )
-# An agent's power reading is trusted while its heartbeat is this fresh; older, the rated kW stands in.
+# A power reading is trusted while it is this fresh; older, the node counts at its rated maximum.
 POWER_READING_FRESH = timedelta(minutes=2)
 
 
+def fresh_wall_reading(now: datetime, prefix: str = "") -> Q:
+    """A meter (BMC or PDU) reported the node's wall draw recently."""
+    return Q(**{f"{prefix}wall_power_w__isnull": False, f"{prefix}wall_power_at__gte": now - POWER_READING_FRESH})
+
+
+def fresh_estimate(now: datetime, prefix: str = "") -> Q:
+    """No fresh meter reading, but fresh GPU power and a sourced host share for the type."""
+    return (~fresh_wall_reading(now, prefix)
+            & Q(**{f"{prefix}gpu_power_w__isnull": False, f"{prefix}last_heartbeat_at__gte": now - POWER_READING_FRESH,
+                   f"{prefix}node_type__gpu_model__in": list(host_share_kw())}))
+
+
 def fresh_reading(now: datetime, prefix: str = "") -> Q:
-    return Q(**{f"{prefix}observed_power_w__isnull": False, f"{prefix}last_heartbeat_at__gte": now - POWER_READING_FRESH})
+    """The node's draw is known from a reading (measured or estimated), not assumed."""
+    return fresh_wall_reading(now, prefix) | fresh_estimate(now, prefix)
+
+
+def host_share_kw_expr(prefix: str = ""):
+    return Case(*(When(**{f"{prefix}node_type__gpu_model": model}, then=Value(float(kw)))
+                  for model, kw in host_share_kw().items()), default=Value(0.0), output_field=FloatField())
 
 
 def drawn_kw_expr(now: datetime, prefix: str = ""):
-    """A node's draw in kW: the agent's fresh reading, else its type's rated maximum."""
+    """A node's wall draw in kW: a fresh meter reading (BMC/PDU), else an estimate (GPU board
+    power + the type's host share), else its type's rated maximum. `power_source_expr` says which."""
     return Case(
-        When(fresh_reading(now, prefix), then=Cast(F(f"{prefix}observed_power_w"), FloatField()) / 1000.0),
+        When(fresh_wall_reading(now, prefix), then=Cast(F(f"{prefix}wall_power_w"), FloatField()) / 1000.0),
+        When(fresh_estimate(now, prefix),
+             then=Cast(F(f"{prefix}gpu_power_w"), FloatField()) / 1000.0 + host_share_kw_expr(prefix)),
         default=Cast(F(f"{prefix}node_type__node_kw"), FloatField()),
         output_field=FloatField(),
     )
+
+
+def reading_at_expr(now: datetime, prefix: str = ""):
+    """When the reading behind `drawn_kw_expr` was taken (null for rated)."""
+    return Case(
+        When(fresh_wall_reading(now, prefix), then=F(f"{prefix}wall_power_at")),
+        When(fresh_estimate(now, prefix), then=F(f"{prefix}last_heartbeat_at")),
+        default=Value(None), output_field=DateTimeField(),
+    )
+
+
+def source_mix_annotations(now: datetime, prefix: str = "", count: str = "id") -> dict:
+    """Aggregates giving a SourceMix: nodes per source and the oldest reading used."""
+    wall = fresh_wall_reading(now, prefix)
+    estimate = fresh_estimate(now, prefix)
+    return {
+        "src_bmc": Count(count, filter=wall & Q(**{f"{prefix}wall_power_source": "bmc"})),
+        "src_pdu": Count(count, filter=wall & Q(**{f"{prefix}wall_power_source": "pdu"})),
+        "src_estimate": Count(count, filter=estimate),
+        "src_rated": Count(count, filter=~wall & ~estimate),
+        "oldest_reading_at": Min(reading_at_expr(now, prefix)),
+    }
+
+
+def source_mix_of(row) -> SourceMix:
+    get = row.get if isinstance(row, dict) else (lambda k: getattr(row, k))
+    return SourceMix(bmc=get("src_bmc") or 0, pdu=get("src_pdu") or 0, estimate=get("src_estimate") or 0,
+                     rated=get("src_rated") or 0, oldest_reading_at=get("oldest_reading_at"))
+
+
+def node_power(node, now: datetime) -> tuple[float, str, datetime | None]:
+    """One node's wall draw (kW), its source and when it was read, by the same rules as the aggregates."""
+    fresh_after = now - POWER_READING_FRESH
+    if node.wall_power_w is not None and node.wall_power_at and node.wall_power_at >= fresh_after:
+        return node.wall_power_w / 1000.0, node.wall_power_source, node.wall_power_at
+    host = host_share_kw().get(node.node_type.gpu_model)
+    if (host is not None and node.gpu_power_w is not None and node.last_heartbeat_at
+            and node.last_heartbeat_at >= fresh_after):
+        return node.gpu_power_w / 1000.0 + float(host), "estimate", node.last_heartbeat_at
+    return float(node.node_type.node_kw), "rated", None
 
 
 def _gpus(prefix: str = ""):
@@ -212,6 +279,9 @@ class HallPower:
     rated_kw: float
     nodes: int
     measured_nodes: int
+    sources: SourceMix = SourceMix()
+    age_s: int | None = None
+    age_s: int | None = None  # age of the oldest reading in the figure; None when all of it is rated
 
     @property
     def facility_kw(self) -> float:
@@ -223,12 +293,13 @@ class HallPower:
 
 
 def hall_power(*, now: datetime) -> list[HallPower]:
-    """Each hall's IT draw (fresh agent readings, else rated kW) against its budget: one query."""
+    """Each hall's IT (wall) draw against its budget, with the sources behind it: one query."""
     halls = (
         Hall.objects.select_related("site")
         .annotate(
             nodes_n=Count("racks__nodes"),
-            measured_n=Count("racks__nodes", filter=fresh_reading(now, "racks__nodes__")),
+            measured_n=Count("racks__nodes", filter=fresh_wall_reading(now, "racks__nodes__")),
+            **source_mix_annotations(now, "racks__nodes__", count="racks__nodes"),
             drawn=Coalesce(Sum(drawn_kw_expr(now, "racks__nodes__")), 0.0),
             rated=Coalesce(Sum(Cast(F("racks__nodes__node_type__node_kw"), FloatField())), 0.0),
         )
@@ -236,9 +307,22 @@ def hall_power(*, now: datetime) -> list[HallPower]:
     )
     return [
         HallPower(hall_id=h.pk, name=str(h), budget_kw=float(h.it_power_budget_kw), pue=float(h.pue),
-                  drawn_kw=round(h.drawn, 1), rated_kw=round(h.rated, 1), nodes=h.nodes_n, measured_nodes=h.measured_n)
+                  drawn_kw=round(h.drawn, 1), rated_kw=round(h.rated, 1), nodes=h.nodes_n, measured_nodes=h.measured_n,
+                  sources=source_mix_of(h), age_s=source_mix_of(h).age_seconds(now))
         for h in halls
     ]
+
+
+def hall_power_history(*, since: datetime, resolution: str) -> list[dict]:
+    """Per hall and recorded point: summed rack draw and whether any rack's point was not measured
+    (`sources`: the distinct sources behind it). One grouped query."""
+    from .models import PowerPoint
+
+    rows = (PowerPoint.objects.filter(resolution=resolution, at__gte=since)
+            .values("at", hall=F("rack__hall__name"), site=F("rack__hall__site__slug"))
+            .annotate(kw=Sum("kw"), lo=Min("source"), hi=Max("source")).order_by("at"))
+    return [{"at": r["at"], "hall": f"{r['site']}/{r['hall']}", "kw": r["kw"],
+             "source": r["lo"] if r["lo"] == r["hi"] else "mixed"} for r in rows]
 
 
 @dataclass
@@ -258,6 +342,8 @@ class RackDraw:
     unhealthy: int = 0
     degraded: int = 0
     unknown: int = 0
+    sources: SourceMix = SourceMix()
+    age_s: int | None = None
 
 
 def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
@@ -270,7 +356,8 @@ def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
         row["rack_id"]: row
         for row in nodes.values("rack_id").annotate(
             node_count=Count("id"),
-            measured_count=Count("id", filter=fresh_reading(now)),
+            measured_count=Count("id", filter=fresh_wall_reading(now)),
+            **source_mix_annotations(now),
             drawn=Coalesce(Sum(drawn_kw_expr(now)), 0.0),
             placed=Coalesce(Sum(Cast(F("node_type__node_kw"), FloatField())), 0.0),
             unhealthy=Count("id", filter=Q(health=Health.UNHEALTHY)),
@@ -284,7 +371,11 @@ def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
     rows = []
     for r in racks.values("id", "name", "hall_id", "hall__site__slug", "hall__name", "row", "column",
                           "rated_power_kw", "cooling_capacity_kw"):
-        figures = {k: v for k, v in stats.get(r["id"], {}).items() if k != "rack_id"}
+        row = stats.get(r["id"], {})
+        figures = {k: v for k, v in row.items() if k != "rack_id" and not k.startswith("src_") and k != "oldest_reading_at"}
+        if row:
+            figures["sources"] = source_mix_of(row)
+            figures["age_s"] = figures["sources"].age_seconds(now)
         rows.append(RackDraw(pk=r["id"], name=r["name"], hall=f"{r['hall__site__slug']}/{r['hall__name']}",
                              hall_id=r["hall_id"], row=r["row"], column=r["column"], rated_power_kw=r["rated_power_kw"],
                              usable_kw=min(r["rated_power_kw"], r["cooling_capacity_kw"]), **figures))
@@ -366,29 +457,32 @@ def sanitized_drive_ids(drive_ids) -> set:
 
 @dataclass(frozen=True)
 class DataHandlingStatus:
-    """Where a node stands on everything that gates it leaving (retire, dispose)."""
+    """Where a node stands on everything that gates it leaving (retire, dispose): the drive
+    gate (fleet.services.drive_gate) for retire and for dispose, plus the checklist."""
 
     drives_total: int
     drives_sanitized: int
-    unsanitized: list[dict]  # [{"id", "serial"}] of drives without a passing record
+    unsanitized: list[dict]  # [{"id", "serial", "required_method", "problem"}] of drives the gate does not pass
     bmc_reset_at: object
     asset_tags_removed_at: object
     custody_transfers: int
+    gate: object  # GateStatus for retire (destination, inventory, per-drive method and record)
+    dispose_gate: object  # GateStatus for dispose
 
     @property
     def drives_done(self) -> bool:
-        return self.drives_sanitized == self.drives_total
+        return self.gate.passed
 
     @property
     def retire_missing(self) -> list[str]:
-        missing = [f"drive {d['serial']} has no passing sanitisation record" for d in self.unsanitized]
+        missing = list(self.gate.missing)
         if self.bmc_reset_at is None:
             missing.append("BMC reset (credentials reset, logs cleared) not recorded")
         return missing
 
     @property
     def dispose_missing(self) -> list[str]:
-        missing = []
+        missing = list(self.dispose_gate.missing)
         if self.asset_tags_removed_at is None:
             missing.append("asset tags not recorded as removed")
         if not self.custody_transfers:
@@ -397,45 +491,51 @@ class DataHandlingStatus:
 
 
 def data_handling_status(node_ids) -> dict:
-    """node id → DataHandlingStatus, in four queries whatever the number of nodes."""
+    """node id → DataHandlingStatus, in a fixed number of queries whatever the number of nodes."""
+    from .services.drive_gate import DISPOSE, RETIRE, gate_statuses
 
     node_ids = list(node_ids)
-    drives = list(Drive.objects.filter(node_id__in=node_ids).order_by("serial").values("id", "serial", "node_id"))
-    passed = sanitized_drive_ids(d["id"] for d in drives)
+    both = gate_statuses(node_ids, (RETIRE, DISPOSE))
+    gates, dispose_gates = both[RETIRE], both[DISPOSE]
     disposals = {d.node_id: d for d in NodeDisposal.objects.filter(node_id__in=node_ids)}
     custody = dict(CustodyTransfer.objects.filter(node_id__in=node_ids).values("node_id")
                    .annotate(n=Count("id")).values_list("node_id", "n"))
-    per_node: dict = {nid: [] for nid in node_ids}
-    for d in drives:
-        per_node[d["node_id"]].append(d)
     out = {}
     for nid in node_ids:
-        ds = per_node[nid]
+        gate = gates[nid]
         disposal = disposals.get(nid)
         out[nid] = DataHandlingStatus(
-            drives_total=len(ds),
-            drives_sanitized=sum(1 for d in ds if d["id"] in passed),
-            unsanitized=[{"id": str(d["id"]), "serial": d["serial"]} for d in ds if d["id"] not in passed],
+            drives_total=len(gate.drives),
+            drives_sanitized=sum(1 for d in gate.drives if d.ok),
+            unsanitized=[{"id": d.drive_id, "serial": d.serial, "required_method": d.required, "problem": d.problem}
+                         for d in gate.drives if not d.ok],
             bmc_reset_at=disposal.bmc_reset_at if disposal else None,
             asset_tags_removed_at=disposal.asset_tags_removed_at if disposal else None,
             custody_transfers=custody.get(nid, 0),
+            gate=gate, dispose_gate=dispose_gates[nid],
         )
     return out
 
 
 def certificate_for(node_id) -> dict:
-    """Everything the certificate of sanitisation shows: the node, each drive with its latest
-    passing record, the BMC reset. Raises Node.DoesNotExist."""
+    """Everything the certificate of sanitisation shows: the node, the destination, every drive
+    (the agent's inventory and the records) with the method required, the record that counts
+    and its evidence, the BMC reset and the chain of custody. Raises Node.DoesNotExist."""
 
     node = Node.objects.select_related("node_type", "rack__hall__site").get(pk=node_id)
-    drives = list(Drive.objects.filter(node=node).order_by("serial"))
-    latest: dict = {}
-    for record in SanitizationRecord.objects.filter(drive__node=node, verified=True).order_by("performed_at", "id"):
-        latest[record.drive_id] = record  # the latest passing record per drive wins
-    disposal = NodeDisposal.objects.filter(node=node).first()
     status = data_handling_status([node.pk])[node.pk]
-    return {"node": node, "rows": [(d, latest.get(d.pk)) for d in drives], "disposal": disposal,
-            "status": status, "complete": not status.retire_missing}
+    drives = {str(d.pk): d for d in Drive.objects.filter(node=node)}
+    records = {str(r.pk): r for r in SanitizationRecord.objects.filter(drive__node=node, verified=True)}
+    rows = [(line, drives.get(line.drive_id), records.get(line.record_id)) for line in status.gate.drives]
+    disposal = NodeDisposal.objects.filter(node=node).first()
+    custody = list(CustodyTransfer.objects.filter(node=node).order_by("at", "id"))
+    # The named person who signed the node off: whoever retired it (or, before that, reset its BMC).
+    retired = NodeEvent.objects.filter(node=node, to_state=Lifecycle.RETIRED).exclude(from_state=Lifecycle.RETIRED) \
+        .order_by("-at").values_list("actor", "at").first()
+    signed_off_by, signed_off_at = retired or ((disposal.bmc_reset_by, disposal.bmc_reset_at) if disposal else ("", None))
+    return {"node": node, "rows": rows, "disposal": disposal, "status": status, "gate": status.gate,
+            "custody": custody, "complete": not status.retire_missing,
+            "signed_off_by": signed_off_by or "(not signed off)", "signed_off_at": signed_off_at}
 # --- node lifecycle reads (ops API, console node pages, allocation loop) -------------------
 
 NODE_FILTERS = ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned")
@@ -480,9 +580,41 @@ def drives_for_nodes(node_ids) -> dict:
 
 
 
+VALIDATION_HISTORY_DAYS = 7  # the flapping window (health.policy.FLAP_WINDOW)
+
+
+def validation_history(node_id) -> list:
+    """The node's burn-in and validation runs of the flapping window, newest first: how each
+    ended (passed, failed, held for an operator), so the operator deciding sees them all."""
+    since = timezone.now() - timedelta(days=VALIDATION_HISTORY_DAYS)
+    return list(NodeEvent.objects.filter(node_id=node_id, at__gte=since,
+                                         from_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING))
+                .exclude(to_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING)).order_by("-at")[:50])
+
+
 def pending_agent_actions(node) -> QuerySet:
 
     return NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
+
+
+def hardware_change_refusal(node) -> str | None:
+    """Why a node's GPUs may not be added or removed now (None when they may)."""
+    if node is not None and node.pk and node.is_allocated():
+        return (f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is "
+                "drained.")
+    return None
+
+
+def drive_removal_refusal(node) -> str | None:
+    """Drives hold tenant data: they leave a node only through decommission and sanitisation, unless
+    the node was never in service (a drive typed in by mistake at enrolment)."""
+    refusal = hardware_change_refusal(node)
+    if refusal:
+        return refusal
+    if node is not None and node.pk and (node.lifecycle != Lifecycle.ENROLLED or node.allocation_memberships.exists()):
+        return (f"{node.hostname} has been in service; its drives are evidence and leave only through decommission, "
+                "sanitisation and disposal.")
+    return None
 
 
 def occupied_node_ids(node_ids) -> set:

@@ -4,6 +4,7 @@ import time
 from celery import shared_task
 
 from core.metrics import observe_loop
+from fleet.services.power_history import record_power_history as record_power_history_service
 from fleet.services.reconcile import reconcile_nodes as reconcile_nodes_service
 from fleet.services.snapshots import record_snapshot
 
@@ -21,4 +22,12 @@ def reconcile_nodes() -> dict:
     started = time.perf_counter()
     result = reconcile_nodes_service().as_dict()
     observe_loop("reconcile_nodes", time.perf_counter() - started)
+    return result
+
+
+@shared_task(name="fleet.tasks.record_power_history", soft_time_limit=40, time_limit=55)
+def record_power_history() -> dict | None:
+    started = time.perf_counter()
+    result = record_power_history_service()
+    observe_loop("power_history", time.perf_counter() - started)
     return result

@@ -3,13 +3,15 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
-from core.decorators import operator_required
+from core.decorators import operator_required, permission_denied_page
 from core.reference_data import parameter
 from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
 from health.selectors import conditions_for_nodes
 from tenants.selectors import live_allocation_ids
 
@@ -18,6 +20,7 @@ from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
 from .dashboards import FIGURES
 from .filters import NodeFilterSet
 from .models import Hall, Node, Rack
+from .pdf import certificate_pdf_bytes
 from .selectors import (
     HOT_FRACTION,
     POWER_READING_FRESH,
@@ -26,6 +29,7 @@ from .selectors import (
     fleet_summary,
     hall_power,
     halls_for_filter,
+    node_power,
     pending_agent_actions,
     placement_headroom,
     rack_elevation,
@@ -33,14 +37,17 @@ from .selectors import (
     rack_rows,
     racks_with_draw,
     racks_with_power,
+    validation_history,
 )
 from .selectors import node_list as select_nodes
+from .services.drive_gate import RETIRE, RMA, gate_status
 from .services.lifecycle import InvalidTransition
 from .services.operator_actions import (
     ActionRefused,
     available_actions,
     perform_operator_action,
 )
+from .wall_power import SourceMix
 
 DEFAULT_REFRESH_SECONDS = 30
 HOT_RACKS_SHOWN = 100
@@ -75,9 +82,14 @@ def _refresh_seconds(request) -> int:
 def overview(request):
     now = timezone.now()
     summary = fleet_summary()
+    halls = hall_power(now=now)
     return render(request, "fleet/overview.html", {
         "nav": "overview",
         "summary": summary,
+        "it_kw": round(sum(h.drawn_kw for h in halls), 1),
+        "power_sources": SourceMix(**{k: sum(getattr(h.sources, k) for h in halls) for k in ("bmc", "pdu", "estimate", "rated")},
+                                   oldest_reading_at=min((h.sources.oldest_reading_at for h in halls
+                                                          if h.sources.oldest_reading_at), default=None)),
         "figures": {
             # the state chart reuses the summary already computed above instead of querying again
             "gpus-by-state": charts.gpus_by_state(summary.by_state),
@@ -109,7 +121,6 @@ def power(request):
     halls = hall_power(now=now)
     headroom, options = placement_headroom()
     nodes = sum(h.nodes for h in halls)
-    measured = sum(h.measured_nodes for h in halls)
     return render(request, "fleet/power.html", {
         "nav": "fleet",
         "halls": halls,
@@ -120,9 +131,10 @@ def power(request):
         "headroom": headroom,
         "options": options,
         "nodes": nodes,
-        "measured": measured,
+        "readings": sum(h.sources.nodes - h.sources.rated for h in halls),
+        "host_share_note": "H100: " + parameter("host_kw_max_dgx_h100").value + " kW per node",
         "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
-        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load")},
+        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load", "power-24h", "power-30d")},
         "refresh": _refresh_seconds(request),
         "pue_source": parameter("pue_industry_average"),
     })
@@ -206,10 +218,17 @@ def node_detail(request, pk):
         pk=parse_uuid(pk)).first()
     if node is None:
         raise Http404("no such node")
+    gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
+    now = timezone.now()
+    wall_kw, wall_source, read_at = node_power(node, now)
     return render(request, "fleet/node_detail.html", {
         "nav": "fleet", "node": node,
+        "wall": {"kw": round(wall_kw, 2), "source": wall_source,
+                 "age_s": int((now - read_at).total_seconds()) if read_at else None},
         "gpus": node.gpus.order_by("index"),
         "drives": drives_for_nodes([node.pk]).get(node.pk, []),
+        "gate": gate,
+        "runs": validation_history(node.pk),
         "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
         "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
         "pending": pending_agent_actions(node),
@@ -235,8 +254,8 @@ def node_action(request, pk):
             messages.error(request, f"Unknown action {action!r}; use one of the buttons shown.")
         except (InvalidTransition, ActionRefused) as exc:
             messages.error(request, exc.detail)
-        except PermissionError as exc:
-            messages.error(request, f"{exc}; ask an administrator for it.")
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
         else:
             messages.success(request, f"{action} done.")
         return redirect("fleet:node-detail", pk=pk)
@@ -252,3 +271,18 @@ def certificate(request, pk):
         raise Http404("no such node") from None
     return render(request, "fleet/certificate.html", {"nav": "fleet", **cert},
                   status=200 if cert["complete"] else 409)
+
+
+@operator_required
+def certificate_pdf(request, pk):
+    """The same certificate as a PDF (WeasyPrint), only once it is complete."""
+    try:
+        cert = certificate_for(parse_uuid(pk))
+    except Node.DoesNotExist:
+        raise Http404("no such node") from None
+    if not cert["complete"]:
+        return render(request, "fleet/certificate.html", {"nav": "fleet", **cert}, status=409)
+    html = render_to_string("fleet/certificate_pdf.html", cert, request=request)
+    response = HttpResponse(certificate_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="certificate-{cert["node"].hostname}.pdf"'
+    return response

@@ -23,7 +23,7 @@ from .config import AgentConfig
 from .executors import ActionRun, Executor, result, simulated_executors
 from .hardware.base import HardwareBackend
 from .hardware.simulated import SimulatedHardware
-from .metering import METER_KIND, Meter, Usage, rfc3339
+from .metering import METER_KIND, Meter, Usage, pick_grant, rfc3339
 from .spool import Flusher, Spool
 from .transport import MAX_METER_BATCH, AgentAPI, AgentTransport, TransportError
 
@@ -31,11 +31,13 @@ log = logging.getLogger(__name__)
 
 ACTION_RESULT_KIND = "action_result"
 HEALTH_REPORT_KIND = "health_report"
-HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "burn_in"})
+HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "burn_in"})
 FINISHED_STATE = "finished_actions"
 RUNNING_STATE = "running_action"
 DESIRED_STATE = "desired_state"
+GRANTS_STATE = "metering_grants"
 REMEMBERED_ACTIONS = 1000
+REMEMBERED_GRANTS = 16  # allocations a node may still have unsent usage of
 
 
 class Agent:
@@ -50,14 +52,17 @@ class Agent:
         self.executors = executors
         self.spool = spool
         rng = rng or random.Random()
-        self.meter = Meter(spool, interval=config.meter_interval)
+        self.meter = Meter(spool, interval=config.meter_interval, grant_for=self._grant_for)
         backoff = {"rng": rng, "backoff_base": config.backoff_base, "backoff_cap": config.backoff_cap}
         self.flushers = [
             Flusher(spool, ACTION_RESULT_KIND, lambda b: transport.action_result(b[0]), **backoff),
             Flusher(spool, HEALTH_REPORT_KIND, lambda b: transport.health_report(b[0]), **backoff),
-            Flusher(spool, METER_KIND, transport.meter_events, batch_size=MAX_METER_BATCH, **backoff),
+            Flusher(spool, METER_KIND, self._send_meter_events, batch_size=MAX_METER_BATCH, **backoff),
         ]
         self.desired: dict[str, Any] | None = spool.get_state(DESIRED_STATE)
+        # Grants outlive the desired-state that listed them: the interval closed when an
+        # allocation ends is sent after desired-state has already dropped it.
+        self.grants: list[dict[str, Any]] = spool.get_state(GRANTS_STATE, [])
         self.finished: list[str] = spool.get_state(FINISHED_STATE, [])
         self.queue: list[dict[str, Any]] = []
         self.current: tuple[dict[str, Any], ActionRun] | None = None
@@ -84,7 +89,8 @@ class Agent:
         self._run_actions(now)
         if _due(self.next_health, now):
             self.next_health = now + timedelta(seconds=self.config.health_report_interval)
-            self._report_health(now, self.hardware.health_checks())
+            # the periodic report also carries the drive inventory the exit gate relies on
+            self._report_health(now, self.hardware.health_checks(), drives=self._drive_inventory())
         self.meter.observe(now, self.usage())
         for flusher in self.flushers:
             flusher.flush(now)
@@ -105,8 +111,38 @@ class Agent:
         if d.get("lifecycle") != "active" or not d.get("allocation_id") or not d.get("tenant_id"):
             return None
         gpus = d.get("gpus") if isinstance(d.get("gpus"), int) else self.gpu_count
-        return Usage(allocation_id=str(d["allocation_id"]), tenant_id=str(d["tenant_id"]),
-                     sku=str(d.get("sku") or self.config.sku), gpus=gpus)
+        sku = str(d.get("sku") or self.config.sku)
+        for g in d.get("metering_grants") or []:  # what the grant allows is what is billed
+            if isinstance(g, dict) and str(g.get("allocation_id")) == str(d["allocation_id"]):
+                sku = str(g.get("sku") or sku)
+                gpus = g["gpus"] if isinstance(g.get("gpus"), int) else gpus
+        return Usage(allocation_id=str(d["allocation_id"]), tenant_id=str(d["tenant_id"]), sku=sku, gpus=gpus)
+
+    def _send_meter_events(self, events: list[dict[str, Any]]) -> Any:
+        """Send a batch; events the ledger refused are logged here (the ledger keeps them too)."""
+        answer = self.transport.meter_events(events)
+        rejected = answer.get("rejected") if isinstance(answer, dict) else None
+        for item in rejected if isinstance(rejected, list) else []:
+            if isinstance(item, dict):
+                log.warning("meter event %s refused by the ledger (%s): %s", item.get("event_id"), item.get("code"),
+                            item.get("detail"))
+        return answer
+
+    def _grant_for(self, usage: Usage, start: datetime, end: datetime) -> str | None:
+        """The control plane's grant for this usage, from the latest desired-state."""
+        return pick_grant(self.grants, usage, start, end)
+
+    def _remember_grants(self, listed: Any) -> None:
+        """Keep the newest grant of each of the last few allocations (newest last)."""
+        by_allocation = {str(g.get("allocation_id")): g for g in self.grants}
+        for g in listed if isinstance(listed, list) else []:
+            if isinstance(g, dict) and isinstance(g.get("grant"), str) and g.get("allocation_id"):
+                by_allocation.pop(str(g["allocation_id"]), None)
+                by_allocation[str(g["allocation_id"])] = g
+        kept = list(by_allocation.values())[-REMEMBERED_GRANTS:]
+        if kept != self.grants:
+            self.grants = kept
+            self.spool.set_state(GRANTS_STATE, kept)
 
     # ---- steps -------------------------------------------------------------------------
 
@@ -117,6 +153,12 @@ class Agent:
             gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
         payload = {"observed_at": rfc3339(now), "power_state": self.hardware.power_state(),
                    "agent_version": __version__, "gpus": gpus}
+        ports = getattr(self.hardware, "ib_ports", None)
+        if ports is not None:
+            payload["ib_ports"] = ports()
+        wall = self.hardware.wall_power() if hasattr(self.hardware, "wall_power") else None
+        if wall:
+            payload["wall_power"] = wall
         try:
             self.transport.heartbeat(payload)
         except TransportError as exc:
@@ -134,6 +176,7 @@ class Agent:
         if not isinstance(desired, dict):
             log.warning("desired-state is not an object: %r", desired)
             return
+        self._remember_grants(desired.get("metering_grants"))
         if desired != self.desired:
             self.desired = desired
             self.spool.set_state(DESIRED_STATE, desired)
@@ -188,9 +231,24 @@ class Agent:
                                            "status": "pass" if outcome["status"] == "succeeded" else "fail",
                                            "detail": outcome["detail"]}])
 
-    def _report_health(self, now: datetime, checks: list[dict[str, Any]]) -> None:
-        if checks:
-            self.spool.append(HEALTH_REPORT_KIND, {"observed_at": rfc3339(now), "checks": checks})
+    def _report_health(self, now: datetime, checks: list[dict[str, Any]],
+                       drives: list[dict[str, Any]] | None = None) -> None:
+        if checks or drives is not None:
+            body: dict[str, Any] = {"observed_at": rfc3339(now), "checks": checks}
+            if drives is not None:
+                body["drives"] = drives
+            self.spool.append(HEALTH_REPORT_KIND, body)
+
+    def _drive_inventory(self) -> list[dict[str, Any]] | None:
+        """Every drive the machine shows, as the control plane's Drive rows need it (no device
+        paths: they change across boots; serials do not)."""
+        try:
+            drives = self.hardware.drives()
+        except Exception:  # an unreadable inventory is not an empty one: send none
+            log.exception("reading the drive inventory failed")
+            return None
+        keys = ("serial", "model", "capacity_gb", "self_encrypting", "purge_supported")
+        return [{k: d[k] for k in keys if d.get(k) is not None} for d in drives if d.get("serial")]
 
     def _recover_interrupted_action(self) -> None:
         """An action running when the agent died is reported, never silently re-run."""
@@ -221,8 +279,11 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                     rng: random.Random, start: datetime, speed: float = 1.0,
                     generation: str = "hopper", gpu_count: int = 8, sku: str = "",
                     scenario: str | list[dict[str, Any]] | None = None,
-                    spool_path: str = ":memory:", **config: Any) -> Agent:
+                    drives: list[dict[str, Any]] | None = None,
+                    spool_path: str = ":memory:", counter_file: str | None = None, **config: Any) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
+    `counter_file` keeps the simulated node's energy counters across agent restarts, as a real
+    BMC and GPU driver keep theirs.
 
     The transport makes single attempts (no sleeping in tick); retries happen on
     later ticks through the spool's backoff. `rng` seeds everything, so a fleet
@@ -233,7 +294,8 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
                       max_attempts=1, **config).validated()
     hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), start=start,
                                  generation=generation, gpu_count=gpu_count, speed=speed,
-                                 hostname=hostname, scenario=scenario)
+                                 hostname=hostname, scenario=scenario, drives=drives,
+                                 counter_file=counter_file)
     transport = AgentTransport(url, token, session=session, max_attempts=1,
                                timeout=(cfg.connect_timeout, cfg.read_timeout))
     return Agent(config=cfg, transport=transport, hardware=hardware,

@@ -40,7 +40,7 @@ class AgentConfig:
     seed: int | None = None
     scenario: str = ""
 
-    def validated(self) -> "AgentConfig":
+    def validated(self) -> AgentConfig:
         """Return self if usable, else raise ConfigError naming the bad setting."""
         if not self.url:
             raise ConfigError("url is required (--url or 'url' in the config file)")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from random import Random
 from typing import Any, Protocol
 
 from .hardware.simulated import SimulatedHardware
+from .verify_erase import sample_offsets
 
 ACTIONS = ("provision", "stop", "wipe", "gpu_reset", "reboot", "dcgm_r1", "dcgm_r2", "dcgm_r3",
            "sanitize_drive")
@@ -192,8 +195,11 @@ SANITIZE_METHODS = {
     "purge": ("cryptographic erase (NVMe Format SES=2)", "nvme-cli format --ses=2",
               ["nvme", "format", "{device}", "--ses=2", "--force"]),
 }
-# Erased NVMe namespaces read back as zeroes (DLFEAT); the first MiB is sampled.
-VERIFY_COMMAND = ["cmp", "-n", "1048576", "{device}", "/dev/zero"]
+VERIFY_SAMPLES = 64
+# Erased NVMe namespaces read back as zeroes (DLFEAT): blocks sampled across the whole device
+# (start, end and random offsets, a fresh seed each run) must all be zero (verify_erase).
+VERIFY_COMMAND = [sys.executable, "-m", "hangar_agent.verify_erase", "{device}", "--samples", str(VERIFY_SAMPLES),
+                  "--seed", "{seed}"]
 
 
 def sanitization_record(*, serial: str, method: str, technique: str, tool: str, verified: bool,
@@ -207,8 +213,17 @@ def _sanitize_commands(params: dict[str, Any]) -> list[list[str]]:
     if method not in SANITIZE_METHODS:
         raise ValueError(f"method {method!r} cannot be done by the agent (destroy is physical)")
     device = params["device"]
+    seed = params.setdefault("verify_seed", secrets.randbits(32))  # unpredictable to the drive
     erase = [part.format(device=device) for part in SANITIZE_METHODS[method][2]]
-    return [erase, [part.format(device=device) for part in VERIFY_COMMAND]]
+    return [erase, [part.format(device=device, seed=seed) for part in VERIFY_COMMAND]]
+
+
+def _verify_report(text: str) -> dict[str, Any]:
+    try:
+        report = json.loads(text.strip().splitlines()[-1]) if text.strip() else {}
+    except ValueError:
+        return {}
+    return report if isinstance(report, dict) else {}
 
 
 def _sanitize_finish(params: dict[str, Any]) -> Finish:
@@ -217,7 +232,9 @@ def _sanitize_finish(params: dict[str, Any]) -> Finish:
         technique, tool, _ = SANITIZE_METHODS[method]
         log = "\n".join(f"$ {' '.join(c.argv)} -> {c.returncode}\n{c.stdout}{c.stderr}" for c in done)
         erased = bool(done) and done[0].returncode == 0
-        verified = erased and len(done) == 2 and done[1].returncode == 0
+        sampled = _verify_report(done[1].stdout) if len(done) == 2 else {}
+        verified = erased and done[1].returncode == 0 and sampled.get("all_zero") is True \
+            and sampled.get("samples", 0) >= 2
         record = sanitization_record(
             serial=params.get("serial", ""), method=method, technique=technique,
             tool=tool, verified=verified,
@@ -263,7 +280,7 @@ def real_executors(runner: CommandRunner | None = None) -> dict[str, Executor]:
         "reboot": plain(lambda p: [["systemctl", "reboot"]], "reboot"),
         "sanitize_drive": CommandExecutor(runner, _sanitize_commands, _sanitize_finish),
     }
-    for level in (1, 2, 3):
+    for level in (1, 2, 3, 4):
         executors[f"dcgm_r{level}"] = CommandExecutor(runner, *_dcgm(level))
     # Burn-in at intake: the long DCGM level (r4 adds the memory tests; reliability.csv).
     executors["burn_in"] = CommandExecutor(runner, *_dcgm(4))
@@ -330,9 +347,13 @@ def simulated_executors(hardware: SimulatedHardware, rng: Random) -> dict[str, E
         if method not in SANITIZE_METHODS:
             return result("failed", f"method {method!r} cannot be done by the agent (destroy is physical)")
         serial = params.get("serial") or hw.drives()[0]["serial"]
+        drive = next((d for d in hw.drives() if d["serial"] == serial), hw.drives()[0])
+        offsets = sample_offsets(drive["capacity_gb"] * 10**9, rng=rng, samples=VERIFY_SAMPLES)
         record = sanitization_record(serial=serial, method=method, technique=SANITIZE_METHODS[method][0],
                                      tool="nvme format (simulated)", verified=True,
-                                     evidence="simulated: first MiB read back as zeroes")
+                                     evidence=f"simulated: {len(offsets)} blocks read back as zeroes, from offset "
+                                              f"{offsets[0]} to {offsets[-1]} of {drive['capacity_gb']} GB "
+                                              "(start, end and random offsets)")
         return result("succeeded", f"{serial}: {method} verified", {"sanitization_record": record})
 
     def ok(detail: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -348,7 +369,10 @@ def simulated_executors(hardware: SimulatedHardware, rng: Random) -> dict[str, E
                                     on_start=lambda params, duration: hw.reboot(duration)),
         "sanitize_drive": SimulatedExecutor(hw, rng, (60, 300), sanitize),
         # a node-level burn-in soak of hours, inside the 24 h stage facility.csv cites
-        "burn_in": SimulatedExecutor(hw, rng, (4 * 3600, 8 * 3600), dcgm(4)),
+        "burn_in": SimulatedExecutor(hw, rng, (4 * 3600, 8 * 3600), dcgm(4),
+                                     on_start=lambda params, duration: hw.replace_parts()),
+        # reliability.csv says only "r4 longer (memtest)": simulated as two to four r3 runs
+        "dcgm_r4": SimulatedExecutor(hw, rng, (2 * dcgm_seconds["dcgm_r3"], 4 * dcgm_seconds["dcgm_r3"]), dcgm(4)),
     }
     for level in (1, 2, 3):
         base = dcgm_seconds[f"dcgm_r{level}"]

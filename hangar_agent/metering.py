@@ -5,6 +5,8 @@ event per `meter_interval`; when the allocation changes or ends it closes the
 partial interval at once, so consecutive events of an allocation are contiguous.
 Events get their uuid4 `event_id` at creation and are spooled before sending,
 so replay after an outage or restart is harmless (the ledger dedupes by id).
+Each event carries the metering grant (from desired-state) that covers its
+allocation and interval: the ledger charges nothing without one.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ class Meter:
     """
 
     def __init__(self, spool: Spool, *, interval: float = 60.0, max_gap: float | None = None,
-                 new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+                 new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+                 grant_for: Callable[[Usage, datetime, datetime], str | None] = lambda usage, start, end: None) -> None:
         self.spool = spool
+        self.grant_for = grant_for
         self.interval = timedelta(seconds=interval)
         self.max_gap = timedelta(seconds=max_gap if max_gap is not None else 2 * interval)
         self.new_id = new_id
@@ -111,7 +115,7 @@ class Meter:
         return events
 
     def _event(self, usage: Usage, start: datetime, end: datetime) -> dict[str, Any]:
-        return {
+        event = {
             "event_id": self.new_id(),
             "allocation_id": usage.allocation_id,
             "tenant_id": usage.tenant_id,
@@ -121,3 +125,26 @@ class Meter:
             "quantity": gpu_seconds(usage.gpus, start, end),
             "unit": "gpu_second",
         }
+        grant = self.grant_for(usage, start, end)
+        if grant:
+            event["grant"] = grant
+        return event
+
+
+def pick_grant(grants: Any, usage: Usage, start: datetime, end: datetime) -> str | None:
+    """The grant (from desired-state's `metering_grants`) for this allocation that covers
+    [start, end), else the newest one of the allocation (the ledger then says why it refuses:
+    better a visible rejection than usage silently never sent)."""
+    mine = [g for g in grants or [] if isinstance(g, dict) and isinstance(g.get("grant"), str)
+            and str(g.get("allocation_id")) == usage.allocation_id and str(g.get("tenant_id")) == usage.tenant_id]
+    best: tuple[datetime, str] | None = None
+    for g in mine:
+        try:
+            valid_from, valid_until = parse_rfc3339(str(g["valid_from"])), parse_rfc3339(str(g["valid_until"]))
+        except (KeyError, ValueError):
+            continue
+        if valid_from <= start and end <= valid_until:
+            return g["grant"]
+        if best is None or valid_until > best[0]:
+            best = (valid_until, g["grant"])
+    return best[1] if best else (mine[0]["grant"] if mine else None)

@@ -10,11 +10,14 @@ class Severity(models.TextChoices):
     WARN = "warn", "Warn"
     RESET = "reset", "GPU reset"
     REBOOT = "reboot", "Power cycle"
+    REPAIR = "repair", "Repair ticket"  # a cable or transceiver: a power cycle would not fix it
     FATAL = "fatal", "Fatal"
 
 
-SEVERITY_RANK = {Severity.INFO: 0, Severity.WARN: 1, Severity.RESET: 2, Severity.REBOOT: 3, Severity.FATAL: 4}
-ACTIONABLE = (Severity.RESET, Severity.REBOOT, Severity.FATAL)
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARN: 1, Severity.RESET: 2, Severity.REBOOT: 3, Severity.REPAIR: 4,
+                 Severity.FATAL: 5}
+ACTIONABLE = (Severity.RESET, Severity.REBOOT, Severity.REPAIR, Severity.FATAL)
+TO_TRIAGE = (Severity.REPAIR, Severity.FATAL)  # pulled straight to triage, no reset or power cycle
 
 
 class ConditionStatus(models.TextChoices):
@@ -31,6 +34,7 @@ class CheckName(models.TextChoices):
     DCGM_R1 = "dcgm_r1", "DCGM level 1"
     DCGM_R2 = "dcgm_r2", "DCGM level 2"
     DCGM_R3 = "dcgm_r3", "DCGM level 3"
+    DCGM_R4 = "dcgm_r4", "DCGM level 4"
     NCCL_ALLREDUCE = "nccl_allreduce", "NCCL all-reduce"
     IB_LINK = "ib_link", "InfiniBand link"
     NVME_SMART = "nvme_smart", "NVMe SMART"

@@ -183,3 +183,28 @@ class LapseHold(models.Model):
 
     def __str__(self) -> str:
         return f"hold of {self.node_id} in {self.incident_id}"
+
+
+class RackPowerCondition(models.Model):
+    """A rack drawing more than it can power and cool (usable kW) for RACK_OVER_MINUTES in a row
+    (health.services.rack_power). Active until a minute's draw falls back to usable kW; the
+    incident it opened names the rack, its nodes and the tenants on them."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    rack = models.ForeignKey("fleet.Rack", on_delete=models.CASCADE, related_name="power_conditions")
+    status = models.CharField(max_length=8, choices=ConditionStatus.choices, default=ConditionStatus.ACTIVE)
+    over_since = models.DateTimeField(help_text="first minute of the run above usable kW")
+    opened_at = models.DateTimeField()
+    cleared_at = models.DateTimeField(null=True, blank=True)
+    usable_kw = models.DecimalField(max_digits=9, decimal_places=2)
+    peak_kw = models.FloatField()
+    source = models.CharField(max_length=8, help_text="how the draw was known (bmc, pdu, estimate, rated, mixed)")
+    incident = models.ForeignKey(Incident, null=True, blank=True, on_delete=models.SET_NULL, related_name="rack_power_conditions")
+
+    class Meta:
+        ordering = ["-opened_at"]
+        constraints = [models.UniqueConstraint(fields=["rack"], condition=models.Q(status="active"),
+                                               name="health_rackpower_one_active")]
+
+    def __str__(self) -> str:
+        return f"{self.rack_id} over usable kW since {self.over_since:%Y-%m-%d %H:%M}"

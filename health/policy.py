@@ -2,7 +2,8 @@
 
 Every signal the agent can raise maps to a severity; the severity decides the action chain.
 The sweep, the heartbeat ingest and the console page `/health/policy/` all read these tables;
-nothing else hard-codes a signal's meaning.
+nothing else hard-codes a signal's meaning. Every rule names its source; where the number is
+this product's own choice (no vendor figure exists) the source says so.
 """
 
 from dataclasses import dataclass
@@ -12,6 +13,21 @@ from core.reference_data import parameter
 
 from .choices import SEVERITY_RANK
 from .choices import Severity as S
+
+# ---- sources ----------------------------------------------------------------------------------
+XID_CATALOG = "NVIDIA XID catalog (docs.nvidia.com/deploy/xid-errors), resolution bucket"
+XID_BLACKWELL = ("NVIDIA XID catalog, Blackwell NVLink errors: resolution follows the XID 154 recovery action "
+                 "('Xid 154 linkage' column)")
+NVML_RECOVERY = ("NVML nvmlDeviceGpuRecoveryAction_t via field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; NVIDIA GPU "
+                 "memory error management, 'Recovery action flag'")
+NVML_THROTTLE = "NVML nvmlDeviceGetCurrentClocksEventReasons (HW/SW thermal slowdown bits 0x40, 0x20)"
+DCGM_LEVELS = parameter("dcgm_diag_levels")  # reliability.csv
+DCGM_SOURCE = f"{DCGM_LEVELS.source} ({DCGM_LEVELS.value})"
+BURN_IN_SOURCE = parameter("burn_in_per_rack")
+NVIDIA_ROW_REMAP = "NVIDIA GPU memory error management (row remapping; RMA policy thresholds)"
+IB_SOURCE = ("InfiniBand PortInfo/PortCounters (LinkDownedCounter, SymbolErrorCounter); a port that is down or "
+             "flaps is a cable or transceiver fault (NVIDIA cable validation guidance)")
+OWN_CHOICE = "Hangar operating choice (no vendor figure); tune in health/policy.py"
 
 # heartbeat_defaults (reliability.csv, Kubernetes node lifecycle defaults): 10 s beat,
 # unknown after 40 s, quarantine after 300 s.
@@ -36,20 +52,49 @@ LAPSE_WINDOW = timedelta(seconds=60)
 GROUP_LAPSE_MIN_NODES = 3
 GROUP_LAPSE_SHARE = 0.5
 
-THERMAL_THROTTLE_C = 87  # H100 SXM slowdown threshold reported by nvidia-smi (~87 C)
 REPEAT_WINDOW = timedelta(days=7)  # same fault twice in 7 days → fatal
-FLAP_WINDOW = timedelta(days=7)  # failed validation twice in 7 days → not accepted a third time
+FLAP_WINDOW = timedelta(days=7)  # failed validation (or burn-in) twice in 7 days → an operator decides
 FLAP_FAILURES = 2
 RMA_WINDOW = timedelta(days=30)  # third triage in 30 days → RMA
 RMA_TRIAGES = 3
 EVENT_EXPIRY = timedelta(hours=24)  # an info/warn event signal that does not recur clears after this
 HISTORY_RETENTION = timedelta(days=30)  # ConditionEvent rows older than this are pruned by the sweep
 
+# ---- thermal: throttle reasons and per-SKU slowdown temperature, sustained over a window ------
+THERMAL_WINDOW = timedelta(minutes=10)  # OWN_CHOICE: a burst of slowdown under a load step is not a fault
+# Fallback slowdown temperature per GPU model when the GPU does not report its own threshold
+# (NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, which the agent sends as `slowdown_temp_c`).
+SLOWDOWN_TEMP_C: dict[str, int] = {
+    "H100": 89,  # nvidia-smi -q gpu_temp_slow_threshold on H100 SXM5 (recorded in tests/agent/samples)
+}
+THERMAL_THROTTLE_C = SLOWDOWN_TEMP_C["H100"]  # kept for the console line and older callers
+THROTTLE_THERMAL_BITS = 0x20 | 0x40  # SW thermal slowdown | HW thermal slowdown (NVML)
+
+# ---- links: error counters and flaps over the agent's one-hour window -------------------------
+LINK_WINDOW = timedelta(hours=1)
+IB_LINK_DOWNED_REPAIR = 3  # OWN_CHOICE: three downs of one port in an hour is a flapping link
+IB_SYMBOL_ERRORS_WARN = 100  # OWN_CHOICE: symbol errors per hour worth a look (BER degrading)
+NVLINK_ERRORS_WARN = 100  # OWN_CHOICE: NVLink replay+recovery+CRC errors per hour (DCGM flags any increase)
+
+# ---- NVML recovery action (nvmlDeviceGpuRecoveryAction_t) -----------------------------------
+RECOVERY_ACTIONS: dict[int, tuple[str, str | None, str]] = {
+    # value: (name, severity or None for no action, what NVIDIA says to do)
+    0: ("none", None, "no action: the GPU can be used again by a new process"),
+    1: ("gpu_reset", S.RESET, "terminate GPU processes and reset the GPU"),
+    2: ("node_reboot", S.REBOOT, "reboot the node: the OS may be in an inconsistent state"),
+    3: ("drain_p2p", S.RESET, "drain peer-to-peer (NVLink) traffic, then reset; holds the NVLink domain"),
+    4: ("drain_and_reset", S.RESET, "drain peer-to-peer traffic and reset the GPU; holds the NVLink domain"),
+    5: ("recover_imex_domain", S.REBOOT, "recover the IMEX (NVLink) domain: every tray of the domain"),
+    6: ("bus_reset", S.RESET, "reset the GPU's PCIe bus"),
+    7: ("system_reboot", S.REBOOT, "reboot the system"),
+}
+
 ACTIONS: dict[str, str] = {
     S.INFO: "record",
     S.WARN: "mark degraded (placed last)",
     S.RESET: "quarantine → drain → GPU reset → DCGM r2 + NCCL + IB → validate",
     S.REBOOT: "quarantine → drain → power cycle → DCGM r3 + NCCL + IB → validate",
+    S.REPAIR: "quarantine → triage with a repair ticket (cable/transceiver); no reset, no power cycle",
     S.FATAL: "quarantine → triage → repair or RMA; tenant credited; capacity backfilled",
 }
 
@@ -59,74 +104,123 @@ class Rule:
     signal: str
     severity: str
     description: str
+    source: str
     event: bool = False  # an occurrence (XID), not a level the heartbeat re-reports
+    then: str = ""  # what the sweep does beyond the severity's chain
 
 
-XID_SEVERITY: dict[int, str] = {
-    **{x: S.INFO for x in (13, 31, 43, 45, 63, 92)},
-    94: S.WARN,
-    **{x: S.RESET for x in (46, 48, 62, 95, 109, 119, 120, 136, 140)},
-    79: S.REBOOT,
-    74: S.REBOOT,
-    64: S.FATAL,
+XID_RULES: dict[int, tuple[str, str, str, str]] = {
+    # xid: (severity, description, source, extra action)
+    13: (S.INFO, "graphics engine exception", XID_CATALOG + ": restart the application", ""),
+    31: (S.INFO, "GPU memory page fault", XID_CATALOG + ": restart the application", ""),
+    43: (S.INFO, "GPU stopped processing", XID_CATALOG + ": restart the application", ""),
+    45: (S.INFO, "preemptive cleanup", XID_CATALOG + ": none (follows another fault)", ""),
+    63: (S.INFO, "ECC page retirement / row remap event", NVIDIA_ROW_REMAP, ""),
+    92: (S.WARN, "high single-bit ECC rate", XID_CATALOG + ": run field diagnostics",
+         "DCGM level 4 at next idle (node available, no tenant)"),
+    94: (S.WARN, "contained ECC error", XID_CATALOG + ": restart the application; reset at the next drain", ""),
+    46: (S.RESET, "GPU stopped processing (timeout)", XID_CATALOG + ": reset the GPU", ""),
+    48: (S.RESET, "double-bit ECC error", XID_CATALOG + ": reset the GPU", ""),
+    62: (S.RESET, "internal micro-controller halt", XID_CATALOG + ": reset the GPU", ""),
+    95: (S.RESET, "uncontained ECC error", XID_CATALOG + ": reset the GPU", ""),
+    109: (S.RESET, "context switch timeout", XID_CATALOG + ": reset the GPU", ""),
+    119: (S.RESET, "GSP RPC timeout", XID_CATALOG + ": reset the GPU", ""),
+    120: (S.RESET, "GSP error", XID_CATALOG + ": reset the GPU", ""),
+    136: (S.RESET, "link training failure", XID_CATALOG + ": reset the GPU", ""),
+    140: (S.RESET, "unrecovered ECC error", XID_CATALOG + ": reset the GPU", ""),
+    79: (S.REBOOT, "GPU has fallen off the bus", XID_CATALOG + ": reboot the node", ""),
+    74: (S.REBOOT, "NVLink error", XID_CATALOG + ": reset the GPU / check the NVLink fabric",
+         "holds the NVLink domain on rack-scale systems"),
+    64: (S.FATAL, "ECC page retirement / row remap failure", NVIDIA_ROW_REMAP, ""),
+    # Blackwell NVLink errors (GB200/B200): the recovery action field says what to do; without
+    # it the GPU is reset. On NVL72 the whole NVLink domain is held.
+    144: (S.RESET, "NVLink SAW error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    145: (S.RESET, "NVLink RLW error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    146: (S.RESET, "NVLink TLW error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    147: (S.RESET, "NVLink TREX error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    148: (S.RESET, "NVLink NVLPW control error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    149: (S.RESET, "NVLink NETIR error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    150: (S.RESET, "NVLink MSE error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
+    # 154 says "the recovery action changed": the action itself is the NVML field (recovery_*
+    # signals below). Alone (a backend that cannot read the field) it is treated as a reboot.
+    154: (S.REBOOT, "GPU recovery action changed", NVML_RECOVERY,
+          "the recovery action decides; holds the NVLink domain on rack-scale systems"),
 }
-XID_DESCRIPTIONS = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup",
-    63: "ECC page retirement / row remap event",
-    92: "high single-bit ECC rate",
-    94: "contained ECC error",
-    46: "GPU stopped processing (timeout)",
-    48: "double-bit ECC error",
-    62: "internal micro-controller halt",
-    95: "uncontained ECC error",
-    109: "context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    136: "link training failure",
-    140: "unrecovered ECC error",
-    79: "GPU has fallen off the bus",
-    74: "NVLink error",
-    64: "ECC page retirement / row remap failure",
-}
+XID_SEVERITY: dict[int, str] = {x: rule[0] for x, rule in XID_RULES.items()}
+XID_DESCRIPTIONS = {x: rule[1] for x, rule in XID_RULES.items()}
 UNLISTED_XID_SEVERITY = S.INFO  # recorded so an operator sees it; no automatic action
 
 RULES: dict[str, Rule] = {
-    **{
-        f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {XID_DESCRIPTIONS[x]}", event=True)
-        for x, sev in XID_SEVERITY.items()
-    },
-    "ecc_sbe": Rule("ecc_sbe", S.INFO, "single-bit ECC errors corrected"),
-    "row_remap_pending": Rule("row_remap_pending", S.WARN, "row remap pending (needs a GPU reset)"),
-    "row_remap_failed": Rule("row_remap_failed", S.FATAL, "row remap failed (no spare rows)"),
-    "thermal_throttle": Rule("thermal_throttle", S.WARN, f"temperature ≥ {THERMAL_THROTTLE_C} °C (thermal throttle)"),
-    "nvlink_down": Rule("nvlink_down", S.REBOOT, "NVLink link(s) down"),
-    "gpu_count_mismatch": Rule("gpu_count_mismatch", S.REBOOT, "heartbeat reports fewer GPUs than the node type"),
-    "ib_link": Rule("ib_link", S.REBOOT, "InfiniBand port down (ib_link check failed)"),
-    "ib_symbol_errors": Rule("ib_symbol_errors", S.WARN, "InfiniBand symbol errors (ib_link check warned)"),
-    "nvme_smart": Rule("nvme_smart", S.WARN, "NVMe SMART warning"),
-    "heartbeat_lost": Rule("heartbeat_lost", S.REBOOT, "no heartbeat for 300 s"),
-    "dcgm_r1": Rule("dcgm_r1", S.RESET, "DCGM level 1 failed"),
-    "dcgm_r2": Rule("dcgm_r2", S.REBOOT, "DCGM level 2 failed"),
-    "dcgm_r3": Rule("dcgm_r3", S.FATAL, "DCGM level 3 failed"),
-    "nccl_allreduce": Rule("nccl_allreduce", S.RESET, "NCCL all-reduce below expected bandwidth or failed"),
-    "burn_in": Rule("burn_in", S.FATAL, "burn-in failed"),
+    **{f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {desc}", source, event=True, then=then)
+       for x, (sev, desc, source, then) in XID_RULES.items()},
+    **{f"recovery_{name}": Rule(f"recovery_{name}", sev, f"NVML recovery action {value} ({name}): {what}",
+                                NVML_RECOVERY,
+                                then="holds the NVLink domain on rack-scale systems" if value in (3, 4, 5) else "")
+       for value, (name, sev, what) in RECOVERY_ACTIONS.items() if sev is not None},
+    "ecc_sbe": Rule("ecc_sbe", S.INFO, "single-bit ECC errors corrected", NVIDIA_ROW_REMAP),
+    "row_remap_pending": Rule("row_remap_pending", S.WARN, "row remap pending (needs a GPU reset)", NVIDIA_ROW_REMAP),
+    "row_remap_failed": Rule("row_remap_failed", S.FATAL, "row remap failed (no spare rows)", NVIDIA_ROW_REMAP),
+    "thermal_slowdown": Rule("thermal_slowdown", S.INFO,
+                             "thermal slowdown now: a thermal throttle reason is set, or the temperature is at the "
+                             "GPU's slowdown threshold (its own, else the per-SKU table)", NVML_THROTTLE),
+    "thermal_throttle": Rule("thermal_throttle", S.WARN,
+                             f"thermal slowdown sustained for {int(THERMAL_WINDOW.total_seconds() // 60)} min",
+                             f"{NVML_THROTTLE}; window: {OWN_CHOICE}"),
+    "nvlink_down": Rule("nvlink_down", S.REBOOT, "NVLink link(s) down", XID_CATALOG + " (NVLink)",
+                        then="holds the NVLink domain on rack-scale systems"),
+    "nvlink_errors": Rule("nvlink_errors", S.WARN,
+                          f"NVLink replay/recovery/CRC errors ≥ {NVLINK_ERRORS_WARN} in an hour",
+                          f"NVML NVLink error counters; threshold: {OWN_CHOICE}"),
+    "gpu_count_mismatch": Rule("gpu_count_mismatch", S.REBOOT, "heartbeat reports fewer GPUs than the node type",
+                               XID_CATALOG + " (XID 79 class: GPU missing from the bus)"),
+    "ib_link": Rule("ib_link", S.REPAIR, "InfiniBand port down (ib_link check failed)", IB_SOURCE,
+                    then="repair ticket: inspect or replace the cable/transceiver"),
+    "ib_port_down": Rule("ib_port_down", S.REPAIR, "InfiniBand port down (heartbeat port state)", IB_SOURCE,
+                         then="repair ticket: inspect or replace the cable/transceiver"),
+    "ib_link_flapping": Rule("ib_link_flapping", S.REPAIR,
+                             f"InfiniBand port went down ≥ {IB_LINK_DOWNED_REPAIR} times in an hour",
+                             f"{IB_SOURCE}; threshold: {OWN_CHOICE}",
+                             then="repair ticket: inspect or replace the cable/transceiver"),
+    "ib_symbol_errors": Rule("ib_symbol_errors", S.WARN,
+                             f"InfiniBand symbol errors (ib_link check warned, or ≥ {IB_SYMBOL_ERRORS_WARN} in an hour)",
+                             f"{IB_SOURCE}; threshold: {OWN_CHOICE}"),
+    "nvme_smart": Rule("nvme_smart", S.WARN, "NVMe SMART warning", "NVMe specification, SMART critical warning"),
+    "heartbeat_lost": Rule("heartbeat_lost", S.REBOOT, "no heartbeat for 300 s",
+                           f"{HEARTBEAT_SOURCE.source} ({HEARTBEAT_SOURCE.value})"),
+    "dcgm_r1": Rule("dcgm_r1", S.RESET, "DCGM level 1 failed", DCGM_SOURCE),
+    "dcgm_r2": Rule("dcgm_r2", S.REBOOT, "DCGM level 2 failed", DCGM_SOURCE),
+    "dcgm_r3": Rule("dcgm_r3", S.FATAL, "DCGM level 3 failed", DCGM_SOURCE),
+    "dcgm_r4": Rule("dcgm_r4", S.FATAL, "DCGM level 4 (memory tests) failed", DCGM_SOURCE),
+    "nccl_allreduce": Rule("nccl_allreduce", S.RESET, "NCCL all-reduce below expected bandwidth or failed",
+                           "NCCL tests (all_reduce_perf) bus bandwidth"),
+    "burn_in": Rule("burn_in", S.FATAL, "burn-in failed", f"facility.csv burn_in_per_rack: {BURN_IN_SOURCE.source}"),
 }
 
+# Signals that, on a rack-scale system (NVL72), hold every tray of the NVLink domain.
+DOMAIN_SIGNALS = frozenset({"nvlink_down", "xid_74", "xid_154", *(f"xid_{x}" for x in range(144, 151)),
+                            "recovery_drain_p2p", "recovery_drain_and_reset", "recovery_recover_imex_domain"})
+IDLE_DIAGNOSTIC_SIGNALS = {"xid_92": "dcgm_r4"}  # signal → the diagnostic run when the node is next idle
+REPAIR_TICKET = "repair ticket: inspect or replace the cable/transceiver of the port; a power cycle will not fix it"
+
 # Escalations the sweep applies on top of single signals (need history or combinations).
-ESCALATIONS: tuple[tuple[str, str, str], ...] = (
-    ("xid_48 with xid_63/xid_64 repeating", S.FATAL, "double-bit ECC with repeated page retirement"),
-    ("same fault twice in 7 days", S.FATAL, "a reset/reboot-class signal raised again within 7 days"),
-    ("failed validation twice in 7 days", "triage", "not accepted on a third pass (flapping)"),
-    ("third triage in 30 days", "rma", "sent for RMA"),
+ESCALATIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("xid_48 with xid_63/xid_64 repeating", S.FATAL, "double-bit ECC with repeated page retirement",
+     NVIDIA_ROW_REMAP),
+    ("same fault twice in 7 days", S.FATAL, "a reset/reboot-class signal raised again within 7 days", OWN_CHOICE),
+    ("failed validation or burn-in twice in 7 days", "operator decision",
+     "a pass after two failures is not accepted unattended: triage (validation) or burn_in_failed (burn-in)",
+     OWN_CHOICE),
+    ("third triage in 30 days", "rma", "sent for RMA (through the drive gate)", OWN_CHOICE),
+    (f"thermal_slowdown for {int(THERMAL_WINDOW.total_seconds() // 60)} min", S.WARN, "thermal_throttle raised",
+     f"{NVML_THROTTLE}; window: {OWN_CHOICE}"),
+    ("GPU/NVLink fault on an NVL72 tray", "hold domain",
+     "every tray of the rack's NVLink domain is cordoned and its tenants moved off as a unit",
+     "NVIDIA GB200 NVL72: 72 GPUs in one NVLink domain (generations.csv)"),
 )
 
 # A failing health-report check raises the condition named here; a warning raises the second.
-CHECK_FAIL_SIGNAL = {
-    name: name for name in ("dcgm_r1", "dcgm_r2", "dcgm_r3", "nccl_allreduce", "ib_link", "nvme_smart", "burn_in")
-}
+CHECK_FAIL_SIGNAL = {name: name for name in ("dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "nccl_allreduce", "ib_link",
+                                               "nvme_smart", "burn_in")}
 CHECK_WARN_SIGNAL = {"ib_link": "ib_symbol_errors", "nvme_smart": "nvme_smart"}
 # A passing check clears these conditions.
 CHECK_PASS_CLEARS = {
@@ -134,9 +228,10 @@ CHECK_PASS_CLEARS = {
 }
 
 # Level signals the heartbeat reports every time: absent from a heartbeat → cleared.
-HEARTBEAT_LEVEL_SIGNALS = frozenset(
-    {"ecc_sbe", "row_remap_pending", "thermal_throttle", "nvlink_down", "gpu_count_mismatch", "heartbeat_lost"}
-)
+HEARTBEAT_LEVEL_SIGNALS = frozenset({"ecc_sbe", "row_remap_pending", "thermal_slowdown", "nvlink_down",
+                                     "nvlink_errors", "gpu_count_mismatch", "heartbeat_lost", "ib_port_down",
+                                     "ib_link_flapping", *(f"recovery_{name}" for name, sev, _ in
+                                                           RECOVERY_ACTIONS.values() if sev is not None)})
 
 # The validation gate (health.services.gate).
 GATE_AFTER_RESET = ("dcgm_r2", "nccl_allreduce", "ib_link")
@@ -154,11 +249,18 @@ def is_event(signal: str) -> bool:
     return rule.event if rule else signal.startswith("xid_")
 
 
-def policy_rows() -> list[dict]:
-    """The table the console shows: one row per signal, most severe first."""
+def slowdown_temp_c(gpu_model: str) -> int | None:
+    """The per-SKU fallback slowdown temperature for a node type's GPU model."""
+    for prefix, temp in SLOWDOWN_TEMP_C.items():
+        if gpu_model.upper().startswith(prefix):
+            return temp
+    return None
 
-    rows = [
-        {"signal": r.signal, "severity": r.severity, "description": r.description, "action": ACTIONS[r.severity]}
-        for r in RULES.values()
-    ]
+
+def policy_rows() -> list[dict]:
+    """The table the console shows: one row per signal, most severe first, each with its source."""
+
+    rows = [{"signal": r.signal, "severity": r.severity, "description": r.description, "source": r.source,
+             "action": ACTIONS[r.severity] + (f"; {r.then}" if r.then else "")}
+            for r in RULES.values()]
     return sorted(rows, key=lambda r: (-SEVERITY_RANK[r["severity"]], r["signal"]))

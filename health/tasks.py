@@ -8,3 +8,10 @@ from health.services.sweep import run_health_sweep
 def health_sweep() -> dict:
 
     return run_health_sweep()
+
+
+@shared_task(name="health.tasks.rack_power_check", soft_time_limit=30, time_limit=50)
+def rack_power_check() -> dict | None:
+    from health.services.rack_power import run_rack_power_check
+
+    return run_rack_power_check()

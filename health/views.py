@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from core.api.lookups import parse_uuid
-from core.decorators import operator_required
+from core.decorators import console_action, operator_required
 from fleet.choices import Attribution
 from fleet.models import Node
 
@@ -58,6 +58,7 @@ class PostmortemForm(forms.Form):
 
 
 @operator_required
+@console_action("incident.postmortem")
 def incident(request, pk):
     incident_id = parse_uuid(pk)
     found = selectors.incident_detail(incident_id) if incident_id else None
@@ -97,6 +98,7 @@ class OperatorIncidentForm(forms.Form):
 
 
 @operator_required
+@console_action("incident.open")
 def new_incident(request):
     form = OperatorIncidentForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

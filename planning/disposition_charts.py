@@ -18,22 +18,20 @@ from planning.engines.disposition import (
 
 
 def return_per_node_figure(values: OptionValues, horizon_months: int) -> go.Figure:
-    """Return per node of each available option, freed power stacked on top.
+    """Cash per node of each available option, with freed power stacked on top as opportunity.
 
-    The freed-power part is shown apart because it is an opportunity value (what
-    newer hardware earns in the kilowatts), not cash from the old node; an
-    operator should see how much of a leaving option's lead rests on it.
+    The freed-power part is shown apart because it is an opportunity value (the wholesale rent
+    of the kilowatts the migration reuses), not cash from the old node; an operator should see
+    how much of a leaving option's lead would rest on it.
     """
     options = values.available()
     names = [v.option.value for v in options]
-    # The own part is the rounded total minus the rounded freed part, so the
-    # stack tops out at exactly the total the reasoning quotes.
     freed = [to_cents(v.freed_power_value) for v in options]
-    own = [float(to_cents(v.return_per_node) - f) for v, f in zip(options, freed)]
+    cash = [float(to_cents(v.cash)) for v in options]
     figure = go.Figure(
         data=[
-            go.Bar(name="node's own return", x=names, y=own),
-            go.Bar(name="freed power value", x=names, y=[float(f) for f in freed]),
+            go.Bar(name="cash (margin, proceeds, residual)", x=names, y=cash),
+            go.Bar(name="opportunity: reused power (not cash)", x=names, y=[float(f) for f in freed]),
         ]
     )
     figure.update_layout(

@@ -18,6 +18,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Count, Q
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -30,17 +31,22 @@ from planning.engines import migration as mp
 # Nodes in these states are gone from the fleet a migration has to replace.
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
 DEFAULT_TARGET = "gb200-nvl72"
-# Demo policy (operator input, not reference figures): the target delivers 2x per GPU,
-# the floor is 3/4 of today's GPUs, the largest job half of them, four 8-rack scalable
-# units arrive in weeks 4, 12, 40 and 56 and together bring 9/8 of today's GPUs (8 NVL72
-# racks each for the 2,048-GPU demo), the last 16 air positions get a CDU.
-DEFAULT_TARGET_PERF = 2.0
-DEFAULT_FLOOR_FRACTION = 0.75
+# Defaults. The floor is today's capacity in the chosen unit (H100-equivalents for training
+# unless the operator picks raw GPUs or inference), so by default nothing leaves before it is
+# replaced. Performance ratios come from generations.csv. Demo policy (operator input, not
+# reference figures): the largest job is half of today's GPUs; deliveries are 8-rack scalable
+# units (the SuperPOD unit, generations.csv) 8 weeks apart from week 4, as many as bring 9/8
+# of today's capacity in the floor unit; the last 16 air positions get a CDU.
+FLOOR_UNITS = ("h100e", "gpus")
+DEFAULT_FLOOR_UNIT = "h100e"
+DEFAULT_WORKLOAD = "training"
 DEFAULT_JOB_FRACTION = 0.5
-DEFAULT_DELIVERY_WEEKS = (4, 12, 40, 56)
+RACKS_PER_SCALABLE_UNIT = 8
+FIRST_DELIVERY_WEEK = 4
+WEEKS_BETWEEN_DELIVERIES = 8
 DEFAULT_GROWTH = 1.125
 DEFAULT_CDU_POSITIONS = 16
-PERF_SOURCE = "operator input (no reference figure for relative performance)"
+OVERRIDE_SOURCE = "operator input (overrides generations.csv)"
 
 
 class PlanInputError(Exception):
@@ -79,6 +85,17 @@ class FacilityUpgradeSerializer(serializers.Serializer):
     )
 
 
+class HallFacilitySerializer(serializers.Serializer):
+    hall = serializers.UUIDField(help_text="hall id in scope")
+    cdu_units = serializers.IntegerField(min_value=1, max_value=1000, required=False, allow_null=True,
+                                         help_text="CDUs serving the hall; capacity counts all but one (N+1)")
+    cdu_unit_kw = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
+    air_cooling_kw = serializers.FloatField(min_value=0, max_value=1_000_000, required=False, allow_null=True,
+                                            help_text="room-air heat the hall's air handlers remove")
+    floor_load_kpa = serializers.FloatField(min_value=0, max_value=1000, required=False, allow_null=True,
+                                            help_text="rated distributed floor load")
+
+
 class PlanParametersSerializer(serializers.Serializer):
     """What an operator decides; every field has a default from the inventory or the reference data."""
 
@@ -92,8 +109,17 @@ class PlanParametersSerializer(serializers.Serializer):
         help_text="rack ids or names in scope; default: every rack of the halls in scope",
     )
     target_node_type = serializers.SlugField(required=False, help_text=f"catalogue slug; default {DEFAULT_TARGET}")
-    target_perf_per_gpu = serializers.FloatField(min_value=0.01, max_value=100, required=False,
-                                                 help_text="performance of one target GPU relative to one current GPU")
+    target_perf_per_gpu = serializers.FloatField(
+        min_value=0.01, max_value=100, required=False, allow_null=True,
+        help_text="H100-equivalents per target GPU for the workload; default: generations.csv")
+    perf_overrides = serializers.DictField(
+        child=serializers.FloatField(min_value=0.01, max_value=100), required=False, allow_empty=True,
+        help_text="node type slug -> H100-equivalents per GPU, overriding generations.csv for the current fleet")
+    workload = serializers.ChoiceField(choices=["training", "inference"], required=False,
+                                       help_text="which generations.csv ratio normalises capacity (default training)")
+    floor_unit = serializers.ChoiceField(choices=list(FLOOR_UNITS), required=False,
+                                         help_text="unit of the default floor: h100e (default) or gpus")
+    hall_facilities = HallFacilitySerializer(many=True, required=False, max_length=1000)
     deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
     burn_in_days = serializers.IntegerField(min_value=0, max_value=365, required=False, allow_null=True,
                                             help_text="default: high end of burn_in_per_rack (facility.csv)")
@@ -102,8 +128,11 @@ class PlanParametersSerializer(serializers.Serializer):
     sanitise_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
     ship_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
     facility_upgrades = FacilityUpgradeSerializer(many=True, required=False)
-    capacity_floor_gpus = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False)
-    capacity_floor_perf = serializers.FloatField(min_value=0, max_value=1e9, required=False, allow_null=True, default=None)
+    capacity_floor_gpus = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False,
+                                                   help_text="raw GPU floor; default: today's GPUs when floor_unit=gpus, else 0")
+    capacity_floor_perf = serializers.FloatField(
+        min_value=0, max_value=1e9, required=False, allow_null=True,
+        help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none")
     largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
     horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
     power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
@@ -167,36 +196,83 @@ def _json_ready(data: dict) -> dict:
     return conv(data)
 
 
-def default_parameters(*, start: date | None = None, halls: list[str] | None = None) -> dict:
-    """The demo defaults over the inventory of ``halls`` (default: every hall); the console form's prefill."""
+def _perf_ratio(gpu_model: str, workload: str, overrides: dict | None = None, slug: str | None = None) -> float:
+    if overrides and slug in overrides:
+        return float(overrides[slug])
+    row = reference_generation(gpu_model)
+    ratio = row.training_vs_h100 if workload == "training" else row.inference_vs_h100
+    return float(ratio) if ratio is not None else 1.0
+
+
+def current_capacity(halls: list[str], workload: str, overrides: dict | None = None,
+                     positions: list[str] | None = None) -> tuple[int, float]:
+    """Today's (GPUs, H100-equivalents) in the halls in scope: what the default floor holds."""
+    nodes = Node.objects.exclude(lifecycle__in=GONE).filter(rack__hall_id__in=halls)
+    if positions is not None:
+        nodes = nodes.filter(Q(rack_id__in=[p for p in positions if _is_uuid(p)]) | Q(rack__name__in=positions))
+    gpus, perf = 0, 0.0
+    for slug, model, per_node, count in (nodes.values_list("node_type__slug", "node_type__gpu_model",
+                                                            "node_type__gpus_per_node")
+                                         .annotate(n=Count("id")).order_by()):
+        gpus += per_node * count
+        perf += per_node * count * _perf_ratio(model, workload, overrides, slug)
+    return gpus, round(perf, 2)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def default_parameters(*, start: date | None = None, halls: list[str] | None = None,
+                       workload: str = DEFAULT_WORKLOAD, floor_unit: str = DEFAULT_FLOOR_UNIT,
+                       target_slug: str = DEFAULT_TARGET, perf_overrides: dict | None = None) -> dict:
+    """The defaults over the inventory of ``halls`` (default: every hall); the console form's prefill.
+
+    The floor is today's capacity in ``floor_unit``; the deliveries are as many 8-rack scalable
+    units of the target as bring 9/8 of it.
+    """
     start = start or next_monday()
     if halls is None:
         halls = list(Hall.objects.order_by("site__name", "name").values_list("id", flat=True))
-    nodes = (Node.objects.exclude(lifecycle__in=GONE).filter(rack__hall_id__in=halls)
-             .values_list("node_type__gpus_per_node", flat=True))
-    gpus = sum(nodes)
+    gpus, perf = current_capacity(halls, workload, perf_overrides)
     air_racks = list(Rack.objects.filter(hall_id__in=halls, cooling__in=["air", "rear_door"], nodes__isnull=False)
                      .distinct().order_by("hall__name", "row", "column", "name").values_list("name", flat=True))
     cdu = air_racks[-DEFAULT_CDU_POSITIONS:]
-    target = mp.NodeTypeSpec.from_reference(NodeType.objects.get(slug=DEFAULT_TARGET).gpu_model)
-    racks_per_unit = max(1, math.ceil(gpus * DEFAULT_GROWTH / target.gpus_per_rack / len(DEFAULT_DELIVERY_WEEKS)))
+    target_row = NodeType.objects.filter(slug=target_slug).first() or NodeType.objects.get(slug=DEFAULT_TARGET)
+    try:
+        target = mp.NodeTypeSpec.from_reference(target_row.gpu_model, workload=workload)  # type: ignore[arg-type]
+        per_gpu, per_rack = target.perf_per_gpu, target.gpus_per_rack
+    except (KeyError, ValueError):  # no rack figure: size by nodes; build_inputs reports what is missing
+        per_gpu, per_rack = 1.0, target_row.gpus_per_node
+    want = (perf if floor_unit == "h100e" else gpus) * DEFAULT_GROWTH
+    per_gpu = per_gpu if floor_unit == "h100e" else 1.0
+    racks = max(1, math.ceil(want / per_gpu / per_rack - 1e-9))
+    units = max(1, math.ceil(racks / RACKS_PER_SCALABLE_UNIT))
     return {
-        "name": f"Migration to {DEFAULT_TARGET}",
+        "name": f"Migration to {target_row.slug}",
         "start": start.isoformat(),
         "halls": [str(h) for h in halls],
-        "target_node_type": DEFAULT_TARGET,
-        "target_perf_per_gpu": DEFAULT_TARGET_PERF,
+        "target_node_type": target_row.slug,
+        "target_perf_per_gpu": None,
+        "perf_overrides": dict(perf_overrides or {}),
+        "workload": workload,
+        "floor_unit": floor_unit,
+        "hall_facilities": [],
         "deliveries": [
-            {"date": (start + timedelta(weeks=w)).isoformat(), "scalable_units": 1,
-             "racks_per_unit": racks_per_unit, "label": f"SU{i + 1}"}
-            for i, w in enumerate(DEFAULT_DELIVERY_WEEKS)
+            {"date": (start + timedelta(weeks=FIRST_DELIVERY_WEEK + i * WEEKS_BETWEEN_DELIVERIES)).isoformat(),
+             "scalable_units": 1, "racks_per_unit": RACKS_PER_SCALABLE_UNIT, "label": f"SU{i + 1}"}
+            for i in range(units)
         ],
         "burn_in_days": None,
         "cut_over_days": 1, "drain_days": 7, "sanitise_days": 7, "ship_days": 7,
         "facility_upgrades": [{"kind": "cdu_install", "positions": cdu, "earliest_start": start.isoformat(),
                                "lead_time_days": None, "power_kw_after": None, "cooling_kw_after": None}] if cdu else [],
-        "capacity_floor_gpus": int(gpus * DEFAULT_FLOOR_FRACTION),
-        "capacity_floor_perf": None,
+        "capacity_floor_gpus": gpus if floor_unit == "gpus" else 0,
+        "capacity_floor_perf": perf if floor_unit == "h100e" else None,
         "largest_job_gpus": max(1, int(gpus * DEFAULT_JOB_FRACTION)),
         "horizon_weeks": 104,
         "power_margin": 0.05,
@@ -212,7 +288,15 @@ def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
         raise PlanInputError(field_errors(serializer.errors))
     given = _json_ready(dict(serializer.validated_data))
     start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
-    params = default_parameters(start=start, halls=given.get("halls"))
+    params = default_parameters(
+        start=start, halls=given.get("halls"), workload=given.get("workload", DEFAULT_WORKLOAD),
+        floor_unit=given.get("floor_unit", DEFAULT_FLOOR_UNIT),
+        target_slug=given.get("target_node_type", DEFAULT_TARGET), perf_overrides=given.get("perf_overrides"))
+    if "positions" in given and "capacity_floor_gpus" not in given and "capacity_floor_perf" not in given:
+        # A narrower scope: the default floor is that scope's capacity, not the halls'.
+        gpus, perf = current_capacity(params["halls"], params["workload"], params["perf_overrides"], given["positions"])
+        params["capacity_floor_gpus"] = gpus if params["floor_unit"] == "gpus" else 0
+        params["capacity_floor_perf"] = perf if params["floor_unit"] == "h100e" else None
     params.update({k: v for k, v in given.items()})
     if not params.get("name"):
         params["name"] = f"Migration to {params['target_node_type']}"
@@ -277,13 +361,17 @@ def build_inputs(params: dict) -> mp.PlanInputs:
                                              adds_cooling_kw=adds_cooling)
             upgrades[str(rack.id)] = upgrade
     target = None
+    workload = params.get("workload", DEFAULT_WORKLOAD)
+    overrides = params.get("perf_overrides") or {}
     if target_row is not None:
+        override = params.get("target_perf_per_gpu")
         try:
-            target = mp.NodeTypeSpec.from_reference(target_row.gpu_model, name=target_row.slug,
-                                                    perf_per_gpu=params["target_perf_per_gpu"], perf_source=PERF_SOURCE)
+            target = mp.NodeTypeSpec.from_reference(
+                target_row.gpu_model, name=target_row.slug, workload=workload, perf_per_gpu=override,
+                perf_source=OVERRIDE_SOURCE if override is not None else None)
         except (KeyError, ValueError) as exc:
             errors.append({"field": "target_node_type", "message": f"{target_row.slug} cannot be planned: {exc}"})
-    fleet = _fleet_blocks([r.id for r in racks], target_row, errors)
+    fleet, kept = _fleet_blocks([r.id for r in racks], target_row, errors, workload, overrides, target)
     if errors:
         raise PlanInputError(errors)
     positions = tuple(
@@ -292,8 +380,18 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         for r in racks
     )
     hall_ids = {p.hall_id for p in positions}
-    halls = tuple(mp.Hall(hall_label[hid], hall_label[hid], float(h.it_power_budget_kw), float(h.pue))
-                  for hid, h in hall_rows.items() if hall_label[hid] in hall_ids)
+    facilities: dict[str, dict] = {}
+    for i, fac in enumerate(params.get("hall_facilities") or []):
+        if str(fac["hall"]) not in hall_rows:
+            raise PlanInputError([{"field": f"hall_facilities[{i}].hall",
+                                   "message": "That hall is not in scope; list it in halls first."}])
+        facilities[str(fac["hall"])] = fac
+    halls = tuple(
+        mp.Hall(hall_label[hid], hall_label[hid], float(h.it_power_budget_kw), float(h.pue),
+                cdu_units=facilities.get(hid, {}).get("cdu_units"), cdu_unit_kw=facilities.get(hid, {}).get("cdu_unit_kw"),
+                air_cooling_kw=facilities.get(hid, {}).get("air_cooling_kw"),
+                floor_load_kpa=facilities.get(hid, {}).get("floor_load_kpa"))
+        for hid, h in hall_rows.items() if hall_label[hid] in hall_ids)
     assert target is not None
     delivered = sum(d["scalable_units"] * d["racks_per_unit"] for d in params["deliveries"])
     if delivered > len(racks):
@@ -309,6 +407,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     return mp.PlanInputs(
         start=start, halls=halls, positions=positions, fleet=fleet, target=target, deliveries=deliveries,
         capacity_floor_gpus=params["capacity_floor_gpus"], largest_job_gpus=params["largest_job_gpus"],
+        kept=kept, workload=workload,
         capacity_floor_perf=params.get("capacity_floor_perf"), horizon_weeks=params["horizon_weeks"],
         burn_in_days=params.get("burn_in_days"), cut_over_days=params["cut_over_days"],
         drain_days=params["drain_days"], sanitise_days=params["sanitise_days"], ship_days=params["ship_days"],
@@ -316,8 +415,11 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     )
 
 
-def _fleet_blocks(rack_ids: list, target_row: NodeType | None, errors: list[dict]) -> tuple[mp.FleetBlock, ...]:
-    """The current fleet in scope: one block per (node type, nodes per rack), racks in inventory order."""
+def _fleet_blocks(rack_ids: list, target_row: NodeType | None, errors: list[dict], workload: str,
+                  overrides: dict, target: mp.NodeTypeSpec | None,
+                  ) -> tuple[tuple[mp.FleetBlock, ...], tuple[mp.FleetBlock, ...]]:
+    """The fleet in scope, one block per (node type, nodes per rack), racks in inventory order:
+    (what migrates, what already is the target generation and stays)."""
     counts: Counter = Counter()
     types: dict[str, NodeType] = {}
     per_rack: dict[str, set[str]] = defaultdict(set)
@@ -331,23 +433,28 @@ def _fleet_blocks(rack_ids: list, target_row: NodeType | None, errors: list[dict
     if mixed:
         errors.append({"field": "positions", "message": f"{len(mixed)} racks hold more than one node type (e.g. {mixed[0]}); "
                                                         "leave them out of the scope or plan them separately."})
-        return ()
+        return (), ()
     groups: dict[tuple[str, int], list[str]] = defaultdict(list)
     order = {str(rid): i for i, rid in enumerate(rack_ids)}
     for (rack_id, slug), n in sorted(counts.items(), key=lambda kv: order[kv[0][0]]):
         groups[(slug, n)].append(rack_id)
-    blocks = []
+    blocks, kept = [], []
     for (slug, per), rack_list in groups.items():
         row = types[slug]
-        if target_row is not None and slug == target_row.slug:
-            continue  # already the target generation: stays, not migrated
+        if target_row is not None and slug == target_row.slug and target is not None:
+            # Already the target generation: stays, occupies its rack, draws power, counts as capacity.
+            kept.append(mp.FleetBlock(f"{slug}x{per}", target, per * len(rack_list), tuple(rack_list)))
+            continue
         try:
-            spec = mp.NodeTypeSpec.from_reference(row.gpu_model, name=slug, nodes_per_rack=per)
+            override = overrides.get(slug)
+            spec = mp.NodeTypeSpec.from_reference(
+                row.gpu_model, name=slug, nodes_per_rack=per, workload=workload,  # type: ignore[arg-type]
+                perf_per_gpu=override, perf_source=OVERRIDE_SOURCE if override is not None else None)
         except (KeyError, ValueError) as exc:
             errors.append({"field": "positions", "message": f"{slug} in the scope cannot be planned: {exc}"})
             continue
         blocks.append(mp.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
-    return tuple(blocks)
+    return tuple(blocks), tuple(kept)
 
 
 # --------------------------------------------------------------------------- canonical JSON
@@ -378,6 +485,10 @@ def _upgrade(d: dict | None) -> mp.FacilityUpgrade | None:
                                  "cost": Decimal(d["cost"]) if d["cost"] is not None else None})
 
 
+def _block(b: dict) -> mp.FleetBlock:
+    return mp.FleetBlock(**{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])})
+
+
 def inputs_from_json(d: dict) -> mp.PlanInputs:
     """Inverse of ``inputs_to_json``: stored plans recompute without reading the inventory."""
     return mp.PlanInputs(**{
@@ -385,25 +496,31 @@ def inputs_from_json(d: dict) -> mp.PlanInputs:
         "start": date.fromisoformat(d["start"]),
         "halls": tuple(mp.Hall(**h) for h in d["halls"]),
         "positions": tuple(mp.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]),
-        "fleet": tuple(mp.FleetBlock(**{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]),
-                                        "position_ids": tuple(b["position_ids"])}) for b in d["fleet"]),
+        "fleet": tuple(_block(b) for b in d["fleet"]),
+        "kept": tuple(_block(b) for b in d.get("kept", ())),
         "target": mp.NodeTypeSpec(**d["target"]),
         "deliveries": tuple(mp.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]),
     })
 
 
-def plan_to_json(plan: mp.MigrationPlan) -> dict:
+def plan_to_json(plan: mp.MigrationPlanResult) -> dict:
     """The stored result: everything the planner said, plus its headline."""
     return {**_plain(asdict(plan)), "headline": plan.headline}
 
 
 def reference_citations() -> list[dict]:
     """The reference rows the planner's defaults come from (shown beside the plan)."""
-    rows = [parameter(n) for n in ("burn_in_per_rack", "cdu_lead_time", "liquid_rack_capacity",
+    rows = [parameter(n) for n in ("cdu_lead_time", "liquid_rack_capacity",
                                    "pue_industry_average", "ndr_two_tier_fat_tree_max_endpoints")]
     cited = [{"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"} for r in rows]
+    for r in (parameter(n) for n in ("burn_in_deadline", "air_cooled_rack_limit_max", "liquid_rack_residual_air_fraction",
+                                     "cdu_redundancy", "floor_loading_tia942_recommended", "rack_footprint",
+                                     "empty_rack_weight")):
+        cited.append({"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"})
     for model in ("H100-SXM5-80GB", "GB200-NVL72"):
         g = reference_generation(model)
         kw = f"{g.node_kw} kW/node" if g.node_kw is not None else f"{g.rack_kw_typical} kW/rack"
         cited.append({"name": model, "value": f"{kw}, {g.cooling}, {g.fabric}", "unit": "", "source": f"generations.csv: {g.source}"})
+        cited.append({"name": f"{model} vs H100", "value": f"training {g.training_vs_h100}, inference {g.inference_vs_h100}",
+                      "unit": "H100-equivalents per GPU", "source": f"generations.csv: {g.perf_source}"})
     return cited

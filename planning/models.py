@@ -100,3 +100,21 @@ class PlannedAction(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key} {self.starts_on}"
+
+
+class CapacityPlan(BaseModel):
+    """A capacity plan: a traffic forecast and a model sized into GPUs, racks and kW per
+    generation per month, with the gap to the current fleet (inputs and answer stored as data)."""
+
+    name = models.CharField(max_length=200)
+    created_by = models.CharField(max_length=200)
+    inputs = models.JSONField(help_text="model, forecast months, target GPU model, measured operating points")
+    result = models.JSONField(help_text="per month and generation: replicas, GPUs, racks, kW; gap; deliveries")
+    migration_plan = models.ForeignKey(MigrationPlan, null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="capacity_plans", help_text="the migration plan made from its gap")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -12,18 +12,26 @@ from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
 from core.api.problems import Problem
-from core.decorators import operator_required
+from core.decorators import console_action, operator_required, permission_denied_page
 from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing, require_permission
 from fleet.models import Hall, Node, NodeType
 from fleet.selectors import data_handling_status, halls_for_filter
 from fleet.services import sanitization
 from fleet.services.lifecycle import InvalidTransition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
-from planning.api.serializers import DispositionPlanIn
-from planning.api.views import create_plan_from
-from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
-from planning.inputs import PlanInputError, default_parameters, reference_citations
-from planning.models import DispositionPlan, MigrationPlan
+from planning.api.serializers import CapacityPlanIn, DispositionPlanIn
+from planning.api.views import create_capacity_from, create_plan_from, migration_from_capacity
+from planning.charts import (
+    capacity_gpus_figure,
+    capacity_need_figure,
+    capacity_perf_figure,
+    capacity_power_figure,
+    power_figure,
+)
+from planning.engines.capacity import reference_models
+from planning.inputs import PlanInputError, default_parameters, field_errors, reference_citations
+from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.selectors import plan_list as plan_list_query
 from planning.selectors import scheduled_work, verdict_groups
 from planning.services.migration_plans import (
@@ -35,7 +43,8 @@ from planning.services.migration_plans import (
 
 PLANS_PER_PAGE = 50
 _NUMBER_FIELDS = ("target_perf_per_gpu", "burn_in_days", "cut_over_days", "drain_days", "sanitise_days", "ship_days",
-                  "capacity_floor_gpus", "largest_job_gpus", "horizon_weeks")
+                  "capacity_floor_gpus", "capacity_floor_perf", "largest_job_gpus", "horizon_weeks")
+_NULLABLE_FIELDS = ("burn_in_days", "target_perf_per_gpu", "capacity_floor_perf")
 
 
 def _chart_json(fig) -> str:
@@ -47,7 +56,8 @@ def _form_values(params: dict) -> dict:
     """Parameters → the strings the form shows."""
     upgrade = (params.get("facility_upgrades") or [{}])[0] if params.get("facility_upgrades") else {}
     return {
-        **{k: "" if params.get(k) is None else params[k] for k in ("name", "start", "target_node_type", *_NUMBER_FIELDS)},
+        **{k: "" if params.get(k) is None else params[k]
+           for k in ("name", "start", "target_node_type", "workload", "floor_unit", *_NUMBER_FIELDS)},
         "halls": params.get("halls", []),
         "deliveries": "\n".join(
             ", ".join(str(x) for x in (d["date"], d["scalable_units"], d["racks_per_unit"], d.get("label", ""))).rstrip(", ")
@@ -63,14 +73,14 @@ def _form_values(params: dict) -> dict:
 def _parameters_from_post(post) -> tuple[dict, list[dict]]:
     """The form's strings → API parameters (the service validates them like an API body)."""
     params: dict = {"halls": post.getlist("halls")}
-    for key in ("name", "start", "target_node_type"):
+    for key in ("name", "start", "target_node_type", "workload", "floor_unit"):
         if post.get(key, "").strip():
             params[key] = post[key].strip()
     for key in _NUMBER_FIELDS:
         value = post.get(key, "").strip()
         if value:
             params[key] = value
-        elif key == "burn_in_days":
+        elif key in _NULLABLE_FIELDS:
             params[key] = None
     errors = []
     deliveries = []
@@ -105,6 +115,7 @@ def migration_list(request):
 
 
 @operator_required
+@console_action("migration_plan.create")
 def migration_create(request):
     errors: list[dict] = []
     if request.method == "POST":
@@ -158,6 +169,7 @@ def migration_detail(request, pk):
 
 @operator_required
 @require_POST
+@console_action("migration_plan.apply")
 def migration_apply(request, pk):
     record = get_object_or_404(MigrationPlan, pk=pk)
     try:
@@ -197,6 +209,7 @@ def _form_to_body(post) -> dict:
 
 
 @operator_required
+@console_action("disposition_plan.create")
 def disposition_list(request):
     errors, form = [], None
     if request.method == "POST":
@@ -248,14 +261,23 @@ def disposition_detail(request, pk):
 
 
 NODE_STEPS = {"bmc_reset": sanitization.record_bmc_reset, "asset_tags": sanitization.record_asset_tags_removed}
+# The permission-table action of each button on the plan page.
+PLAN_PAGE_ACTIONS = {"bmc_reset": "node.record_bmc_reset", "asset_tags": "node.record_asset_tags_removed",
+                     "custody": "node.record_custody_transfer", "sanitize": "node.sanitize",
+                     "retire": "node.retire", "dispose": "node.dispose"}
 
 
 @operator_required
 @require_POST
 def disposition_node_action(request, pk):
     """Run one checklist step or lifecycle action on the nodes ticked on the plan page."""
-    plan = get_object_or_404(DispositionPlan, pk=uuid_or_404(pk))
     action = request.POST.get("action", "")
+    if action in PLAN_PAGE_ACTIONS:
+        try:
+            require_permission(request.user, PLAN_PAGE_ACTIONS[action])
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
+    plan = get_object_or_404(DispositionPlan, pk=uuid_or_404(pk))
     ids = [i for i in (parse_uuid(v) for v in request.POST.getlist("node")) if i]
     nodes = list(Node.objects.filter(pk__in=ids, disposition_assignments__plan=plan))
     actor = actor_label(request.user)
@@ -282,7 +304,7 @@ def disposition_node_action(request, pk):
                 messages.error(request, f"Unknown action {action!r}.")
                 break
             done += 1
-        except (ActionRefused, InvalidTransition) as exc:
+        except (ActionRefused, InvalidTransition, sanitization.CustodyRefused) as exc:
             refused.append(f"{node.hostname}: {exc}")
     if done:
         messages.success(request, f"{action.replace('_', ' ')}: done on {done} node(s).")
@@ -291,3 +313,68 @@ def disposition_node_action(request, pk):
     if len(refused) > 10:
         messages.warning(request, f"... and {len(refused) - 10} more refused.")
     return redirect("planning:disposition-plan-detail", pk=plan.pk)
+
+
+# ---- capacity plans
+
+CAPACITY_PER_PAGE = 50
+CAPACITY_MONTHS = 6
+
+
+def _capacity_body(post) -> dict:
+    forecast = []
+    for i in range(CAPACITY_MONTHS):
+        month = post.get(f"month_{i}", "").strip()
+        if month:
+            forecast.append({"month": month, "tokens_per_s": post.get(f"tokens_{i}") or None,
+                             "prompt_tokens": post.get("prompt_tokens") or 0,
+                             "output_tokens": post.get("output_tokens") or 0,
+                             "tpot_ms_target": post.get("tpot_ms_target") or None})
+    return {"name": post.get("name", "").strip(), "model_name": post.get("model_name", ""), "forecast": forecast,
+            "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
+            "gpu_models": [m for m in post.getlist("gpu_models") if m]}
+
+
+@operator_required
+@console_action("capacity_plan.create")
+def capacity_list(request):
+    errors: list[dict] = []
+    if request.method == "POST":
+        body = CapacityPlanIn(data=_capacity_body(request.POST))
+        if body.is_valid():
+            try:
+                plan = create_capacity_from(body.validated_data, actor=actor_label(request.user))
+            except Problem as exc:
+                errors = exc.errors or [{"field": "non_field_errors", "message": str(exc.detail)}]
+            else:
+                return redirect("planning:capacity-plan-detail", pk=plan.pk)
+        else:
+            errors = field_errors(body.errors)
+    page = Paginator(CapacityPlan.objects.defer("inputs", "result").order_by("-created_at"),
+                     CAPACITY_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "planning/capacity_list.html", {
+        "nav": "plans", "page": page, "errors": errors, "models": reference_models(),
+        "months": range(CAPACITY_MONTHS),
+    }, status=400 if errors else 200)
+
+
+@operator_required
+def capacity_detail(request, pk):
+    plan = get_object_or_404(CapacityPlan.objects.select_related("migration_plan"), pk=pk)
+    charts = {"chart-need": _chart_json(capacity_need_figure(plan.result)),
+              "chart-kw": _chart_json(capacity_power_figure(plan.result))}
+    return render(request, "planning/capacity_detail.html",
+                  {"nav": "plans", "plan": plan, "result": plan.result, "charts": charts})
+
+
+@operator_required
+@console_action("capacity_plan.to_migration")
+@require_POST
+def capacity_to_migration(request, pk):
+    plan = get_object_or_404(CapacityPlan, pk=pk)
+    try:
+        migration = migration_from_capacity(plan.pk, actor=actor_label(request.user))
+    except Problem as exc:
+        messages.error(request, str(exc.detail))
+        return redirect("planning:capacity-plan-detail", pk=pk)
+    return redirect("planning:migration-plan-detail", pk=migration.pk)

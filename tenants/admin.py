@@ -1,7 +1,10 @@
-"""Tenant admin."""
+"""Tenant admin. Tenants and memberships are edited here (audited); allocations are read-only,
+because their state moves only through tenants.services.allocations."""
 from django.contrib import admin
 
-from .models import Membership, Tenant
+from core.admin import AuditedModelAdmin, ReadOnlyAdmin
+
+from .models import Allocation, AllocationNode, Membership, Quota, StorageQuota, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -10,8 +13,42 @@ class MembershipInline(admin.TabularInline):
     raw_id_fields = ("user",)
 
 
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    extra = 0
+
+
+class StorageQuotaInline(admin.StackedInline):
+    model = StorageQuota
+    extra = 0
+    max_num = 1
+
+
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(AuditedModelAdmin):
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, QuotaInline, StorageQuotaInline]
+
+
+class AllocationNodeInline(admin.TabularInline):
+    model = AllocationNode
+    fields = ("node", "role", "started_at", "ended_at", "end_reason", "wiped_at")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("node")
+
+
+@admin.register(Allocation)
+class AllocationAdmin(ReadOnlyAdmin):
+    list_display = ("name", "tenant", "instance_type", "node_count", "state", "degraded", "fabric_domain", "created_at")
+    list_filter = ("state", "degraded", "instance_type")
+    search_fields = ("name", "tenant__slug", "memberships__node__hostname")
+    list_select_related = ("tenant", "instance_type", "fabric_domain")
+    inlines = [AllocationNodeInline]
+    show_full_result_count = False

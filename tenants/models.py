@@ -123,6 +123,18 @@ class Quota(BaseModel):
         return f"{self.tenant.slug}: {self.max_nodes} {self.generation}"
 
 
+class StorageQuota(BaseModel):
+    """How much storage a tenant may hold: volumes and their total size. Without a row a tenant
+    may create no volume (like a generation without a node quota)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="storage_quota")
+    max_volumes = models.PositiveIntegerField()
+    max_gb = models.PositiveBigIntegerField(help_text="total size_gb of all the tenant's volumes")
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}: {self.max_volumes} volume(s), {self.max_gb} GB"
+
+
 class FabricPartition(BaseModel):
     """A tenant's slice of one fabric domain: an InfiniBand partition key or an NVLink partition.
 

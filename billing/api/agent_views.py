@@ -9,15 +9,16 @@ from billing.services.ingest import (
     IngestValidationError,
     ingest_meter_events,
 )
-from core.api.authentication import AgentTokenAuthentication
+from core.api.authentication import LedgerAgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
 
 
 class MeterEventsView(APIView):
-    """Signature-only auth and ledger-only writes: never touches the control-plane database."""
+    """Signature-only auth (token and grant) and ledger-only writes: never touches the control-plane
+    database. Events their grant does not allow are answered in `rejected`, never charged."""
 
-    authentication_classes = [AgentTokenAuthentication]
+    authentication_classes = [LedgerAgentTokenAuthentication]
     permission_classes = [IsAgent]
 
     @extend_schema(request=MeterBatchSerializer, responses={202: MeterResultSerializer}, tags=["agent"])
@@ -35,4 +36,6 @@ class MeterEventsView(APIView):
                           "event forever. Nothing in this batch was stored; send new ids for new events.",
                           extra={"event_ids": exc.event_ids},
                           errors=[{"field": "event_id", "message": eid} for eid in exc.event_ids]) from None
-        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=202)
+        return Response({"accepted": result.accepted, "duplicates": result.duplicates,
+                         "rejected": [{"event_id": r.event_id, "code": r.code, "detail": r.detail}
+                                      for r in result.rejected]}, status=202)

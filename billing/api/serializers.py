@@ -1,12 +1,18 @@
 """Response shapes of the billing API (also what the OpenAPI schema shows)."""
+from decimal import Decimal
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from billing.models import RejectionCode
 from billing.periods import format_period
 
 
 class MeterEventSerializer(serializers.Serializer):
     event_id = serializers.CharField(max_length=100)
+    grant = serializers.CharField(max_length=1000, help_text="the metering grant from desired-state that covers "
+                                  "this allocation and [start, end); without one the event is rejected "
+                                  "(grant_missing)")
     allocation_id = serializers.UUIDField()
     tenant_id = serializers.UUIDField()
     sku = serializers.CharField(help_text="instance-type name, e.g. h100-sxm-8x")
@@ -20,9 +26,16 @@ class MeterBatchSerializer(serializers.Serializer):
     events = MeterEventSerializer(many=True, help_text="1 to 1000 events")
 
 
+class MeterRejectionSerializer(serializers.Serializer):
+    event_id = serializers.CharField()
+    code = serializers.ChoiceField(choices=RejectionCode.choices)
+    detail = serializers.CharField()
+
+
 class MeterResultSerializer(serializers.Serializer):
     accepted = serializers.IntegerField()
     duplicates = serializers.IntegerField()
+    rejected = MeterRejectionSerializer(many=True, help_text="events refused and never charged (kept for operators)")
 
 
 @extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-11"})
@@ -34,15 +47,44 @@ class PeriodField(serializers.Field):
 
 
 class InvoiceLineSerializer(serializers.Serializer):
+    position = serializers.IntegerField()
     kind = serializers.CharField()
     sku = serializers.CharField()
     description = serializers.CharField()
     usage_period = PeriodField()
-    quantity = serializers.DecimalField(max_digits=20, decimal_places=6)
+    quantity = serializers.DecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for reading")
+    gpu_seconds = serializers.DecimalField(max_digits=24, decimal_places=6,
+                                           help_text="the exact quantity the amount is computed from")
     unit = serializers.CharField()
-    unit_price = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True)
-    amount = serializers.DecimalField(max_digits=18, decimal_places=2)
+    unit_price = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True,
+                                          help_text="per GPU-hour, the price in force for this line")
+    rate = serializers.DecimalField(max_digits=9, decimal_places=6, help_text="share of the unit price charged")
+    price_version = serializers.IntegerField(allow_null=True)
+    start = serializers.DateTimeField(allow_null=True)
+    end = serializers.DateTimeField(allow_null=True)
+    amount = serializers.DecimalField(max_digits=18, decimal_places=2,
+                                      help_text="± round_half_even(gpu_seconds × unit_price × rate ÷ 3600), unless "
+                                                "`note` says it was capped")
+    note = serializers.CharField()
     reference = serializers.CharField()
+
+
+class CreditNoteLineSerializer(serializers.Serializer):
+    position = serializers.IntegerField()
+    invoice_line = serializers.IntegerField(source="invoice_line.position", help_text="position on the invoice")
+    description = serializers.CharField()
+    amount = serializers.DecimalField(max_digits=18, decimal_places=2)
+
+
+class CreditNoteSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    number = serializers.CharField()
+    invoice = serializers.CharField(source="invoice.number")
+    currency = serializers.CharField()
+    total = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="amount credited")
+    reason = serializers.CharField()
+    issued_at = serializers.DateTimeField()
+    lines = CreditNoteLineSerializer(many=True, source="lines.all")
 
 
 class InvoiceSerializer(serializers.Serializer):
@@ -54,7 +96,11 @@ class InvoiceSerializer(serializers.Serializer):
     total = serializers.DecimalField(max_digits=18, decimal_places=2)
     created_at = serializers.DateTimeField()
     finalized_at = serializers.DateTimeField(allow_null=True)
+    replaces = serializers.CharField(source="replaces.number", allow_null=True, default=None,
+                                     help_text="number of the void invoice this one re-issues")
+    void_reason = serializers.CharField()
     lines = InvoiceLineSerializer(many=True, source="lines.all")
+    credit_notes = CreditNoteSerializer(many=True, source="credit_notes.all")
 
 
 class InvoicePageSerializer(serializers.Serializer):
@@ -64,15 +110,86 @@ class InvoicePageSerializer(serializers.Serializer):
 
 class UsageRowSerializer(serializers.Serializer):
     sku = serializers.CharField()
+    period = PeriodField()
     quantity = serializers.DecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours")
+    gpu_seconds = serializers.DecimalField(max_digits=24, decimal_places=6, help_text="exact quantity")
     unit = serializers.CharField()
+    unit_price = serializers.DecimalField(max_digits=12, decimal_places=6, help_text="in force while it ran")
+    price_version = serializers.IntegerField()
+    start = serializers.DateTimeField(help_text="when this price was in force, within the period")
+    end = serializers.DateTimeField()
     amount = serializers.DecimalField(max_digits=18, decimal_places=2)
     currency = serializers.CharField()
 
 
+class AllocationEnergySerializer(serializers.Serializer):
+    """One allocation's energy in one month (UTC), from the nodes' energy counters (docs/power.md)."""
+
+    allocation_id = serializers.UUIDField()
+    allocation_name = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM (UTC)")
+    it_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="the nodes' wall (IT) energy")
+    measured_kwh = serializers.DecimalField(max_digits=16, decimal_places=3,
+                                            help_text="of it_kwh, from meter counters (BMC or PDU)")
+    estimated_kwh = serializers.DecimalField(max_digits=16, decimal_places=3,
+                                             help_text="of it_kwh, estimated from GPU counters + the host share")
+    facility_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="it_kwh × the hall's PUE")
+    kg_co2e = serializers.DecimalField(max_digits=16, decimal_places=3,
+                                       help_text="facility_kwh × the site's grid carbon intensity")
+    energy_cost = serializers.DecimalField(max_digits=16, decimal_places=2,
+                                           help_text="facility_kwh × the site's electricity price; informational, "
+                                                     "not charged unless the price book prices energy")
+    currency = serializers.CharField()
+    gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=3)
+    avg_kw_per_gpu = serializers.DecimalField(max_digits=10, decimal_places=3, allow_null=True)
+    coverage_pct = serializers.DecimalField(max_digits=5, decimal_places=1, allow_null=True,
+                                            help_text="share of the allocation's node time the counters cover")
+    source = serializers.CharField(help_text="measured, estimate, mixed or none")
+
+
 class UsagePageSerializer(serializers.Serializer):
     results = UsageRowSerializer(many=True)
+    as_of = serializers.DateTimeField(help_text="priced as the draft invoice would price it at this moment")
+    energy = AllocationEnergySerializer(many=True, help_text="energy per allocation and month in the window "
+                                                             "(additive to the usage rows; informational)")
     next_page_token = serializers.CharField(allow_null=True, help_text="always null")
+
+
+class CreditNoteLineRequestSerializer(serializers.Serializer):
+    position = serializers.IntegerField(min_value=1, max_value=100000)
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=Decimal("0.01"),
+                                      max_value=Decimal("1000000000.00"))
+
+
+class CreditNoteRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+    lines = CreditNoteLineRequestSerializer(many=True, min_length=1, max_length=500)
+
+
+class ReissueRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class AdjustmentRequestSerializer(serializers.Serializer):
+    tenant_id = serializers.UUIDField()
+    period = serializers.RegexField(r"^\d{4}-(0[1-9]|1[0-2])$", help_text="YYYY-MM",
+                                    error_messages={"invalid": "Write the period as YYYY-MM, e.g. 2026-11."})
+    amount = serializers.DecimalField(max_digits=10, decimal_places=2, min_value=Decimal("-1000000.00"),
+                                      max_value=Decimal("1000000.00"), help_text="+ charge, − credit")
+    reason = serializers.CharField(max_length=2000)
+    reference = serializers.CharField(max_length=200, required=False, default="")
+
+
+class AdjustmentSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="public_id")
+    kind = serializers.CharField()
+    tenant_id = serializers.UUIDField()
+    period = PeriodField()
+    amount = serializers.DecimalField(max_digits=18, decimal_places=6)
+    reason = serializers.CharField()
+    reference = serializers.CharField()
+    actor = serializers.CharField()
+    created_at = serializers.DateTimeField()
 
 
 class BillingRunRequestSerializer(serializers.Serializer):

@@ -11,25 +11,23 @@ from rest_framework.views import APIView
 
 from billing.api.agent_views import MeterEventsView
 from billing.api.serializers import (
+    AllocationEnergySerializer,
     InvoicePageSerializer,
     InvoiceSerializer,
     UsagePageSerializer,
     UsageRowSerializer,
 )
-from billing.api.views import BillingRunsView
+from billing.api.views import AdjustmentsView, BillingRunsView, CreditNotesView, InvoiceReissueView
 from billing.periods import format_period
-from billing.selectors import (
-    default_usage_window,
-    invoice_for_tenant,
-    invoices_for_tenant,
-    usage_by_sku,
-)
+from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
 from core.api.lookups import uuid_or_404
 from core.api.pagination import paginate
 from core.api.permissions import IsTenant
 from core.api.problems import Problem
 from core.api.routes import api_route
 from core.api.timestamps import parse_rfc3339
+from core.exports import safe_row
+from tenants.energy import allocation_energy
 
 INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
 
@@ -54,8 +52,12 @@ class UsageView(APIView):
             errors.append({"field": "end", "message": "must be after start"})
         if errors:
             raise Problem(400, "validation_error", "Give start and end as RFC 3339 times, start before end.", errors=errors)
-        rows = usage_by_sku(tenant_id=request.user.tenant_id, start=bounds["start"], end=bounds["end"])
-        return Response({"results": UsageRowSerializer(rows, many=True).data, "next_page_token": None})
+        tenant_id = request.user.tenant_id
+        report = usage_by_sku(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
+        energy = allocation_energy(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
+        return Response({"results": UsageRowSerializer(report.rows, many=True).data,
+                         "as_of": report.as_of.isoformat().replace("+00:00", "Z"), "next_page_token": None,
+                         "energy": AllocationEnergySerializer(energy, many=True).data})
 
 
 class InvoiceListView(APIView):
@@ -85,23 +87,32 @@ class InvoiceDetailView(APIView):
         return Response(InvoiceSerializer(_invoice(request, pk)).data)
 
 
-CSV_HEADER = ("invoice", "status", "period", "line", "kind", "sku", "description", "usage_period", "quantity",
-              "unit", "unit_price", "amount", "currency", "reference")
+CSV_HEADER = ("invoice", "status", "period", "line", "kind", "sku", "description", "usage_period", "start", "end",
+              "gpu_seconds", "quantity", "unit", "unit_price", "price_version", "rate", "amount", "currency", "note",
+              "reference")
+
+
+def _when(moment) -> str:
+    return "" if moment is None else moment.isoformat().replace("+00:00", "Z")
 
 
 def invoice_csv(invoice) -> str:
-    """The invoice as CSV: one row per line, then a total row."""
+    """The invoice as CSV: one row per line, then a total row. `amount` = ±round_half_even(
+    gpu_seconds × unit_price × rate ÷ 3600) unless `note` says the line was capped."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_HEADER)
     label = invoice.number or f"draft-{invoice.pk}"
     for line in invoice.lines.all():
-        writer.writerow((label, invoice.status, format_period(invoice.period), line.position, line.kind, line.sku,
-                         line.description, format_period(line.usage_period), line.quantity, line.unit,
-                         "" if line.unit_price is None else line.unit_price, line.amount, invoice.currency,
-                         line.reference))
-    writer.writerow((label, invoice.status, format_period(invoice.period), "", "total", "", "", "", "", "", "",
-                     invoice.total, invoice.currency, ""))
+        writer.writerow(safe_row((label, invoice.status, format_period(invoice.period), line.position, line.kind,
+                                  line.sku, line.description, format_period(line.usage_period), _when(line.start),
+                                  _when(line.end), line.gpu_seconds, line.quantity, line.unit,
+                                  "" if line.unit_price is None else line.unit_price, line.price_version or "",
+                                  line.rate, line.amount, invoice.currency, line.note, line.reference)))
+    total = dict.fromkeys(CSV_HEADER, "") | {"invoice": label, "status": invoice.status, "kind": "total",
+                                             "period": format_period(invoice.period), "amount": invoice.total,
+                                             "currency": invoice.currency}
+    writer.writerow(safe_row(total.values()))
     return buffer.getvalue()
 
 
@@ -123,6 +134,11 @@ urlpatterns = [
     api_route(r"invoices/(?P<pk>[^/.]+)", InvoiceDetailView.as_view(), "invoice-detail"),
 ]
 
-ops_urlpatterns = [api_route("billing-runs", BillingRunsView.as_view(), "billing-runs")]
+ops_urlpatterns = [
+    api_route("billing-runs", BillingRunsView.as_view(), "billing-runs"),
+    api_route("billing-adjustments", AdjustmentsView.as_view(), "billing-adjustments"),
+    api_route(r"invoices/(?P<pk>[^/]+)/reissue", InvoiceReissueView.as_view(), "invoice-reissue"),
+    api_route(r"invoices/(?P<pk>[^/]+)/credit-notes", CreditNotesView.as_view(), "invoice-credit-notes"),
+]
 
 agent_urlpatterns = [api_route("meter-events", MeterEventsView.as_view(), "meter-events")]

@@ -1,20 +1,26 @@
-"""Meter-event ingest: validate a batch, dedupe by event id, insert in one statement.
+"""Meter-event ingest: validate a batch, check each event against its grant, dedupe by event
+id, insert in one statement.
 
 Writes only to the ledger database (never reads or writes `default`), so node agents keep
-metering while the control plane is down. Re-sending an event is a counted duplicate; the
-same event id with different content is a conflict and the whole batch is refused.
+metering while the control plane is down. A malformed event refuses the whole batch (400); a
+well-formed event its grant does not allow is refused alone: listed in the answer's `rejected`
+with a code, stored in RejectedMeterEvent for operators, never charged. Re-sending an event is
+a counted duplicate; the same event id with different content is a conflict and the whole batch
+is refused.
 """
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from uuid import UUID
 
+from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from billing.models import MICRO, PriceBookEntry, Unit, UsageEvent
+from billing.grants import GrantInvalid, verify_grant
+from billing.models import MICRO, PriceBookEntry, RejectedMeterEvent, RejectionCode, Unit, UsageEvent
 from billing.periods import next_period, period_end, period_of
 from core.api.timestamps import parse_rfc3339
 
@@ -37,9 +43,17 @@ class EventConflict(Exception):
 
 
 @dataclass(frozen=True)
+class Rejection:
+    event_id: str
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class IngestResult:
     accepted: int
     duplicates: int
+    rejected: tuple[Rejection, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,7 @@ class _Event:
     end: datetime
     quantity_micro: int
     payload_hash: str
+    grant: object  # the grant as sent (any JSON value; checked by _refusal)
 
 
 def _quantity_micro(value) -> int:
@@ -116,7 +131,66 @@ def _validate(index: int, raw, known_skus: set[str], errors: list[dict]) -> _Eve
     canonical = (f"{len(event_id)}:{event_id}|{ids['allocation_id']}|{ids['tenant_id']}|{raw['sku']}|"
                  f"{times['start'].isoformat()}|{times['end'].isoformat()}|{micro}|{Unit.GPU_SECOND.value}")
     return _Event(event_id, ids["allocation_id"], ids["tenant_id"], raw["sku"], times["start"], times["end"],
-                  micro, hashlib.sha256(canonical.encode()).hexdigest())
+                  micro, hashlib.sha256(canonical.encode()).hexdigest(), raw.get("grant"))
+
+
+def _seconds(delta: timedelta) -> str:
+    return f"{delta.total_seconds():g} s"
+
+
+def _refusal(event: _Event, node_id: UUID, now: datetime, verified: dict) -> tuple[str, str] | None:
+    """(code, detail) when the event's grant does not allow charging it, else None.
+
+    Checked with the signing key alone (no control-plane read). `verified` caches grant
+    verification per batch: an agent sends one grant for a whole batch of an allocation."""
+    if event.grant in (None, ""):
+        return RejectionCode.GRANT_MISSING, "no grant; attach the metering grant desired-state lists for this allocation"
+    key = event.grant if isinstance(event.grant, str) else repr(event.grant)
+    if key not in verified:
+        try:
+            verified[key] = verify_grant(event.grant)
+        except GrantInvalid as exc:
+            verified[key] = exc
+    grant = verified[key]
+    if isinstance(grant, GrantInvalid):
+        return RejectionCode.GRANT_INVALID, f"grant {grant}"
+    skew = timedelta(seconds=settings.METER_CLOCK_SKEW_SECONDS)
+    max_age = timedelta(hours=settings.METER_MAX_EVENT_AGE_HOURS)
+    if grant.valid_until + max_age < now:
+        return RejectionCode.GRANT_INVALID, (f"grant expired at {grant.valid_until.isoformat()}; usage is accepted up "
+                                             f"to {settings.METER_MAX_EVENT_AGE_HOURS} h after its grant ends")
+    mismatches = [name for name, sent, granted in (
+        ("node", node_id, grant.node_id), ("tenant", event.tenant_id, grant.tenant_id),
+        ("allocation", event.allocation_id, grant.allocation_id), ("sku", event.sku, grant.sku)) if sent != granted]
+    if mismatches:
+        return RejectionCode.OUTSIDE_GRANT, (f"the grant is for another {', '.join(mismatches)} (node {grant.node_id}, "
+                                             f"allocation {grant.allocation_id}); use this node's grant for the event's "
+                                             "allocation")
+    if not grant.covers(event.start, event.end, skew=skew):
+        return RejectionCode.OUTSIDE_GRANT, (f"[start, end) is outside the grant's window {grant.valid_from.isoformat()}"
+                                             f" – {grant.valid_until.isoformat()}; fetch the renewed grant")
+    if event.end > now + skew:
+        return RejectionCode.OUTSIDE_GRANT, (f"ends {_seconds(event.end - now)} after the ledger's clock (at most "
+                                             f"{settings.METER_CLOCK_SKEW_SECONDS} s ahead); check the node's clock")
+    if event.end < now - max_age:
+        return RejectionCode.OUTSIDE_GRANT, (f"ended more than {settings.METER_MAX_EVENT_AGE_HOURS} h ago; too old "
+                                             "to bill automatically")
+    cap = grant.gpus * ((event.end - event.start) // _US)  # GPU-microseconds
+    if event.quantity_micro > cap:
+        return RejectionCode.QUANTITY_EXCEEDS_GRANT, (f"quantity {Decimal(event.quantity_micro) / MICRO} is more than "
+                                                      f"{grant.gpus} GPUs × {_seconds(event.end - event.start)} = "
+                                                      f"{Decimal(cap) / MICRO} GPU-seconds")
+    return None
+
+
+def _store_rejections(node_id: UUID, refused: list[tuple[_Event, str, str]], received_at: datetime) -> None:
+    """Keep every refused event for inspection; re-sending the same one is stored once."""
+    RejectedMeterEvent.objects.using(LEDGER).bulk_create([
+        RejectedMeterEvent(event_id=e.event_id, node_id=node_id, tenant_id=e.tenant_id, allocation_id=e.allocation_id,
+                           sku=e.sku, start=e.start, end=e.end, quantity_micro=e.quantity_micro, code=code,
+                           detail=detail[:500], grant=e.grant if isinstance(e.grant, str) else repr(e.grant)[:1000],
+                           payload_hash=e.payload_hash, received_at=received_at)
+        for e, code, detail in refused], ignore_conflicts=True, batch_size=500)
 
 
 def _pieces(event: _Event) -> list[tuple[datetime, datetime, int]]:
@@ -202,7 +276,9 @@ def _stored_hashes(event_ids: list[str]) -> dict[str, str]:
 
 
 def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | None = None) -> IngestResult:
-    """Validate and store one agent batch; raises IngestValidationError or EventConflict."""
+    """Validate and store one agent batch; raises IngestValidationError or EventConflict.
+
+    `node_id` is the calling agent's (from its token); `received_at` is the ledger's clock."""
     if not isinstance(events, list) or not 1 <= len(events) <= MAX_BATCH:
         raise IngestValidationError([{"field": "events", "message": f"send a list of 1 to {MAX_BATCH} events"}])
     skus = known_skus()
@@ -210,10 +286,20 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
     parsed = [_validate(i, raw, skus, errors) for i, raw in enumerate(events)]
     if errors:
         raise IngestValidationError(errors)
+    received_at = received_at or timezone.now()
+    verified: dict = {}
+    refused: list[tuple[_Event, str, str]] = []
+    allowed: list[_Event] = []
+    for event in parsed:
+        refusal = _refusal(event, node_id, received_at, verified)
+        if refusal is None:
+            allowed.append(event)
+        else:
+            refused.append((event, *refusal))
     by_id: dict[str, _Event] = {}
     conflicts: set[str] = set()
     in_batch_duplicates = 0
-    for event in parsed:
+    for event in allowed:
         seen = by_id.get(event.event_id)
         if seen is None:
             by_id[event.event_id] = event
@@ -221,9 +307,8 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
             in_batch_duplicates += 1
         else:
             conflicts.add(event.event_id)
-    received_at = received_at or timezone.now()
     with transaction.atomic(using=LEDGER):
-        stored = _stored_hashes(list(by_id))
+        stored = _stored_hashes(list(by_id)) if by_id else {}
         conflicts.update(eid for eid, digest in stored.items() if by_id[eid].payload_hash != digest)
         if conflicts:
             raise EventConflict(sorted(conflicts))
@@ -234,5 +319,8 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
             for part, (lo, hi, share) in enumerate(_pieces(e))
         ]
         _insert(rows)
+        if refused:
+            _store_rejections(node_id, refused, received_at)
     new = len(by_id) - len(stored)
-    return IngestResult(accepted=new, duplicates=len(stored) + in_batch_duplicates)
+    return IngestResult(accepted=new, duplicates=len(stored) + in_batch_duplicates,
+                        rejected=tuple(Rejection(e.event_id, str(code), detail) for e, code, detail in refused))

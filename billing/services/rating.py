@@ -1,41 +1,60 @@
-"""Rating: a pure function of (ledger rows up to a watermark, price-book version).
+"""Rating: a pure function of (ledger rows in a run's scope, the price book).
 
-`rate_period` reads the ledger (two grouped SQL aggregates and the period's adjustments)
-and returns invoice lines; it writes nothing. Quantities are summed in SQL as exact
-integers (GPU-microseconds); money is Decimal, rounded half-even to the cent once per
-invoice line. Intervals were split at month boundaries on ingest (billing.services.ingest),
-so a period is a plain `period = P` filter.
+**Price by time of use.** The price-book version in force at time t is the highest version
+whose `effective_from` ≤ t; a SKU's price in version V is its row with the highest version
+≤ V. Each usage interval is priced by the version in force while it ran: an interval that
+crosses a version boundary is split there (its quantity apportioned by time, the remainder
+on the last piece, as ingest does at month boundaries). Lines are grouped by
+period × SKU × price row, and carry the row's version and the time range it was in force.
 
-What a run for period P bills, given its watermarks W (events) and AW (adjustments), and
-the watermarks W0/AW0 of the last finalized run of an earlier period F:
+**What a run for period P bills** (its scope), given its watermarks W (events) and AW
+(adjustments), the set F of periods finalized before it, and the watermarks W0/AW0 of the
+last finalized run before it (of any period):
 - usage of P with id ≤ W;
-- late usage: rows of periods ≤ F that arrived after F was finalized (W0 < id ≤ W), as
-  `late_usage` lines (periods finalize in order, so each such row is billed exactly once);
-- adjustments (SLA credits, manual) of P with id ≤ AW, and late ones of periods ≤ F with AW0 < id ≤ AW.
+- late usage: rows of periods in F with W0 < id ≤ W, as `late_usage` lines naming their
+  month (every finalized run bills exactly the rows above the previous finalized run's
+  watermark, so each row lands on exactly one finalized invoice whatever the order in which
+  rows arrive and periods are finalized);
+- adjustments (SLA credits, manual) of P with id ≤ AW, and late ones of F with AW0 < id ≤ AW.
+
+**SLA credits are capped here**, where the charge they refer to is known: the credits of one
+allocation for one month never exceed the policy's `cap_percent` of that allocation's charge
+for that month (earlier credits of the pair use up the cap first, in ledger order), and the
+credits on one invoice never exceed its charges.
+
+Quantities are summed in SQL as exact integers (GPU-microseconds); money is Decimal, rounded
+half-even to the cent once per invoice line: amount = GPU-µs × unit price × rate ÷ 3.6e9.
+
+Disputed usage is never rated unless an operator accepted it (billing.services.disputes);
+an accepted dispute after its month was finalized is billed once as a late-usage adjustment.
 """
 import hashlib
 import json
+from bisect import bisect_right
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from datetime import date
+from dataclasses import dataclass, fields, replace
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from django.db.models import Q, Sum
+from django.db.models import Case, IntegerField, Q, Sum, Value, When
 
 from billing.models import (
+    BILLABLE_USAGE,
     MICRO_PER_HOUR,
     Adjustment,
     AdjustmentKind,
     LineKind,
     PriceBookEntry,
+    SlaPolicy,
     Unit,
     UsageEvent,
 )
-from billing.periods import format_period, period_start
+from billing.periods import format_period, period_end, period_start
 
 LEDGER = "ledger"
 CENT = Decimal("0.01")
 HOUR_PLACES = Decimal("0.000001")
+_US = timedelta(microseconds=1)
 
 
 class UnpricedSku(Exception):
@@ -47,6 +66,179 @@ class Price:
     sku: str
     unit_price: Decimal
     currency: str
+    version: int = 0  # the price-book version of the row this price comes from
+
+
+class PriceBook:
+    """Every price-book row (one query), answering "which price was in force at t"."""
+
+    def __init__(self, entries):
+        self._rows: dict[str, list[tuple[int, Price]]] = defaultdict(list)
+        versions: dict[int, datetime] = {}
+        for entry in sorted(entries, key=lambda e: e.version):
+            self._rows[entry.sku].append((entry.version, Price(entry.sku, entry.unit_price, entry.currency,
+                                                                entry.version)))
+            versions[entry.version] = min(versions.get(entry.version, entry.effective_from), entry.effective_from)
+        # Change points: (moment, version in force from then on). The in-force version only
+        # ever rises with time (highest version already effective), so the points are monotonic.
+        self.change_times: list[datetime] = []
+        self.change_versions: list[int] = []
+        for version, since in sorted(versions.items(), key=lambda item: (item[1], item[0])):
+            if self.change_versions and version <= self.change_versions[-1]:
+                continue
+            if self.change_times and self.change_times[-1] == since:
+                self.change_versions[-1] = version
+                continue
+            self.change_times.append(since)
+            self.change_versions.append(version)
+
+    @classmethod
+    def load(cls, *, as_of: datetime | None = None) -> "PriceBook":
+        entries = PriceBookEntry.objects.using(LEDGER).all()
+        if as_of is not None:
+            entries = entries.filter(created_at__lte=as_of)
+        return cls(list(entries))
+
+    def version_at(self, moment: datetime) -> int | None:
+        index = bisect_right(self.change_times, moment) - 1
+        return self.change_versions[index] if index >= 0 else None
+
+    def price(self, sku: str, version: int) -> Price | None:
+        found = None
+        for row_version, price in self._rows.get(sku, ()):
+            if row_version > version:
+                break
+            found = price
+        return found
+
+    def price_at(self, sku: str, moment: datetime) -> Price | None:
+        version = self.version_at(moment)
+        return None if version is None else self.price(sku, version)
+
+    def prices_at(self, moment: datetime) -> dict[str, Price]:
+        version = self.version_at(moment)
+        if version is None:
+            return {}
+        return {sku: price for sku in self._rows if (price := self.price(sku, version)) is not None}
+
+    def spans(self, start: datetime, end: datetime) -> list[tuple[datetime, datetime, int | None]]:
+        """[start, end) cut at every version change inside it: (lo, hi, version in force or None)."""
+        cuts = [t for t in self.change_times if start < t < end]
+        bounds = [start, *cuts, end]
+        return [(lo, hi, self.version_at(lo)) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+    def in_force(self, sku: str, row_version: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+        """The part of [start, end) during which `sku` was charged at its row of `row_version`."""
+        covered = [(lo, hi) for lo, hi, version in self.spans(start, end)
+                   if version is not None and (p := self.price(sku, version)) is not None and p.version == row_version]
+        return (covered[0][0], covered[-1][1]) if covered else (start, end)
+
+
+def split_by_time(start: datetime, end: datetime, quantity_micro: int, cuts: list[datetime]) -> list[tuple]:
+    """[start, end) cut at `cuts`; quantity apportioned by time, the remainder on the last piece
+    so the pieces always sum to exactly the original quantity."""
+    bounds = [start, *[c for c in cuts if start < c < end], end]
+    if len(bounds) == 2:
+        return [(start, end, quantity_micro)]
+    total = (end - start) // _US
+    pieces, assigned = [], 0
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        last = i == len(bounds) - 2
+        share = quantity_micro - assigned if last else quantity_micro * ((hi - lo) // _US) // total
+        assigned += share
+        pieces.append((lo, hi, share))
+    return pieces
+
+
+# (tenant_id, allocation_id, period, sku, version in force) → GPU-microseconds
+Buckets = dict[tuple, int]
+
+
+def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool = False) -> Buckets:
+    """GPU-µs of a usage queryset by tenant, (allocation when `by_allocation`, else None),
+    period, SKU and price-book version in force.
+
+    Rows never cross a month (ingest splits them), so only version changes strictly inside
+    one of the months involved (`periods`; read from the rows when not given) can split a
+    row. Months without one are priced per month: a plain grouped SUM. Otherwise rows inside
+    one version's span are summed in SQL by span, and the few rows straddling a change are
+    read and split in Python."""
+    buckets: Buckets = defaultdict(int)
+    if periods is None:
+        periods = set(usage.order_by().values_list("period", flat=True).distinct())
+    cuts = sorted({t for t in book.change_times for p in periods if period_start(p) < t < period_end(p)})
+    group = ("tenant_id", "allocation_id", "period", "sku") if by_allocation else ("tenant_id", "period", "sku")
+    if not cuts:
+        for row in usage.values(*group).annotate(micro=Sum("quantity_micro")).order_by():
+            version = book.version_at(period_start(row["period"]))
+            if version is None:
+                raise UnpricedSku(f"usage of {row['sku']!r} before the first price-book version took effect")
+            buckets[(row["tenant_id"], row.get("allocation_id"), row["period"], row["sku"], version)] += row["micro"]
+        return buckets
+    straddles = Q()
+    for moment in cuts:
+        straddles |= Q(start__lt=moment, end__gt=moment)
+    times = book.change_times
+    segment = Case(*[When(start__gte=moment, then=Value(i)) for i, moment in reversed(list(enumerate(times)))],
+                   default=Value(-1), output_field=IntegerField())
+    whole = (usage.exclude(straddles).annotate(segment=segment).values(*group, "segment")
+             .annotate(micro=Sum("quantity_micro")).order_by())
+    for row in whole:
+        if row["segment"] < 0:
+            raise UnpricedSku(f"usage of {row['sku']!r} before the first price-book version took effect")
+        buckets[(row["tenant_id"], row.get("allocation_id"), row["period"], row["sku"],
+                 book.change_versions[row["segment"]])] += row["micro"]
+    for tenant, allocation, period, sku, start, end, micro in (
+            usage.filter(straddles).values_list("tenant_id", "allocation_id", "period", "sku", "start", "end",
+                                                "quantity_micro").order_by("id")):
+        for lo, _hi, share in split_by_time(start, end, micro, cuts):
+            version = book.version_at(lo)
+            if version is None:
+                raise UnpricedSku(f"usage of {sku!r} before the first price-book version took effect")
+            buckets[(tenant, allocation if by_allocation else None, period, sku, version)] += share
+    return buckets
+
+
+@dataclass(frozen=True)
+class PricedUsage:
+    """Usage of one tenant, month, SKU and price row: the content of one usage line."""
+
+    tenant_id: object
+    period: date
+    sku: str
+    price: Price
+    quantity_micro: int
+    start: datetime
+    end: datetime
+
+    @property
+    def amount(self) -> Decimal:
+        return usage_amount(self.quantity_micro, self.price.unit_price)
+
+
+def price_buckets(buckets: Buckets, book: PriceBook) -> list[PricedUsage]:
+    """Buckets grouped by tenant × period × SKU × price row (allocations merged), sorted."""
+    grouped: dict[tuple, int] = defaultdict(int)
+    for (tenant, _allocation, period, sku, version), micro in buckets.items():
+        price = book.price(sku, version)
+        if price is None:
+            raise UnpricedSku(f"no price for SKU {sku!r} in price book v{version}")
+        grouped[(tenant, period, sku, price)] += micro
+    out = []
+    for (tenant, period, sku, price), micro in grouped.items():
+        lo, hi = book.in_force(sku, price.version, period_start(period), period_end(period))
+        out.append(PricedUsage(tenant, period, sku, price, micro, lo, hi))
+    return sorted(out, key=lambda u: (str(u.tenant_id), u.period, u.sku, u.start))
+
+
+def exact_charges(buckets: Buckets, book: PriceBook) -> dict[tuple, Decimal]:
+    """(allocation_id, period) → its unrounded charge."""
+    out: dict[tuple, Decimal] = defaultdict(Decimal)
+    for (_tenant, allocation, period, sku, version), micro in buckets.items():
+        price = book.price(sku, version)
+        if price is not None:
+            out[(allocation, period)] += Decimal(micro) * price.unit_price / MICRO_PER_HOUR
+    return out
 
 
 @dataclass(frozen=True)
@@ -55,101 +247,184 @@ class RatedLine:
     sku: str
     description: str
     usage_period: date
-    quantity: Decimal  # GPU-hours (6 places)
+    quantity: Decimal  # GPU-hours, 6 places, for reading
     unit: str
     unit_price: Decimal | None
     amount: Decimal  # cents, half-even
     reference: str = ""
+    quantity_micro: int = 0  # exact GPU-µs the amount is computed from
+    rate: Decimal = Decimal("1")
+    price_version: int | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    note: str = ""
+
+
+LINE_FIELDS = fields(RatedLine)
 
 
 @dataclass(frozen=True)
 class Cutoff:
-    """What a run may see: watermarks now, and those of the last finalized earlier period."""
+    """A run's scope: its watermarks, the periods finalized before it, and the watermarks of
+    the last finalized run before it."""
 
     watermark: int
     adjustment_watermark: int
-    last_final_period: date | None = None
+    finalized_periods: frozenset = frozenset()
     prior_watermark: int = 0
     prior_adjustment_watermark: int = 0
 
 
 def latest_price_book_version(*, on: date | None = None) -> int:
-    entries = PriceBookEntry.objects.using(LEDGER)
-    if on is not None:
-
-        dated = entries.filter(effective_from__lte=period_start(on))
-        if dated.exists():
-            entries = dated
-    return entries.order_by("-version").values_list("version", flat=True).first() or 0
+    """The highest version in force at the end of month `on` (or the highest of all)."""
+    book = PriceBook.load()
+    if on is None:
+        return max(book.change_versions, default=0)
+    return book.version_at(period_end(on) - _US) or 0
 
 
 def prices(version: int) -> dict[str, Price]:
     """Each SKU's price in `version`: its row with the highest version ≤ `version`."""
-    out: dict[str, Price] = {}
-    for entry in PriceBookEntry.objects.using(LEDGER).filter(version__lte=version).order_by("version"):
-        out[entry.sku] = Price(entry.sku, entry.unit_price, entry.currency)
-    return out
+    book = PriceBook.load()
+    return {sku: p for sku in book._rows if (p := book.price(sku, version)) is not None}
 
 
-def usage_amount(quantity_micro: int, unit_price: Decimal) -> Decimal:
-    return (Decimal(quantity_micro) * unit_price / MICRO_PER_HOUR).quantize(CENT, rounding=ROUND_HALF_EVEN)
+def usage_amount(quantity_micro: int, unit_price: Decimal, rate: Decimal = Decimal("1")) -> Decimal:
+    return (Decimal(quantity_micro) * unit_price * rate / MICRO_PER_HOUR).quantize(CENT, rounding=ROUND_HALF_EVEN)
 
 
 def gpu_hours(quantity_micro: int) -> Decimal:
     return (Decimal(quantity_micro) / MICRO_PER_HOUR).quantize(HOUR_PLACES, rounding=ROUND_HALF_EVEN)
 
 
-def _usage_filter(period: date, cut: Cutoff) -> Q:
-    current = Q(period=period, id__lte=cut.watermark)
-    if cut.last_final_period is None:
-        return current
-    late = Q(period__lte=cut.last_final_period, id__gt=cut.prior_watermark, id__lte=cut.watermark)
-    return current | late
+def _late_periods(period: date, cut: Cutoff) -> list[date]:
+    return sorted(p for p in cut.finalized_periods if p != period)
+
+
+def usage_scope(period: date, cut: Cutoff) -> Q:
+    """The usage rows a run of `period` with this cutoff reads (before the dispute filter)."""
+    scope = Q(period=period, id__lte=cut.watermark)
+    late = _late_periods(period, cut)
+    if late:
+        scope |= Q(period__in=late, id__gt=cut.prior_watermark, id__lte=cut.watermark)
+    return scope
 
 
 def _adjustment_filter(period: date, cut: Cutoff) -> Q:
-    current = Q(period=period, id__lte=cut.adjustment_watermark)
-    if cut.last_final_period is None:
-        return current
-    late = Q(period__lte=cut.last_final_period, id__gt=cut.prior_adjustment_watermark,
-             id__lte=cut.adjustment_watermark)
-    return current | late
+    scope = Q(period=period, id__lte=cut.adjustment_watermark)
+    late = _late_periods(period, cut)
+    if late:
+        scope |= Q(period__in=late, id__gt=cut.prior_adjustment_watermark, id__lte=cut.adjustment_watermark)
+    return scope
 
 
-def rate_period(*, period: date, cutoff: Cutoff, price_book_version: int,
-                tenant_ids: list | None = None) -> dict:
+def _usage_line(usage: PricedUsage, period: date) -> RatedLine:
+    late = usage.period != period
+    price = usage.price
+    return RatedLine(
+        kind=LineKind.LATE_USAGE if late else LineKind.USAGE, sku=usage.sku,
+        description=(f"{usage.sku} GPU-hours at {price.unit_price.normalize():f} {price.currency}/GPU-hour "
+                     f"(price book v{price.version})"
+                     + (f", late usage for {format_period(usage.period)}" if late else "")),
+        usage_period=usage.period, quantity=gpu_hours(usage.quantity_micro), unit=Unit.GPU_HOUR,
+        unit_price=price.unit_price, amount=usage.amount, quantity_micro=usage.quantity_micro,
+        price_version=price.version, start=usage.start, end=usage.end)
+
+
+def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> dict[int, RatedLine]:
+    """adjustment id → its credit line, capped per allocation and month."""
+    if not credits:
+        return {}
+    pairs = {(c.allocation_id, c.period) for c in credits}
+    allocations, periods = {a for a, _ in pairs}, {p for _, p in pairs}
+    charged = exact_charges(usage_buckets(UsageEvent.objects.using(LEDGER).filter(
+        allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark), book, periods=periods,
+        by_allocation=True), book)
+    history = list(Adjustment.objects.using(LEDGER).filter(
+        kind=AdjustmentKind.SLA_CREDIT, allocation_id__in=allocations, period__in=periods,
+        id__lte=cutoff.adjustment_watermark).order_by("id"))
+    policies = SlaPolicy.objects.using(LEDGER).in_bulk({c.sla_policy_id for c in history if c.sla_policy_id})
+    in_scope = {c.pk for c in credits}
+    used: dict[tuple, Decimal] = defaultdict(Decimal)
+    lines: dict[int, RatedLine] = {}
+    for credit in history:
+        pair = (credit.allocation_id, credit.period)
+        if pair not in pairs:
+            continue
+        policy = policies.get(credit.sla_policy_id)
+        rate = credit.rate if credit.rate is not None else Decimal("1")
+        uncapped = (Decimal(credit.quantity_micro) * (credit.unit_price or Decimal(0)) * rate / MICRO_PER_HOUR
+                    if credit.unit_price is not None else -credit.amount)
+        cap_percent = policy.cap_percent if policy else Decimal("100")
+        cap = charged.get(pair, Decimal(0)) * cap_percent / 100
+        allowed = max(Decimal(0), min(uncapped, cap - used[pair]))
+        used[pair] += allowed
+        if credit.pk not in in_scope:
+            continue
+        amount = -allowed.quantize(CENT, rounding=ROUND_HALF_EVEN)
+        note = ""
+        if allowed < uncapped:
+            note = (f"capped: {uncapped.quantize(CENT, rounding=ROUND_HALF_EVEN)} before the cap of {cap_percent}% "
+                    f"of the allocation's {format_period(credit.period)} charge "
+                    f"({charged.get(pair, Decimal(0)).quantize(CENT, rounding=ROUND_HALF_EVEN)})")
+        cited = f"{policy.name} v{policy.version} ({policy.key})" if policy else "no policy recorded"
+        lines[credit.pk] = RatedLine(
+            kind=LineKind.SLA_CREDIT, sku=credit.sku,
+            description=f"{credit.reason} — {credit.gpus or '?'} GPUs, policy {cited}"[:300],
+            usage_period=credit.period, quantity=gpu_hours(credit.quantity_micro), unit=Unit.GPU_HOUR,
+            unit_price=credit.unit_price, amount=amount, reference=credit.reference or str(credit.public_id),
+            quantity_micro=credit.quantity_micro, rate=rate, price_version=credit.price_version,
+            start=credit.start, end=credit.end, note=note[:300])
+    return lines
+
+
+def _cap_credits_at_invoice(lines: list[RatedLine]) -> list[RatedLine]:
+    """SLA credits never exceed what the invoice charges: the last credits give way first."""
+    charges = sum((line.amount for line in lines if line.kind != LineKind.SLA_CREDIT), Decimal("0.00"))
+    credits = -sum((line.amount for line in lines if line.kind == LineKind.SLA_CREDIT), Decimal("0.00"))
+    excess = credits - max(charges, Decimal("0.00"))
+    if excess <= 0:
+        return lines
+    out = list(lines)
+    for i in reversed(range(len(out))):
+        line = out[i]
+        if excess <= 0 or line.kind != LineKind.SLA_CREDIT or line.amount == 0:
+            continue
+        cut = min(-line.amount, excess)
+        excess -= cut
+        note = f"{line.note}; " if line.note else ""
+        out[i] = replace(line, amount=line.amount + cut,
+                         note=f"{note}reduced by {cut}: credits never exceed the invoice's charges"[:300])
+    return out
+
+
+def rate_period(*, period: date, cutoff: Cutoff, book: PriceBook | None = None,
+                tenant_ids: list | None = None, price_book_version: int | None = None) -> dict:
     """{tenant_id: [RatedLine, ...]} for every tenant with something to bill in `period`."""
-    price_of = prices(price_book_version)
-    usage = UsageEvent.objects.using(LEDGER).filter(_usage_filter(period, cutoff))
+    book = book or PriceBook.load()
+    usage = UsageEvent.objects.using(LEDGER).filter(usage_scope(period, cutoff)).filter(BILLABLE_USAGE)
     adjustments = Adjustment.objects.using(LEDGER).filter(_adjustment_filter(period, cutoff))
     if tenant_ids is not None:
         usage, adjustments = usage.filter(tenant_id__in=tenant_ids), adjustments.filter(tenant_id__in=tenant_ids)
-    grouped = (usage.values("tenant_id", "sku", "period").annotate(micro=Sum("quantity_micro"))
-               .order_by("tenant_id", "period", "sku"))
     lines: dict = defaultdict(list)
-    for row in grouped:
-        price = price_of.get(row["sku"])
-        if price is None:
-            raise UnpricedSku(f"no price for SKU {row['sku']!r} in price book v{price_book_version}")
-        late = row["period"] != period
-        lines[row["tenant_id"]].append(RatedLine(
-            kind=LineKind.LATE_USAGE if late else LineKind.USAGE,
-            sku=row["sku"],
-            description=(f"{row['sku']} GPU-hours" + (f" (late usage for {format_period(row['period'])})" if late else "")),
-            usage_period=row["period"],
-            quantity=gpu_hours(row["micro"]),
-            unit=Unit.GPU_HOUR,
-            unit_price=price.unit_price,
-            amount=usage_amount(row["micro"], price.unit_price),
-        ))
-    for adj in adjustments.order_by("tenant_id", "id"):
-        kind = {AdjustmentKind.SLA_CREDIT: LineKind.SLA_CREDIT}.get(adj.kind, LineKind.MANUAL)
+    periods = {period, *_late_periods(period, cutoff)}
+    for priced in price_buckets(usage_buckets(usage, book, periods=periods), book):
+        lines[priced.tenant_id].append(_usage_line(priced, period))
+    adjustments = list(adjustments.order_by("tenant_id", "id"))
+    sla = _sla_lines([a for a in adjustments if a.kind == AdjustmentKind.SLA_CREDIT], cutoff, book)
+    for adj in adjustments:
+        if adj.kind == AdjustmentKind.SLA_CREDIT:
+            lines[adj.tenant_id].append(sla[adj.pk])
+            continue
+        # an accepted dispute after its month was finalized is late usage, not a manual charge
+        kind = LineKind.LATE_USAGE if adj.kind == AdjustmentKind.LATE_USAGE else LineKind.MANUAL
         lines[adj.tenant_id].append(RatedLine(
             kind=kind, sku=adj.sku, description=adj.reason[:300], usage_period=adj.period,
             quantity=gpu_hours(adj.quantity_micro), unit=Unit.GPU_HOUR, unit_price=None,
             amount=adj.amount.quantize(CENT, rounding=ROUND_HALF_EVEN), reference=adj.reference or str(adj.public_id),
-        ))
-    return dict(lines)
+            quantity_micro=adj.quantity_micro, start=adj.start, end=adj.end,
+            note=f"recorded by {adj.actor}"[:300] if adj.actor else ""))
+    return {tenant: _cap_credits_at_invoice(tenant_lines) for tenant, tenant_lines in lines.items()}
 
 
 def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:
@@ -157,7 +432,7 @@ def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:
     canonical = {
         "period": format_period(period),
         "price_book_version": price_book_version,
-        "invoices": {str(tenant): [{k: str(v) for k, v in asdict(line).items()} for line in rated[tenant]]
+        "invoices": {str(tenant): [{f.name: str(getattr(line, f.name)) for f in LINE_FIELDS} for line in rated[tenant]]
                      for tenant in sorted(rated, key=str)},
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

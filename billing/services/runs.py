@@ -1,10 +1,20 @@
 """Billing runs: rate a period into draft invoices, optionally finalize them.
 
-A run is one transaction on the ledger database holding the `billing_run` advisory lock:
+A run first holds as disputed the usage the allocation history contradicts (never rated until
+an operator accepts it), then rates. It is one transaction on the ledger database holding the
+`billing_run` advisory lock:
 a worker killed mid-run leaves nothing behind (no partial invoice, no BillingRun row, no
 consumed invoice number). Draft invoices are rewritten in place; finalized ones are never
 touched again (triggers enforce it), so re-running a finalized period is a no-op that
 returns the run that finalized it.
+
+Late usage, exactly once: each run's scope starts where the last finalized run (of any
+period) stopped (`rating.Cutoff`). A run's watermark is never below that run's, so the
+finalized runs' late ranges tile the ledger without gaps or overlaps.
+
+Grace: a period can be finalized only `BILLING_FINALIZE_GRACE_HOURS` after it ends, so usage
+that arrives a little late still lands on its own month's invoice; after that it is late
+usage on the next finalized invoice, priced at its own month's prices.
 """
 
 from dataclasses import dataclass
@@ -26,12 +36,8 @@ from billing.models import (
     UsageEvent,
 )
 from billing.periods import format_period, period_end, period_of, previous_period
-from billing.services.rating import (
-    Cutoff,
-    latest_price_book_version,
-    output_hash,
-    rate_period,
-)
+from billing.services.disputes import hold_disputed_usage
+from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from core.faults import fault_point
 from core.locks import advisory_lock
 from core.services.audit import record_audit
@@ -76,25 +82,39 @@ def _finalized_run(period: date) -> BillingRun | None:
     return BillingRun.objects.using(LEDGER).filter(period=period, finalize=True).order_by("-started_at").first()
 
 
-def _cutoff(period: date, watermark: int, adjustment_watermark: int) -> Cutoff:
-    prior = (
-        BillingRun.objects.using(LEDGER)
-        .filter(finalize=True, period__lt=period)
-        .order_by("-period", "-started_at")
-        .first()
-    )
+def _cutoff(watermark: int, adjustment_watermark: int) -> Cutoff:
+    """The scope of a run reading the ledger up to these watermarks: everything above the last
+    finalized run's watermarks. Runs hold the `billing_run` lock, so "last" is by finish time."""
+    finalized = BillingRun.objects.using(LEDGER).filter(finalize=True)
+    periods = frozenset(finalized.values_list("period", flat=True))
+    prior = finalized.order_by("-finished_at").first()
     if prior is None:
-        return Cutoff(watermark, adjustment_watermark)
-    return Cutoff(watermark, adjustment_watermark, prior.period, prior.watermark, prior.adjustment_watermark)
+        return Cutoff(watermark, adjustment_watermark, periods)
+    # Never read below the last finalized run: the rows it saw are committed, and going lower
+    # would bill its late range a second time.
+    return Cutoff(max(watermark, prior.watermark), max(adjustment_watermark, prior.adjustment_watermark), periods,
+                  prior.watermark, prior.adjustment_watermark)
+
+
+def cutoff_of(run: BillingRun) -> Cutoff:
+    """The scope a finalized run billed, reproduced (to re-issue one of its invoices)."""
+    periods = frozenset(BillingRun.objects.using(LEDGER).filter(finalize=True, finished_at__lt=run.finished_at)
+                        .values_list("period", flat=True))
+    return Cutoff(run.watermark, run.adjustment_watermark, periods, run.prior_watermark,
+                  run.prior_adjustment_watermark)
+
+
+def grace_ends(period: date) -> datetime:
+    return period_end(period) + timedelta(hours=settings.BILLING_FINALIZE_GRACE_HOURS)
 
 
 def _check_finalizable(period: date, now: datetime) -> None:
     if period_end(period) > now:
-        raise BillingRunError(
-            "period_open",
-            f"{format_period(period)} has not ended yet; only past periods "
-            "can be finalized. Run it without finalize to refresh the drafts.",
-        )
+        raise BillingRunError("period_open", f"{format_period(period)} has not ended yet; only past periods "
+                              "can be finalized. Run it without finalize to refresh the drafts.")
+    if grace_ends(period) > now:
+        raise BillingRunError("period_in_grace", f"{format_period(period)} is in its grace period for late usage "
+                              f"until {grace_ends(period):%Y-%m-%d %H:%M} UTC; finalize it after that.")
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
     open_earlier = (
         UsageEvent.objects.using(LEDGER)
@@ -130,22 +150,7 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
         invoice.total = sum((line.amount for line in rated[tenant_id]), Decimal("0.00"))
         invoice.billing_run_id = run_id
         invoices.append(invoice)
-        lines.extend(
-            InvoiceLine(
-                invoice=invoice,
-                position=i + 1,
-                kind=l.kind,
-                sku=l.sku,
-                description=l.description,
-                usage_period=l.usage_period,
-                quantity=l.quantity,
-                unit=l.unit,
-                unit_price=l.unit_price,
-                amount=l.amount,
-                reference=l.reference,
-            )
-            for i, l in enumerate(rated[tenant_id])
-        )
+        lines.extend(line_rows(invoice, rated[tenant_id]))
     Invoice.objects.using(LEDGER).bulk_create(new, batch_size=500)
     new_ids = {inv.pk for inv in new}
     existing = [inv for inv in invoices if inv.pk not in new_ids]
@@ -158,23 +163,39 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
     return invoices
 
 
+def line_rows(invoice: Invoice, rated_lines) -> list[InvoiceLine]:
+    return [InvoiceLine(invoice=invoice, position=i + 1, kind=r.kind, sku=r.sku, description=r.description,
+                        usage_period=r.usage_period, quantity=r.quantity, quantity_micro=r.quantity_micro,
+                        unit=r.unit, unit_price=r.unit_price, rate=r.rate, price_version=r.price_version,
+                        start=r.start, end=r.end, amount=r.amount, note=r.note, reference=r.reference)
+            for i, r in enumerate(rated_lines)]
+
+
+def number_documents(issuer: str, count: int, *, series: str = "") -> list[str]:
+    """`count` gapless numbers of one issuer's series (the counter row is locked; call inside
+    the transaction that writes the documents)."""
+    key = f"{issuer}:{series}" if series else issuer
+    InvoiceCounter.objects.using(LEDGER).get_or_create(issuer=key)
+    counter = InvoiceCounter.objects.using(LEDGER).select_for_update().get(issuer=key)
+    prefix = f"{issuer.upper()}-{series.upper()}-" if series else f"{issuer.upper()}-"
+    numbers = [f"{prefix}{counter.last_number + i + 1:06d}" for i in range(count)]
+    counter.last_number += count
+    counter.save(update_fields=["last_number"])
+    return numbers
+
+
 def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
     """Gapless numbers: the counter row is locked and advanced in the run's transaction."""
     if not invoices:
         return
-    InvoiceCounter.objects.using(LEDGER).get_or_create(issuer=issuer)
-    counter = InvoiceCounter.objects.using(LEDGER).select_for_update().get(issuer=issuer)
-    for invoice in invoices:
-        counter.last_number += 1
-        invoice.number = f"{issuer.upper()}-{counter.last_number:06d}"
+    for invoice, number in zip(invoices, number_documents(issuer, len(invoices)), strict=True):
+        invoice.number = number
         invoice.status = InvoiceStatus.FINALIZED
         invoice.finalized_at = now
         invoice.updated_at = now
         invoice.issuer = issuer
-    counter.save(update_fields=["last_number"])
-    Invoice.objects.using(LEDGER).bulk_update(
-        invoices, ["number", "status", "finalized_at", "updated_at", "issuer"], batch_size=500
-    )
+    Invoice.objects.using(LEDGER).bulk_update(invoices, ["number", "status", "finalized_at", "updated_at", "issuer"],
+                                              batch_size=500)
 
 
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
@@ -190,50 +211,36 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
             return RunOutcome(done, created=False)
         if finalize:
             _check_finalizable(period, now)
-        version = latest_price_book_version(on=period)
-        rated = rate_period(
-            period=period, cutoff=_cutoff(period, watermark, adjustment_watermark), price_book_version=version
-        )
+        book = PriceBook.load()
+        # The run records the highest version in force during the period; lines carry their own.
+        version = book.version_at(period_end(period) - timedelta(microseconds=1)) or 0
+        cutoff = _cutoff(watermark, adjustment_watermark)
+        # Reconcile first: usage the allocation history contradicts is held, not rated.
+        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
+        rated = rate_period(period=period, cutoff=cutoff, book=book)
         digest = output_hash(period=period, price_book_version=version, rated=rated)
-        run = BillingRun(
-            period=period,
-            finalize=finalize,
-            price_book_version=version,
-            watermark=watermark,
-            adjustment_watermark=adjustment_watermark,
-            invoices=len(rated),
-            output_hash=digest,
-            actor=actor,
-            started_at=started_at,
-        )
+        run = BillingRun(period=period, finalize=finalize, price_book_version=version, watermark=cutoff.watermark,
+                         adjustment_watermark=cutoff.adjustment_watermark, prior_watermark=cutoff.prior_watermark,
+                         prior_adjustment_watermark=cutoff.prior_adjustment_watermark, invoices=len(rated),
+                         output_hash=digest, actor=actor, started_at=started_at)
         invoices = _write_invoices(period, rated, run.id, currency="USD")
         fault_point("billing.after_write")  # the fault suite kills the worker here (uncommitted)
         if finalize:
             _finalize(invoices, settings.BILLING_ISSUER, now)
         run.finished_at = timezone.now()
         run.save(using=LEDGER, force_insert=True)
-    record_audit(
-        actor=actor,
-        action="billing.run",
-        target=run,
-        reason="finalize" if finalize else "draft refresh",
-        after={
-            "period": format_period(period),
-            "invoices": run.invoices,
-            "watermark": watermark,
-            "output_hash": digest,
-            "price_book_version": version,
-        },
-    )
+    record_audit(actor=actor, action="billing.run", target=run, reason="finalize" if finalize else "draft refresh",
+                 after={"period": format_period(period), "invoices": run.invoices, "watermark": watermark,
+                        "disputes_opened": disputed,
+                        "output_hash": digest, "price_book_version": version})
     return RunOutcome(run, created=True)
 
 
 def due_finalizations(*, now: datetime) -> list[date]:
     """Past periods with usage, not yet finalized, whose grace period has passed (oldest first)."""
-    grace = timedelta(hours=settings.BILLING_FINALIZE_GRACE_HOURS)
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
     periods = set(UsageEvent.objects.using(LEDGER).values_list("period", flat=True).distinct())
-    return sorted(p for p in periods - finalized if period_end(p) + grace <= now)
+    return sorted(p for p in periods - finalized if grace_ends(p) <= now)
 
 
 def refresh_drafts(*, now: datetime, actor: str) -> list[RunOutcome]:

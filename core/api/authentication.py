@@ -1,7 +1,8 @@
 """Bearer-token authentication for the three kinds of principal (API.md, "Auth").
 
 `request.user` becomes a `Principal`. Tenant and operator tokens are looked up by the SHA-256
-of their value; agent tokens are verified by signature alone.
+of their value; agent tokens are verified by signature, then against the revocation list
+(cached, in the ledger database: core.services.agent_credentials).
 """
 import hashlib
 import secrets
@@ -16,8 +17,10 @@ from rest_framework import authentication, exceptions
 
 from core.choices import ApiTokenKind, TenantRole
 from core.models import ApiToken
+from core.services.agent_credentials import revocation_reason
 
 from .agent_tokens import looks_like_agent_token, verify_agent_token
+from .throttles import guarded_authentication
 
 TOKEN_PREFIXES = {ApiTokenKind.TENANT: "hgt_", ApiTokenKind.OPERATOR: "hgo_"}
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -93,14 +96,16 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
     whose permission classes accept nothing else)."""
 
     def authenticate(self, request):
+        """Every check of a presented token is counted: an address that fails too often gets
+        429 before its next guess is looked at (core.api.throttles)."""
+        return guarded_authentication(request, self.verify)
+
+    def verify(self, request):
         plain = _bearer(request)
         if plain is None:
             return None
         if looks_like_agent_token(plain):
-            node_id = verify_agent_token(plain)
-            if node_id is None:
-                raise exceptions.AuthenticationFailed("Invalid agent token.")
-            return Principal(kind="agent", node_id=node_id), plain
+            return _agent_principal(plain), plain
         token = (
             ApiToken.objects.select_related("tenant", "user")
             .filter(digest=token_digest(plain), revoked_at__isnull=True)
@@ -128,11 +133,32 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 class AgentTokenAuthentication(BearerTokenAuthentication):
     """Agent routes: anything that is not a valid agent signature is 401 (API.md)."""
 
+    def verify(self, request):
+        plain = _bearer(request)
+        if plain is None:
+            return None
+        return _agent_principal(plain), plain
+
+
+class LedgerAgentTokenAuthentication(AgentTokenAuthentication):
+    """Meter ingest: the same check against the ledger's copy of the revocation list, so it
+    needs no control-plane database."""
+
     def authenticate(self, request):
         plain = _bearer(request)
         if plain is None:
             return None
-        node_id = verify_agent_token(plain)
-        if node_id is None:
-            raise exceptions.AuthenticationFailed("Not a valid agent token.")
-        return Principal(kind="agent", node_id=node_id), plain
+        return _agent_principal(plain, using="ledger"), plain
+
+
+def _agent_principal(plain: str, using: str = "default") -> Principal:
+    identity = verify_agent_token(plain)
+    if identity is None:
+        raise exceptions.AuthenticationFailed(
+            "Not a valid agent token (forged, malformed, of the old hga1 form, or signed under another key); "
+            "issue one with manage.py create_token --agent HOSTNAME.")
+    reason = revocation_reason(identity, using=using)
+    if reason is not None:
+        raise exceptions.AuthenticationFailed(f"Revoked agent token: {reason}.")
+    return Principal(kind="agent", node_id=identity.node_id,
+                     extra={"key_id": identity.key_id, "issued_at": identity.issued_at})

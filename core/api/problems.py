@@ -32,6 +32,7 @@ _TITLES = {
     405: "Method not allowed",
     406: "Not acceptable",
     409: "Conflict",
+    413: "Content too large",
     415: "Unsupported media type",
     422: "Unprocessable content",
     429: "Too many requests",

@@ -44,7 +44,9 @@ LIQUID_POSITIONS = 16
 LIQUID_HALL_BUDGET_KW = Decimal("2400")
 NEW_BUILD_PUE = Decimal("1.20")  # facility.csv pue_new_build 1.1-1.3
 INDUSTRY_PUE = Decimal("1.58")  # facility.csv pue_industry_average
-DRIVES = (  # DGX H100 layout: 2 OS drives + 8 data drives (self-encrypting)
+# DGX H100 layout: 2 OS drives + 8 data drives (self-encrypting). Both models implement NVMe
+# Sanitize (block erase; crypto erase on the SEDs), so each can be purged in place.
+DRIVES = (
     [("Samsung PM9A3 1.92TB", 1920, False)] * 2 + [("Samsung PM1743 3.84TB", 3840, True)] * 8
 )
 BATCH = 5000
@@ -147,7 +149,7 @@ def seed_fleet(*, gpus: int, site_slug: str = "dc1", seed: int = 7, actor: str =
                                     serial=f"{rng.getrandbits(44):013d}"))
             for model, capacity, sed in DRIVES:
                 drive_rows.append(Drive(id=uuid7(), node_id=node.id, serial=f"S6{rng.getrandbits(48):012X}", model=model,
-                                        capacity_gb=capacity, self_encrypting=sed))
+                                        capacity_gb=capacity, self_encrypting=sed, purge_supported=True))
             if len(gpu_rows) >= BATCH or i == len(nodes) - 1:
                 GPU.objects.bulk_create(gpu_rows)
                 Drive.objects.bulk_create(drive_rows)

@@ -1,14 +1,18 @@
 """Node agent API: what the node should do now, and what it did (API.md, "Node agent API")."""
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.selectors import metering_grants_for_node
 from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
 from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
+from fleet.services.lifecycle import GONE
 from tenants.selectors import live_allocation_of_node
 
 from .serializers import ActionResultIn, DesiredStateOut
@@ -23,13 +27,15 @@ class AgentView(APIView):
         if node is None:
             raise Problem(404, "unknown_node", "This agent token names a node the control plane does not know; "
                                                "mint a token for an enrolled node with manage.py create_token --agent HOSTNAME.")
+        if node.lifecycle in GONE:
+            # Also on the revocation list; this holds even if writing that list failed.
+            raise exceptions.AuthenticationFailed(f"Revoked agent token: {node.hostname} is {node.lifecycle}.")
         return node
 
 
 class DesiredStateView(AgentView):
     @extend_schema(responses=DesiredStateOut, summary="What the control plane wants this node to do now")
     def get(self, request):
-
         node = self.node(request)
         live = live_allocation_of_node(node)
         actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
@@ -40,6 +46,7 @@ class DesiredStateView(AgentView):
             "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
             "sku": node.node_type.slug,
             "gpus": node.node_type.gpus_per_node,
+            "metering_grants": metering_grants_for_node(node, now=timezone.now()),
         })
 
 

@@ -1,7 +1,7 @@
 """Fleet API shapes (API.md: node agent API and operator API)."""
 from rest_framework import serializers
 
-from fleet.choices import AgentActionState, SanitizationMethod
+from fleet.choices import AgentActionState, CustodyKind, SanitizationMethod
 from fleet.models import NodeEvent
 from fleet.services import sanitization
 
@@ -21,6 +21,17 @@ class DesiredActionOut(serializers.Serializer):
     params = serializers.DictField()
 
 
+class MeteringGrantOut(serializers.Serializer):
+    grant = serializers.CharField(help_text="opaque, signed by the billing ledger; send it with every meter event "
+                                            "of this allocation in [valid_from, valid_until)")
+    allocation_id = serializers.UUIDField()
+    tenant_id = serializers.UUIDField()
+    sku = serializers.CharField(help_text="instance-type name")
+    gpus = serializers.IntegerField(help_text="GPUs metered: quantity ≤ gpus × seconds")
+    valid_from = serializers.DateTimeField()
+    valid_until = serializers.DateTimeField(help_text="a few hours ahead; renewed while the allocation lives")
+
+
 class DesiredStateOut(serializers.Serializer):
     lifecycle = serializers.CharField()
     allocation_id = serializers.UUIDField(allow_null=True)
@@ -28,6 +39,7 @@ class DesiredStateOut(serializers.Serializer):
     actions = DesiredActionOut(many=True)
     sku = serializers.CharField()
     gpus = serializers.IntegerField()
+    metering_grants = MeteringGrantOut(many=True, help_text="one per live allocation on this node")
 
 
 class NodeActionIn(serializers.Serializer):
@@ -114,11 +126,21 @@ class ReasonIn(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+class DriveStatusIn(serializers.Serializer):
+    serial = serializers.CharField(max_length=64)
+    status = serializers.CharField(max_length=200, help_text="e.g. sealed in tamper-evident bag 12345, unsanitised")
+
+
 class CustodyTransferIn(serializers.Serializer):
     from_party = serializers.CharField(max_length=200, help_text="who hands the node over (e.g. the site)")
-    to_party = serializers.CharField(max_length=200, help_text="buyer or recycler")
+    to_party = serializers.CharField(max_length=200, help_text="buyer, recycler or RMA vendor")
     document_ref = serializers.CharField(max_length=200, help_text="bill of lading, sale contract, certificate")
     at = serializers.DateTimeField(required=False, help_text="when custody passed; now if omitted")
+    kind = serializers.ChoiceField(choices=CustodyKind.choices, default=CustodyKind.DISPOSAL,
+                                   help_text="rma_shipment: the drives ship with the node under the carrier's custody")
+    carrier = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    drive_status = DriveStatusIn(many=True, required=False, default=list, max_length=64,
+                                 help_text="rma_shipment: the status of every drive aboard")
 
 
 class DataHandlingOut(serializers.Serializer):
@@ -133,3 +155,8 @@ class DataHandlingOut(serializers.Serializer):
     custody_transfers = serializers.IntegerField()
     retire_missing = serializers.ListField(child=serializers.CharField())
     dispose_missing = serializers.ListField(child=serializers.CharField())
+    destination = serializers.CharField(help_text="inside (redeploy, lease: clear) or outside (purge or destroy)")
+    inventory_reported_at = serializers.DateTimeField(allow_null=True, help_text="when the agent last counted drives")
+    drives = serializers.ListField(child=serializers.DictField(),
+                                   help_text="every drive: serial, required_method, record_id, ok, problem")
+    rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")

@@ -18,7 +18,8 @@ from fleet.filters import NodeFilterSet
 from fleet.models import Drive, Node, NodeEvent
 from fleet.selectors import data_handling_status
 from fleet.services import sanitization
-from fleet.services.lifecycle import InvalidTransition
+from fleet.services.drive_gate import RMA, gate_status
+from fleet.services.lifecycle import ExitRefused, InvalidTransition
 from fleet.services.operator_actions import (
     REGISTRY,
     ActionRefused,
@@ -97,6 +98,11 @@ class NodeDetailView(APIView):
 class NodeActionsView(APIView):
     permission_classes = [IsOperator]
 
+    def ops_action_for(self, request):
+        """The permission depends on the action named in the body (core.services.permissions)."""
+        action = request.data.get("action") if isinstance(request.data, dict) else None
+        return f"node.{action}" if isinstance(action, str) and action in REGISTRY else None
+
     @extend_schema(request=NodeActionIn, responses={202: NodeOut}, summary="Run an operator action on a node",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)])
     def post(self, request, pk):
@@ -111,7 +117,10 @@ class NodeActionsView(APIView):
 
         def perform():
             try:
-                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason)
+                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
+                                        user=request.user.user)
+            except ExitRefused as exc:
+                raise Problem(409, exc.code, exc.detail, extra={"gate": exc.status.as_dict()}) from None
             except InvalidTransition as exc:
                 raise Problem(409, "invalid_transition", exc.detail,
                               extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None
@@ -144,6 +153,8 @@ class NodeEventsView(APIView):
 # ---- end of life: sanitisation records, checklist steps, custody (operator API)
 
 class SanitizationRecordCreate(OpsView):
+    ops_action = "drive.record_sanitization"
+
     @extend_schema(operation_id="ops_drive_sanitization_record_create", request=SanitizationRecordIn,
                    responses={201: SanitizationRecordOut}, parameters=[IDEMPOTENCY_HEADER],
                    summary="Record a drive's sanitisation (operator-entered, with evidence)")
@@ -167,7 +178,9 @@ def data_handling_body(node: Node) -> dict:
         "drives_total": s.drives_total, "drives_sanitized": s.drives_sanitized, "unsanitized_drives": s.unsanitized,
         "bmc_reset_at": s.bmc_reset_at, "asset_tags_removed_at": s.asset_tags_removed_at,
         "custody_transfers": s.custody_transfers, "retire_missing": s.retire_missing,
-        "dispose_missing": s.dispose_missing,
+        "dispose_missing": s.dispose_missing, "destination": s.gate.destination,
+        "inventory_reported_at": s.gate.inventory_reported_at, "drives": [d.as_dict() for d in s.gate.drives],
+        "rma_gate": gate_status([node.pk], RMA)[node.pk].as_dict(),
     }).data
 
 
@@ -194,6 +207,8 @@ class NodeChecklistStep(OpsView):
 
 
 class BmcReset(NodeChecklistStep):
+    ops_action = "node.record_bmc_reset"
+
     @extend_schema(operation_id="ops_node_bmc_reset", request=ReasonIn, responses={201: DataHandlingOut},
                    parameters=[IDEMPOTENCY_HEADER], summary="Record that the BMC credentials were reset and its logs cleared")
     def post(self, request, pk):
@@ -204,6 +219,8 @@ class BmcReset(NodeChecklistStep):
 
 
 class AssetTagsRemoved(NodeChecklistStep):
+    ops_action = "node.record_asset_tags_removed"
+
     @extend_schema(operation_id="ops_node_asset_tags_removed", request=ReasonIn, responses={201: DataHandlingOut},
                    parameters=[IDEMPOTENCY_HEADER], summary="Record that the node's asset tags were removed")
     def post(self, request, pk):
@@ -215,6 +232,7 @@ class AssetTagsRemoved(NodeChecklistStep):
 
 class CustodyTransfers(NodeChecklistStep):
     serializer_class = CustodyTransferIn
+    ops_action = "node.record_custody_transfer"
 
     @extend_schema(operation_id="ops_node_custody_transfer_create", request=CustodyTransferIn,
                    responses={201: DataHandlingOut}, parameters=[IDEMPOTENCY_HEADER],
@@ -223,7 +241,11 @@ class CustodyTransfers(NodeChecklistStep):
         return super().post(request, pk)
 
     def record(self, node, request, data):
-        sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+        try:
+            sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
+        except sanitization.CustodyRefused as exc:
+            raise Problem(409, exc.code, exc.detail,
+                          extra={"drives": [d.as_dict() for d in exc.status.drives] if exc.status else []}) from None
 
 
 class DataHandling(OpsView):

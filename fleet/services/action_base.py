@@ -8,6 +8,7 @@ a work item for the node's agent is a `NodeAgentAction` (fleet/services/agent_wo
 from typing import ClassVar
 
 from core.errors import Conflict
+from core.services.permissions import permission_for
 from fleet.models import Node
 
 
@@ -23,8 +24,16 @@ class OperatorAction:
     name: ClassVar[str]
     label: ClassVar[str]
     allowed_states: ClassVar[frozenset[str]]
-    permission: ClassVar[str] = "fleet.change_node"
     needs_uncordoned: ClassVar[bool] = False
+
+    @property
+    def ops_action(self) -> str:
+        return f"node.{self.name}"
+
+    @property
+    def permission(self) -> str:
+        """From the one table (core.services.permissions.OPS_ACTIONS)."""
+        return permission_for(self.ops_action)
 
     def is_allowed(self, node: Node) -> bool:
         return self.refusal(node) is None

@@ -1,48 +1,57 @@
 """End-of-life node actions: sanitize, retire, dispose (API.md `POST /nodes/{id}/actions`).
 
-No node leaves before its data is handled: `retire` is refused while any drive lacks a passing
-sanitisation record or the BMC reset is not recorded, and `dispose` while asset tags or the
-chain of custody are missing. Registered with the action framework on app start-up
-(`fleet.apps`).
+No node leaves before its data is handled. The drive gate (fleet.services.drive_gate, run by
+`transition()` itself for rma, retired and disposed) wants the agent's fresh inventory and,
+for every drive, a verified record with evidence of the method the destination needs; on top
+of it `retire` wants the BMC reset and `dispose` the asset tags and the chain of custody.
+Registered with the action framework on app start-up (`fleet.apps`).
 """
 from core.services.audit import record_audit
-from fleet.choices import AgentAction, Lifecycle
+from fleet.choices import AgentAction, Lifecycle, SanitizationMethod
 from fleet.models import Drive, Node
-from fleet.selectors import data_handling_status, sanitized_drive_ids
+from fleet.selectors import data_handling_status
 
 from .action_base import ActionRefused, OperatorAction
 from .agent_work import request_agent_action
+from .drive_gate import RETIRE, RMA, gate_status
 from .lifecycle import transition
 
 SANITIZE_REASON = "NIST SP 800-88 sanitisation before the node leaves"
+AGENT_METHODS = frozenset({SanitizationMethod.CLEAR, SanitizationMethod.PURGE})  # destroy is physical
 
 
-def sanitize_params(drive: Drive) -> dict:
-    """What the agent runs for one drive: purge by cryptographic erase where the drive encrypts
-    everything it stores (the key is destroyed), a user-data erase (clear) otherwise."""
-    method = "purge" if drive.self_encrypting else "clear"
+def sanitize_params(drive: Drive, method: str) -> dict:
+    """What the agent runs for one drive, by the method its destination requires: purge (a
+    cryptographic or block erase) or clear (a user-data erase)."""
     device = f"/dev/disk/by-id/nvme-{drive.model.replace(' ', '_')}_{drive.serial}"
     return {"device": device, "serial": drive.serial, "method": method}
 
 
 class Sanitize(OperatorAction):
-    """decommissioning → sanitizing, queueing one `sanitize_drive` per drive. From sanitizing it
-    re-queues only the drives still lacking a passing record (a retry after a failed erase)."""
+    """decommissioning → sanitizing, queueing one `sanitize_drive` per drive with the method its
+    destination requires (shown before it starts: `GET /nodes/{id}/data-handling`). From
+    sanitizing it re-queues only the drives the gate does not pass yet; from triage (a node
+    going for RMA) it queues without a move. Drives that must be destroyed are not queued: an
+    operator records their destruction with evidence."""
 
     name = "sanitize"
     label = "Sanitise drives"
-    allowed_states = frozenset({Lifecycle.DECOMMISSIONING, Lifecycle.SANITIZING})
+    allowed_states = frozenset({Lifecycle.DECOMMISSIONING, Lifecycle.SANITIZING, Lifecycle.TRIAGE})
 
     def execute(self, node: Node, *, actor: str, reason: str) -> Node:
         if node.lifecycle == Lifecycle.DECOMMISSIONING:
             node = transition(node, Lifecycle.SANITIZING, actor=actor, action=self.name, reason=reason or SANITIZE_REASON)
-        drives = list(Drive.objects.filter(node=node).order_by("serial"))
-        done = sanitized_drive_ids(d.pk for d in drives)
+        gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
+        drives = {str(d.pk): d for d in Drive.objects.filter(node=node, missing_since__isnull=True)}
+        todo = [(drives[line.drive_id], line.required) for line in gate.drives
+                if line.record_id is None and line.drive_id in drives]
         queued = [request_agent_action(node=node, action=AgentAction.SANITIZE_DRIVE, actor=actor, drive=d,
-                                       params=sanitize_params(d), reason=reason or SANITIZE_REASON).pk
-                  for d in drives if d.pk not in done]
-        record_audit(actor=actor, action="node.sanitize", target=node, after={"queued_drive_actions": len(queued)},
-                     reason=reason)
+                                       params=sanitize_params(d, method), reason=reason or SANITIZE_REASON).pk
+                  for d, method in todo if method in AGENT_METHODS]
+        to_destroy = [d.serial for d, method in todo if method not in AGENT_METHODS]
+        record_audit(actor=actor, action="node.sanitize", target=node,
+                     after={"destination": gate.destination, "queued_drive_actions": len(queued),
+                            "to_destroy": to_destroy}, reason=reason)
         return node
 
 
@@ -81,11 +90,10 @@ class Retire(GatedMove):
     def checklist_refusal(self, node: Node, status) -> ActionRefused:
         return ActionRefused(
             "sanitization_incomplete",
-            f"{node.hostname} cannot be retired yet: {len(status.unsanitized)} of {status.drives_total} drives "
-            f"lack a passing sanitisation record"
-            f"{' and the BMC reset is not recorded' if status.bmc_reset_at is None else ''}. "
-            "Run sanitize again or record the sanitisation with evidence, then retry.",
-            extra={"drives": status.unsanitized, "missing": status.retire_missing},
+            f"{node.hostname} cannot be retired yet: {'; '.join(status.retire_missing[:5])}. "
+            "Run sanitize again or record each drive's sanitisation with evidence, then retry.",
+            extra={"drives": status.unsanitized, "missing": status.retire_missing,
+                   "destination": status.gate.destination},
         )
 
 
@@ -101,7 +109,8 @@ class Dispose(GatedMove):
     def checklist_refusal(self, node: Node, status) -> ActionRefused:
         return ActionRefused(
             "disposal_incomplete",
-            f"{node.hostname} cannot be disposed yet: {'; '.join(status.dispose_missing)}. "
-            "Record them (asset-tags-removed, custody-transfers), then retry.",
-            extra={"missing": status.dispose_missing},
+            f"{node.hostname} cannot be disposed yet: {'; '.join(status.dispose_missing[:5])}. "
+            "Record them (drive sanitisation, asset-tags-removed, custody-transfers), then retry.",
+            extra={"missing": status.dispose_missing,
+                   "drives": [d.as_dict() for d in status.dispose_gate.drives if not d.ok]},
         )

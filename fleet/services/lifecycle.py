@@ -15,8 +15,15 @@ from django.utils import timezone
 
 from core.context import current_request_id
 from core.errors import Conflict
+from core.reference_data import burn_in_deadline
+from core.services.agent_credentials import revoke_node_agent_tokens
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeEvent
+
+from .drive_gate import EXIT_OF_STATE, gate_status
+
+# A node in these states has no agent any more: its tokens are revoked when it gets there.
+GONE = frozenset({L.RETIRED, L.DISPOSED})
 
 # from-state → the states it may move to (DESIGN.md, "Node"). Extra edges beyond the design
 # table are marked with why they exist.
@@ -58,8 +65,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 # Working states that wait on the node agent, how long they may take, and where they go
 # when the deadline passes (the reconciler enforces this).
+BURN_IN_DEADLINE = burn_in_deadline()
 STATE_TIMEOUTS: dict[str, timedelta] = {
-    L.BURN_IN: timedelta(hours=24),  # facility.csv: CoreWeave runs a 24 h burn-in stage
+    # facility.csv burn_in_deadline: the same value the migration planner schedules for burn-in.
+    L.BURN_IN: BURN_IN_DEADLINE,
     L.PROVISIONING: timedelta(minutes=15),
     L.RELEASING: timedelta(minutes=10),
     L.WIPING: timedelta(minutes=30),
@@ -100,6 +109,22 @@ class InvalidTransition(Conflict):
         super().__init__(self.detail, extra={"from_state": self.from_state, "allowed": self.allowed})
 
 
+class ExitRefused(InvalidTransition):
+    """A move out of custody (rma, retired, disposed) that the drive gate refuses. `status` is
+    the gate's answer (fleet.services.drive_gate.GateStatus): what is missing, per drive."""
+
+    code = "sanitization_incomplete"
+
+    def __init__(self, node: Node, to_state: str, status):
+        self.status = status
+        missing = status.missing
+        super().__init__(node, to_state, (
+            f"{node.hostname} cannot go to {to_state}: the drive gate is not met ({len(missing)} open: "
+            f"{'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}). Every drive the agent reported needs "
+            f"a verified {', '.join(sorted({d.required for d in status.drives})) or 'sanitisation'} record with "
+            "evidence first."))
+
+
 @dataclass(frozen=True)
 class Change:
     """A node's move, for callers that act after it (e.g. queueing agent work)."""
@@ -125,6 +150,10 @@ def transition(node: Node, to_state: str, *, actor: str, action: str, reason: st
     from_state = node.lifecycle
     if not can_transition(from_state, to_state):
         raise InvalidTransition(node, to_state)
+    if to_state in EXIT_OF_STATE:
+        status = gate_status([node.pk], EXIT_OF_STATE[to_state])[node.pk]
+        if not status.passed:
+            raise ExitRefused(node, to_state, status)
     now = timezone.now()
     updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now),
                "target_lifecycle": target_lifecycle, "updated_at": now}
@@ -140,7 +169,18 @@ def transition(node: Node, to_state: str, *, actor: str, action: str, reason: st
         setattr(node, field, value)
     NodeEvent.objects.create(node=node, at=now, actor=actor, action=action, from_state=from_state, to_state=to_state,
                              reason=reason, request_id=current_request_id())
+    if to_state in GONE:
+        _revoke_tokens_on_commit([node], actor=actor, to_state=to_state)
     return node
+
+
+def _revoke_tokens_on_commit(nodes: list[Node], *, actor: str, to_state: str) -> None:
+    """After the move commits (the revocation list is in the other database). Robust: a ledger
+    hiccup must not turn a committed retirement into an error; the control-plane agent routes
+    refuse gone nodes anyway, and a gone node gets no new metering grants."""
+    for node in nodes:
+        transaction.on_commit(lambda node=node: revoke_node_agent_tokens(node=node, actor=actor,
+                                                                         reason=f"node {to_state}"), robust=True)
 
 
 # No savepoint: the batch is all-or-nothing inside its caller's transaction, and placement calls
@@ -154,13 +194,22 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
     alone and not returned; the next level-triggered pass looks at them again.
     """
     now = timezone.now()
+    nodes = [n for n in nodes if can_transition(n.lifecycle, to_state)]
+    if to_state in EXIT_OF_STATE and nodes:
+        # Leaving custody: nodes the drive gate refuses stay where they are, with the reason.
+        gate = gate_status([n.pk for n in nodes], EXIT_OF_STATE[to_state])
+        held = [n for n in nodes if not gate[n.pk].passed]
+        for node in held:
+            node.last_error = f"{to_state} held by the drive gate: {'; '.join(gate[node.pk].missing[:3])}"[:2000]
+        Node.objects.bulk_update(held, ["last_error"], batch_size=1000)
+        nodes = [n for n in nodes if gate[n.pk].passed]
     by_state: dict[str, list[Node]] = {}
     for node in nodes:
-        if can_transition(node.lifecycle, to_state):
-            by_state.setdefault(node.lifecycle, []).append(node)
+        by_state.setdefault(node.lifecycle, []).append(node)
     changes: list[Change] = []
     events: list[NodeEvent] = []
     request_id = current_request_id()
+    moved_all: set = set()
     for from_state, group in by_state.items():
         updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now), "target_lifecycle": "",
                    "failed_attempts": 0, "next_attempt_at": None, "updated_at": now}
@@ -170,6 +219,7 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
         # Compare-and-set: only rows still in from_state move; read back which did.
         Node.objects.filter(pk__in=ids, lifecycle=from_state).update(**updates)
         moved = set(Node.objects.filter(pk__in=ids, lifecycle=to_state, updated_at=now).values_list("pk", flat=True))
+        moved_all |= moved
         for node in group:
             if node.pk in moved:
                 changes.append(Change(node.pk, from_state, to_state))
@@ -178,6 +228,9 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
                 for field, value in updates.items():
                     setattr(node, field, value)
     NodeEvent.objects.bulk_create(events, batch_size=2000)
+    if to_state in GONE:
+        _revoke_tokens_on_commit([n for group in by_state.values() for n in group if n.pk in moved_all],
+                                 actor=actor, to_state=to_state)
     return changes
 
 

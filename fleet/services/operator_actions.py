@@ -6,6 +6,7 @@ allowed states, and runs it; every action leaves a node event and an audit row.
 """
 from django.db import transaction
 
+from core.services.permissions import has_permission, require_permission
 from fleet.models import Node
 
 from . import end_of_life_actions, lifecycle_actions
@@ -34,22 +35,27 @@ ACTION_CLASSES: tuple[type[OperatorAction], ...] = (
     end_of_life_actions.Dispose,
 )
 REGISTRY: dict[str, OperatorAction] = {cls.name: cls() for cls in ACTION_CLASSES}
+# An action missing from the permission table (core.services.permissions) fails here, at import.
+_PERMISSIONS = {name: action.permission for name, action in REGISTRY.items()}
 
 
 def available_actions(node: Node, user=None) -> list[OperatorAction]:
     """What the console shows as buttons: only what the node's state (and the user) allows."""
-    return [a for a in REGISTRY.values() if a.is_allowed(node) and (user is None or user.has_perm(a.permission))]
+    return [a for a in REGISTRY.values() if a.is_allowed(node) and (user is None or has_permission(user, a.ops_action))]
 
 
 @transaction.atomic
 def perform_operator_action(*, node_id, action: str, actor: str, reason: str = "", user=None) -> Node:
     """Lock the node, check the action is allowed, run it. Raises KeyError for an unknown action,
-    PermissionError, InvalidTransition (→ 409 invalid_transition) or ActionRefused."""
+    PermissionMissing, InvalidTransition (→ 409 invalid_transition) or ActionRefused.
+
+    `user` is whoever asked (console, admin, API token's user) and is checked against the
+    permission table; None only for system callers (control loops, set-up code)."""
     handler = REGISTRY.get(action)
     if handler is None:
         raise KeyError(action)
-    if user is not None and not user.has_perm(handler.permission):
-        raise PermissionError(f"{action} needs the {handler.permission} permission")
+    if user is not None:
+        require_permission(user, handler.ops_action)
     node = Node.objects.select_for_update().select_related("node_type").get(pk=node_id)
     refusal = handler.refusal(node)
     if refusal is not None:

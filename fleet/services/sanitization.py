@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.services.audit import record_audit
-from fleet.choices import AgentAction, SanitizationMethod, SanitizationSource
+from fleet.choices import AgentAction, CustodyKind, SanitizationMethod, SanitizationSource
 from fleet.models import (
     CustodyTransfer,
     Drive,
@@ -20,6 +20,7 @@ from fleet.models import (
     SanitizationRecord,
 )
 
+from .drive_gate import CUSTODY, RMA, gate_status
 from .lifecycle import record_node_event
 
 MAX_EVIDENCE_CHARS = 20_000
@@ -120,13 +121,45 @@ def record_asset_tags_removed(*, node: Node, actor: str, reason: str = "") -> No
                             reason=reason or "asset tags removed")
 
 
+class CustodyRefused(Exception):
+    """A custody transfer off site that the drive gate refuses. `status` is the gate's answer."""
+
+    code = "sanitization_incomplete"
+
+    def __init__(self, detail: str, status=None):
+        self.detail = detail
+        self.status = status
+        super().__init__(detail)
+
+
 @transaction.atomic
 def record_custody_transfer(*, node: Node, from_party: str, to_party: str, document_ref: str, actor: str,
-                            at: datetime | None = None) -> CustodyTransfer:
-    transfer = CustodyTransfer.objects.create(node=node, from_party=from_party, to_party=to_party,
+                            at: datetime | None = None, kind: str = CustodyKind.DISPOSAL, carrier: str = "",
+                            drive_status: list[dict] | None = None) -> CustodyTransfer:
+    """Hand the node to the next party. A disposal transfer (buyer, recycler) passes the drive
+    gate first; an RMA shipment with the drives aboard names the carrier and declares every
+    inventoried drive's status instead (the RMA move checks the declaration covers them all)."""
+    drive_status = drive_status or []
+    if kind == CustodyKind.RMA_SHIPMENT:
+        if not carrier.strip():
+            raise CustodyRefused("An RMA shipment record names the carrier; add it and retry.")
+        gate = gate_status([node.pk], RMA)[node.pk]
+        declared = {str(d.get("serial")) for d in drive_status}
+        undeclared = [d.serial for d in gate.drives if d.serial not in declared]
+        if undeclared or gate.problems and not gate.drives:
+            raise CustodyRefused(
+                f"Declare the status of every drive the agent reported; missing: {', '.join(undeclared) or 'inventory'}.",
+                gate)
+    else:
+        gate = gate_status([node.pk], CUSTODY)[node.pk]
+        if not gate.passed:
+            raise CustodyRefused(f"{node.hostname} cannot leave custody yet: {'; '.join(gate.missing[:5])}.", gate)
+    transfer = CustodyTransfer.objects.create(node=node, from_party=from_party, to_party=to_party, kind=kind,
+                                              carrier=carrier, drive_status=drive_status,
                                               document_ref=document_ref, at=at or timezone.now(), recorded_by=actor)
     record_audit(actor=actor, action="node.custody_transfer", target=node,
-                 after={"from": from_party, "to": to_party, "document_ref": document_ref})
+                 after={"from": from_party, "to": to_party, "document_ref": document_ref, "kind": kind,
+                        "carrier": carrier, "drive_status": drive_status})
     record_node_event(node, actor=actor, action="custody_transfer",
-                      reason=f"{from_party} → {to_party} ({document_ref})")
+                      reason=f"{from_party} → {to_party} ({document_ref}){f' by {carrier}' if carrier else ''}")
     return transfer

@@ -8,12 +8,13 @@ pure function from those raw values to the heartbeat shape, testable without a G
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from types import ModuleType
 from typing import Any
 
-from .base import blank_gpu, ib_link_checks, nvme_drives
+from .base import CounterWindow, blank_gpu, ib_link_checks, ib_ports, nvme_drives
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ class NvmlUnavailable(RuntimeError):
 def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
     """Map raw NVML readings to one heartbeat `gpus[]` entry.
 
-    raw keys: uuid (str|bytes), temperature_c, power_mw, utilization_pct,
+    raw keys: uuid (str|bytes), temperature_c, power_mw, energy_mj (total energy since the driver
+    loaded), utilization_pct,
     memory_used_bytes, ecc_corrected, ecc_uncorrected (volatile totals),
     retired_pages (list of page lists or a count), remapped_rows
     ((corrected, uncorrected, pending, failure) or None), nvlink_states (per link:
@@ -39,6 +41,8 @@ def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
         gpu["temperature_c"] = int(raw["temperature_c"])
     if raw.get("power_mw") is not None:
         gpu["power_w"] = round(raw["power_mw"] / 1000.0, 1)
+    if raw.get("energy_mj") is not None:
+        gpu["energy_mj"] = int(raw["energy_mj"])  # cumulative since the driver loaded
     if raw.get("utilization_pct") is not None:
         gpu["utilization_pct"] = int(raw["utilization_pct"])
     if raw.get("memory_used_bytes") is not None:
@@ -54,7 +58,21 @@ def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
     states = raw.get("nvlink_states") or []
     gpu["nvlink_down"] = sum(1 for s in states if s is not None and s != NVLINK_ACTIVE)
     gpu["xid_errors"] = [int(x) for x in raw.get("xids") or []]
+    # Blackwell and later: what NVIDIA says to do about the last uncorrectable fault (0 none ...
+    # 5 recover IMEX domain); absent on GPUs and drivers that do not expose the field.
+    if raw.get("recovery_action") is not None:
+        gpu["recovery_action"] = int(raw["recovery_action"])
+    if raw.get("throttle_reasons") is not None:
+        gpu["throttle_reasons"] = int(raw["throttle_reasons"])
+    if raw.get("slowdown_temp_c") is not None:
+        gpu["slowdown_temp_c"] = int(raw["slowdown_temp_c"])
+    if raw.get("nvlink_errors_1h") is not None:
+        gpu["nvlink_errors_1h"] = int(raw["nvlink_errors_1h"])
     return gpu
+
+
+NVLINK_ERROR_FIELDS = ("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                       "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
 
 
 class NvmlBackend:
@@ -74,6 +92,7 @@ class NvmlBackend:
             raise NvmlUnavailable(_unavailable(str(exc) or type(exc).__name__)) from exc
         self._pending_xids: dict[int, list[int]] = {}
         self.event_set = self._register_xid_events()
+        self.counters = CounterWindow(3600.0)  # NVLink errors and IB link downs over the last hour
 
     def advance(self, now: datetime, *, allocated: bool) -> None:
         """Real hardware keeps its own time."""
@@ -81,8 +100,15 @@ class NvmlBackend:
     def power_state(self) -> str:
         return "on"
 
+    def wall_power(self) -> dict[str, Any] | None:
+        """NVML sees only the GPUs; the node's wall draw comes from its BMC (not read here yet)."""
+        return None
+
     def drives(self) -> list[dict[str, Any]]:
         return nvme_drives()
+
+    def ib_ports(self) -> list[dict[str, Any]]:
+        return ib_ports(window=self.counters, now=time.monotonic())
 
     def health_checks(self) -> list[dict[str, Any]]:
         return ib_link_checks()
@@ -93,6 +119,9 @@ class NvmlBackend:
         for index, handle in enumerate(self.handles):
             raw = self._read(handle)
             raw["xids"] = self._pending_xids.pop(index, [])
+            if raw.get("nvlink_error_total") is not None:
+                raw["nvlink_errors_1h"] = self.counters.increase(f"gpu{index}:nvlink", time.monotonic(),
+                                                                 raw["nvlink_error_total"])
             result.append(telemetry_from_nvml(index, raw))
         return result
 
@@ -109,6 +138,7 @@ class NvmlBackend:
             "uuid": self._maybe(n.nvmlDeviceGetUUID, handle),
             "temperature_c": self._maybe(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
             "power_mw": self._maybe(n.nvmlDeviceGetPowerUsage, handle),
+            "energy_mj": self._maybe(n.nvmlDeviceGetTotalEnergyConsumption, handle),
             "utilization_pct": util.gpu if util is not None else None,
             "memory_used_bytes": memory.used if memory is not None else None,
             "ecc_corrected": ecc[0],
@@ -117,7 +147,34 @@ class NvmlBackend:
             "remapped_rows": self._maybe(n.nvmlDeviceGetRemappedRows, handle),
             "nvlink_states": [self._maybe(n.nvmlDeviceGetNvLinkState, handle, link)
                               for link in range(n.NVML_NVLINK_MAX_LINKS)],
+            "recovery_action": self._field(handle, getattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)),
+            "throttle_reasons": self._optional("nvmlDeviceGetCurrentClocksEventReasons", handle)
+            if hasattr(n, "nvmlDeviceGetCurrentClocksEventReasons")
+            else self._optional("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
+            "slowdown_temp_c": self._optional("nvmlDeviceGetTemperatureThreshold", handle,
+                                              getattr(n, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)),
+            "nvlink_error_total": self._nvlink_errors(handle),
         }
+
+    def _optional(self, name: str, *args: Any) -> Any:
+        """A query older pynvml releases (or stand-ins) lack reads as None."""
+        fn = getattr(self.nvml, name, None)
+        return None if fn is None else self._maybe(fn, *args)
+
+    def _field(self, handle: Any, field_id: int | None) -> int | None:
+        """One NVML field value (None where this GPU or driver does not expose it)."""
+        if field_id is None or not hasattr(self.nvml, "nvmlDeviceGetFieldValues"):
+            return None
+        values = self._maybe(self.nvml.nvmlDeviceGetFieldValues, handle, [field_id])
+        if not values or getattr(values[0], "nvmlReturn", 1) != 0:
+            return None
+        value = values[0].value
+        return int(getattr(value, "ullVal", 0) or getattr(value, "uiVal", 0))
+
+    def _nvlink_errors(self, handle: Any) -> int | None:
+        readings = [self._field(handle, getattr(self.nvml, name, None)) for name in NVLINK_ERROR_FIELDS]
+        present = [r for r in readings if r is not None]
+        return sum(present) if present else None
 
     def _maybe(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call NVML; a query this GPU does not support (or an absent link) reads as None."""

@@ -1,7 +1,9 @@
 """Simulated GPU node: plausible telemetry, realistic timings and faults at reference rates.
 
-Faults arrive as a Poisson process at `interruptions_per_node_day` with the
-Llama 3 cause mix, both read from core/reference/reliability.csv, and become the
+Faults arrive as a Poisson process at the per-GPU rate (`interruptions_per_node_day` is
+derived for 8-GPU nodes, so a 4-GPU GB200 tray sees half of it) with the full Llama 3 cause
+mix as published — the causes the table lists plus "other" for the share it leaves
+unnamed, never renormalised — both read from core/reference/reliability.csv, and become the
 concrete signals a real node would show (XIDs, ECC and row-remap counters, NVLink
 down, IB link failures, lost heartbeats). `speed` compresses time: every rate and
 duration is per simulated second, and simulated seconds = wall seconds x speed.
@@ -11,6 +13,8 @@ All randomness comes from an injected `random.Random`, so runs are reproducible.
 from __future__ import annotations
 
 import csv
+import json
+import os
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -22,6 +26,7 @@ from typing import Any
 from .base import blank_gpu
 
 REFERENCE_CSV = Path(__file__).resolve().parents[2] / "core" / "reference" / "reliability.csv"
+FACILITY_CSV = REFERENCE_CSV.with_name("facility.csv")
 
 # Used only when reliability.csv cannot be found (an agent installed without the
 # repository); same values as the CSV rows they are named after.
@@ -29,8 +34,9 @@ FALLBACK_RATE_PER_NODE_DAY = 0.0038
 FALLBACK_CAUSE_MIX = {
     "gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,
     "host_maintenance": 7.6, "sram": 4.5, "gpu_system_processor": 4.1, "nic": 1.7,
-    "silent_data_corruption": 1.4,
+    "silent_data_corruption": 1.4, "gpu_thermal": 1.4,
 }
+GPUS_PER_NODE_OF_RATE = 8  # interruptions_per_node_day is "derived from Llama 3 figures (8 GPUs per node)"
 FALLBACK_DCGM_SECONDS = {"dcgm_r1": 30.0, "dcgm_r2": 120.0, "dcgm_r3": 900.0}
 # "r1 seconds" in the CSV gives no number; a readiness run takes about this long.
 DCGM_R1_SECONDS = 30.0
@@ -44,11 +50,47 @@ PROFILES = {
 }
 
 
+# The host's share of a node's draw at full load (CPUs, NVSwitches, NICs, fans, supply losses):
+# facility.csv host_kw_max_* rows, read when the file is there; these are the same values.
+# The share is per 8-GPU DGX; a node with fewer GPUs (an NVL72 compute tray) gets its pro rata part.
+HOST_SHARE_ROWS = {"ampere": "host_kw_max_dgx_a100", "hopper": "host_kw_max_dgx_h100",
+                   "blackwell": "host_kw_max_dgx_b200"}
+# B300 has no facility.csv row: derived the same way, generations.csv's 14.5 kW minus 8 GPUs at
+# the 1,100 W this simulator draws for them when busy.
+FALLBACK_HOST_KW = {"ampere": 3.3, "hopper": 4.6, "blackwell": 6.3, "blackwell-ultra": 5.7}
+# The simulator's own model of how the host part moves with load (no sourced idle figure exists):
+# fans are FAN_SHARE of the host share at load and run at FAN_IDLE of that when idle; the rest of
+# the host idles at HOST_IDLE of its full-load draw.
+FAN_SHARE, FAN_IDLE, HOST_IDLE = 0.2, 0.3, 0.6
+
+
+def load_host_share_w(generation: str, path: Path = FACILITY_CSV) -> float:
+    if path.exists():
+        with open(path, newline="") as fh:
+            rows = {row["parameter"]: row["value"] for row in csv.DictReader(fh)}
+        value = rows.get(HOST_SHARE_ROWS.get(generation, ""))
+        if value:
+            return float(value) * 1000
+    return FALLBACK_HOST_KW[generation] * 1000
+
+
+def node_wall_w(gpu_w: float, host_share_w: float, load: float) -> float:
+    """A node's wall draw: its GPUs' board power, the host (CPUs, switches, NICs, supply losses)
+    and fans, the last two rising with load from their idle fractions to the sourced share."""
+    fans = host_share_w * FAN_SHARE * (FAN_IDLE + (1 - FAN_IDLE) * load)
+    host = host_share_w * (1 - FAN_SHARE) * (HOST_IDLE + (1 - HOST_IDLE) * load)
+    return gpu_w + host + fans
+
+
 @dataclass(frozen=True)
 class ReliabilityReference:
-    rate_per_node_day: float
-    cause_mix: dict[str, float]  # normalised: sums to 1
+    rate_per_node_day: float  # as published, for an 8-GPU node
+    cause_mix: dict[str, float]  # published shares as fractions, plus "other" for the rest: sums to 1
     dcgm_seconds: dict[str, float]
+
+    @property
+    def rate_per_gpu_day(self) -> float:
+        return self.rate_per_node_day / GPUS_PER_NODE_OF_RATE
 
 
 def load_reliability(path: str | Path | None = None) -> ReliabilityReference:
@@ -78,16 +120,24 @@ def parse_dcgm_levels(text: str) -> dict[str, float]:
 
 
 def _reference(rate: float, mix: dict[str, float], dcgm: dict[str, float]) -> ReliabilityReference:
-    total = sum(mix.values())
-    return ReliabilityReference(rate, {k: v / total for k, v in mix.items()}, dcgm)
+    """Shares stay as published (percent of unexpected interruptions); what the table does not
+    name is "other", so the simulated mix matches the source instead of inflating every cause."""
+    listed = sum(mix.values())
+    if listed > 100.0 + 1e-9:
+        raise ValueError(f"the cause mix sums to {listed}%, more than 100%")
+    shares = {k: v / 100.0 for k, v in mix.items()}
+    if listed < 100.0:
+        shares["other"] = (100.0 - listed) / 100.0
+    return ReliabilityReference(rate, shares, dcgm)
 
 
 class FaultProcess:
-    """Draws fault arrivals (exponential gaps) and causes (weighted) for one node."""
+    """Draws fault arrivals (exponential gaps) and causes (weighted) for one node of `gpu_count`
+    GPUs: the rate is per GPU."""
 
-    def __init__(self, rng: Random, reference: ReliabilityReference) -> None:
+    def __init__(self, rng: Random, reference: ReliabilityReference, gpu_count: int = GPUS_PER_NODE_OF_RATE) -> None:
         self.rng = rng
-        self.rate_per_second = reference.rate_per_node_day / 86400.0
+        self.rate_per_second = reference.rate_per_gpu_day * gpu_count / 86400.0
         self.causes = list(reference.cause_mix)
         self.weights = [reference.cause_mix[c] for c in self.causes]
 
@@ -203,6 +253,7 @@ class _GpuState:
     row_remap_pending: bool = False
     row_remap_failed: bool = False
     nvlink_down: int = 0
+    thermal_fault: bool = False  # a failed thermal interface or sensor: throttles until repaired
     needs_reset: bool = False
     lost: bool = False
     xids: list[int] = field(default_factory=list)
@@ -214,7 +265,9 @@ class SimulatedHardware:
     def __init__(self, *, rng: Random | None = None, start: datetime | None = None,
                  generation: str = "hopper", gpu_count: int = 8, speed: float = 1.0,
                  hostname: str | None = None, scenario: str | list[dict[str, Any]] | None = None,
-                 random_faults: bool = True, reference: ReliabilityReference | None = None) -> None:
+                 random_faults: bool = True, reference: ReliabilityReference | None = None,
+                 drives: list[dict[str, Any]] | None = None,
+                 counter_file: str | Path | None = None) -> None:
         if generation not in PROFILES:
             raise ValueError(f"unknown generation {generation!r}; known: {', '.join(PROFILES)}")
         self.rng = rng or Random()
@@ -222,9 +275,22 @@ class SimulatedHardware:
         self.hostname = hostname
         self.reference = reference or load_reliability()
         self.memory_mb, self.idle_w, self.busy_w = PROFILES[generation]
+        self.host_share_w = load_host_share_w(generation) * gpu_count / 8
+        # Cumulative energy counters (the BMC's, J; each GPU's, mJ). A real BMC and driver keep
+        # theirs across an agent restart; the simulator keeps them in `counter_file`.
+        self.counter_file = Path(counter_file) if counter_file else None
+        self.wall_energy_j = 0.0
+        self._gpu_count = gpu_count
+        self.gpu_energy_mj = [0.0] * gpu_count
+        self._load_counters()
         self.gpu_state = [_GpuState(uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}")
                           for _ in range(gpu_count)]
-        self.serials = [f"SIM{self.rng.getrandbits(40):012X}" for _ in range(2)]
+        # The drives the node was enrolled with (serial, model, capacity_gb, self_encrypting,
+        # purge_supported) when the simulator knows them; else a boot and a scratch drive.
+        self.drive_inventory = [dict(d) for d in drives] if drives else [
+            {"serial": f"SIM{self.rng.getrandbits(40):012X}", "model": "SIM NVMe 3.84TB", "capacity_gb": 3840,
+             "self_encrypting": i == 0, "purge_supported": True} for i in range(2)]
+        self.serials = [d["serial"] for d in self.drive_inventory]
         self.allocated = False
         self.offline_until: datetime | None = None
         self.ib_fail_until: datetime | None = None
@@ -232,7 +298,7 @@ class SimulatedHardware:
         self.sdc = False
         self.fault_log: list[dict[str, Any]] = []
         self.now = start
-        self.process = FaultProcess(self.rng, self.reference) if random_faults else None
+        self.process = FaultProcess(self.rng, self.reference, gpu_count) if random_faults else None
         self.next_random_fault: datetime | None = None
         self.script = [f for f in parse_scenario(scenario or [])
                        if f.node is None or hostname is None or f.node == hostname]
@@ -243,9 +309,60 @@ class SimulatedHardware:
         """The wall-clock span of a simulated duration at this speed."""
         return timedelta(seconds=simulated_seconds / self.speed)
 
+    def _gpu_mean_w(self, busy: bool) -> float:
+        low, high = self.busy_w if busy else self.idle_w
+        return (low + high) / 2
+
+    def wall_w(self) -> float:
+        """The node's modelled wall draw now (0 while it is off)."""
+        if self.power_state() == "off":
+            return 0.0
+        gpus = sum(self._gpu_mean_w(self.allocated) for s in self.gpu_state if not s.lost)
+        return node_wall_w(gpus, self.host_share_w, 1.0 if self.allocated else 0.0)
+
+    def _accrue(self, now: datetime) -> None:
+        """Run the energy counters from the last moment to `now` at the draw of that span. Energy
+        is counted in wall-clock seconds even when `speed` compresses fault time: the control
+        plane divides counter deltas by its own clock, and a faster counter would read as an
+        impossible draw."""
+        if self.now is None or now <= self.now:
+            return
+        seconds = (now - self.now).total_seconds()
+        if self.power_state() == "off":
+            return
+        self.wall_energy_j += self.wall_w() * seconds
+        per_gpu_mj = self._gpu_mean_w(self.allocated) * seconds * 1000
+        for index, state in enumerate(self.gpu_state):
+            if not state.lost:
+                self.gpu_energy_mj[index] += per_gpu_mj
+
+    def wall_power(self) -> dict[str, Any] | None:
+        """The simulated BMC's reading: chassis power and its energy counter."""
+        self._save_counters()
+        return {"watts": round(self.wall_w(), 1), "source": "bmc", "energy_j": int(self.wall_energy_j)}
+
+    def _load_counters(self) -> None:
+        if self.counter_file is None or not self.counter_file.exists():
+            return
+        try:
+            saved = json.loads(self.counter_file.read_text())
+            self.wall_energy_j = float(saved["wall_energy_j"])
+            gpus = [float(v) for v in saved["gpu_energy_mj"]]
+            self.gpu_energy_mj = (gpus + [0.0] * self._gpu_count)[:self._gpu_count]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: the counters start again, and the control plane sees a reset
+
+    def _save_counters(self) -> None:
+        if self.counter_file is None:
+            return
+        tmp = self.counter_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"wall_energy_j": self.wall_energy_j, "gpu_energy_mj": self.gpu_energy_mj}))
+        os.replace(tmp, self.counter_file)  # atomic: a crash leaves the old counters or the new
+
     def advance(self, now: datetime, *, allocated: bool) -> None:
         if self.now is None:
             self._arm(now)
+        self._accrue(now)
         self.now = now
         self.allocated = allocated
         while self.script and self.start + self.wall(self.script[0].at) <= now:
@@ -274,14 +391,23 @@ class SimulatedHardware:
                 ecc_sbe=state.ecc_sbe, ecc_dbe=state.ecc_dbe, retired_pages=state.retired_pages,
                 row_remap_pending=state.row_remap_pending, row_remap_failed=state.row_remap_failed,
                 xid_errors=state.xids, nvlink_down=state.nvlink_down,
+                throttle_reasons=0x40 if state.thermal_fault else 0,
+                energy_mj=int(self.gpu_energy_mj[index]),
             )
+            if state.thermal_fault:
+                gpu["temperature_c"] = self.rng.randint(90, 95)
             state.xids = []
             result.append(gpu)
         return result
 
     def drives(self) -> list[dict[str, Any]]:
-        return [{"device": f"/dev/nvme{i}n1", "serial": s, "model": "SIM NVMe 3.84TB"}
-                for i, s in enumerate(self.serials)]
+        return [{"device": f"/dev/nvme{i}n1", **d} for i, d in enumerate(self.drive_inventory)]
+
+    def ib_ports(self) -> list[dict[str, Any]]:
+        down = self.nic_failed or (self.ib_fail_until is not None and self.now is not None
+                                   and self.now < self.ib_fail_until)
+        return [{"port": "mlx5_0/1", "state": "1: DOWN" if down else "4: ACTIVE",
+                 "link_downed_1h": 1 if down else 0, "symbol_errors_1h": 0}]
 
     def health_checks(self) -> list[dict[str, Any]]:
         ib_down = self.nic_failed or (self.ib_fail_until is not None and self.now < self.ib_fail_until)
@@ -304,9 +430,10 @@ class SimulatedHardware:
         if cause == "gpu":
             self.inject_xid(index, 79 if pick < 0.5 else 74 if pick < 0.8 else 62)
         elif cause == "hbm3":
+            # An uncorrectable HBM error: XID 48 and a row remap pending until the next reset
+            # (NVIDIA memory error management). No published split says how many end in a remap
+            # failure (XID 64), so random faults never invent one; scenarios can.
             self.inject_xid(index, 48)
-            if pick < 0.2:
-                self.inject_xid(index, 64)
         elif cause == "software":
             self.inject_xid(index, self.rng.choice((13, 31, 43)))
         elif cause == "network_switch_cable":
@@ -321,6 +448,12 @@ class SimulatedHardware:
             self.nic_failed = True
         elif cause == "silent_data_corruption":
             self.sdc = True
+        elif cause == "gpu_thermal":
+            self.gpu_state[index].thermal_fault = True
+        elif cause == "other":
+            # the causes the table leaves unnamed (host parts, dependencies): the host hangs and
+            # stops reporting until it is power-cycled or its lease expires
+            self.offline_until = at + self.wall(self.rng.uniform(600, 3600))
         else:
             raise ValueError(f"unknown cause {cause!r}")
 
@@ -373,7 +506,8 @@ class SimulatedHardware:
         """Power cycle: the host is gone for `duration`, then every transient fault is cleared.
 
         Row-remap failures and SDC stand for parts that were replaced during repair,
-        which always ends in a power cycle, so they clear too.
+        which always ends in a power cycle, so they clear too. A failed NIC and a failed
+        thermal interface do not: they survive a reboot until the part is replaced.
         """
         self.offline_until = self.now + duration
         self.reset_gpu()
@@ -381,9 +515,14 @@ class SimulatedHardware:
             s.lost = False
             s.nvlink_down = 0
             s.row_remap_failed = False
-        self.nic_failed = False
         self.sdc = False
         self.ib_fail_until = None
+
+    def replace_parts(self) -> None:
+        """Repair replaced what was broken (it ends in burn-in): NIC and thermal faults clear."""
+        self.nic_failed = False
+        for s in self.gpu_state:
+            s.thermal_fault = False
 
     def _arm(self, start: datetime) -> None:
         self.start = start

@@ -36,6 +36,13 @@ def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
                                for kind in ("multiple_single_bit_retirement", "double_bit_retirement"))
     gpu["row_remap_pending"] = _yes(_text(node, "remapped_rows/remapped_row_pending"))
     gpu["row_remap_failed"] = _yes(_text(node, "remapped_rows/remapped_row_failure"))
+    gpu["slowdown_temp_c"] = _int(_text(node, "temperature/gpu_temp_slow_threshold"))
+    reasons = 0
+    for schema in ("clocks_event_reasons/clocks_event_reason", "clocks_throttle_reasons/clocks_throttle_reason"):
+        for suffix, bit in (("sw_thermal_slowdown", 0x20), ("hw_thermal_slowdown", 0x40)):
+            if (_text(node, f"{schema}_{suffix}") or "").strip() == "Active":
+                reasons |= bit
+    gpu["throttle_reasons"] = reasons
     return gpu
 
 

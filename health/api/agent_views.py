@@ -17,17 +17,22 @@ from core.api.permissions import IsAgent
 from core.api.problems import Problem
 from core.api.schema import problems
 from core.api.timestamps import parse_rfc3339
-from fleet.choices import PowerState
+from fleet.choices import DriveInterface, PowerState
+from fleet.services.drive_inventory import MAX_CAPACITY_GB, MAX_DRIVES
 from health.choices import CheckName, CheckStatus
 from health.policy import AGENT_CLOCK_SKEW_LIMIT
 from health.services.ingest import ClockSkewed, UnknownNode, ingest_health_report, ingest_heartbeat
 
-GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb")
+GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb",
+                  "recovery_action", "throttle_reasons", "nvlink_errors_1h")
 # NVML reports remapped rows as counts, nvidia-smi as Yes/No: accept a flag or a count.
 GPU_FLAG_FIELDS = ("row_remap_pending", "row_remap_failed")
-GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct")
+GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct", "slowdown_temp_c")
+MAX_IB_PORTS = 32
 MAX_GPUS = 72
 MAX_READING = 1_000_000  # far above any real temperature, wattage or percentage; keeps sums in range
+MAX_COUNTER = 2**62  # cumulative energy counters (mJ, J): far above any real one, within a bigint
+WALL_SOURCES = ("bmc", "pdu")
 
 
 def _invalid(errors: list[dict]) -> Problem:
@@ -63,12 +68,11 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
             errors.append({"field": f"gpus.{i}.{name}", "message": "true/false or a non-negative count."})
     for name in GPU_NUMBER_FIELDS:
         value = gpu.get(name)
-        if value is not None and not (
-            (type(value) is int or type(value) is float) and -MAX_READING <= value <= MAX_READING
-        ):
-            errors.append(
-                {"field": f"gpus.{i}.{name}", "message": f"A number between -{MAX_READING} and {MAX_READING}."}
-            )
+        if value is not None and not ((type(value) is int or type(value) is float) and -MAX_READING <= value <= MAX_READING):
+            errors.append({"field": f"gpus.{i}.{name}", "message": f"A number between -{MAX_READING} and {MAX_READING}."})
+    energy = gpu.get("energy_mj")
+    if energy is not None and not (type(energy) is int and 0 <= energy <= MAX_COUNTER):
+        errors.append({"field": f"gpus.{i}.energy_mj", "message": f"A whole number of mJ from 0 to {MAX_COUNTER}."})
     xids = gpu.get("xid_errors")
     if xids is not None and not (type(xids) is list and all(type(x) is int and 0 < x < 100_000 for x in xids)):
         errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
@@ -81,7 +85,41 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
         seen.add(index)
 
 
-def _parse_heartbeat(body) -> tuple[datetime | None, str, list[dict]]:
+def _ib_port_errors(ports, errors: list[dict]) -> None:
+    if not isinstance(ports, list) or len(ports) > MAX_IB_PORTS:
+        errors.append({"field": "ib_ports", "message": f"A list of at most {MAX_IB_PORTS} port objects."})
+        return
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict):
+            errors.append({"field": f"ib_ports.{i}", "message": "Each port is an object."})
+            continue
+        for name in ("port", "state"):
+            value = port.get(name)
+            if not (isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable()):
+                errors.append({"field": f"ib_ports.{i}.{name}", "message": "1 to 64 printable characters."})
+        for name in ("link_downed_1h", "symbol_errors_1h"):
+            value = port.get(name)
+            if value is not None and not (type(value) is int and 0 <= value <= MAX_READING):
+                errors.append({"field": f"ib_ports.{i}.{name}", "message": f"An integer from 0 to {MAX_READING}."})
+
+
+def _wall_power_errors(wall, errors: list[dict]) -> None:
+    if not isinstance(wall, dict):
+        errors.append({"field": "wall_power", "message": "An object {watts, source, energy_j}."})
+        return
+    watts = wall.get("watts")
+    if watts is not None and not ((type(watts) is int or type(watts) is float) and 0 <= watts <= MAX_READING):
+        errors.append({"field": "wall_power.watts", "message": f"A number of watts from 0 to {MAX_READING}."})
+    if wall.get("source") not in WALL_SOURCES:
+        errors.append({"field": "wall_power.source", "message": "Who measured it: bmc or pdu."})
+    energy = wall.get("energy_j")
+    if energy is not None and not (type(energy) is int and 0 <= energy <= MAX_COUNTER):
+        errors.append({"field": "wall_power.energy_j", "message": f"A whole number of J from 0 to {MAX_COUNTER}."})
+    if watts is None and energy is None:
+        errors.append({"field": "wall_power", "message": "Give watts, energy_j or both."})
+
+
+def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None, dict | None, datetime | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
@@ -99,19 +137,59 @@ def _parse_heartbeat(body) -> tuple[datetime | None, str, list[dict]]:
             _gpu_errors(i, gpu, seen, errors)
         else:
             errors.append({"field": f"gpus.{i}", "message": "Each GPU is an object."})
+    ib_ports = body.get("ib_ports")
+    if ib_ports is not None:
+        _ib_port_errors(ib_ports, errors)
+    wall = body.get("wall_power")
+    if wall is not None:
+        _wall_power_errors(wall, errors)
     if errors:
         raise _invalid(errors)
-    return observed_at, power_state, gpus
+    return power_state, gpus, ib_ports, wall, observed_at
 
 
-def _parse_report(body) -> tuple[datetime | None, list[dict]]:
+def _drive_errors(drives, errors: list[dict]) -> None:
+    if not isinstance(drives, list) or len(drives) > MAX_DRIVES:
+        errors.append({"field": "drives", "message": f"A list of at most {MAX_DRIVES} drive objects."})
+        return
+    seen: set[str] = set()
+    for i, drive in enumerate(drives):
+        if not isinstance(drive, dict):
+            errors.append({"field": f"drives.{i}", "message": "Each drive is an object."})
+            continue
+        serial = drive.get("serial")
+        if not (isinstance(serial, str) and 0 < len(serial.strip()) <= 64 and serial.isprintable()):
+            errors.append({"field": f"drives.{i}.serial", "message": "The drive's serial: 1 to 64 printable characters."})
+        elif serial in seen:
+            errors.append({"field": f"drives.{i}.serial", "message": "Duplicate serial."})
+        else:
+            seen.add(serial)
+        model = drive.get("model", "")
+        if not (isinstance(model, str) and len(model) <= 100 and model.isprintable()):
+            errors.append({"field": f"drives.{i}.model", "message": "At most 100 printable characters."})
+        size = drive.get("capacity_gb", 0)
+        if not (type(size) is int and 0 <= size <= MAX_CAPACITY_GB):
+            errors.append({"field": f"drives.{i}.capacity_gb", "message": f"An integer from 0 to {MAX_CAPACITY_GB}."})
+        for flag in ("self_encrypting", "purge_supported"):
+            if drive.get(flag) not in (None, True, False):
+                errors.append({"field": f"drives.{i}.{flag}", "message": "true or false."})
+        if drive.get("interface") not in (None, *DriveInterface.values):
+            errors.append({"field": f"drives.{i}.interface", "message": f"One of: {', '.join(DriveInterface.values)}."})
+
+
+def _parse_report(body) -> tuple[datetime | None, list[dict], list[dict] | None]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
     observed_at = _timestamp(body.get("observed_at"), "observed_at", errors)
-    checks = body.get("checks")
-    if not isinstance(checks, list) or not checks or len(checks) > 50:
-        errors.append({"field": "checks", "message": "A list of 1 to 50 check objects."})
+    drives = body.get("drives")
+    if drives is not None:
+        _drive_errors(drives, errors)
+    checks = body.get("checks", [] if drives is not None else None)
+    # A report carries checks, a drive inventory, or both.
+    if not isinstance(checks, list) or len(checks) > 50 or (not checks and drives is None):
+        errors.append({"field": "checks", "message": "A list of up to 50 check objects (at least one unless the "
+                                                     "report carries `drives`)."})
         raise _invalid(errors)
     for i, check in enumerate(checks):
         if not isinstance(check, dict):
@@ -125,7 +203,7 @@ def _parse_report(body) -> tuple[datetime | None, list[dict]]:
             errors.append({"field": f"checks.{i}.detail", "message": "A string."})
     if errors:
         raise _invalid(errors)
-    return observed_at, checks
+    return observed_at, checks, drives
 
 
 class GpuTelemetrySchema(serializers.Serializer):
@@ -144,6 +222,34 @@ class GpuTelemetrySchema(serializers.Serializer):
     row_remap_failed = serializers.JSONField(required=False, help_text="true/false or a count")
     xid_errors = serializers.ListField(child=serializers.IntegerField(), required=False)
     nvlink_down = serializers.IntegerField(required=False, allow_null=True)
+    recovery_action = serializers.IntegerField(required=False, allow_null=True,
+                                               help_text="NVML GPU recovery action: 0 none, 1 GPU reset, 2 node reboot, "
+                                                         "3 drain P2P, 4 drain and reset, 5 recover IMEX domain, "
+                                                         "6 bus reset, 7 system reboot")
+    throttle_reasons = serializers.IntegerField(required=False, allow_null=True, help_text="NVML clock event bitmask")
+    slowdown_temp_c = serializers.FloatField(required=False, allow_null=True, help_text="the GPU's slowdown threshold")
+    nvlink_errors_1h = serializers.IntegerField(required=False, allow_null=True,
+                                                help_text="NVLink replay+recovery+CRC errors over the last hour")
+    energy_mj = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=MAX_COUNTER,
+                                         help_text="NVML total energy consumption since the driver loaded (mJ, cumulative)")
+
+
+class IbPortSchema(serializers.Serializer):
+    port = serializers.CharField(max_length=64, help_text="e.g. mlx5_0/1")
+    state = serializers.CharField(max_length=64, help_text="e.g. 4: ACTIVE")
+    link_downed_1h = serializers.IntegerField(required=False, help_text="LinkDownedCounter increase, last hour")
+    symbol_errors_1h = serializers.IntegerField(required=False, help_text="SymbolErrorCounter increase, last hour")
+
+
+class WallPowerSchema(serializers.Serializer):
+    """The node's wall draw as a meter reports it (optional): the BMC's chassis power
+    (Redfish PowerControl[].PowerConsumedWatts) or a metered PDU outlet."""
+
+    watts = serializers.FloatField(required=False, min_value=0, max_value=MAX_READING)
+    source = serializers.ChoiceField(choices=WALL_SOURCES)
+    energy_j = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNTER,
+                                        help_text="the meter's cumulative energy counter (J); the agent integrates "
+                                                  "the meter's power into one when the BMC keeps none")
 
 
 class HeartbeatSchema(serializers.Serializer):
@@ -151,6 +257,8 @@ class HeartbeatSchema(serializers.Serializer):
     power_state = serializers.ChoiceField(choices=PowerState.choices)
     agent_version = serializers.CharField(required=False)
     gpus = GpuTelemetrySchema(many=True)
+    ib_ports = IbPortSchema(many=True, required=False)
+    wall_power = WallPowerSchema(required=False)
 
 
 class CheckSchema(serializers.Serializer):
@@ -159,9 +267,22 @@ class CheckSchema(serializers.Serializer):
     detail = serializers.CharField(required=False, allow_blank=True)
 
 
+class DriveInventorySchema(serializers.Serializer):
+    """One drive the agent sees (NVMe identify data)."""
+
+    serial = serializers.CharField(max_length=64)
+    model = serializers.CharField(max_length=100, required=False)
+    capacity_gb = serializers.IntegerField(min_value=0, max_value=MAX_CAPACITY_GB, required=False)
+    interface = serializers.ChoiceField(choices=DriveInterface.choices, required=False)
+    self_encrypting = serializers.BooleanField(required=False, help_text="encrypts all user data (crypto erase)")
+    purge_supported = serializers.BooleanField(required=False, help_text="NVMe sanitize or crypto erase available")
+
+
 class HealthReportSchema(serializers.Serializer):
     observed_at = serializers.DateTimeField()
-    checks = CheckSchema(many=True)
+    checks = CheckSchema(many=True, required=False)
+    drives = DriveInventorySchema(many=True, required=False,
+                                  help_text="every drive the agent sees; reconciled with the node's drive records")
 
 
 AGENT_ERRORS = problems(400, 401, 403, 404, 415)
@@ -181,15 +302,10 @@ def _unknown_node() -> Problem:
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def heartbeat(request):
-    observed_at, power_state, gpus = _parse_heartbeat(request.data)
+    power_state, gpus, ib_ports, wall, observed_at = _parse_heartbeat(request.data)
     try:
-        ingest_heartbeat(
-            node_id=request.user.node_id,
-            power_state=power_state,
-            gpus=gpus,
-            now=timezone.now(),
-            observed_at=observed_at,
-        )
+        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now(),
+                         ib_ports=ib_ports, wall_power=wall, observed_at=observed_at)
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)
@@ -204,10 +320,11 @@ def heartbeat(request):
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def health_reports(request):
-    observed_at, checks = _parse_report(request.data)
+    observed_at, checks, drives = _parse_report(request.data)
     now = timezone.now()
     try:
-        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now)
+        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now,
+                             drives=drives)
     except UnknownNode:
         raise _unknown_node() from None
     except ClockSkewed as exc:

@@ -13,6 +13,8 @@ from fleet.choices import Attribution, Lifecycle
 from fleet.models import Node, NodeEvent
 from health.choices import IncidentOpener, IncidentState, IncidentStep
 from health.models import Incident, IncidentEvent, IncidentImpact
+from tenants.choices import AllocationNodeRole
+from tenants.models import AllocationNode
 
 logger = logging.getLogger(__name__)
 
@@ -65,24 +67,46 @@ def record_step(*, node_ids, step: str, detail: str, actor: str, now: datetime, 
     return len(by_node)
 
 
+def _gpus_back_at(impacts) -> dict:
+    """impact id → when its allocation got a replacement node (the first placed at or after the
+    pull), from tenancy's membership history (one query). The credit window ends there."""
+    if not impacts:
+        return {}
+    placed = list(AllocationNode.objects.filter(allocation_id__in={i.allocation_id for i in impacts},
+                                                role=AllocationNodeRole.REPLACEMENT,
+                                                started_at__gte=min(i.start for i in impacts))
+                  .order_by("started_at").values_list("allocation_id", "started_at"))
+    out = {}
+    for impact in impacts:
+        out[impact.pk] = next((at for allocation_id, at in placed
+                               if allocation_id == impact.allocation_id and at >= impact.start), None)
+    return out
+
+
 def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
     """Close the provider-attributed windows of these nodes' impacts and write SLA credits to
-    the ledger (billing.services.credits). Each impact is credited once."""
-    impacts = list(IncidentImpact.objects.filter(node_id__in=list(node_ids), credited=False))
+    the ledger (billing.services.credits, which applies the SLA policy). A window ends when
+    the allocation had its GPUs back: at the replacement's placement if one was placed before
+    `end` (the repair), else at `end`. Each impact is credited once."""
+    impacts = list(IncidentImpact.objects.select_related("incident").filter(node_id__in=list(node_ids), credited=False))
     if not impacts:
         return 0
+    back_at = _gpus_back_at(impacts)
     for impact in impacts:
-        impact.end = impact.end or end
-
+        replaced = back_at.get(impact.pk)
+        impact.end = impact.end or (min(replaced, end) if replaced else end)
     for impact in impacts:
-        record_sla_credit(tenant_id=impact.tenant_id, allocation_id=impact.allocation_id, node_id=impact.node_id,
-                          start=impact.start, end=impact.end, gpus=impact.gpus,
-                          reason="provider-attributed node outage (health policy)", incident_id=impact.incident_id)
+        if impact.end > impact.start:
+            record_sla_credit(tenant_id=impact.tenant_id, allocation_id=impact.allocation_id, node_id=impact.node_id,
+                              start=impact.start, end=impact.end, gpus=impact.gpus,
+                              attribution=impact.incident.attribution or Attribution.PROVIDER,
+                              reason="provider-attributed node outage (health policy)", incident_id=impact.incident_id)
         impact.credited = True
     IncidentImpact.objects.bulk_update(impacts, ["end", "credited"])
     IncidentEvent.objects.bulk_create([
         IncidentEvent(incident_id=i.incident_id, at=end, step=IncidentStep.RETURN, actor=actor,
-                      detail=f"SLA credit recorded: {i.gpus} GPUs from {i.start:%Y-%m-%d %H:%M} to {i.end:%Y-%m-%d %H:%M} UTC")
+                      detail=f"SLA window closed: {i.gpus} GPUs from {i.start:%Y-%m-%d %H:%M:%S.%f} to "
+                             f"{i.end:%Y-%m-%d %H:%M:%S.%f} UTC, credited under the SLA policy")
         for i in impacts])
     return len(impacts)
 

@@ -3,12 +3,17 @@
 A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node
 (which also says whether a level condition is active), and writes only when something changed.
 """
-
+import logging
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django.db import connection, transaction
 
-from fleet.models import Node
+from fleet.models import Node, NodeEnergyCounter
+from fleet.services.drive_inventory import reconcile_drive_inventory
+from fleet.services.energy import INTEGRATE_EVERY, record_counters
+from fleet.wall_power import host_share_kw
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
 from health.policy import (
@@ -17,11 +22,27 @@ from health.policy import (
     CHECK_PASS_CLEARS,
     CHECK_WARN_SIGNAL,
     HEARTBEAT_LEVEL_SIGNALS,
-    THERMAL_THROTTLE_C,
+    IB_LINK_DOWNED_REPAIR,
+    IB_SYMBOL_ERRORS_WARN,
+    NVLINK_ERRORS_WARN,
+    RECOVERY_ACTIONS,
+    THROTTLE_THERMAL_BITS,
+    slowdown_temp_c,
 )
 from health.services.conditions import apply_observations
 
-_gpus_per_node: dict = {}  # node id → node type's GPU count (immutable for a node's life)
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _NodeShape:
+    gpus: int
+    node_kw: Decimal  # the type's rated maximum: no reading above it is believed
+    host_kw: Decimal | None
+    slowdown_c: int | None  # the SKU's GPU slowdown temperature (thermal policy)
+
+
+_node_shapes: dict = {}  # node id → its type's figures (immutable for a node's life)
 
 
 class UnknownNode(Exception):
@@ -41,20 +62,57 @@ def clock_skew_seconds(observed_at: datetime | None, now: datetime) -> int | Non
     return None if observed_at is None else round((observed_at - now).total_seconds())
 
 
-def _expected_gpus(node_id) -> int | None:
-    if node_id not in _gpus_per_node:
-        value = Node.objects.filter(pk=node_id).values_list("node_type__gpus_per_node", flat=True).first()
-        if value is None:
+def _shape(node_id) -> _NodeShape:
+    if node_id not in _node_shapes:
+        row = Node.objects.filter(pk=node_id).values_list(
+            "node_type__gpus_per_node", "node_type__node_kw", "node_type__gpu_model").first()
+        if row is None:
             raise UnknownNode(node_id)
-        _gpus_per_node[node_id] = value
-    return _gpus_per_node[node_id]
+        _node_shapes[node_id] = _NodeShape(gpus=row[0], node_kw=row[1], host_kw=host_share_kw().get(row[2]),
+                                           slowdown_c=slowdown_temp_c(row[2] or ""))
+    return _node_shapes[node_id]
 
 
-def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
+def _expected_gpus(node_id) -> int | None:
+    return _shape(node_id).gpus
+
+
+def _thermal(gpu: dict, sku_slowdown_c: int | None) -> str | None:
+    """Why the GPU is in thermal slowdown now (throttle reasons first, then temperature against its
+    own slowdown threshold, else the SKU's), or None."""
+    reasons = gpu.get("throttle_reasons")
+    if reasons and reasons & THROTTLE_THERMAL_BITS:
+        return f"thermal throttle reason 0x{reasons:x}"
+    temperature = gpu.get("temperature_c")
+    threshold = gpu.get("slowdown_temp_c") or sku_slowdown_c
+    if temperature is not None and threshold is not None and temperature >= threshold:
+        return f"{temperature} °C ≥ slowdown {threshold} °C"
+    return None
+
+
+def heartbeat_signals(gpus: list[dict], expected: int | None, *, sku_slowdown_c: int | None = None,
+                      ib_ports: list[dict] | None = None) -> dict:
     """The policy's heartbeat signals: {(gpu_index | None, signal): detail}."""
     found: dict = {}
+    for port in ib_ports or ():
+        name = port.get("port", "?")
+        if port.get("state") and port["state"].upper() not in ("ACTIVE", "4: ACTIVE"):
+            found[(None, "ib_port_down")] = f"{name}: {port['state']}"
+        if (port.get("link_downed_1h") or 0) >= IB_LINK_DOWNED_REPAIR:
+            found[(None, "ib_link_flapping")] = f"{name}: down {port['link_downed_1h']} times in the last hour"
+        if (port.get("symbol_errors_1h") or 0) >= IB_SYMBOL_ERRORS_WARN:
+            found[(None, "ib_symbol_errors")] = f"{name}: {port['symbol_errors_1h']} symbol errors in the last hour"
     for gpu in gpus:
         index = gpu["index"]
+        action = gpu.get("recovery_action")
+        if action:  # 0 is "none"
+            name, severity, what = RECOVERY_ACTIONS.get(action, ("node_reboot", None, "unknown recovery action"))
+            found[(index, f"recovery_{name}")] = f"NVML recovery action {action} on GPU {index}: {what}"
+        thermal = _thermal(gpu, sku_slowdown_c)
+        if thermal:
+            found[(index, "thermal_slowdown")] = thermal
+        if (gpu.get("nvlink_errors_1h") or 0) >= NVLINK_ERRORS_WARN:
+            found[(index, "nvlink_errors")] = f"{gpu['nvlink_errors_1h']} NVLink errors in the last hour"
         for xid in gpu.get("xid_errors") or ():
             found[(index, f"xid_{xid}")] = f"XID {xid} on GPU {index}"
         if gpu.get("ecc_sbe"):
@@ -66,9 +124,6 @@ def heartbeat_signals(gpus: list[dict], expected: int | None) -> dict:
             )
         if gpu.get("row_remap_failed"):
             found[(index, "row_remap_failed")] = "row remap failed"
-        temperature = gpu.get("temperature_c")
-        if temperature is not None and temperature >= THERMAL_THROTTLE_C:
-            found[(index, "thermal_throttle")] = f"{temperature} °C"
         if gpu.get("nvlink_down"):
             found[(index, "nvlink_down")] = f"{gpu['nvlink_down']} NVLink link(s) down"
     if expected is not None and len(gpus) < expected:
@@ -81,88 +136,103 @@ def _heartbeat_sql() -> str:
     (no row back: the node is gone)."""
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
-    return (
-        f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, observed_power_w = %s, "
-        f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s) WHERE id = %s "
-        f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
-        f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels}))"
-    )
+    counter_table = NodeEnergyCounter._meta.db_table
+    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
+            f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s), "
+            f"wall_power_w = CASE WHEN %s THEN %s ELSE wall_power_w END, "
+            f"wall_power_source = CASE WHEN %s THEN %s ELSE wall_power_source END, "
+            f"wall_power_at = CASE WHEN %s THEN %s ELSE wall_power_at END WHERE id = %s "
+            f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
+            f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels})), "
+            f"(SELECT read_at FROM {counter_table} WHERE {counter_table}.node_id = {node_table}.id)")
 
 
 _UPDATE_NODE = _heartbeat_sql()
 
 
-def ingest_heartbeat(
-    *, node_id, power_state: str, gpus: list[dict], now: datetime, observed_at: datetime | None = None
-) -> None:
-    """The common case (nothing wrong, nothing to clear) is one statement of fixed SQL: it is
-    the hottest path in the control plane (every node, every 10 s). The server's `now` is what
-    the lease reads; the agent's `observed_at` only measures its clock skew."""
-    expected = _expected_gpus(node_id)
+def _believable_wall_watts(node_id, wall_power: dict | None, shape: _NodeShape) -> int | None:
+    """The meter's wall reading in W, or None; one above the type's rated maximum is refused and logged."""
+    if not wall_power or wall_power.get("watts") is None:
+        return None
+    watts = round(wall_power["watts"])
+    if watts > shape.node_kw * 1000:
+        log.warning("wall power reading refused on node %s: %s W from %s is above the type's %s kW maximum",
+                    node_id, watts, wall_power.get("source"), shape.node_kw)
+        return None
+    return watts
+
+
+def _counter_due(read_at, now: datetime) -> bool:
+    if read_at is None:
+        return True
+    if isinstance(read_at, str):  # SQLite hands back text (or a naive datetime) from a raw subquery
+        read_at = datetime.fromisoformat(read_at)
+    if read_at.tzinfo is None:
+        read_at = read_at.replace(tzinfo=now.tzinfo)
+    return now - read_at >= INTEGRATE_EVERY
+
+
+def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime,
+                     ib_ports: list[dict] | None = None, wall_power: dict | None = None,
+                     observed_at: datetime | None = None) -> None:
+    """The common case (nothing wrong, nothing to clear, counters integrated under a minute ago)
+    is one statement of fixed SQL: it is the hottest path in the control plane (every node, every 10 s).
+    The server's `now` is what the lease reads; the agent's `observed_at` only measures its clock skew."""
+    shape = _shape(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
-    signals = heartbeat_signals(gpus, expected)
+    signals = heartbeat_signals(gpus, shape.gpus, sku_slowdown_c=shape.slowdown_c, ib_ports=ib_ports)
+    wall_watts = _believable_wall_watts(node_id, wall_power, shape)
+    has_wall = wall_watts is not None
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
+    at = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(
-            _UPDATE_NODE,
-            [
-                connection.ops.adapt_datetimefield_value(now),
-                power_state,
-                round(sum(power)) if power else None,
-                clock_skew_seconds(observed_at, now),
-                db_id,
-            ],
-        )
+        cursor.execute(_UPDATE_NODE, [at, power_state, round(sum(power)) if power else None,
+                                      clock_skew_seconds(observed_at, now),
+                                      has_wall, wall_watts, has_wall, wall_power["source"] if has_wall else "",
+                                      has_wall, at, db_id])
         row = cursor.fetchone()
     if row is None:
-        _gpus_per_node.pop(node_id, None)
+        _node_shapes.pop(node_id, None)
         raise UnknownNode(node_id)
+    gpu_counters = {g["index"]: g["energy_mj"] for g in gpus if g.get("energy_mj") is not None}
+    wall_counter = (wall_power or {}).get("energy_j")
+    if (gpu_counters or wall_counter is not None) and _counter_due(row[1], now):
+        record_counters(node_id=node_id, now=now, node_kw=shape.node_kw, host_kw=shape.host_kw,
+                        wall_energy_j=wall_counter, wall_source=(wall_power or {}).get("source", ""),
+                        gpu_energy_mj=gpu_counters)
     if not signals and not row[0]:
         return
     apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
 
 
-def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
-    """Store the results and apply them. A report stamped outside ±AGENT_CLOCK_SKEW_LIMIT of
-    its receipt is kept for inspection, marked `clock_skew`, and changes nothing (ClockSkewed)."""
+def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime,
+                         drives: list[dict] | None = None) -> int:
+    """Store the results (and the drive inventory) and apply them. A report stamped outside
+    ±AGENT_CLOCK_SKEW_LIMIT of its receipt is kept for inspection, marked `clock_skew`, and
+    changes nothing, its drive inventory included (ClockSkewed)."""
     skew = clock_skew_seconds(observed_at, now)
     if abs(skew) > AGENT_CLOCK_SKEW_LIMIT.total_seconds():
         with transaction.atomic():
             if not Node.objects.filter(pk=node_id).update(agent_clock_skew_s=skew):
                 raise UnknownNode(node_id)
-            HealthCheckResult.objects.bulk_create(
-                [
-                    HealthCheckResult(
-                        node_id=node_id,
-                        name=c["name"],
-                        status=c["status"],
-                        refused="clock_skew",
-                        detail=(c.get("detail") or "")[:2000],
-                        observed_at=observed_at,
-                    )
-                    for c in checks
-                ]
-            )
+            HealthCheckResult.objects.bulk_create([
+                HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], refused="clock_skew",
+                                  detail=(c.get("detail") or "")[:2000], observed_at=observed_at)
+                for c in checks])
         raise ClockSkewed(skew)
-    return _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now)
+    return _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now, drives=drives)
 
 
 @transaction.atomic
-def _apply_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime) -> int:
+def _apply_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime,
+                  drives: list[dict] | None = None) -> int:
     if not Node.objects.filter(pk=node_id).exists():
         raise UnknownNode(node_id)
-    HealthCheckResult.objects.bulk_create(
-        [
-            HealthCheckResult(
-                node_id=node_id,
-                name=c["name"],
-                status=c["status"],
-                detail=c.get("detail") or "",
-                observed_at=observed_at,
-            )
-            for c in checks
-        ]
-    )
+    if drives is not None:
+        reconcile_drive_inventory(node_id=node_id, drives=drives, observed_at=observed_at, now=now)
+    HealthCheckResult.objects.bulk_create([
+        HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], detail=c.get("detail") or "",
+                          observed_at=observed_at) for c in checks])
     observed: dict = {}
     clears: set[str] = set()
     for check in checks:

@@ -23,6 +23,7 @@ from fleet.services.lifecycle import transition_many
 from health.choices import (
     ACTIONABLE,
     SEVERITY_RANK,
+    TO_TRIAGE,
     ConditionEventKind,
     ConditionStatus,
     IncidentState,
@@ -37,10 +38,12 @@ from health.policy import (
     HEARTBEAT_LOST_AFTER,
     HEARTBEAT_UNKNOWN_AFTER,
     HISTORY_RETENTION,
+    REPAIR_TICKET,
     REPEAT_WINDOW,
     SWEEP_INTERVAL,
 )
 from health.services.conditions import apply_observations
+from health.services.escalations import escalate_thermal, hold_nvlink_domains, queue_idle_diagnostics
 from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
 from health.services.incidents import (
     open_incidents_by_node,
@@ -75,11 +78,14 @@ def sweep(*, now: datetime) -> dict:
     summary = {"pruned": _prune(now), "control_plane_outage_s": int(outage.length.total_seconds()) if outage else 0}
     summary.update(judge_lapses(now=now, resumed=resumed, actor=ACTOR))
     summary["heartbeat_lost"] = _lease(now, resumed)
+    summary["thermal_throttle"] = escalate_thermal(now)
     _roll_up(now)
     summary.update(_apply_policy(now))
+    summary.update(hold_nvlink_domains(now, ACTOR))
     summary["remediating"] = _finish_drains(now)
     summary.update(_remediate(now))
     summary.update(apply_gate(now=now, actor=ACTOR))
+    summary.update(queue_idle_diagnostics(now, ACTOR))
     return summary
 
 
@@ -221,23 +227,17 @@ def _apply_policy(now: datetime) -> dict:
     for severity, group in by_severity.items():
         members = [n for n in group if n in pulled]
         open_policy_incidents(nodes=members, severity=severity, signals_by_node=signals_by_node, now=now, actor=ACTOR)
-    fatal = [n for n in pulled if decisions[n.pk][0] == S.FATAL]
-    transition_many(fatal, Lifecycle.TRIAGE, actor=ACTOR, action="health_triage", reason="fatal health signal")
-    transition_many(
-        [n for n in pulled if n not in fatal],
-        Lifecycle.DRAINING,
-        actor=ACTOR,
-        action="health_drain",
-        reason="draining after quarantine",
-    )
-    record_step(
-        node_ids=[n.pk for n in pulled],
-        step=IncidentStep.STABILISE,
-        actor=ACTOR,
-        now=now,
-        state=IncidentState.STABILISED,
-        detail="quarantined and cordoned (attribution: provider)",
-    )
+    fatal = [n for n in pulled if decisions[n.pk][0] in TO_TRIAGE]
+    transition_many(fatal, Lifecycle.TRIAGE, actor=ACTOR, action="health_triage",
+                    reason="health signal that needs hands (fatal, or a repair ticket)")
+    tickets = [n for n in pulled if decisions[n.pk][0] == S.REPAIR]
+    if tickets:
+        record_step(node_ids=[n.pk for n in tickets], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
+                    state=IncidentState.DIAGNOSED, detail=REPAIR_TICKET)
+    transition_many([n for n in pulled if n not in fatal], Lifecycle.DRAINING, actor=ACTOR, action="health_drain",
+                    reason="draining after quarantine")
+    record_step(node_ids=[n.pk for n in pulled], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
+                state=IncidentState.STABILISED, detail="quarantined and cordoned (attribution: provider)")
     if fatal:
         record_step(
             node_ids=[n.pk for n in fatal],

@@ -24,6 +24,11 @@ class VerdictsSerializer(serializers.Serializer):
     trough_gpu_days = serializers.IntegerField(help_text="GPU-days below the floor")
     naive_trough_gpu_days = serializers.DictField(child=serializers.IntegerField(),
                                                   help_text="GPU-days below the floor per naive sequence")
+    # required=False: plans stored before these existed do not have them.
+    trough_perf_days = serializers.FloatField(required=False, help_text="H100-equivalent-days below the normalised floor")
+    naive_trough_perf_days = serializers.DictField(child=serializers.FloatField(), required=False,
+                                                   help_text="the same per naive sequence, against the same floor")
+    old_fleet_retired = serializers.BooleanField(required=False, help_text="every old rack drained within the horizon")
 
 
 class PositionVerdictSerializer(serializers.Serializer):
@@ -82,6 +87,8 @@ class NaiveSequenceSerializer(serializers.Serializer):
     largest_job_runnable_always = serializers.BooleanField()
     stranded_racks = serializers.IntegerField()
     notes = serializers.ListField(child=serializers.CharField())
+    trough_perf_days = serializers.FloatField(required=False)
+    min_capacity_perf = serializers.FloatField(required=False)
 
 
 class AssumptionSerializer(serializers.Serializer):
@@ -105,6 +112,9 @@ class PlanResultSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField())
     assumptions = AssumptionSerializer(many=True)
     finish = serializers.DateField(allow_null=True)
+    floor_gpus = serializers.IntegerField(required=False, help_text="raw GPU floor (0: none)")
+    floor_perf = serializers.FloatField(required=False, allow_null=True, help_text="H100-equivalent floor (null: none)")
+    perf_unit = serializers.CharField(required=False, help_text="what the normalised figures count")
 
 
 class MigrationPlanSerializer(serializers.ModelSerializer):
@@ -157,6 +167,10 @@ class DispositionPlanIn(serializers.Serializer):
     horizon_months = serializers.IntegerField(min_value=1, max_value=120)
     channel = serializers.ChoiceField(choices=disposition.CHANNELS, default="broker")
     lease_cap_nodes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    rank_with_freed_power = serializers.BooleanField(
+        default=False, help_text="rank options by cash + freed power (default: by cash; freed power shown apart)")
+    lease_on_demand = serializers.BooleanField(
+        default=False, help_text="lease billed per used hour (utilisation applies); default: a contract billed every hour")
     assumption_overrides = serializers.DictField(
         child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)), required=False,
         default=dict, help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE))
@@ -183,3 +197,74 @@ class DispositionPlanOut(serializers.Serializer):
     inputs = serializers.JSONField()
     result = serializers.JSONField(help_text="split, option_returns, total_return, freed_power_value, allocations, "
                                              "blocks (option values per block), reasoning, assumptions (with sources)")
+
+
+# ---- capacity plans
+
+class ModelIn(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    total_params_b = serializers.FloatField(min_value=0.1, max_value=100_000)
+    active_params_b = serializers.FloatField(min_value=0.1, max_value=100_000)
+    layers = serializers.IntegerField(min_value=1, max_value=10_000)
+    kv_heads = serializers.IntegerField(min_value=1, max_value=10_000)
+    head_dim = serializers.IntegerField(min_value=1, max_value=10_000)
+    bytes_per_element = serializers.IntegerField(min_value=1, max_value=8)
+    context_tokens = serializers.IntegerField(min_value=1, max_value=100_000_000)
+
+    def validate(self, attrs):
+        if attrs["active_params_b"] > attrs["total_params_b"]:
+            raise serializers.ValidationError("active_params_b cannot exceed total_params_b")
+        return attrs
+
+
+class ForecastMonthIn(serializers.Serializer):
+    month = serializers.DateField(help_text="first day of the month")
+    requests_per_s = serializers.FloatField(min_value=0, max_value=1e9, required=False, allow_null=True, default=None)
+    tokens_per_s = serializers.FloatField(min_value=0, max_value=1e12, required=False, allow_null=True, default=None,
+                                          help_text="output tokens per second (instead of requests_per_s)")
+    prompt_tokens = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
+    output_tokens = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
+    tpot_ms_target = serializers.FloatField(min_value=0.1, max_value=100_000, required=False, allow_null=True,
+                                            default=None, help_text="latency target: ms per output token")
+    concurrent_sequences_per_replica = serializers.IntegerField(min_value=1, max_value=100_000, default=64)
+
+    def validate(self, attrs):
+        if attrs["tokens_per_s"] is None and attrs["requests_per_s"] is None:
+            raise serializers.ValidationError("give requests_per_s (with output_tokens) or tokens_per_s")
+        if attrs["tokens_per_s"] is None and attrs["output_tokens"] == 0:
+            raise serializers.ValidationError("requests_per_s needs output_tokens per request")
+        return attrs
+
+
+class MeasuredIn(serializers.Serializer):
+    gpus_per_replica = serializers.IntegerField(min_value=1, max_value=1024)
+    tokens_per_s = serializers.FloatField(min_value=0.001, max_value=1e9)
+
+
+class CapacityPlanIn(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    model_name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="",
+                                       help_text="a reference model (models.csv), or give model")
+    model = ModelIn(required=False)
+    forecast = ForecastMonthIn(many=True, allow_empty=False, max_length=120)
+    target_gpu_model = serializers.CharField(max_length=100, default="GB200-NVL72")
+    gpu_models = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list,
+                                       max_length=20, help_text="other generations to size for comparison")
+    measured = serializers.DictField(child=MeasuredIn(), required=False, default=dict,
+                                     help_text="GPU model -> operator-measured operating point")
+    racks_per_unit = serializers.IntegerField(min_value=1, max_value=1000, default=8)
+
+    def validate(self, attrs):
+        if not attrs.get("model_name") and "model" not in attrs:
+            raise serializers.ValidationError("give model_name (a reference model) or model")
+        return attrs
+
+
+class CapacityPlanOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    inputs = serializers.JSONField()
+    result = serializers.JSONField(help_text="model figures, months with needs per generation, gap, deliveries")
+    migration_plan_id = serializers.UUIDField(allow_null=True)

@@ -11,4 +11,8 @@ ops_urlpatterns = [
     api_route(r"migration-plans/(?P<pk>[^/]+)", views.MigrationPlanDetail.as_view(), "migration-plan-detail"),
     api_route(r"disposition-plans", views.DispositionPlans.as_view(), "ops-disposition-plans"),
     api_route(r"disposition-plans/(?P<pk>[^/]+)", views.DispositionPlanDetail.as_view(), "ops-disposition-plan"),
+    api_route(r"capacity-plans", views.CapacityPlans.as_view(), "ops-capacity-plans"),
+    api_route(r"capacity-plans/(?P<pk>[^/]+)/migration-plan", views.CapacityPlanToMigration.as_view(),
+              "ops-capacity-plan-to-migration"),
+    api_route(r"capacity-plans/(?P<pk>[^/]+)", views.CapacityPlanDetail.as_view(), "ops-capacity-plan"),
 ]

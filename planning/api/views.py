@@ -16,11 +16,18 @@ from core.api.problems import Problem
 from core.api.schema import ProblemSerializer
 from planning.engines.disposition import InternalDemand
 from planning.inputs import PlanInputError, PlanParametersSerializer
-from planning.models import DispositionPlan, MigrationPlan
+from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
+from planning.services import capacity_plans as capacity
 from planning.services import disposition_plans as disposition
 from planning.services.migration_plans import PlanNotApplicable, apply_plan, create_plan
 
-from .serializers import DispositionPlanIn, DispositionPlanOut, MigrationPlanSerializer
+from .serializers import (
+    CapacityPlanIn,
+    CapacityPlanOut,
+    DispositionPlanIn,
+    DispositionPlanOut,
+    MigrationPlanSerializer,
+)
 
 IDEMPOTENCY_KEY = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
                                    description="1-255 printable characters; a retry with the same key replays the answer")
@@ -39,6 +46,7 @@ def _body(plan: MigrationPlan) -> dict:
 
 class MigrationPlanCollection(APIView):
     permission_classes = [IsOperator]
+    ops_action = "migration_plan.create"
 
     @extend_schema(
         operation_id="ops_migration_plans_create",
@@ -73,6 +81,7 @@ class MigrationPlanDetail(APIView):
 
 class MigrationPlanApply(APIView):
     permission_classes = [IsOperator]
+    ops_action = "migration_plan.apply"
 
     @extend_schema(
         operation_id="ops_migration_plans_apply", request=None, parameters=[IDEMPOTENCY_KEY],
@@ -116,7 +125,8 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
         return disposition.create_disposition_plan(
             name=data["name"], selection=selection, demands=demands, horizon_months=data["horizon_months"],
             channel=data["channel"], lease_cap_nodes=data["lease_cap_nodes"],
-            overrides=data["assumption_overrides"], actor=actor, inputs=inputs)
+            overrides=data["assumption_overrides"], actor=actor, inputs=inputs,
+            rank_with_freed_power=data["rank_with_freed_power"], lease_on_demand=data["lease_on_demand"])
     except disposition.SelectionError as exc:
         raise Problem(400, "validation_error", "The selection cannot be planned; see errors.",
                       errors=[{"field": "selection", "message": str(exc)}]) from exc
@@ -124,6 +134,7 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
 
 class DispositionPlans(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "disposition_plan.create"
 
     @extend_schema(operation_id="ops_disposition_plan_create", request=DispositionPlanIn,
                    responses={201: DispositionPlanOut}, parameters=[IDEMPOTENCY_KEY],
@@ -149,3 +160,76 @@ class DispositionPlanDetail(APIView):
     def get(self, request, pk):
         plan = get_object_or_404(DispositionPlan.objects.all(), pk=uuid_or_404(pk))
         return Response(plan_body(plan))
+
+
+def capacity_body(plan: CapacityPlan) -> dict:
+    return CapacityPlanOut({"id": plan.id, "name": plan.name, "created_by": plan.created_by,
+                            "created_at": plan.created_at, "inputs": plan.inputs, "result": plan.result,
+                            "migration_plan_id": plan.migration_plan_id}).data
+
+
+def create_capacity_from(data: dict, *, actor: str) -> CapacityPlan:
+    """Shared by the API and the console: validated input -> stored capacity plan (400 on bad figures)."""
+    try:
+        return capacity.create_capacity_plan(data=data, actor=actor)
+    except capacity.CapacityInputError as exc:
+        raise Problem(400, "validation_error", "The capacity plan cannot be sized; see errors.",
+                      errors=[{"field": "non_field_errors", "message": str(exc)}]) from exc
+
+
+class CapacityPlans(APIView):
+    permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "capacity_plan.create"
+
+    @extend_schema(operation_id="ops_capacity_plan_create", request=CapacityPlanIn,
+                   responses={201: CapacityPlanOut, 400: PROBLEM}, parameters=[IDEMPOTENCY_KEY],
+                   summary="Size GPUs, racks and kW per generation from a traffic forecast and a model")
+    def post(self, request):
+        key = read_key(request, required=True)
+        body = CapacityPlanIn(data=request.data)
+        body.is_valid(raise_exception=True)
+
+        def perform():
+            plan = create_capacity_from(body.validated_data, actor=request.user.actor)
+            return Response(capacity_body(plan), status=status.HTTP_201_CREATED,
+                            headers={"Location": f"/api/v1/ops/capacity-plans/{plan.pk}"})
+
+        return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
+
+
+class CapacityPlanDetail(APIView):
+    permission_classes = [IsAuthenticated, IsOperator]
+
+    @extend_schema(operation_id="ops_capacity_plan_get", responses={200: CapacityPlanOut, 404: PROBLEM},
+                   summary="A capacity plan with its needs per month and generation, gap and deliveries")
+    def get(self, request, pk):
+        plan = get_object_or_404(CapacityPlan.objects.all(), pk=uuid_or_404(pk))
+        return Response(capacity_body(plan))
+
+
+def migration_from_capacity(plan_id, *, actor: str) -> MigrationPlan:
+    try:
+        return capacity.migration_plan_from_gap(plan_id=plan_id, actor=actor)
+    except capacity.CapacityInputError as exc:
+        raise Problem(409, "no_gap", str(exc)) from exc
+    except PlanInputError as exc:
+        raise Problem(400, "validation_error", "The gap cannot be planned here; see errors.", errors=exc.errors) from exc
+
+
+class CapacityPlanToMigration(APIView):
+    permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "capacity_plan.to_migration"
+
+    @extend_schema(operation_id="ops_capacity_plan_to_migration", request=None, parameters=[IDEMPOTENCY_KEY],
+                   responses={201: MigrationPlanSerializer, 404: PROBLEM, 409: PROBLEM},
+                   summary="Turn the capacity plan's gap into a migration plan's deliveries")
+    def post(self, request, pk):
+        key = read_key(request, required=True)
+        plan = get_object_or_404(CapacityPlan.objects.all(), pk=uuid_or_404(pk))
+
+        def perform():
+            migration = migration_from_capacity(plan.pk, actor=request.user.actor)
+            return Response(_body(migration), status=status.HTTP_201_CREATED,
+                            headers={"Location": f"/api/v1/ops/migration-plans/{migration.pk}"})
+
+        return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)

@@ -12,11 +12,16 @@ at presentation (``to_cents``), so sums of many nodes do not drift.
 
 Two ideas shape every number here:
 
-* Kilowatts are the scarce resource. A node that stays (redeploy, lease) keeps
-  its power; a node that leaves (resale, recycle) frees it for newer hardware.
-  The leaving options are therefore credited with what newer hardware earns in
-  those kilowatts (``freed_power_value``), reported separately so the UI can
-  show it.
+* Cash and opportunity are different things. Cash is what the option pays:
+  operating margin, sale proceeds, residual value. Freed power is an
+  opportunity: a kilowatt a leaving node frees is worth something only if the
+  migration actually reuses it, only from when it does, and only once. It is
+  valued at the wholesale colocation rent of a kilowatt (economics.csv), not at
+  what new hardware would earn in it (that revenue needs capex the node's sale
+  does not pay for), over ``freed_kw_months_per_kw``: the kW-months the linked
+  migration plan reuses per kW its drained nodes free (0 without a link). It is
+  reported apart (``freed_power_value``) and changes the ranking only when
+  ``rank_with_freed_power`` is set.
 * The options must be compared over the same horizon. A node kept for the
   horizon still has a market value at its end, so keep-options carry that
   residual value; without it redeployment would be charged the whole sale
@@ -26,11 +31,12 @@ Two ideas shape every number here:
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -92,6 +98,18 @@ class Assumptions:
     freed_power_value_per_kw_month: Decimal
     useful_life_years: Decimal
     sources: Mapping[str, str] = field(default_factory=dict)
+    # Physical service life: how long a node can keep earning (accounting life only sets the books).
+    service_life_years: Decimal = Decimal(7)
+    # Per family: IT kW per GPU (generations.csv) scaled to all-in like all_in_kw_per_gpu.
+    kw_per_gpu: Mapping[str, Decimal] = field(default_factory=dict)
+    # Nameplate kW per GPU (generations.csv): the unit the migration planner frees and reuses.
+    nameplate_kw_per_gpu: Mapping[str, Decimal] = field(default_factory=dict)
+    # kW-months the linked migration reuses per kW its drained nodes free, within the horizon.
+    freed_kw_months_per_kw: Decimal = Decimal(0)
+    # Leases are contracts billed every hour; utilisation applies only to on-demand leasing.
+    lease_on_demand: bool = False
+    # Rank by cash (default) or by cash + freed power.
+    rank_with_freed_power: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,9 +157,9 @@ class InternalDemand:
 class OptionValue:
     """Return of one option for one node over the horizon, with its parts.
 
-    ``return_per_node`` = ``operating_margin`` + ``disposal_proceeds`` +
-    ``residual_value`` + ``freed_power_value``. The parts are kept so the UI
-    can show where the money comes from.
+    ``cash`` = ``operating_margin`` + ``disposal_proceeds`` + ``residual_value``;
+    ``freed_power_value`` is opportunity, not cash. ``return_per_node`` is what the
+    split ranks by: ``cash``, plus ``freed_power_value`` only when the operator opted in.
     """
 
     option: Option
@@ -151,6 +169,7 @@ class OptionValue:
     residual_value: Decimal
     freed_power_value: Decimal
     service_months: Decimal
+    cash: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -195,6 +214,8 @@ class DispositionRecommendation:
     option_returns: Mapping[Option, Decimal]
     total_return: Decimal
     reasoning: tuple[str, ...]
+    total_cash: Decimal = Decimal(0)
+    total_freed_power_value: Decimal = Decimal(0)
 
 
 def to_cents(amount: Decimal) -> Decimal:
@@ -273,7 +294,7 @@ def freed_power_value_per_kw_month(
 
 
 # Stated assumptions: not in the reference CSVs, each documented in
-# docs/DISPOSITION.md and cited in Assumptions.sources.
+# docs/planning.md and cited in Assumptions.sources.
 _LEASE_DISCOUNT = Decimal("0.90")
 _LEASE_UTILISATION = Decimal("0.6")
 _REPLACEMENT_UTILISATION = Decimal("0.6")
@@ -284,6 +305,7 @@ _LOGISTICS_PER_NODE = Decimal("500")
 _OPERATIONS_PER_NODE_MONTH = Decimal("150")
 _SPACE_PER_RACK_MONTH = Decimal("400")
 _RECYCLE_PER_NODE = Decimal("300")
+_SERVICE_LIFE_YEARS = Decimal("7")
 
 
 def load_default_assumptions(reference_dir: Path) -> Assumptions:
@@ -316,7 +338,8 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         "its generation's rental range (older hardware, shorter commitments)"
     )
     sources["lease_utilisation"] = (
-        f"assumption: {_LEASE_UTILISATION} of hours billed for a leased older SKU"
+        f"assumption: {_LEASE_UTILISATION} of hours billed for a leased older SKU when leased on demand; "
+        "a contracted lease bills every hour at the contracted rate, so it is not applied there"
     )
 
     sources["rental_breakeven_per_gpu_hour"] = _cite(
@@ -378,29 +401,49 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         f"assumption: {_RECYCLE_PER_NODE} USD per node from an e-waste recycler"
     )
 
-    # Newer hardware in freed kilowatts: B200 at its rental floor. Its nameplate
-    # node kW is scaled by the H100 all-in / nameplate ratio so both sides of
-    # the comparison count the host's storage and fabric share alike.
-    b200 = gens["B200-SXM6-180GB"]
+    # Freed power: the wholesale rent of a kilowatt, i.e. what the kW is worth to whoever gets it.
+    # Not new hardware's margin in it: that needs the new hardware's capex, which selling the
+    # old node does not pay.
+    colo = econ["colocation_wholesale_kw_month"]
+    freed = Decimal(colo["value"])
+    sources["freed_power_value_per_kw_month"] = (
+        "wholesale colocation rent of a kW (not new capacity's margin, which needs its capex): "
+        + _cite("economics.csv", colo, "colocation_wholesale_kw_month")
+    )
+    sources["freed_kw_months_per_kw"] = (
+        "from the linked migration plan: kW-months it reuses (new racks' draw beyond the hall's spare power, "
+        "up to what drains free) per kW it frees; 0 when no migration plan is linked"
+    )
     h100 = gens["H100-SXM5-80GB"]
     h100_nameplate_per_gpu = Decimal(h100["node_kw"]) / Decimal(h100["gpus_per_node"])
-    b200_kw_per_gpu = (
-        Decimal(b200["node_kw"]) / Decimal(b200["gpus_per_node"]) * all_in / h100_nameplate_per_gpu
+    all_in_factor = all_in / h100_nameplate_per_gpu
+    kw_per_gpu: dict[str, Decimal] = {}
+    nameplate: dict[str, Decimal] = {}
+    for model, row in gens.items():
+        if row["node_kw"]:
+            per_gpu = Decimal(row["node_kw"]) / Decimal(row["gpus_per_node"])
+        else:
+            per_gpu = Decimal(row["rack_kw_typical"]) / Decimal(row["nvlink_domain_gpus"])
+        nameplate[gpu_family(model)] = per_gpu
+        kw_per_gpu[gpu_family(model)] = per_gpu * all_in_factor
+    sources["kw_per_gpu"] = (
+        "generations.csv node kW / GPUs per node (rack kW / NVLink domain for rack-scale) per family, scaled by "
+        f"facility.csv all_in_kw_per_h100_gpu / the H100's nameplate {h100_nameplate_per_gpu} kW "
+        "(host, storage and fabric share)"
     )
-    freed = freed_power_value_per_kw_month(
-        rental["b200"].low, _REPLACEMENT_UTILISATION, b200_kw_per_gpu, pue, electricity
+    sources["nameplate_kw_per_gpu"] = "generations.csv node kW / GPUs per node, per family"
+    sources["service_life_years"] = (
+        f"assumption: {_SERVICE_LIFE_YEARS} years of physical service; A100s from 2020 still rent in 2026 "
+        "(economics.csv rental_a100_80gb), so a node past its accounting life keeps earning"
     )
-    sources["freed_power_value_per_kw_month"] = (
-        f"derived: B200 rental floor {rental['b200'].low} USD/GPU-h x "
-        f"{_REPLACEMENT_UTILISATION} utilisation (assumption) x {HOURS_PER_MONTH} h / "
-        f"{to_cents(b200_kw_per_gpu)} kW per B200 GPU all-in (generations.csv B200 "
-        f"{b200['node_kw']} kW / {b200['gpus_per_node']} GPUs: {b200['source']}; scaled by "
-        f"facility.csv all_in_kw_per_h100_gpu / H100 nameplate) minus PUE {pue} x "
-        f"{electricity} USD/kWh x {HOURS_PER_MONTH} h; " + rental_cites[3]
-    )
+    sources["lease_on_demand"] = "operator choice: false = contracted lease billed every hour"
+    sources["rank_with_freed_power"] = "operator choice: false = the split ranks options by cash"
 
     life_row = econ["useful_life"]
-    sources["useful_life_years"] = "midpoint of " + _cite("economics.csv", life_row, "useful_life")
+    sources["useful_life_years"] = (
+        "accounting life (depreciation; reported, does not end service): midpoint of "
+        + _cite("economics.csv", life_row, "useful_life")
+    )
 
     return Assumptions(
         rental_per_gpu_hour=rental,
@@ -422,6 +465,9 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         freed_power_value_per_kw_month=freed,
         useful_life_years=_midpoint(life_row["value"]),
         sources=sources,
+        service_life_years=_SERVICE_LIFE_YEARS,
+        kw_per_gpu=kw_per_gpu,
+        nameplate_kw_per_gpu=nameplate,
     )
 
 
@@ -434,7 +480,21 @@ def node_kw(block: OutgoingBlock, a: Assumptions) -> Decimal:
     """All-in IT kilowatts one node of the block draws (and frees when it leaves)."""
     if block.node_kw is not None:
         return block.node_kw
-    return a.all_in_kw_per_gpu * block.gpus_per_node
+    per_gpu = a.kw_per_gpu.get(gpu_family(block.gpu_model), a.all_in_kw_per_gpu)
+    return per_gpu * block.gpus_per_node
+
+
+def freed_kw(block: OutgoingBlock, a: Assumptions) -> Decimal:
+    """Nameplate kW one node frees, in the migration planner's unit (generations.csv)."""
+    per_gpu = a.nameplate_kw_per_gpu.get(gpu_family(block.gpu_model))
+    return per_gpu * block.gpus_per_node if per_gpu is not None else node_kw(block, a)
+
+
+def _freed_value(block: OutgoingBlock, a: Assumptions, service_months: Decimal, horizon: Decimal) -> Decimal:
+    """Opportunity value of the node's kW: reused kW-months per freed kW (from the migration plan),
+    less the months the node itself still holds them, at the colocation rate."""
+    months = min(horizon, max(Decimal(0), a.freed_kw_months_per_kw - service_months))
+    return freed_kw(block, a) * a.freed_power_value_per_kw_month * months
 
 
 def lease_price_per_gpu_hour(block: OutgoingBlock, a: Assumptions) -> Decimal:
@@ -490,18 +550,21 @@ def _keep_option(
     useful life, whichever is first; from then to the horizon its kilowatts
     are freed for newer hardware.
     """
-    remaining_life = max(Decimal(0), (a.useful_life_years - block.age_years) * 12)
+    remaining_life = max(Decimal(0), (a.service_life_years - block.age_years) * 12)
     service = min(horizon, service_limit, remaining_life)
     margin = (revenue_per_month - _running_cost_per_month(block, a)) * service
     end_age = block.age_years + service / 12
     residual = max(_sale_net(block, a, end_age, channel), _recycle_net(block, a))
-    freed = node_kw(block, a) * a.freed_power_value_per_kw_month * (horizon - service)
-    return OptionValue(option, margin + residual + freed, margin, Decimal(0), residual, freed, service)
+    freed = _freed_value(block, a, service, horizon)
+    cash = margin + residual
+    ranked = cash + freed if a.rank_with_freed_power else cash
+    return OptionValue(option, ranked, margin, Decimal(0), residual, freed, service, cash)
 
 
 def _leave_option(option: Option, proceeds: Decimal, block: OutgoingBlock, a: Assumptions, horizon: Decimal) -> OptionValue:
-    freed = node_kw(block, a) * a.freed_power_value_per_kw_month * horizon
-    return OptionValue(option, proceeds + freed, Decimal(0), proceeds, Decimal(0), freed, Decimal(0))
+    freed = _freed_value(block, a, Decimal(0), horizon)
+    ranked = proceeds + freed if a.rank_with_freed_power else proceeds
+    return OptionValue(option, ranked, Decimal(0), proceeds, Decimal(0), freed, Decimal(0), proceeds)
 
 
 def value_options(
@@ -530,7 +593,8 @@ def value_options(
         redeploy = _keep_option(
             Option.REDEPLOY, block, a, horizon, Decimal(demand.horizon_months), revenue, channel
         )
-    lease_revenue = lease_price_per_gpu_hour(block, a) * a.lease_utilisation * gpu_hours
+    billed = a.lease_utilisation if a.lease_on_demand else Decimal(1)
+    lease_revenue = lease_price_per_gpu_hour(block, a) * billed * gpu_hours
     lease = _keep_option(Option.LEASE, block, a, horizon, horizon, lease_revenue, channel)
     resale = _leave_option(Option.RESALE, _sale_net(block, a, block.age_years, channel), block, a, horizon)
     recycle = _leave_option(Option.RECYCLE, _recycle_net(block, a), block, a, horizon)
@@ -644,9 +708,11 @@ def recommend_split(
         remaining[i] -= take
         allocations.append(Allocation(blocks[i].label, Option.LEASE, None, take, lease))
         price = lease_price_per_gpu_hour(blocks[i], a)
+        billing = (f"{a.lease_utilisation:.0%} utilisation (on demand)" if a.lease_on_demand
+                   else "a contract billed every hour")
         reasoning.append(
             f"Lease {take} nodes of {blocks[i].label} as a cheaper SKU at "
-            f"{to_cents(price)} USD/GPU-h and {a.lease_utilisation:.0%} utilisation: "
+            f"{to_cents(price)} USD/GPU-h on {billing}: "
             f"{usd(lease.return_per_node)}/node {horizon_text} beats "
             f"{disposal.option.value} at {usd(disposal.return_per_node)}/node."
         )
@@ -665,9 +731,8 @@ def recommend_split(
         allocations.append(Allocation(block.label, chosen.option, None, remaining[i], chosen))
         verb = f"Sell {remaining[i]} nodes of {block.label} via {channel}" if chosen is resale else f"Recycle {remaining[i]} nodes of {block.label}"
         reasoning.append(
-            f"{verb}: {usd(chosen.return_per_node)}/node {horizon_text} "
-            f"({usd(to_cents(chosen.return_per_node) - to_cents(chosen.freed_power_value))} proceeds + "
-            f"{usd(chosen.freed_power_value)} of freed power) "
+            f"{verb}: {usd(chosen.cash)}/node cash {horizon_text} "
+            f"(opportunity, apart: {usd(chosen.freed_power_value)} of reused power) "
             f"beats {other.option.value} at {usd(other.return_per_node)}/node."
         )
         remaining[i] = 0
@@ -675,11 +740,28 @@ def recommend_split(
     counts = {o: sum(al.nodes for al in allocations if al.option is o) for o in OPTION_ORDER}
     returns = {o: sum((al.total_return for al in allocations if al.option is o), Decimal(0)) for o in OPTION_ORDER}
     total = sum((al.total_return for al in allocations), Decimal(0))
+    cash = sum((al.value.cash * al.nodes for al in allocations), Decimal(0))
+    opportunity = sum((al.value.freed_power_value * al.nodes for al in allocations), Decimal(0))
+    past_books = [b.label for b in blocks if b.age_years >= a.useful_life_years]
+    if past_books:
+        reasoning.append(
+            f"{', '.join(past_books)} is past its {a.useful_life_years}-year accounting life: fully depreciated, "
+            f"still in service up to its {a.service_life_years}-year physical life."
+        )
+    if a.freed_kw_months_per_kw > 0:
+        reasoning.append(
+            f"Freed power is opportunity, not cash: {usd(opportunity)} = the kW the migration reuses, from when it "
+            f"reuses them ({a.freed_kw_months_per_kw:.2f} kW-months per freed kW), at "
+            f"{usd(a.freed_power_value_per_kw_month)} per kW-month wholesale colocation rent; valued once."
+        )
+    else:
+        reasoning.append("Freed power is not valued: no linked migration plan reuses these kilowatts.")
+    ranked_by = "cash + freed power (operator opted in)" if a.rank_with_freed_power else "cash"
+    reasoning.append(f"Options are ranked by {ranked_by}.")
     reasoning.append(
-        f"Freed power is valued at {usd(a.freed_power_value_per_kw_month)} per kW-month "
-        f"(what newer hardware earns in those kilowatts after their energy)."
+        f"Cash return {horizon_text}: {usd(cash)} for {sum(b.nodes for b in blocks)} nodes; "
+        f"opportunity value of reused power, apart: {usd(opportunity)}."
     )
-    reasoning.append(f"Total return {horizon_text}: {usd(total)} for {sum(b.nodes for b in blocks)} nodes.")
     return DispositionRecommendation(
         horizon_months=horizon_months,
         channel=channel,
@@ -688,4 +770,6 @@ def recommend_split(
         option_returns=returns,
         total_return=total,
         reasoning=tuple(reasoning),
+        total_cash=cash,
+        total_freed_power_value=opportunity,
     )

@@ -11,7 +11,6 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
@@ -21,6 +20,7 @@ from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
 from planning.disposition_charts import return_per_node_figure, split_figure
+from planning.engines import migration as mp
 from planning.engines.disposition import (
     OPTION_ORDER,
     Assumptions,
@@ -32,7 +32,8 @@ from planning.engines.disposition import (
     to_cents,
     value_options,
 )
-from planning.models import DispositionAssignment, DispositionPlan
+from planning.inputs import inputs_from_json
+from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
 
 REFERENCE_DIR = Path(settings.BASE_DIR) / "core" / "reference"
 CHANNELS = ("broker", "auction", "distressed")
@@ -74,19 +75,43 @@ def apply_overrides(base: Assumptions, overrides: dict[str, Decimal]) -> Assumpt
     return dataclasses.replace(base, **overrides, sources=sources)
 
 
+def _migration_plan(plan_id: str) -> MigrationPlan:
+    plan = MigrationPlan.objects.filter(pk=plan_id).first()
+    if plan is None:
+        raise SelectionError(f"no migration plan {plan_id}")
+    return plan
+
+
 def _migration_drain_ids(plan_id: str) -> list:
-    """The drain list of a migration plan, when the planner's model is installed."""
-    try:
-        model = apps.get_model("fleet", "MigrationPlan")
-    except LookupError:
-        raise SelectionError("migration plans are not available in this installation; select nodes another way") from None
-    plan = model.objects.filter(pk=plan_id).first()
+    """The drain list of an applied migration plan."""
+    plan = MigrationPlan.objects.filter(pk=plan_id).first()
     if plan is None:
         raise SelectionError(f"no migration plan {plan_id}")
     drain = plan.drain_node_ids()
     if not drain and plan.status != "applied":
         raise SelectionError(f"migration plan {plan.name!r} is not applied yet; apply it to schedule its drain list")
     return drain
+
+
+def power_reuse_of(plan: MigrationPlan, *, start: date, horizon_months: int) -> dict:
+    """What the linked migration plan does with the power its drains free, for this horizon.
+
+    Reads the plan's own schedule: kW freed when each drained rack's sanitisation ends, and the
+    part of the new racks' draw that needs it (beyond the hall's spare power), from the week it
+    lands. ``kw_months_per_kw`` is the valuation's ``freed_kw_months_per_kw``."""
+    inputs = inputs_from_json(plan.inputs["resolved"])
+    reuse = mp.power_reuse(inputs, mp.plan_migration(inputs))
+    freed = reuse.total_freed_kw
+    kw_months = reuse.kw_months(start, horizon_months)
+    first = reuse.first_reuse()
+    return {
+        "migration_plan_id": str(plan.id), "freed_kw": round(freed, 1),
+        "peak_reused_kw": round(max(reuse.reused_kw, default=0.0), 1),
+        "reused_kw_months": round(kw_months, 1),
+        "kw_months_per_kw": round(kw_months / freed, 4) if freed > 0 else 0.0,
+        "first_reuse": first.isoformat() if first else None, "from": start.isoformat(),
+        "months": horizon_months,
+    }
 
 
 def select_nodes(selection: Selection):
@@ -147,7 +172,7 @@ def _option_json(v: OptionValue) -> dict:
     return {"option": v.option.value, "return_per_node": _money(v.return_per_node),
             "operating_margin": _money(v.operating_margin), "disposal_proceeds": _money(v.disposal_proceeds),
             "residual_value": _money(v.residual_value), "freed_power_value": _money(v.freed_power_value),
-            "service_months": str(v.service_months)}
+            "service_months": str(v.service_months), "cash": _money(v.cash)}
 
 
 def _assumptions_json(a: Assumptions) -> list[dict]:
@@ -170,11 +195,28 @@ def _assumptions_json(a: Assumptions) -> list[dict]:
 def create_disposition_plan(*, name: str, selection: Selection, demands: list[InternalDemand], horizon_months: int,
                             channel: str = "broker", lease_cap_nodes: int | None = None,
                             overrides: dict[str, Decimal] | None = None, actor: str,
-                            inputs: dict | None = None) -> DispositionPlan:
-    """Value the selected nodes, store the plan, its result and one assignment per node."""
+                            inputs: dict | None = None, rank_with_freed_power: bool = False,
+                            lease_on_demand: bool = False) -> DispositionPlan:
+    """Value the selected nodes, store the plan, its result and one assignment per node.
+
+    With a linked migration plan, freed power is valued from that plan's reuse of it (once, from
+    when it is reused, capped at what it reuses); without one it is worth nothing here."""
     if channel not in CHANNELS:
         raise SelectionError(f"channel must be one of {', '.join(CHANNELS)}")
-    assumptions = apply_overrides(default_assumptions(), overrides or {})
+    assumptions = dataclasses.replace(default_assumptions(), rank_with_freed_power=rank_with_freed_power,
+                                      lease_on_demand=lease_on_demand)
+    reuse = None
+    if selection.migration_plan_id:
+        reuse = power_reuse_of(_migration_plan(str(selection.migration_plan_id)), start=timezone.now().date(),
+                               horizon_months=horizon_months)
+        sources = dict(assumptions.sources)
+        sources["freed_kw_months_per_kw"] = (
+            f"migration plan {reuse['migration_plan_id']}: {reuse['reused_kw_months']:,} reused kW-months over "
+            f"{horizon_months} months from {reuse['from']} (first reuse {reuse['first_reuse']}) / "
+            f"{reuse['freed_kw']:,} kW its drains free")
+        assumptions = dataclasses.replace(assumptions, freed_kw_months_per_kw=Decimal(str(reuse["kw_months_per_kw"])),
+                                          sources=sources)
+    assumptions = apply_overrides(assumptions, overrides or {})
     nodes = list(select_nodes(selection).values("id", "hostname", "rack_id", "commissioned_on", "rack__hall__name",
                                                 "node_type__gpu_model", "node_type__generation",
                                                 "node_type__gpus_per_node"))
@@ -217,6 +259,7 @@ def create_disposition_plan(*, name: str, selection: Selection, demands: list[In
         freed_by_option[al.option.value] += al.value.freed_power_value * al.nodes
         allocations.append({"block": al.block_label, "option": al.option.value, "pool": al.pool, "nodes": al.nodes,
                             "return_per_node": _money(al.value.return_per_node), "total": _money(al.total_return),
+                            "cash": _money(al.value.cash * al.nodes),
                             "freed_power_value": _money(al.value.freed_power_value * al.nodes)})
         assignments.extend((node_id, al.option.value, al.pool or "") for node_id in ids)
     result = {
@@ -225,6 +268,11 @@ def create_disposition_plan(*, name: str, selection: Selection, demands: list[In
         "split": {o.value: recommendation.node_counts[o] for o in OPTION_ORDER},
         "option_returns": {o.value: _money(recommendation.option_returns[o]) for o in OPTION_ORDER},
         "total_return": _money(recommendation.total_return),
+        "cash_return": _money(recommendation.total_cash),
+        "opportunity_value": _money(recommendation.total_freed_power_value),
+        "ranked_by": "cash + freed power" if rank_with_freed_power else "cash",
+        "lease_billing": "on demand" if lease_on_demand else "contract",
+        "power_reuse": reuse,
         "freed_power_value": {k: _money(v) for k, v in freed_by_option.items()},
         "freed_power_value_per_kw_month": _money(assumptions.freed_power_value_per_kw_month),
         "allocations": allocations, "blocks": block_rows, "reasoning": list(recommendation.reasoning),

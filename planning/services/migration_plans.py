@@ -42,7 +42,7 @@ def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
     return record
 
 
-def recompute(record: MigrationPlan) -> mp.MigrationPlan:
+def recompute(record: MigrationPlan) -> mp.MigrationPlanResult:
     """The planner's dataclasses for a stored plan (deterministic: equal to ``record.result``)."""
     return mp.plan_migration(inputs_from_json(record.inputs["resolved"]))
 

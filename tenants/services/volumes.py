@@ -1,8 +1,23 @@
-"""Tenant volumes, exported only to the tenant's own partition."""
+"""Tenant volumes, exported only to the tenant's own partition, within the tenant's storage
+quota (count and total GB)."""
 from django.db import transaction
+from django.db.models import Count, Sum
 
+from core.errors import Refused
 from core.services.audit import record_audit
-from tenants.models import FabricPartition, Tenant, Volume
+from tenants.models import FabricPartition, StorageQuota, Tenant, Volume
+
+
+class StorageQuotaExceeded(Refused):
+    """The tenant would hold more volumes, or more GB, than its storage quota allows."""
+
+    code = "quota_exceeded"
+
+
+def storage_held(tenant: Tenant) -> tuple[int, int]:
+    """(volumes, total GB) the tenant holds now."""
+    held = Volume.objects.filter(tenant=tenant).aggregate(n=Count("id"), gb=Sum("size_gb"))
+    return held["n"] or 0, held["gb"] or 0
 
 
 @transaction.atomic
@@ -11,6 +26,19 @@ def create_volume(*, tenant: Tenant, name: str, size_gb: int, export_partition: 
     if export_partition is not None and export_partition.tenant_id != tenant.pk:
         # Callers look partitions up within the tenant; this guards the invariant itself.
         raise ValueError("a volume can only be exported to its own tenant's partition")
+    # The tenant row is locked so concurrent creates cannot both squeeze under the quota.
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    quota = StorageQuota.objects.filter(tenant=tenant).first()
+    max_volumes, max_gb = (quota.max_volumes, quota.max_gb) if quota else (0, 0)
+    volumes, gb = storage_held(tenant)
+    if volumes + 1 > max_volumes:
+        raise StorageQuotaExceeded(f"Your storage quota is {max_volumes} volume(s) and you hold {volumes}; "
+                                   "ask your provider for a larger quota.",
+                                   extra={"quota": {"max_volumes": max_volumes, "volumes": volumes}})
+    if gb + size_gb > max_gb:
+        raise StorageQuotaExceeded(f"Your storage quota is {max_gb} GB and you hold {gb} GB; ask for at most "
+                                   f"{max(max_gb - gb, 0)} GB or ask your provider for a larger quota.",
+                                   extra={"quota": {"max_gb": max_gb, "gb": gb}})
     volume = Volume.objects.create(tenant=tenant, name=name, size_gb=size_gb, export_partition=export_partition,
                                    idempotency_key=idempotency_key)
     record_audit(actor=actor, action="volume.create", target=volume,

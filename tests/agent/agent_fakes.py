@@ -25,6 +25,7 @@ class FakeControlPlane:
         self.ledger: dict[str, dict[str, Any]] = {}
         self.received_ids: list[str] = []
         self.reject_ids: set[str] = set()
+        self.rejected_ids_with_code: str | None = None  # answer every event as refused with this code
 
     def _check(self) -> None:
         if self.down:
@@ -60,4 +61,6 @@ class FakeControlPlane:
                 accepted += 1
                 self.ledger[event["event_id"]] = event
                 self.received_ids.append(event["event_id"])
-        return {"accepted": accepted, "duplicates": duplicates}
+        rejected = [{"event_id": e["event_id"], "code": self.rejected_ids_with_code, "detail": "test"}
+                    for e in events] if self.rejected_ids_with_code else []
+        return {"accepted": accepted, "duplicates": duplicates, "rejected": rejected}

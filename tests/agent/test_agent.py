@@ -52,7 +52,8 @@ def test_heartbeat_shape_and_xid_reported_once() -> None:
     agent = make_agent(cp, scenario="xid 13 on gpu 3 at 50s")
     run(agent, 30)
     hb = cp.heartbeats[-1]
-    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus"}
+    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports", "wall_power"}
+    assert hb["wall_power"]["source"] == "bmc" and hb["wall_power"]["energy_j"] >= 0
     assert hb["observed_at"].endswith("Z") and len(hb["gpus"]) == 8
     xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"]
             if g["xid_errors"]]
@@ -89,3 +90,37 @@ def test_unknown_action_fails_cleanly() -> None:
     agent = make_agent(cp)
     run(agent, 15)
     assert cp.action_results[0]["status"] == "failed"
+
+
+GRANT = {"grant": "hgm1.opaque.sig", "allocation_id": "alc_1", "tenant_id": "ten_1", "sku": "a100-sxm-8x", "gpus": 8,
+         "valid_from": "2026-11-29T19:00:00Z", "valid_until": "2026-11-30T02:00:00Z"}
+
+
+def test_every_meter_event_carries_the_grant_even_after_the_allocation_ends() -> None:
+    cp = FakeControlPlane()
+    cp.desired = {"lifecycle": "active", "allocation_id": "alc_1", "tenant_id": "ten_1", "actions": [],
+                  "sku": "h100-sxm-8x", "gpus": 8, "metering_grants": [GRANT]}
+    agent = make_agent(cp)
+    run(agent, 150)
+    # released: desired-state no longer lists the allocation or its grant; the last partial
+    # interval is still sent with the grant that covered it
+    cp.desired = {"lifecycle": "releasing", "allocation_id": None, "tenant_id": None, "actions": [],
+                  "metering_grants": []}
+    run(agent, 120, start=150)
+    events = list(cp.ledger.values())
+    assert len(events) >= 3
+    assert {e["grant"] for e in events} == {GRANT["grant"]}
+    assert {e["sku"] for e in events} == {"a100-sxm-8x"}  # what the grant allows is what is metered
+
+
+def test_events_outside_every_grant_are_sent_with_the_newest_one_and_refusals_are_logged(caplog) -> None:
+    cp = FakeControlPlane()
+    expired = {**GRANT, "valid_until": "2026-11-29T20:01:00Z"}
+    cp.desired = {"lifecycle": "active", "allocation_id": "alc_1", "tenant_id": "ten_1", "actions": [],
+                  "metering_grants": [expired]}
+    cp.rejected_ids_with_code = "outside_grant"
+    agent = make_agent(cp)
+    with caplog.at_level("WARNING"):
+        run(agent, 200)
+    assert cp.ledger and {e["grant"] for e in cp.ledger.values()} == {expired["grant"]}
+    assert "refused by the ledger (outside_grant)" in caplog.text

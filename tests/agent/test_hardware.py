@@ -37,7 +37,15 @@ def test_nvml_mapping_of_recorded_values() -> None:
         "power_w": 653.4, "utilization_pct": 98, "memory_used_mb": 71239, "ecc_sbe": 3, "ecc_dbe": 1,
         "retired_pages": 0, "row_remap_pending": True, "row_remap_failed": False,
         "xid_errors": [48, 63], "nvlink_down": 1,
+        # an H100 on driver 550 exposes no recovery action field; the rest were not recorded
+        "recovery_action": None, "throttle_reasons": None, "slowdown_temp_c": None, "nvlink_errors_1h": None,
+        "energy_mj": None,
     }
+
+
+def test_nvml_total_energy_is_reported_as_a_cumulative_counter() -> None:
+    gpu = telemetry_from_nvml(0, {**RECORDED, "energy_mj": 123_456_789_012})
+    assert gpu["energy_mj"] == 123_456_789_012
 
 
 def test_nvml_mapping_of_unsupported_queries() -> None:
@@ -90,6 +98,7 @@ def fake_pynvml(xid_events: list[tuple[int, int]]) -> SimpleNamespace:
         nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
         nvmlDeviceGetTemperature=lambda h, s: 35,
         nvmlDeviceGetPowerUsage=lambda h: 75123,
+        nvmlDeviceGetTotalEnergyConsumption=not_supported_on_1(9_876_543),
         nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=0, memory=0),
         nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=2 * 1024 * 1024, total=0, free=0),
         nvmlDeviceGetTotalEccErrors=not_supported_on_1(2),
@@ -107,6 +116,7 @@ def test_nvml_backend_reads_and_drains_xid_events_once() -> None:
     assert [g["xid_errors"] for g in first] == [[13], [79, 45]]
     assert first[0]["ecc_sbe"] == 2 and first[1]["ecc_sbe"] == 0
     assert first[0]["power_w"] == 75.1 and first[0]["memory_used_mb"] == 2
+    assert first[0]["energy_mj"] == 9_876_543 and first[1]["energy_mj"] is None  # not supported: absent
     assert [g["xid_errors"] for g in backend.gpus()] == [[], []]
 
 
@@ -126,7 +136,8 @@ def test_parse_recorded_nvidia_smi_xml() -> None:
         "index": 0, "uuid": "GPU-3f1c2a8e-8b4d-2c71-9e0a-5d6f7b8c9d01", "temperature_c": 68,
         "power_w": 652.3, "utilization_pct": 97, "memory_used_mb": 71234, "ecc_sbe": 0, "ecc_dbe": 0,
         "retired_pages": 0, "row_remap_pending": False, "row_remap_failed": False,
-        "xid_errors": [], "nvlink_down": 0,
+        "xid_errors": [], "nvlink_down": 0, "recovery_action": None, "throttle_reasons": 0,
+        "slowdown_temp_c": 89, "nvlink_errors_1h": None, "energy_mj": None,
     }
     assert gpus[7]["utilization_pct"] == 0 and gpus[7]["power_w"] == 78.8
     assert gpus[2]["ecc_sbe"] == 3

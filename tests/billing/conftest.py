@@ -1,10 +1,12 @@
-"""Billing fixtures: tenants with API clients, an agent client, and a meter-event factory."""
+"""Billing fixtures: tenants with API clients, an agent client, a meter-event factory, and the
+metering grants and allocation history real usage comes with."""
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from rest_framework.test import APIClient
 
+from billing.grants import MeteringGrant, sign_grant
 from core.api.agent_tokens import mint_agent_token
 
 LEDGER_DBS = ["default", "ledger"]
@@ -14,11 +16,20 @@ def rfc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
 
 
+def parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def allocation_of(tenant_id) -> uuid.UUID:
+    """Each tenant's default allocation id in these tests (distinct per tenant)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"allocation-of:{tenant_id}")
+
+
 def make_event(*, tenant_id, allocation_id=None, start: datetime, seconds: int = 60, gpus: int = 8,
                sku: str = "h100-sxm-8x", event_id: str | None = None) -> dict:
     return {
         "event_id": event_id or str(uuid.uuid4()),
-        "allocation_id": str(allocation_id or uuid.UUID(int=1)),
+        "allocation_id": str(allocation_id or allocation_of(tenant_id)),
         "tenant_id": str(tenant_id),
         "sku": sku,
         "start": rfc(start),
@@ -26,6 +37,28 @@ def make_event(*, tenant_id, allocation_id=None, start: datetime, seconds: int =
         "quantity": str(gpus * seconds),
         "unit": "gpu_second",
     }
+
+
+def grant_for(event: dict, node_id, *, gpus: int = 8, margin: timedelta = timedelta(hours=1), **override) -> str:
+    """The grant the control plane would have issued for this event's allocation on `node_id`."""
+    fields = dict(node_id=uuid.UUID(str(node_id)), tenant_id=uuid.UUID(event["tenant_id"]),
+                  allocation_id=uuid.UUID(event["allocation_id"]), sku=event["sku"], gpus=gpus,
+                  valid_from=parse(event["start"]) - margin, valid_until=parse(event["end"]) + margin)
+    fields.update(override)
+    return sign_grant(MeteringGrant(**fields))
+
+
+def granted(events: list[dict], node_id) -> list[dict]:
+    return [e if "grant" in e else {**e, "grant": grant_for(e, node_id)} for e in events]
+
+
+def store_events(node_id, events: list[dict]):
+    """Ingest as the node's agent would have, with grants, a minute after the last event ended."""
+    from billing.services.ingest import ingest_meter_events
+
+    batch = granted(events, node_id)
+    arrived = max(parse(e["end"]) for e in batch) + timedelta(minutes=1)
+    return ingest_meter_events(node_id=node_id, events=batch, received_at=arrived)
 
 
 @pytest.fixture
@@ -66,16 +99,53 @@ def agent_api(node_id):
     return client
 
 
+def record_history(events: list[dict], node) -> None:
+    """Allocation history matching the events: the tenant, its allocation and the node's
+    membership over the events' span (what placement would have written)."""
+    from fleet.models import NodeType
+    from tenants.models import Allocation, AllocationNode, Tenant
+
+    spans: dict = {}
+    for e in events:
+        key = (e["tenant_id"], e["allocation_id"], e["sku"])
+        lo, hi = spans.get(key, (parse(e["start"]), parse(e["end"])))
+        spans[key] = (min(lo, parse(e["start"])), max(hi, parse(e["end"])))
+    for (tenant_id, allocation_id, sku), (lo, hi) in spans.items():
+        tenant, _ = Tenant.objects.get_or_create(pk=tenant_id, defaults={"slug": f"t-{tenant_id[:12]}", "name": "T"})
+        allocation, _ = Allocation.objects.get_or_create(pk=allocation_id, defaults={
+            "tenant": tenant, "name": "metered", "instance_type": NodeType.objects.get(slug=sku), "node_count": 1,
+            "state": "active"})
+        AllocationNode.objects.create(allocation=allocation, node=node, started_at=lo, ended_at=hi)
+
+
 @pytest.fixture
-def ingest(node_id):
-    """Store events through the ingest service (as the endpoint does), in batches of 1000."""
+def metered_node(small_fleet):
+    from fleet.models import Node
+
+    return Node.objects.order_by("hostname").first()
+
+
+@pytest.fixture
+def ingest(metered_node):
+    """Store events through the ingest service (as the endpoint does, with their grants), a day's
+    events at a time, as if each batch arrived a minute after its last event ended; the allocation
+    history the events belong to is recorded too (history=False: usage nobody allocated)."""
     from billing.services.ingest import ingest_meter_events
 
-    def run(events):
+    def run(events, *, history: bool = True):
+        if history:
+            record_history(events, metered_node)
         accepted = duplicates = 0
-        for i in range(0, len(events), 1000):
-            result = ingest_meter_events(node_id=node_id, events=events[i:i + 1000])
-            accepted, duplicates = accepted + result.accepted, duplicates + result.duplicates
+        by_day: dict = {}
+        for event in events:  # a node sends as it goes: one day's events arrive together
+            by_day.setdefault(parse(event["end"]).date(), []).append(event)
+        for day_events in by_day.values():
+            for i in range(0, len(day_events), 1000):
+                batch = granted(day_events[i:i + 1000], metered_node.pk)
+                arrived = max(parse(e["end"]) for e in batch) + timedelta(minutes=1)
+                result = ingest_meter_events(node_id=metered_node.pk, events=batch, received_at=arrived)
+                assert not result.rejected, result.rejected
+                accepted, duplicates = accepted + result.accepted, duplicates + result.duplicates
         return accepted, duplicates
 
     return run

@@ -23,13 +23,16 @@ def _rejected(sql: str, params=()) -> bool:
 
 
 @pytest.mark.parametrize("table", ["billing_usageevent", "billing_pricebookentry", "billing_billingrun",
-                                   "billing_adjustment"])
-def test_update_and_delete_fail_at_the_database(ingest, table):
-    ingest([make_event(tenant_id=uuid.uuid4(), start=datetime(2026, 9, 3, tzinfo=UTC))])
+                                   "billing_adjustment", "billing_slapolicy"])
+def test_update_and_delete_fail_at_the_database(ingest, node_id, table):
+    tenant = uuid.uuid4()
+    event = make_event(tenant_id=tenant, start=datetime(2026, 9, 3, tzinfo=UTC))
+    ingest([event])
     run_billing(period=date(2026, 9, 1), finalize=False, actor="test")
     from billing.services.credits import record_sla_credit
 
-    record_sla_credit(tenant_id=uuid.uuid4(), allocation_id=uuid.uuid4(), node_id=uuid.uuid4(),
+    # the credit names the metered allocation: an allocation nobody knows cannot be credited
+    record_sla_credit(tenant_id=tenant, allocation_id=uuid.UUID(event["allocation_id"]), node_id=node_id,
                       start=datetime(2026, 9, 3, tzinfo=UTC), end=datetime(2026, 9, 3, 1, tzinfo=UTC), gpus=8,
                       reason="xid 79", incident_id="inc-1", sku="h100-sxm-8x")
     assert _rejected(f"UPDATE {table} SET id = id")

@@ -1,45 +1,55 @@
-"""POST /api/agent/v1/meter-events: dedupe, conflicts, validation, and no control-plane reads."""
+"""POST /api/agent/v1/meter-events: dedupe, conflicts, validation, and no control-plane reads.
+(What grants refuse: test_meter_attacks.py.)"""
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connections
 
 from billing.models import UsageEvent
 
-from .conftest import LEDGER_DBS, make_event
+from .conftest import LEDGER_DBS, granted, make_event
 
 pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
 URL = "/api/agent/v1/meter-events"
-T0 = datetime(2026, 10, 5, 12, 0, tzinfo=UTC)
+T0 = (datetime.now(UTC) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
 
 
-def test_batch_is_accepted_and_records_the_tokens_node(agent_api, node_id, django_assert_num_queries):
+@pytest.fixture
+def post(agent_api, node_id):
+    """POST events as the node's agent, each with the grant desired-state gave it."""
+    def run(events):
+        return agent_api.post(URL, {"events": granted(events, node_id)}, format="json")
+
+    return run
+
+
+def test_batch_is_accepted_and_records_the_tokens_node(post, node_id, django_assert_num_queries):
     tenant = uuid.uuid4()
     events = [make_event(tenant_id=tenant, start=T0.replace(minute=i)) for i in range(10)]
     with django_assert_num_queries(0, connection=connections["default"]):
-        response = agent_api.post(URL, {"events": events}, format="json")
+        response = post(events)
     assert response.status_code == 202, response.content
-    assert response.json() == {"accepted": 10, "duplicates": 0}
+    assert response.json() == {"accepted": 10, "duplicates": 0, "rejected": []}
     assert set(UsageEvent.objects.values_list("node_id", flat=True)) == {node_id}
     assert sum(UsageEvent.objects.values_list("quantity_micro", flat=True)) == 10 * 480 * 10**6
 
 
-def test_resending_counts_duplicates_and_never_charges_twice(agent_api):
+def test_resending_counts_duplicates_and_never_charges_twice(post):
     events = [make_event(tenant_id=uuid.uuid4(), start=T0)]
-    agent_api.post(URL, {"events": events}, format="json")
-    again = agent_api.post(URL, {"events": events + events}, format="json")
+    post(events)
+    again = post(events + events)
     assert again.status_code == 202
-    assert again.json() == {"accepted": 0, "duplicates": 2}
+    assert again.json() == {"accepted": 0, "duplicates": 2, "rejected": []}
     assert UsageEvent.objects.count() == 1
 
 
-def test_same_id_with_different_content_is_422_and_stores_nothing(agent_api):
+def test_same_id_with_different_content_is_422_and_stores_nothing(post):
     event = make_event(tenant_id=uuid.uuid4(), start=T0)
-    agent_api.post(URL, {"events": [event]}, format="json")
-    changed = {**event, "quantity": "999"}
+    post([event])
+    changed = {**event, "quantity": "399"}
     fresh = make_event(tenant_id=uuid.uuid4(), start=T0)
-    response = agent_api.post(URL, {"events": [fresh, changed]}, format="json")
+    response = post([fresh, changed])
     assert response.status_code == 422
     assert response.json()["code"] == "event_conflict"
     assert response.json()["event_ids"] == [event["event_id"]]
@@ -47,7 +57,7 @@ def test_same_id_with_different_content_is_422_and_stores_nothing(agent_api):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("end", "2026-10-05T11:00:00Z"),  # before start
+    ("end", "before start"),
     ("quantity", "-1"),
     ("quantity", 480),  # a JSON number, not a decimal string
     ("quantity", "1.0000001"),
@@ -59,7 +69,9 @@ def test_same_id_with_different_content_is_422_and_stores_nothing(agent_api):
     ("event_id", {"nested": 1}),
 ])
 def test_invalid_events_are_400_with_field_errors(agent_api, field, value):
-    event = {**make_event(tenant_id=uuid.uuid4(), start=T0), field: value}
+    event = {**make_event(tenant_id=uuid.uuid4(), start=T0), "grant": "hgm1.checked.later", field: value}
+    if field == "end":
+        event["end"] = (T0 - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     response = agent_api.post(URL, {"events": [event]}, format="json")
     assert response.status_code == 400
     body = response.json()
@@ -83,14 +95,18 @@ def test_only_agent_signatures_are_accepted(api, ops_api):
     assert api.post(URL, {"events": [event]}, format="json").status_code == 401
 
 
-def test_event_crossing_a_month_boundary_is_split_exactly(agent_api):
+def test_event_crossing_a_month_boundary_is_split_exactly(node_id):
+    from billing.services.ingest import ingest_meter_events
+
     start = datetime(2026, 10, 31, 23, 59, 30, tzinfo=UTC)
-    event = make_event(tenant_id=uuid.uuid4(), start=start, seconds=61, gpus=8)  # 30 s in Oct, 31 s in Nov
-    assert agent_api.post(URL, {"events": [event]}, format="json").status_code == 202
+    [event] = granted([make_event(tenant_id=uuid.uuid4(), start=start, seconds=61, gpus=8)], node_id)  # 30 s + 31 s
+    arrived = start + timedelta(minutes=5)
+    assert ingest_meter_events(node_id=node_id, events=[event], received_at=arrived).accepted == 1
     pieces = list(UsageEvent.objects.order_by("part").values_list("period", "quantity_micro"))
     assert [p[0].month for p in pieces] == [10, 11]
     assert [p[1] for p in pieces] == [240 * 10**6, 248 * 10**6]
-    assert agent_api.post(URL, {"events": [event]}, format="json").json() == {"accepted": 0, "duplicates": 1}
+    again = ingest_meter_events(node_id=node_id, events=[event], received_at=arrived)
+    assert (again.accepted, again.duplicates) == (0, 1)
 
 
 def test_replaying_10000_events_twice_bills_once(ingest):

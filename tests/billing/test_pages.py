@@ -47,6 +47,7 @@ def test_portal_usage_and_invoices(member_client, tenants, ingest):
     _bill_now(ingest, tenants[0])
     usage = member_client.get("/portal/usage/")
     assert usage.status_code == 200 and b"h100-sxm-8x" in usage.content and b"plotly.min.js" in usage.content
+    assert b"Standard SLA (v1)" in usage.content and b"a replacement ends it" in usage.content  # the policy, shown
     listing = member_client.get("/portal/invoices/")
     invoice = Invoice.objects.get(tenant_id=tenants[0].pk)
     assert listing.status_code == 200 and b"upcoming (draft)" in listing.content
@@ -100,3 +101,25 @@ def test_operator_page_lists_runs_and_tenants(operator_user, tenants, ingest, me
     page = operator.get("/billing/")
     assert page.status_code == 200 and b"acme" in page.content and b"draft" in page.content
     assert member_client.get("/billing/").status_code == 302  # not staff → login
+
+
+def test_portal_invoice_shows_reproducible_lines_credit_notes_and_what_it_replaces(member_client, tenants, ingest):
+    from datetime import UTC, datetime
+
+    from billing.services.corrections import CreditRequest, issue_credit_note, reissue_invoice
+
+    class Operator:
+        is_authenticated = is_staff = True
+        actor = "test:operator"
+
+    ingest([make_event(tenant_id=tenants[0].pk, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600)])
+    run_billing(period=date(2026, 9, 1), finalize=True, actor="test", now=datetime(2026, 12, 1, tzinfo=UTC))
+    old = Invoice.objects.get()
+    new = reissue_invoice(by=Operator(), invoice_id=old.pk, reason="wrong PO number")
+    issue_credit_note(by=Operator(), invoice_id=new.pk, reason="goodwill", requests=[CreditRequest(1, Decimal("1.00"))])
+    page = member_client.get(f"/portal/invoices/{new.pk}/").content.decode()
+    assert "HANGAR-000002" in page and "Replaces" in page and "HANGAR-000001" in page
+    assert "Credit note HANGAR-CN-000001" in page and "goodwill" in page
+    assert "28800.000000" in page and "2.350000" in page and "18.80" in page  # GPU-seconds × price ÷ 3600
+    voided = member_client.get(f"/portal/invoices/{old.pk}/").content.decode()
+    assert "wrong PO number" in voided

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from .conftest import LEDGER_DBS, make_event
+from .conftest import LEDGER_DBS, make_event, store_events
 
 pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
 SEPT = datetime(2026, 9, 1, tzinfo=UTC)
@@ -23,12 +23,11 @@ def test_reconcile_flags_gaps_both_ways(tenants, small_fleet, capsys):
     for node in (metered_node, silent_node):
         AllocationNode.objects.create(allocation=allocation, node=node, started_at=SEPT + timedelta(days=1),
                                       ended_at=SEPT + timedelta(days=3))
-    from billing.services.ingest import ingest_meter_events
 
     orphan_allocation = uuid.uuid4()
-    ingest_meter_events(node_id=silent_node.pk, events=[
+    store_events(silent_node.pk, [
         make_event(tenant_id=acme.pk, allocation_id=orphan_allocation, start=SEPT + timedelta(days=5))])
-    ingest_meter_events(node_id=metered_node.pk, events=[
+    store_events(metered_node.pk, [
         make_event(tenant_id=acme.pk, allocation_id=allocation.pk, start=SEPT + timedelta(days=2))])
 
     with pytest.raises(CommandError) as failed:
@@ -40,14 +39,13 @@ def test_reconcile_flags_gaps_both_ways(tenants, small_fleet, capsys):
 
 
 def test_reconcile_passes_when_everything_matches(tenants, small_fleet, capsys):
-    from billing.services.ingest import ingest_meter_events
     from fleet.models import Node
     from tenants.models import Allocation, AllocationNode
 
     node = Node.objects.first()
     allocation = Allocation.objects.create(tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1)
     AllocationNode.objects.create(allocation=allocation, node=node, started_at=SEPT, ended_at=SEPT + timedelta(hours=1))
-    ingest_meter_events(node_id=node.pk, events=[make_event(tenant_id=tenants[0].pk, allocation_id=allocation.pk,
+    store_events(node.pk, [make_event(tenant_id=tenants[0].pk, allocation_id=allocation.pk,
                                                             start=SEPT)])
     call_command("billing_reconcile", "--period", "2026-09")
     assert "no gaps" in capsys.readouterr().out

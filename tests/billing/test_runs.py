@@ -98,8 +98,8 @@ def test_sla_credit_becomes_a_credit_line(ingest):
     kwargs = dict(tenant_id=tenant, allocation_id=allocation, node_id=node, gpus=8, reason="GPU fell off the bus",
                   start=datetime(2026, 9, 10, 2, tzinfo=UTC), end=datetime(2026, 9, 10, 3, tzinfo=UTC),
                   incident_id="inc-42")
-    credit = record_sla_credit(**kwargs)
-    assert record_sla_credit(**kwargs).pk == credit.pk  # recorded once
+    [credit] = record_sla_credit(**kwargs)
+    assert [c.pk for c in record_sla_credit(**kwargs)] == [credit.pk]  # recorded once
     assert credit.sku == "h100-sxm-8x"  # learned from the ledger's metering
     run_billing(period=SEPT, finalize=False, actor="test")
     lines = {line.kind: line for line in Invoice.objects.get().lines.all()}
@@ -120,7 +120,8 @@ def test_run_billing_command(ingest):
 
 
 @settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 8), st.integers(1, 3600 * 5), st.integers(0, 10**6),
+# GPUs up to 7, so the fractional extra stays within the grant's 8 GPUs × seconds.
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 7), st.integers(1, 3600 * 5), st.integers(0, 10**6),
                           st.sampled_from(["h100-sxm-8x", "a100-sxm-8x", "h200-sxm-8x"])),
                 min_size=1000, max_size=1000))
 def test_money_sums_exact_to_the_cent(ingest, django_db_blocker, rows):

@@ -22,7 +22,9 @@ def fleet(django_user_model):
     Node.objects.filter(id__in=ids[0::3]).update(lifecycle=Lifecycle.ACTIVE)
     Node.objects.filter(id__in=ids[1::17]).update(lifecycle=Lifecycle.REPAIR, health=Health.UNHEALTHY)
     Node.objects.filter(id__in=ids[2::23]).update(health=Health.DEGRADED)
-    Node.objects.filter(id__in=ids[4::5]).update(observed_power_w=10_900, last_heartbeat_at=timezone.now())
+    now = timezone.now()
+    Node.objects.filter(id__in=ids[4::5]).update(gpu_power_w=5_200, last_heartbeat_at=now)  # estimates
+    Node.objects.filter(id__in=ids[5::7]).update(wall_power_w=10_100, wall_power_source="bmc", wall_power_at=now)
     backfill_history(now=timezone.now(), days=30)
     django_user_model.objects.create_user("oncall", password="s3cret-pass", is_staff=True)
 

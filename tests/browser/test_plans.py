@@ -8,21 +8,26 @@ def test_create_a_plan_in_the_console(page, live_server, login, screenshot, djan
     from devtools.services.fleet_seed import seed_fleet
 
     seed_fleet(gpus=2048)
-    django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    from django.contrib.auth.models import Group
+
+    alice = django_user_model.objects.create_user("alice", password="s3cret-pass", is_staff=True)
+    alice.groups.add(Group.objects.get(name="operators"))  # creating and applying plans needs the permissions
     login(page, "alice", "s3cret-pass")
     page.goto(f"{live_server.url}/plans/")
     page.click("#new-plan")
-    assert page.input_value("#capacity_floor_gpus") == "1536"  # prefilled from the seeded fleet
+    # prefilled from the seeded fleet: today's 2,048 H100-equivalents, two 8-rack NVL72 units
+    assert page.input_value("#capacity_floor_perf") == "2048.0"
     page.click("#plan-submit")
     page.wait_for_selector("#facility-verdict")
     verdict = page.locator("#facility-verdict").inner_text()
     assert "ok now" in verdict and "after upgrade" in verdict and "never" in verdict
-    assert page.locator("#kpi-min").inner_text() == "1728"
+    assert page.locator("#kpi-min-perf").inner_text() == "2048"
+    assert page.locator("#kpi-min").inner_text() == "1152"
     # plotly drew every chart (an svg per figure) from the local bundle
     page.wait_for_selector("#chart-power .main-svg")
     for chart in ("#chart-gpus", "#chart-perf", "#chart-power"):
         assert page.locator(f"{chart} .main-svg").count() >= 1
-    assert "GPU-days below floor" in page.locator("#chart-gpus").inner_text()
+    assert "H100-equivalent (training)-days below floor" in page.locator("#chart-perf").inner_text()
     screenshot(page, "migration-plan")
     page.click("#apply-plan")
     page.wait_for_selector("#scheduled-work")

@@ -46,7 +46,7 @@ def test_agent_token_verifies_without_any_query(django_assert_num_queries, small
     node = Node.objects.first()
     token = mint_agent_token(node.pk)
     with django_assert_num_queries(0):
-        assert verify_agent_token(token) == node.pk
+        assert verify_agent_token(token).node_id == node.pk
     tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
     assert verify_agent_token(tampered) is None
     assert verify_agent_token("hga1.not-a-uuid.sig") is None

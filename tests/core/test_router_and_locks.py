@@ -18,9 +18,8 @@ def test_billing_models_route_to_the_ledger_and_others_to_default():
 
 
 def test_unknown_lock_name_is_refused():
-    with pytest.raises(KeyError, match="register it"):
-        with advisory_lock("no-such-loop"):
-            pass
+    with pytest.raises(KeyError, match="register it"), advisory_lock("no-such-loop"):
+        pass
 
 
 @pytest.mark.postgres
@@ -53,9 +52,8 @@ def test_a_second_run_does_not_get_the_lock_while_the_first_holds_it():
 def test_advisory_lock_on_postgres_needs_a_transaction(is_postgres):
     if not is_postgres:
         pytest.skip("PostgreSQL-only rule")
-    with pytest.raises(RuntimeError, match="open transaction"):
-        with advisory_lock("reconcile_nodes"):
-            pass
+    with pytest.raises(RuntimeError, match="open transaction"), advisory_lock("reconcile_nodes"):
+        pass
     with transaction.atomic(), advisory_lock("reconcile_nodes") as got:
         assert got
 
@@ -64,8 +62,7 @@ def test_file_lock_excludes_a_second_holder_on_sqlite(settings, tmp_path):
     settings.VAR_DIR = tmp_path
     if connections["default"].vendor == "postgresql":
         pytest.skip("the file lock is the SQLite fallback")
-    with advisory_lock("health_sweep") as first:
-        with advisory_lock("health_sweep") as second:
-            assert (first, second) == (True, False)
+    with advisory_lock("health_sweep") as first, advisory_lock("health_sweep") as second:
+        assert (first, second) == (True, False)
     with advisory_lock("health_sweep") as again:
         assert again

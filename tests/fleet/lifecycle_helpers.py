@@ -23,3 +23,33 @@ def allocate(node: Node):
     allocation = Allocation.objects.create(tenant=tenant, name="job", instance_type=node.node_type, node_count=1,
                                            state="active")
     return AllocationNode.objects.create(allocation=allocation, node=node, started_at=timezone.now())
+
+
+def report_drives(node: Node, drives: list[dict] | None = None, *, purge_supported: bool = True):
+    """The node's agent reports the drives it sees (default: exactly its Drive rows) through the
+    agent API's health report, as a real agent does."""
+    from rest_framework.test import APIClient
+
+    from core.api.agent_tokens import mint_agent_token
+
+    if drives is None:
+        drives = [{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb,
+                   "self_encrypting": d.self_encrypting, "purge_supported": purge_supported or d.self_encrypting}
+                  for d in node.drives.filter(missing_since__isnull=True).order_by("serial")]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node.pk)}")
+    body = {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"), "checks": [], "drives": drives}
+    response = client.post("/api/agent/v1/health-reports", body, format="json")
+    assert response.status_code == 202, response.content
+    return response
+
+
+def pass_drive_gate(node: Node, method: str = "purge") -> None:
+    """Setup: the agent reports the drives and each gets a verified record with evidence."""
+    from fleet.services.sanitization import record_sanitization
+
+    report_drives(node)
+    for drive in node.drives.all():
+        record_sanitization(drive=drive, method=method, technique="NVMe sanitize crypto erase", tool="nvme-cli 2.8",
+                            verified=True, evidence="sanitize log SSTAT=0x101; sampled read-back all zero",
+                            actor="user:op")

@@ -42,34 +42,31 @@ def test_admin_refuses_nvl72_in_an_air_rack_with_a_clear_message(operator_client
 
 
 def test_rack_csv_export_from_the_admin(operator_client, small_fleet):
-    export = operator_client.post(reverse("admin:fleet_rack_export"), {"format": "0", "resource": "0",
-                                                                       **{f"rackresource_{f}": "on" for f in (
-                                                                           "id", "name", "hall", "row", "column", "u_height",
-                                                                           "rated_power_kw", "cooling", "cooling_capacity_kw")}})
+    export = operator_client.get(reverse("admin:fleet_rack_export"), {"format": "csv"})
     assert export.status_code == 200
-    assert b"rated_power_kw" in export.content and b"hall-1-r0001" in export.content
+    body = b"".join(export.streaming_content)
+    assert b"rated_power_kw" in body and b"hall-1-r0001" in body
 
 
 def test_node_csv_import_creates_valid_rows_and_reports_impossible_placements(small_fleet):
-    """The admin's import runs these resources: each row goes through Node.clean()."""
-    import tablib
-
-    from fleet.admin import NodeResource
+    """The admin's import runs this service: each row is checked by the same placement rules as Node.clean()."""
+    from fleet.inventory_files import read_workbook
+    from fleet.services.inventory_import import apply_import, plan_import
 
     liquid = Rack.objects.filter(cooling="liquid").order_by("name")
     air = Rack.objects.filter(cooling="air", nodes__isnull=False).first()
-    rows = tablib.Dataset(headers=["hostname", "serial", "rack", "u_position", "node_type", "fabric_domain",
-                                   "leaf_switch", "bmc_address", "commissioned_on"])
-    rows.append(["nvl-ok", "SN-OK", liquid[0].name, 1, "gb200-nvl72", "", "", "", ""])
-    rows.append(["nvl-bad", "SN-BAD", air.name, 30, "gb200-nvl72", "", "", "", ""])
-    result = NodeResource().import_data(rows, dry_run=False, raise_errors=False)
-    assert result.has_validation_errors()
-    messages = " ".join(str(e) for row in result.invalid_rows for errs in row.error_dict.values() for e in errs)
-    assert "needs liquid cooling" in messages
+    header = "hostname,serial,rack,u_position,node_type,fabric_domain,leaf_switch,bmc_address,commissioned_on\n"
+    bad = read_workbook("n.csv", (header + f"nvl-ok,SN-OK,{liquid[0].name},1,gb200-nvl72,,,,\n"
+                                  f"nvl-bad,SN-BAD,{air.name},30,gb200-nvl72,,,,\n").encode(),
+                        csv_sheet="nodes", max_rows=100)
+    plan = plan_import(bad)
+    assert "needs liquid cooling" in " ".join(str(e) for e in plan.errors)
+    assert {e.row for e in plan.errors} == {3}  # cooling, power and U height: all of them at once
+    good = read_workbook("n.csv", (header + f"nvl-ok,SN-OK,{liquid[0].name},1,gb200-nvl72,,,,\n").encode(),
+                         csv_sheet="nodes", max_rows=100)
+    apply_import(good, actor="test")
+    assert Node.objects.filter(hostname="nvl-ok", lifecycle="enrolled").exists()
     assert not Node.objects.filter(hostname="nvl-bad").exists()
-
-    export = NodeResource().export(queryset=Node.objects.filter(rack=air))
-    assert export.dict[0]["rack"] == air.name and export.dict[0]["node_type"] == "h100-sxm-8x"
 
 
 def test_fleet_page_lists_racks_with_power_and_states(operator_client, django_assert_max_num_queries):
@@ -94,3 +91,22 @@ def test_overview_counts_gpus_by_state(operator_client, small_fleet):
     response = operator_client.get("/")
     assert response.status_code == 200
     assert response.context["summary"].totals.total == Node.objects.count() * 8 == 64
+
+
+def test_admin_exports_escape_formula_cells(operator_client, small_fleet):
+    """A hostname imported as a formula comes out of the CSV and XLSX exports as text."""
+    import csv
+    import io
+
+    from fleet.models import Node
+
+    Node.objects.filter(pk=Node.objects.order_by("hostname").first().pk).update(hostname='=HYPERLINK("http://evil")')
+    fields = {f"noderesource_{f}": "on" for f in ("id", "hostname", "serial", "rack")}
+    exported = operator_client.post(reverse("admin:fleet_node_export"), {"format": "0", "resource": "0", **fields})
+    assert exported.status_code == 200
+    cells = [c for row in csv.reader(io.StringIO(exported.content.decode())) for c in row]
+    assert "'=HYPERLINK(\"http://evil\")" in cells and not [c for c in cells if c.startswith("=")]
+    from fleet.admin import NodeResource
+
+    dataset = NodeResource().export(queryset=Node.objects.filter(hostname__startswith="="))
+    assert dataset.dict[0]["hostname"] == "'=HYPERLINK(\"http://evil\")"  # what XLSX gets too

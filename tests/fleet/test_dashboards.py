@@ -71,19 +71,40 @@ def test_dashboard_pages_have_a_fixed_query_count(operator_client, django_assert
             assert operator_client.get(url).status_code == 200, url
 
 
-def test_power_uses_fresh_agent_readings_else_rated_kw(operator_client, small_fleet):
+def test_power_counts_meter_readings_then_estimates_then_rated_and_says_which(operator_client, small_fleet):
     now = timezone.now()
     nodes = list(Node.objects.order_by("hostname"))
-    Node.objects.filter(pk=nodes[0].pk).update(observed_power_w=7000, last_heartbeat_at=now - timedelta(seconds=30))
-    Node.objects.filter(pk=nodes[1].pk).update(observed_power_w=3000, last_heartbeat_at=now - timedelta(minutes=5))
+    # a BMC reading of the node's wall draw
+    Node.objects.filter(pk=nodes[0].pk).update(wall_power_w=7000, wall_power_source="bmc", wall_power_at=now - timedelta(seconds=30),
+                                               gpu_power_w=4000, last_heartbeat_at=now - timedelta(seconds=30))
+    # GPU board power only: estimated as GPUs + the H100 host share (facility.csv host_kw_max_dgx_h100, 4.6 kW)
+    Node.objects.filter(pk=nodes[1].pk).update(gpu_power_w=600, last_heartbeat_at=now - timedelta(seconds=20))
+    # stale readings: rated
+    Node.objects.filter(pk=nodes[2].pk).update(gpu_power_w=3000, last_heartbeat_at=now - timedelta(minutes=5))
     hall = next(h for h in hall_power(now=now) if h.nodes)
-    # 8 H100 nodes at 10.2 kW rated; one fresh reading replaces 10.2 with 7.0, the stale one is ignored.
-    assert hall.drawn_kw == pytest.approx(7 * 10.2 + 7.0)
+    assert hall.drawn_kw == pytest.approx(6 * 10.2 + 7.0 + 0.6 + 4.6)
     assert hall.rated_kw == pytest.approx(8 * 10.2)
     assert hall.measured_nodes == 1
+    assert hall.sources.counts == {"bmc": 1, "estimate": 1, "rated": 6}
+    assert hall.sources.label == "mixed: 1 bmc, 1 estimate, 6 rated"
+    assert hall.sources.age_seconds(now) == 30
     assert hall.facility_kw == pytest.approx(round(hall.drawn_kw * 1.58, 1))
     page = operator_client.get("/fleet/power/").content.decode()
-    assert "1 of 8 nodes report their draw" in page
+    assert "mixed: 1 bmc, 1 estimate, 6 rated" in page
+    assert "GPU power is not node power" in page
+
+
+def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator_client, small_fleet):
+    node = Node.objects.order_by("hostname").first()
+    Node.objects.filter(pk=node.pk).update(gpu_power_w=5200, last_heartbeat_at=timezone.now() - timedelta(seconds=12))
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    wall = page[page.index('id="wall-draw"'):]
+    assert wall[:wall.index("</dd>")].startswith('id="wall-draw">9.8 kW') and "(estimate, 12 s old)" in wall[:200]
+    gpu = page[page.index('id="gpu-power"'):]
+    assert "5200 W, the GPUs' board power only" in gpu[:200]
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert 'id="wall-draw">10.2 kW <span class="source">(rated)' in page
 
 
 def test_power_page_names_positions_for_the_next_generation(operator_client, small_fleet):
@@ -97,7 +118,7 @@ def test_power_page_names_positions_for_the_next_generation(operator_client, sma
 
 def test_hot_racks_are_listed(operator_client, small_fleet):
     rack = Rack.objects.filter(nodes__isnull=False).distinct().order_by("name").first()
-    Node.objects.filter(rack=rack).update(observed_power_w=11_000, last_heartbeat_at=timezone.now())
+    Node.objects.filter(rack=rack).update(wall_power_w=10_800, wall_power_source="pdu", wall_power_at=timezone.now())
     page = operator_client.get("/fleet/power/").content.decode()
     table = page[page.index('id="hot-racks"'):]
     assert rack.name in table[:table.index("</table>")]
@@ -199,7 +220,7 @@ def test_metrics_needs_an_operator_token(api, ops_api, small_fleet):
 
 def test_metrics_parse_and_match_the_database(ops_api, small_fleet):
     _mix_states(8)
-    Node.objects.filter(pk=Node.objects.order_by("hostname").first().pk).update(observed_power_w=5000,
+    Node.objects.filter(pk=Node.objects.order_by("hostname").first().pk).update(gpu_power_w=5000,
                                                                                   last_heartbeat_at=timezone.now())
     ops_api.get("/fleet/power/")  # a request for the latency histogram
     families = {f.name: f for f in text_string_to_metric_families(ops_api.get("/metrics").content.decode())}
@@ -208,7 +229,13 @@ def test_metrics_parse_and_match_the_database(ops_api, small_fleet):
     assert gpus[("active", "hopper")] == _sql_gpus("n.lifecycle = 'active'")
     assert sum(s.value for s in families["hangar_nodes"].samples) == Node.objects.count()
     hall_kw = {s.labels["hall"]: s.value for s in families["hangar_hall_power_kw"].samples}
-    assert hall_kw["dc1/hall-1"] == pytest.approx(7 * 10.2 + 5.0)
+    assert hall_kw["dc1/hall-1"] == pytest.approx(7 * 10.2 + 5.0 + 4.6)  # GPU power + host share: an estimate
+    sources = {s.labels["hall"]: s.labels["source"] for s in families["hangar_hall_power_kw"].samples}
+    assert sources["dc1/hall-1"] == "mixed"
+    rack_sources = sorted(s.labels["source"] for s in families["hangar_rack_power_kw"].samples)
+    assert rack_sources == ["mixed", "rated", "rated", "rated"]
+    ages = {s.labels["hall"]: s.value for s in families["hangar_hall_power_reading_age_seconds"].samples}
+    assert 0 <= ages["dc1/hall-1"] < 60
     assert {s.labels["hall"] for s in families["hangar_hall_power_budget_kw"].samples} == {"dc1/hall-1", "dc1/hall-2"}
     assert len(families["hangar_rack_power_kw"].samples) == 4
     assert "hangar_http_request_duration_seconds" in families

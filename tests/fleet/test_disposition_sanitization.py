@@ -11,6 +11,8 @@ from fleet.services import sanitization
 from fleet.services.lifecycle import transition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
 
+from .lifecycle_helpers import report_drives
+
 pytestmark = pytest.mark.django_db
 
 RECORD = {"method": "purge", "technique": "NVMe sanitize crypto erase", "tool": "nvme-cli 2.8",
@@ -28,6 +30,7 @@ def sanitizing_node(small_fleet):
         transition(node, Lifecycle.BURN_IN, actor="test", action="test")
         transition(node, Lifecycle.AVAILABLE, actor="test", action="test")
     transition(node, Lifecycle.DECOMMISSIONING, actor="test", action="decommission")
+    report_drives(node)
     perform_operator_action(node_id=node.pk, action="sanitize", actor="user:op")
     return Node.objects.get(pk=node.pk)
 
@@ -48,7 +51,8 @@ def test_sanitize_moves_to_sanitizing_and_queues_one_action_per_drive(sanitizing
     assert actions.count() == len(drives) == 10
     by_drive = {a.drive_id: a.params for a in actions}
     for d in drives:
-        assert by_drive[d.pk]["method"] == ("purge" if d.self_encrypting else "clear")
+        # no disposition plan keeps the node inside: its drives leave, and every one can be purged
+        assert by_drive[d.pk]["method"] == "purge"
         assert by_drive[d.pk]["serial"] == d.serial
 
 
@@ -59,10 +63,12 @@ def test_one_unsanitised_drive_blocks_retire_and_is_listed(ops_api, sanitizing_n
     with pytest.raises(ActionRefused) as refused:
         perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     assert refused.value.code == "sanitization_incomplete"
-    assert refused.value.extra["drives"] == [{"id": str(last.pk), "serial": last.serial}]
+    assert [(d["id"], d["serial"], d["required_method"]) for d in refused.value.extra["drives"]] == [
+        (str(last.pk), last.serial, "purge")]
     assert Node.objects.get(pk=sanitizing_node.pk).lifecycle == Lifecycle.SANITIZING
     checklist = ops_api.get(f"/api/v1/ops/nodes/{sanitizing_node.pk}/data-handling").json()
-    assert checklist["unsanitized_drives"] == [{"id": str(last.pk), "serial": last.serial}]
+    assert [d["serial"] for d in checklist["unsanitized_drives"]] == [last.serial]
+    assert checklist["destination"] == "outside"
 
 
 def test_retire_through_the_actions_api_answers_409_listing_the_drive(ops_api, sanitizing_node):
@@ -72,7 +78,7 @@ def test_retire_through_the_actions_api_answers_409_listing_the_drive(ops_api, s
     r = ops_api.post(url, {"action": "retire", "reason": "end of life"}, format="json", HTTP_IDEMPOTENCY_KEY=key())
     assert r.status_code == 409
     assert r.json()["code"] == "sanitization_incomplete"
-    assert r.json()["drives"] == [{"id": str(last.pk), "serial": last.serial}]
+    assert [d["serial"] for d in r.json()["drives"]] == [last.serial]
 
 
 def test_a_failed_record_does_not_count_and_bmc_reset_is_required(ops_api, sanitizing_node):

@@ -12,7 +12,7 @@ from fleet.services.operator_actions import (
     perform_operator_action,
 )
 
-from .lifecycle_helpers import allocate, place
+from .lifecycle_helpers import allocate, pass_drive_gate, place
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +47,8 @@ def test_action_allowed_exactly_from_its_states(node, action, state, allowed):
         assert Node.objects.get(pk=node.pk).lifecycle == state
         assert not NodeEvent.objects.filter(node=node, action=action).exists()
         return
+    if action == "rma":
+        pass_drive_gate(node)  # the drive gate (tested in test_exit_gate.py) is met
     perform_operator_action(node_id=node.pk, action=action, actor="user:op", reason="test")
     node.refresh_from_db()
     to_state = EXPECTED[action][1]

@@ -30,10 +30,16 @@ def test_desired_state_lists_pending_work_and_the_allocation(node):
     membership = allocate(node)
     wipe = request_agent_action(node=node, action="wipe", actor="test")
     body = _agent(node.pk).get("/api/agent/v1/desired-state").json()
+    grants = body.pop("metering_grants")
     assert body == {"lifecycle": "wiping", "allocation_id": str(membership.allocation_id),
                     "tenant_id": str(membership.allocation.tenant_id),
                     "actions": [{"id": str(wipe.pk), "action": "wipe", "params": {}}],
                     "sku": node.node_type.slug, "gpus": node.node_type.gpus_per_node}
+    [grant] = grants  # the live membership's, signed for the ledger
+    assert {k: grant[k] for k in ("allocation_id", "tenant_id", "sku", "gpus")} == {
+        "allocation_id": str(membership.allocation_id), "tenant_id": str(membership.allocation.tenant_id),
+        "sku": membership.allocation.instance_type.slug, "gpus": membership.allocation.instance_type.gpus_per_node}
+    assert grant["grant"].startswith("hgm1.") and grant["valid_from"] < grant["valid_until"]
 
 
 def test_action_result_is_recorded_once_and_the_reconciler_acts(node):
@@ -141,6 +147,9 @@ def test_action_refused_maps_to_its_code(node, ops_api, monkeypatch):
         def execute(self, node, *, actor, reason):
             raise operator_actions.ActionRefused("sanitization_incomplete", "drives lack records", {"drives": ["d1"]})
 
+    from core.services.permissions import OPS_ACTIONS, OpsAction
+
+    monkeypatch.setitem(OPS_ACTIONS, "node.blocked", OpsAction("node.blocked", "fleet.change_node", "test action"))
     monkeypatch.setitem(operator_actions.REGISTRY, "blocked", Blocked())
     response = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "blocked"}, format="json",
                             HTTP_IDEMPOTENCY_KEY="k")

@@ -114,7 +114,7 @@ def test_failed_step_backs_off_then_retries_then_fails(nodes):
     _finish(node, "wipe", status="failed", detail="third", at=first + timedelta(seconds=30))
     reconcile_pass(now=first + timedelta(minutes=2))
     node.refresh_from_db()
-    assert node.lifecycle == "wipe_failed" and "wipe failed 3 times; last: third" == node.last_error
+    assert node.lifecycle == "wipe_failed" and node.last_error == "wipe failed 3 times; last: third"
 
 
 def test_backoff_is_exponential_and_capped():

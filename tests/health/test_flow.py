@@ -44,7 +44,7 @@ def test_heartbeat_updates_node_and_records_power(nodes, agent_for):
     assert agent.heartbeat().status_code == 202
     node = refresh(nodes[0])
     assert node.last_heartbeat_at is not None and node.power_state == "on"
-    assert node.observed_power_w == 8 * 400
+    assert node.gpu_power_w == 8 * 400
     assert not Condition.objects.exists()
 
 
@@ -97,6 +97,11 @@ def test_info_signal_is_recorded_only(nodes, agent_for):
 
 def test_warn_signal_degrades_without_pulling(nodes, agent_for):
     agent = agent_for(nodes[0])
+    agent.heartbeat(faults={1: {"temperature_c": 91}})
+    run_health_sweep()
+    assert refresh(nodes[0]).health == Health.HEALTHY  # one hot sample is a slowdown, not yet a fault
+    # test setup: the slowdown has lasted the whole thermal window
+    Condition.objects.filter(signal="thermal_slowdown").update(first_seen=timezone.now() - timedelta(minutes=11))
     agent.heartbeat(faults={1: {"temperature_c": 91}})
     run_health_sweep()
     node = refresh(nodes[0])
@@ -217,9 +222,28 @@ def test_flapping_node_is_not_accepted_on_the_third_pass(nodes, agent_for):
     agent.report(dcgm_r3="pass", nccl_allreduce="pass", ib_link="pass")
     run_health_sweep()
     node = refresh(node)
-    # Passing checks are refused on the third pass; that third triage in 30 days means RMA.
+    # Passing checks are refused on the third pass; that third triage in 30 days means RMA, which
+    # waits at the drive gate: the agent never reported the drives, none has a record.
     assert NodeEvent.objects.filter(node=node, action="health_flapping", to_state=Lifecycle.TRIAGE).exists()
-    assert node.lifecycle == Lifecycle.RMA
+    assert node.lifecycle == Lifecycle.TRIAGE and "rma held by the drive gate" in node.last_error
+
+
+def test_the_automatic_rma_goes_once_the_drive_gate_is_met(nodes, agent_for):
+    from fleet.models import NodeEvent
+    from fleet.services.lifecycle import transition
+    from tests.fleet.lifecycle_helpers import pass_drive_gate
+
+    node, agent = nodes[0], agent_for(nodes[0])
+    _fail_validation(node, agent)
+    transition(refresh(node), Lifecycle.VALIDATING, actor="test", action="revalidate")
+    agent.report(dcgm_r3="fail")
+    run_health_sweep()
+    pass_drive_gate(refresh(node))  # the agent reports its drives; each has a verified purge record
+    transition(refresh(node), Lifecycle.VALIDATING, actor="test", action="revalidate")
+    agent.report(dcgm_r3="fail")
+    run_health_sweep()
+    assert refresh(node).lifecycle == Lifecycle.RMA
+    assert NodeEvent.objects.filter(node=node, action="health_rma").exists()
 
 
 def test_heartbeat_lease(nodes, agent_for):

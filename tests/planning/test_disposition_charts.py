@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,15 +21,19 @@ BLOCK = OutgoingBlock("hopper", "H100-SXM5-80GB", 8, 256, Decimal(3), "hall-a", 
 INFERENCE = InternalDemand("inference", 64, Decimal("2.00"), Decimal("0.80"), 24)
 
 
-def test_return_per_node_stacks_freed_power_on_the_nodes_own_return():
-    values = value_options(BLOCK, INFERENCE, DEFAULTS, 24)
+def test_return_per_node_shows_cash_with_reused_power_apart():
+    linked = dataclasses.replace(DEFAULTS, freed_kw_months_per_kw=Decimal(12))
+    values = value_options(BLOCK, INFERENCE, linked, 24)
     figure = return_per_node_figure(values, 24)
-    own, freed = figure.data
+    cash, freed = figure.data
     assert figure.layout.barmode == "relative"
-    assert list(own.x) == list(freed.x) == ["redeploy", "lease", "resale", "recycle"]
-    for option_value, own_y, freed_y in zip(values.available(), own.y, freed.y):
+    assert freed.name == "opportunity: reused power (not cash)"
+    assert list(cash.x) == list(freed.x) == ["redeploy", "lease", "resale", "recycle"]
+    for option_value, cash_y, freed_y in zip(values.available(), cash.y, freed.y):
         assert freed_y == float(to_cents(option_value.freed_power_value))
-        assert round(own_y + freed_y, 2) == float(to_cents(option_value.return_per_node))
+        assert cash_y == float(to_cents(option_value.cash)) == float(to_cents(option_value.return_per_node))
+    # Resale frees 10.2 kW x 184 USD x 12 months = 22,521.60 USD of opportunity.
+    assert freed.y[2] == 22521.6
     assert "24 months" in figure.layout.title.text
 
 
@@ -42,7 +47,8 @@ def test_split_shows_every_option_and_all_nodes():
     figure = split_figure(split)
     (bars,) = figure.data
     assert list(bars.x) == ["redeploy", "lease", "resale", "recycle"]
-    assert list(bars.y) == [64, 0, 192, 0]
+    # A contracted lease (1.53 USD/GPU-h billed every hour) beats selling 3-year-old H100s.
+    assert list(bars.y) == [64, 192, 0, 0]
     assert sum(bars.y) == BLOCK.nodes
-    assert bars.text[1] == "0.00 USD"
+    assert bars.text[2] == "0.00 USD"
     assert "broker" in figure.layout.title.text

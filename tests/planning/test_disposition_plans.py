@@ -1,6 +1,8 @@
 """Disposition plans through the ops API and the console: the split covers every selected node,
 redeploy is served first, and the pages' query counts do not grow with the plan."""
 import uuid
+from datetime import UTC
+from decimal import Decimal
 
 import pytest
 
@@ -103,3 +105,50 @@ def test_console_form_creates_a_plan_and_runs_sanitize(operator_client, small_fl
     assert "allowed from: decommissioning" in refused.content.decode()
     bad = operator_client.post("/plans/disposition/", {"name": "", "horizon_months": "x"})
     assert bad.status_code == 200 and b"horizon_months" in bad.content
+
+
+def _migration(ops_api, body):
+    r = ops_api.post("/api/v1/ops/migration-plans", body, format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    assert r.status_code == 201, r.json()
+    plan_id = r.json()["id"]
+    applied = ops_api.post(f"/api/v1/ops/migration-plans/{plan_id}/apply", None, format="json",
+                           HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    assert applied.status_code == 200, applied.json()
+    return plan_id
+
+
+def test_linked_migration_values_freed_power_once_from_its_reuse_with_cash_apart(ops_api, monkeypatch):
+    seed_fleet(gpus=2048)
+    from datetime import datetime
+
+    from django.utils import timezone
+
+    monkeypatch.setattr(timezone, "now", lambda: datetime(2026, 7, 6, tzinfo=UTC))
+    # Four NVL72 units against a 1,536-GPU floor: 16 racks land in hall-1's CDU positions, where the
+    # drained H100s' power is freed; reuse is what they draw beyond the hall's spare power, from the
+    # week the first of them lands there (the CDUs are ready 2027-07-06).
+    plan_id = _migration(ops_api, {"start": "2026-07-06", "floor_unit": "gpus", "capacity_floor_gpus": 1536,
+                                   "deliveries": [{"date": d, "scalable_units": 1, "racks_per_unit": 8}
+                                                  for d in ("2026-08-03", "2026-09-28", "2027-04-12", "2027-07-19")]})
+    # No lease market: every node is sold, so every freed kW leaves (a leased node keeps its kW).
+    r = create(ops_api, selection={"migration_plan_id": plan_id}, demands=[], lease_cap_nodes=0)
+    assert r.status_code == 201, r.json()
+    result = r.json()["result"]
+    reuse = result["power_reuse"]
+    assert result["node_count"] == 256
+    assert reuse["first_reuse"] is not None and reuse["first_reuse"] > "2027-01-01"
+    assert 0 < reuse["reused_kw_months"] <= reuse["freed_kw"] * 24
+    assert result["split"]["resale"] == 256
+    # Valued once: the plan's opportunity value is the reused kW-months at the colocation rate.
+    expected = Decimal(str(reuse["reused_kw_months"])) * Decimal("184")
+    assert abs(Decimal(result["opportunity_value"]) - expected) <= expected * Decimal("0.002")
+    assert result["ranked_by"] == "cash" and Decimal(result["total_return"]) == Decimal(result["cash_return"])
+    assert any("valued once" in s for s in result["reasoning"])
+    opted = create(ops_api, selection={"migration_plan_id": plan_id}, demands=[], rank_with_freed_power=True)
+    assert opted.json()["result"]["ranked_by"] == "cash + freed power"
+
+
+def test_unlinked_plan_gives_freed_power_no_value(ops_api, small_fleet):
+    result = create(ops_api, demands=[]).json()["result"]
+    assert result["opportunity_value"] == "0.00" and result["power_reuse"] is None
+    assert any("not valued" in s for s in result["reasoning"])

@@ -18,6 +18,7 @@ from planning.engines.disposition import (
     Option,
     OutgoingBlock,
     load_default_assumptions,
+    node_kw,
     recommend_split,
     resale_fraction,
     to_cents,
@@ -117,8 +118,10 @@ def test_defaults_are_loaded_from_the_csvs_with_their_sources():
         "auction": Decimal("0.65"),
         "distressed": Decimal("0.45"),
     }
-    b200 = _csv_row("generations.csv", "gpu_model", "B200-SXM6-180GB")
-    assert b200["source"] in DEFAULTS.sources["freed_power_value_per_kw_month"]
+    colo = _csv_row("economics.csv", "parameter", "colocation_wholesale_kw_month")
+    assert DEFAULTS.freed_power_value_per_kw_month == Decimal("184")
+    assert colo["source"] in DEFAULTS.sources["freed_power_value_per_kw_month"]
+    assert "not new capacity's margin" in DEFAULTS.sources["freed_power_value_per_kw_month"]
 
 
 def test_every_field_has_a_source():
@@ -149,21 +152,50 @@ def test_resale_curve_interpolates_and_clamps():
 # ---------------------------------------------------------------- values
 
 
-def test_freed_power_is_credited_to_leaving_options_only_while_kept_nodes_hold_it():
+def test_cash_and_freed_power_are_apart_and_freed_power_needs_a_reusing_migration():
     values = value_options(h100_block(), None, DEFAULTS, 24)
     assert values.redeploy is None
-    assert values.lease.freed_power_value == 0
-    assert values.resale.freed_power_value == values.recycle.freed_power_value > 0
+    # No linked migration plan: nothing reuses the kW, so it is worth nothing.
+    assert all(v.freed_power_value == 0 for v in values.available())
     for v in values.available():
-        parts = v.operating_margin + v.disposal_proceeds + v.residual_value + v.freed_power_value
-        assert v.return_per_node == parts
+        assert v.cash == v.operating_margin + v.disposal_proceeds + v.residual_value == v.return_per_node
 
 
-def test_kept_node_frees_its_power_after_useful_life():
-    old = h100_block(age=Decimal(5))  # 0.5 years of useful life left at the 5.5-year midpoint
+def test_freed_power_is_valued_from_reuse_at_the_colocation_rate_and_ranked_only_on_request():
+    # The migration reuses 20 kW-months per freed kW within the horizon. An H100 node frees
+    # 8 x 10.2 / 8 = 10.2 kW nameplate: 10.2 x 184 x 20 = 37,536 USD of opportunity.
+    linked = dataclasses.replace(DEFAULTS, freed_kw_months_per_kw=Decimal(20))
+    values = value_options(h100_block(), None, linked, 24)
+    assert values.resale.freed_power_value == Decimal("37536.0") == values.recycle.freed_power_value
+    assert values.lease.freed_power_value == 0  # kept 24 months: past the 20 months of reuse
+    assert values.resale.return_per_node == values.resale.cash
+    opted = dataclasses.replace(linked, rank_with_freed_power=True)
+    resale = value_options(h100_block(), None, opted, 24).resale
+    assert resale.return_per_node == resale.cash + Decimal("37536.0")
+
+
+def test_kw_per_gpu_comes_from_each_familys_row():
+    assert DEFAULTS.kw_per_gpu["h100"] == Decimal("1.4")  # 10.2 / 8 x (1.4 / 1.275)
+    a100 = h100_block()
+    a100 = dataclasses.replace(a100, gpu_model="A100-SXM4-80GB", generation="ampere")
+    # 6.5 kW / 8 GPUs x 1.4 / 1.275 = 0.892 kW per GPU all-in
+    assert node_kw(a100, DEFAULTS).quantize(Decimal("0.001")) == Decimal("7.137")
+    assert node_kw(h100_block(), DEFAULTS) == Decimal("11.2")
+
+
+def test_accounting_life_does_not_end_service():
+    old = h100_block(age=Decimal("6.5"))  # past the 5.5-year books, 0.5 years of the 7-year physical life left
     lease = value_options(old, None, DEFAULTS, 24).lease
     assert lease.service_months == 6
-    assert lease.freed_power_value > 0
+    split = recommend_split([old], [], DEFAULTS, 24)
+    assert any("past its 5.5-year accounting life" in s for s in split.reasoning)
+
+
+def test_a_contracted_lease_bills_every_hour_utilisation_only_on_demand():
+    contract = value_options(h100_block(), None, DEFAULTS, 24).lease
+    on_demand = value_options(h100_block(), None, dataclasses.replace(DEFAULTS, lease_on_demand=True), 24).lease
+    # 1.70 x 0.90 = 1.53 USD/GPU-h x 730 h x 8 GPUs = 8,935.20 USD a month billed; on demand x 0.6.
+    assert contract.operating_margin - on_demand.operating_margin == Decimal("8935.20") * Decimal("0.4") * 24
 
 
 def test_unknown_channel_is_rejected():
@@ -264,7 +296,7 @@ def test_raising_internal_value_never_redeploys_fewer_nodes(block, demand_list, 
 
 def test_lease_cap_limits_leasing_and_the_rest_is_sold():
     # A power-rich hall (no value in freed kW) makes leasing beat selling.
-    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0))
+    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0), lease_on_demand=True)
     split = recommend_split([h100_block(100)], [], spare_power, 24, lease_cap_nodes=40)
     assert split.node_counts[Option.LEASE] == 40
     assert split.node_counts[Option.RESALE] == 60
@@ -272,7 +304,7 @@ def test_lease_cap_limits_leasing_and_the_rest_is_sold():
 
 
 def test_nodes_kept_for_leasing_are_not_given_to_a_later_pool():
-    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0))
+    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0), lease_on_demand=True)
     demand_list = [
         InternalDemand("batch", 1, Decimal("1.20"), Decimal("0.70"), 24),
         InternalDemand("dev", 2, Decimal("1.10"), Decimal("0.70"), 24),
@@ -285,7 +317,7 @@ def test_nodes_kept_for_leasing_are_not_given_to_a_later_pool():
 
 
 def test_pools_are_served_by_return_not_by_price_per_gpu_hour():
-    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0))
+    spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0), lease_on_demand=True)
     pricey_but_idle = InternalDemand("batch", 1, Decimal("1.45"), Decimal("0.62"), 24)
     cheap_but_busy = InternalDemand("dev", 1, Decimal("1.00"), Decimal("1.00"), 24)
     lease = value_options(h100_block(1), None, spare_power, 24).lease.return_per_node
@@ -307,11 +339,13 @@ def test_demo_256_h100_nodes_with_inference_demand(capsys):
     assert block.nodes * block.gpus_per_node == 2048
     assert sum(split.node_counts.values()) == 256
     assert split.node_counts[Option.REDEPLOY] == 64
-    assert split.node_counts[Option.RESALE] == 256 - 64
-    assert values.redeploy.return_per_node > values.resale.return_per_node > values.lease.return_per_node
+    # A contracted lease at 1.53 USD/GPU-h billed every hour beats selling at 3 years.
+    assert split.node_counts[Option.LEASE] == 256 - 64
+    assert values.redeploy.return_per_node > values.lease.return_per_node > values.resale.return_per_node
     assert values.resale.return_per_node > values.recycle.return_per_node
+    assert split.total_freed_power_value == 0 and split.total_cash == split.total_return
     assert split.reasoning[0].startswith("Redeploy 64 nodes of H100-SXM5-80GB in hall-a to inference")
-    assert any(s.startswith("Do not redeploy") and "batch" in s for s in split.reasoning)
+    assert any("batch" in s and ("Do not redeploy" in s or "for leasing" in s) for s in split.reasoning)
 
     with capsys.disabled():
         print("\nDemo: 256 H100 nodes (2,048 GPUs), age 3 years, 24 months, broker")

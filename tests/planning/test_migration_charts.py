@@ -5,11 +5,18 @@ from __future__ import annotations
 from functools import cache
 
 from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
-from planning.engines.migration import MigrationPlan, demo_inputs, plan_migration
+from planning.engines.migration import MigrationPlanResult, demo_inputs, plan_migration
 
 
 @cache
-def _plan() -> MigrationPlan:
+def _plan() -> MigrationPlanResult:
+    """Four scalable units against a raw floor of 1,536 GPUs."""
+    return plan_migration(demo_inputs(delivery_weeks=(4, 12, 40, 56), capacity_floor_gpus=1536, capacity_floor_perf=None))
+
+
+@cache
+def _normalised_plan() -> MigrationPlanResult:
+    """Two scalable units against a floor of 2,048 H100-equivalents (training)."""
     return plan_migration(demo_inputs())
 
 
@@ -26,25 +33,30 @@ def test_capacity_figure_has_plan_naive_pool_and_floor():
         "plan: blackwell",
         "plan: hopper",
         "plan: largest single-generation pool",
-        "naive decommission_first: total (228,480 GPU-days below floor)",
+        "naive decommission_first: total (217,728 GPU-days below floor)",
         "naive one_for_one_swap: total (0 GPU-days below floor)",
     ]
     assert list(traces["plan: total"].y) == [p.total_gpus for p in plan.timeline.points]
-    assert min(traces["plan: total"].y) == 1728
-    assert traces["plan: total"].y[0] == 2048 and traces["plan: total"].y[-1] == 2304
-    assert min(traces["naive decommission_first: total (228,480 GPU-days below floor)"].y) == 0
-    assert traces["naive decommission_first: total (228,480 GPU-days below floor)"].line.dash == "dash"
+    assert min(traces["plan: total"].y) == 1536
+    # The floor governs drains: 512 GPUs above a 1,536 floor may leave in week 0 (their positions get the CDU).
+    assert traces["plan: total"].y[0] == 1536 and traces["plan: total"].y[-1] == 2304
+    assert min(traces["naive decommission_first: total (217,728 GPU-days below floor)"].y) == 0
+    assert traces["naive decommission_first: total (217,728 GPU-days below floor)"].line.dash == "dash"
     floor = [s for s in fig.layout.shapes if s.name == "floor"]
     assert len(floor) == 1 and floor[0].y0 == floor[0].y1 == 1536
     assert traces["plan: total"].x[0] == "2026-07-06"
 
 
-def test_perf_figure_uses_normalised_units():
-    plan = _plan()
-    traces = _traces(capacity_perf_figure(plan, 2048.0))
+def test_perf_figure_uses_h100_equivalents_and_the_same_floor_for_naive_troughs():
+    plan = _normalised_plan()
+    fig = capacity_perf_figure(plan, 2048.0)
+    traces = _traces(fig)
     assert traces["plan: total"].y[0] == 2048.0
-    assert traces["plan: total"].y[-1] == 2304 * 2.0
+    assert traces["plan: total"].y[-1] == 2914.56  # 1,152 GB200 GPUs x 2.53
+    assert min(traces["plan: total"].y) == 2048.0
     assert "plan: largest single-generation pool" not in traces
+    assert "naive decommission_first: total (104,760 H100-equivalent (training)-days below floor)" in traces
+    assert fig.layout.title.text == "Capacity (H100-equivalent (training))"
     assert not capacity_perf_figure(plan).layout.shapes
 
 

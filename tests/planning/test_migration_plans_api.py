@@ -22,16 +22,23 @@ def demo_fleet(db):
     return seed_fleet(gpus=2048)
 
 
-def test_demo_fleet_plan_holds_the_floor_where_decommission_first_troughs(ops_api, demo_fleet):
+def test_demo_fleet_two_nvl72_units_retire_all_256_h100_nodes_against_an_h100_equivalent_floor(ops_api, demo_fleet):
+    # The defaults on the demo inventory: floor = today's 2,048 H100-equivalents (training), two
+    # 8-rack NVL72 scalable units = 1,152 GPUs x 2.53 = 2,914.56 H100-equivalents.
     response = _post(ops_api, {"start": START})
     assert response.status_code == 201, response.json()
     body = response.json()
+    params = body["inputs"]["parameters"]
+    assert params["floor_unit"] == "h100e" and params["capacity_floor_perf"] == 2048.0
+    assert [(d["date"], d["racks_per_unit"]) for d in params["deliveries"]] == [("2026-08-03", 8), ("2026-09-28", 8)]
     v = body["result"]["verdicts"]
     assert body["feasible"] is True and body["status"] == "draft"
-    assert v["min_capacity_gpus"] == 1728 >= body["inputs"]["parameters"]["capacity_floor_gpus"] == 1536
-    assert v["trough_gpu_days"] == 0
-    assert v["naive_trough_gpu_days"]["decommission_first"] == 228_480 > 0
-    assert body["result"]["finish"] == "2027-08-23"
+    assert v["old_fleet_retired"] is True and v["floor_held"] is True
+    assert v["min_capacity_perf"] == 2048.0 and v["trough_perf_days"] == 0
+    assert v["naive_trough_perf_days"]["decommission_first"] == 104_760.32
+    drained = [p for p in body["result"]["phases"] if p["kind"] == "drain"]
+    assert sum(p["nodes"] for p in drained) == 256
+    assert body["result"]["finish"] == "2026-10-26"
     assert {p["status"] for p in body["result"]["position_verdicts"]} == {"ok_now", "after_upgrade", "never"}
     assert any("cdu_lead_time" in a["source"] or "months" in a["source"] for a in body["result"]["assumptions"])
     assert response["Location"].endswith(body["id"])
@@ -45,9 +52,10 @@ def test_apply_schedules_intake_and_decommission_once_and_is_audited(ops_api, de
     plan_id = _post(ops_api, {"start": START}).json()["id"]
     first = _post(ops_api, None, url=f"{URL}/{plan_id}/apply")
     assert first.status_code == 200 and first.json()["status"] == "applied"
-    assert first.json()["actions"] == {"decommission": 256, "facility_upgrade": 16, "node_intake": 32}
+    # The new racks all fit the liquid hall: hall 1's CDU work is not needed, so not scheduled.
+    assert first.json()["actions"] == {"decommission": 256, "node_intake": 16}
     intake = PlannedAction.objects.filter(plan_id=plan_id, kind="node_intake")
-    assert sum(a.gpus for a in intake) == 2304
+    assert sum(a.gpus for a in intake) == 1152
     assert all(a.ends_on > a.starts_on for a in intake)
     count = PlannedAction.objects.count()
     again = _post(ops_api, None, url=f"{URL}/{plan_id}/apply")  # a new key: applying twice adds nothing
@@ -57,8 +65,13 @@ def test_apply_schedules_intake_and_decommission_once_and_is_audited(ops_api, de
 
 
 def test_infeasible_plan_says_what_fixes_it_and_cannot_be_applied(ops_api, demo_fleet):
-    body = _post(ops_api, {"start": START, "facility_upgrades": [], "capacity_floor_gpus": 2048}).json()
-    assert body["feasible"] is False and body["result"]["fixes"]
+    body = _post(ops_api, {"start": START, "facility_upgrades": [], "floor_unit": "gpus"}).json()
+    assert body["inputs"]["parameters"]["capacity_floor_gpus"] == 2048
+    # In raw GPUs the default deliveries bring 9/8 of 2,048 GPUs = 32 NVL72 racks; without the CDU work
+    # only the 16 liquid positions can take them.
+    assert len(body["inputs"]["parameters"]["deliveries"]) == 4
+    assert body["feasible"] is False
+    assert "add 16 positions that can take gb200-nvl72 (132 kW liquid)" in body["result"]["fixes"]
     assert body["result"]["finish"] is None
     response = _post(ops_api, None, url=f"{URL}/{body['id']}/apply")
     assert response.status_code == 409 and response.json()["code"] == "plan_infeasible"
@@ -89,6 +102,10 @@ def test_missing_idempotency_key_is_refused(ops_api, small_fleet):
     ({"facility_upgrades": [{"positions": ["hall-1-r9999"]}]}, {"facility_upgrades[0].positions[0]"}),
     ({"deliveries": [{"date": "2026-01-01", "scalable_units": 1, "racks_per_unit": 8}]}, {"deliveries[0].date"}),
     ({"capacity_floor_gpus": -1, "horizon_weeks": "many"}, {"capacity_floor_gpus", "horizon_weeks"}),
+    ({"workload": "mining", "floor_unit": "watts"}, {"workload", "floor_unit"}),
+    ({"perf_overrides": {"h100-sxm-8x": 0}, "target_perf_per_gpu": 1e9}, {"perf_overrides.h100-sxm-8x", "target_perf_per_gpu"}),
+    ({"hall_facilities": [{"hall": str(uuid.UUID(int=1)), "cdu_units": 0}]}, {"hall_facilities[0].cdu_units"}),
+    ({"hall_facilities": [{"hall": str(uuid.UUID(int=1))}]}, {"hall_facilities[0].hall"}),
     ([1, 2], {"non_field_errors"}),
 ])
 def test_bad_input_is_a_validation_problem_with_field_errors(ops_api, small_fleet, body, fields):
@@ -150,6 +167,8 @@ def test_schema_describes_the_endpoints(api, db):
     {"deliveries": [{"date": "2026-07-06", "scalable_units": 1000, "racks_per_unit": 1000}]},
     {"halls": []},
     {"name": "x" * 500},
+    {"workload": "inference", "floor_unit": "gpus", "capacity_floor_perf": 1e9},
+    {"perf_overrides": {"no-such-type": 3}},
     {"start": None, "deliveries": None, "facility_upgrades": None},
 ])
 def test_odd_input_is_planned_or_refused_never_a_server_error(ops_api, small_fleet, extra):

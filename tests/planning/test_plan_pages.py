@@ -16,18 +16,21 @@ def _form(client):
     ctx = html.context["values"]
     return {
         "name": "demo", "start": START, "halls": ctx["halls"], "target_node_type": ctx["target_node_type"],
-        "target_perf_per_gpu": "2", "deliveries": ctx["deliveries"], "burn_in_days": "", "cut_over_days": "1",
+        "target_perf_per_gpu": "", "workload": ctx["workload"], "floor_unit": ctx["floor_unit"], "deliveries": ctx["deliveries"], "burn_in_days": "", "cut_over_days": "1",
         "drain_days": "7", "sanitise_days": "7", "ship_days": "7", "cdu_positions": ctx["cdu_positions"],
         "cdu_start": START, "cdu_lead_time_days": "", "cdu_kw_after": "",
-        "capacity_floor_gpus": str(ctx["capacity_floor_gpus"]), "largest_job_gpus": str(ctx["largest_job_gpus"]),
+        "capacity_floor_gpus": str(ctx["capacity_floor_gpus"]),
+        "capacity_floor_perf": str(ctx["capacity_floor_perf"]), "largest_job_gpus": str(ctx["largest_job_gpus"]),
         "horizon_weeks": "104",
     }
 
 
 def test_form_is_prefilled_from_the_fleet_and_creates_a_plan(operator_client, small_fleet):
     data = _form(operator_client)
-    assert data["capacity_floor_gpus"] == "48" and data["largest_job_gpus"] == "32"
-    assert data["target_node_type"] == "gb200-nvl72" and len(data["deliveries"].splitlines()) == 4
+    # Floor = today's 64 H100 GPUs x 1.0 H100-equivalents; one 8-rack NVL72 unit covers 9/8 of it.
+    assert data["capacity_floor_perf"] == "64.0" and data["capacity_floor_gpus"] == "0"
+    assert data["floor_unit"] == "h100e" and data["workload"] == "training" and data["largest_job_gpus"] == "32"
+    assert data["target_node_type"] == "gb200-nvl72" and len(data["deliveries"].splitlines()) == 1
     response = operator_client.post("/plans/new/", data)
     plan = MigrationPlan.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/plans/{plan.id}/"
@@ -63,7 +66,7 @@ def test_plan_page_shows_verdict_first_charts_and_sources_then_apply(operator_cl
 
 
 def test_infeasible_plan_page_shows_fixes_instead_of_a_schedule(operator_client, small_fleet):
-    plan = create_plan(parameters={**SMALL, "capacity_floor_gpus": 72}, actor="t")
+    plan = create_plan(parameters={**SMALL, "floor_unit": "gpus", "capacity_floor_gpus": 72}, actor="t")
     html = operator_client.get(f"/plans/{plan.id}/").content.decode()
     assert not plan.feasible and 'id="fixes"' in html
     assert 'id="phases"' not in html and "Apply plan" not in html

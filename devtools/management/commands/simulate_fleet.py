@@ -2,6 +2,7 @@
 import time
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from devtools.simulator import FleetSimulator
@@ -32,7 +33,9 @@ class Command(BaseCommand):
             if not sep or not script.strip():
                 raise CommandError(f"--scenario {item!r}: write it as HOST:SCRIPT, e.g. 'dc1-gpu00007:xid 79 on gpu 3 at 30s'.")
             scenarios[host] = script
-        simulator = FleetSimulator(url=url.rstrip("/"), speed=speed, seed=seed, scenarios=scenarios)
+        # The simulated nodes' energy counters outlive the simulator, as BMC and driver counters do.
+        simulator = FleetSimulator(url=url.rstrip("/"), speed=speed, seed=seed, scenarios=scenarios,
+                                   counter_dir=str(settings.VAR_DIR / "simulated-energy"))
         started = time.monotonic()
         count = simulator.refresh(datetime.now(UTC))
         if not count:

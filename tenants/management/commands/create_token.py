@@ -1,14 +1,15 @@
 """`manage.py create_token --tenant SLUG --role ROLE | --operator USERNAME | --agent HOSTNAME`.
 
+`--agent` again for the same node re-keys it: the tokens printed before stop working.
+
 Prints the plain token alone on the last line of stdout (scripts read it from there).
 """
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from core.api.agent_tokens import mint_agent_token
 from core.choices import ApiTokenKind, TenantRole
-from core.services.audit import record_audit
+from core.services.agent_credentials import NodeRetired, issue_agent_token
 from core.services.tokens import create_api_token
 from fleet.models import Node
 from tenants.models import Tenant
@@ -32,8 +33,11 @@ class Command(BaseCommand):
             node = Node.objects.filter(hostname=agent).first()
             if node is None:
                 raise CommandError(f"No node with hostname {agent!r}.")
-            record_audit(actor=actor, action="token.create_agent", target=node)
-            plain = mint_agent_token(node.pk)
+            try:
+                # Re-keying: the node's earlier tokens stop working from now on.
+                plain = issue_agent_token(node=node, actor=actor)
+            except NodeRetired as exc:
+                raise CommandError(str(exc)) from None
         elif tenant:
 
             if not role:

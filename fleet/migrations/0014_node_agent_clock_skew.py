@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0009_plans_move_to_planning'),
+        ('fleet', '0013_node_bmc_mac_and_validators'),
     ]
 
     operations = [

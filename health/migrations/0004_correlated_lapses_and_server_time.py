@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('fleet', '0008_free_nodes_index'),
-        ('health', '0001_health'),
+        ('health', '0003_rack_power_condition'),
     ]
 
     operations = [

@@ -1,0 +1,31 @@
+"""The start-up check on secrets: without DEBUG, a missing or development key stops the process
+with the name of the variable to set, instead of serving on a key anyone can read here."""
+from django.core.exceptions import ImproperlyConfigured
+
+MIN_KEY_LENGTH = 32
+
+
+def _problem(variable: str, value: str, development_keys: tuple[str, ...]) -> str | None:
+    if not value:
+        return f"{variable} is not set"
+    if value in development_keys:
+        return f"{variable} is the development key shipped in the source"
+    if len(value) < MIN_KEY_LENGTH:
+        return f"{variable} is shorter than {MIN_KEY_LENGTH} characters"
+    return None
+
+
+def require_production_secrets(secrets: dict[str, str], *, development_keys: tuple[str, ...]) -> None:
+    """`secrets` maps each variable name to its value; each must be set, long, not a
+    development key, and different from every other."""
+    problems = [p for p in (_problem(name, value, development_keys) for name, value in secrets.items()) if p]
+    names = list(secrets)
+    for i, name in enumerate(names):
+        for other in names[:i]:
+            if secrets[name] and secrets[name] == secrets[other]:
+                problems.append(f"{name} equals {other}; give each its own key")
+    if problems:
+        raise ImproperlyConfigured(
+            "Refusing to start with DEBUG off: " + "; ".join(problems) + ". Set each to its own random value, "
+            "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(50))'`, in the environment or .env "
+            "(or set DEBUG=true on a development machine).")

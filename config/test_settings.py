@@ -1,0 +1,24 @@
+"""Settings of the test suite: the real settings (DEBUG off, so the suite runs what production
+runs) with test-only secrets and plain-HTTP transport, since the test client and the browser
+tests' live server speak HTTP. Set through the environment so processes a test starts with
+`config.settings` inherit the same values."""
+import os
+
+TEST_ENVIRONMENT = {
+    "SECRET_KEY": "hangar-test-suite-session-key-0123456789abcdef",
+    "AGENT_TOKEN_KEY": "hangar-test-suite-agent-key-0123456789abcdef",
+    "METERING_GRANT_KEY": "hangar-test-suite-metering-grant-key-0123456789",
+    "SECURE_SSL_REDIRECT": "false",
+    "SESSION_COOKIE_SECURE": "false",
+    "CSRF_COOKIE_SECURE": "false",
+}
+for _name, _value in TEST_ENVIRONMENT.items():
+    os.environ.setdefault(_name, _value)
+
+from config.settings import *  # noqa: E402,F403
+
+# Budgets no ordinary test (nor the schema fuzzers' thousands of calls) reaches; the throttle
+# tests set their own small ones.
+API_THROTTLE_RATES = {scope: "1000000/min" for scope in API_THROTTLE_RATES}  # noqa: F405
+# Sign-in tests post many passwords; the production hasher's cost is not what they test.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

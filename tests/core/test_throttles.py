@@ -1,0 +1,86 @@
+"""Rate limits per token kind: the attacker's burst and the 429 that stops it."""
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from core.api.agent_tokens import mint_agent_token
+from core.services.tokens import create_api_token
+from tenants.models import Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def small_budgets(settings):
+    settings.API_THROTTLE_RATES = {"tenant": "5/min", "operator": "4/min", "agent": "3/min", "anonymous": "2/min",
+                                   "failed_auth": "3/min"}
+    cache.clear()
+    yield settings.API_THROTTLE_RATES
+    cache.clear()
+
+
+def _client(plain=None, address="10.0.0.1"):
+    client = APIClient(REMOTE_ADDR=address)
+    if plain:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    return client
+
+
+def _assert_throttled(response):
+    assert response.status_code == 429
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "throttled"
+    assert int(response.headers["Retry-After"]) >= 1
+
+
+def test_a_tenant_burst_is_429_and_every_token_of_the_tenant_shares_the_budget(small_budgets):
+    tenant = Tenant.objects.create(slug="burst", name="Burst")
+    first = _client(create_api_token(kind="tenant", tenant=tenant, role="admin", actor="t")[1])
+    second = _client(create_api_token(kind="tenant", tenant=tenant, role="viewer", actor="t")[1])
+    assert [first.get("/api/v1/tenant").status_code for _ in range(3)] == [200] * 3
+    assert [second.get("/api/v1/tenant").status_code for _ in range(2)] == [200] * 2
+    _assert_throttled(second.get("/api/v1/tenant"))  # a new token does not buy a new budget
+    other = Tenant.objects.create(slug="other", name="Other")
+    assert _client(create_api_token(kind="tenant", tenant=other, role="admin", actor="t")[1]).get(
+        "/api/v1/tenant").status_code == 200  # another tenant is unaffected
+
+
+def test_an_operator_burst_is_429(small_budgets, operator_token):
+    client = _client(operator_token)
+    assert [client.get("/api/v1/ops/nodes").status_code for _ in range(4)] == [200] * 4
+    _assert_throttled(client.get("/api/v1/ops/nodes"))
+
+
+def test_an_agent_burst_is_429_per_node(small_budgets, small_fleet):
+    from fleet.models import Node
+
+    first, second = Node.objects.order_by("hostname")[:2]
+    client = _client(mint_agent_token(first.pk))
+    assert [client.get("/api/agent/v1/desired-state").status_code for _ in range(3)] == [200] * 3
+    _assert_throttled(client.get("/api/agent/v1/desired-state"))
+    assert _client(mint_agent_token(second.pk)).get("/api/agent/v1/desired-state").status_code == 200
+
+
+def test_guessing_tokens_is_throttled_per_address(small_budgets, operator_token):
+    guesses = [_client(f"hgo_guess{i}").get("/api/v1/ops/nodes").status_code for i in range(3)]
+    assert guesses == [401, 401, 401]
+    _assert_throttled(_client("hgo_guess4").get("/api/v1/ops/nodes"))
+    # the throttled address is refused before its token is looked at; another address is not
+    _assert_throttled(_client(operator_token).get("/api/v1/ops/nodes"))
+    assert _client(operator_token, address="10.0.0.2").get("/api/v1/ops/nodes").status_code == 200
+
+
+def test_guessing_agent_tokens_is_throttled(small_budgets, small_fleet):
+    bad = "hga1.00000000-0000-0000-0000-000000000000.AAAA"
+    statuses = [_client(bad).get("/api/agent/v1/desired-state").status_code for _ in range(4)]
+    assert statuses[:3] == [401] * 3 and statuses[3] == 429
+
+
+def test_the_production_budgets_fit_a_node_agent():
+    """An agent's steady traffic (heartbeat + desired-state every 10 s, meters every 60 s, health
+    every 300 s) is ~13/min; its default budget leaves room for flushing a backlog."""
+    from config import settings as production  # the module's values, before the suite raised them
+
+    steady = 6 + 6 + 1 + 0.2
+    count, unit = production.API_THROTTLE_RATES["agent"].split("/")
+    assert unit == "min" and int(count) >= 20 * steady
