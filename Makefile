@@ -33,7 +33,7 @@ lint: install
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/lint-imports
-	@$(PY) manage.py makemigrations --check --dry-run
+	@$(DEV) $(PY) manage.py makemigrations --check --dry-run
 
 format: install
 	@$(VENV)/bin/ruff check --fix .

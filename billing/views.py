@@ -9,8 +9,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from billing.api.urls import invoice_csv
 from billing.charts import daily_gpu_hours_figure
+from billing.exports import invoice_csv
 from billing.models import DisputeStatus
 from billing.periods import next_period
 from billing.selectors import (

@@ -1,5 +1,9 @@
-"""Operator views of the billing app: billing runs and corrections (credit notes, re-issue,
-manual adjustments). Thin: validate, call one service, map its domain error to a problem."""
+"""Billing API views: the tenant's usage and invoices (JSON and CSV), and the operator's billing
+runs and corrections (credit notes, re-issue, manual adjustments)."""
+
+from django.http import Http404, HttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -7,21 +11,30 @@ from rest_framework.views import APIView
 from billing.api.serializers import (
     AdjustmentRequestSerializer,
     AdjustmentSerializer,
+    AllocationEnergySerializer,
     BillingRunRequestSerializer,
     BillingRunSerializer,
     CreditNoteRequestSerializer,
     CreditNoteSerializer,
+    InvoicePageSerializer,
     InvoiceSerializer,
     ReissueRequestSerializer,
+    UsagePageSerializer,
+    UsageRowSerializer,
 )
+from billing.exports import invoice_csv
 from billing.periods import parse_period
+from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
 from billing.services.corrections import CorrectionError, CreditRequest, issue_credit_note, reissue_invoice
 from billing.services.credits import CreditError, record_manual_adjustment
 from billing.services.runs import BillingRunError, run_billing
 from core.api.idempotency import idempotent_create, read_key
 from core.api.lookups import uuid_or_404
-from core.api.permissions import IsOperator
+from core.api.pagination import paginate
+from core.api.permissions import IsOperator, IsTenant
 from core.api.problems import Problem
+from core.api.timestamps import parse_rfc3339
+from tenants.energy import allocation_energy
 
 IDEMPOTENCY_KEY = OpenApiParameter("Idempotency-Key", location=OpenApiParameter.HEADER, required=True)
 
@@ -128,3 +141,77 @@ class AdjustmentsView(APIView):
 
         return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
 
+
+# ---- tenant API: usage and invoices
+
+INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="invoice id")
+
+
+class UsageView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(parameters=[OpenApiParameter("start", OpenApiTypes.DATETIME), OpenApiParameter("end", OpenApiTypes.DATETIME)],
+                   responses={200: UsagePageSerializer}, tags=["billing"])
+    def get(self, request):
+        start, end = default_usage_window(timezone.now())
+        errors = []
+        bounds = {"start": start, "end": end}
+        for name in bounds:
+            raw = request.query_params.get(name)
+            if raw:
+                try:
+                    bounds[name] = parse_rfc3339(raw)
+                except (ValueError, TypeError) as exc:
+                    errors.append({"field": name, "message": str(exc)})
+        if not errors and bounds["end"] <= bounds["start"]:
+            errors.append({"field": "end", "message": "must be after start"})
+        if errors:
+            raise Problem(400, "validation_error", "Give start and end as RFC 3339 times, start before end.", errors=errors)
+        tenant_id = request.user.tenant_id
+        report = usage_by_sku(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
+        energy = allocation_energy(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
+        return Response({"results": UsageRowSerializer(report.rows, many=True).data,
+                         "as_of": report.as_of.isoformat().replace("+00:00", "Z"), "next_page_token": None,
+                         "energy": AllocationEnergySerializer(energy, many=True).data})
+
+
+class InvoiceListView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(operation_id="invoices_list", responses={200: InvoicePageSerializer}, tags=["billing"])
+    def get(self, request):
+        tenant_id = request.user.tenant_id
+        page = paginate(invoices_for_tenant(tenant_id), request=request, scope=f"tenant:{tenant_id}")
+        return Response({"results": InvoiceSerializer(page.results, many=True).data,
+                         "next_page_token": page.next_page_token})
+
+
+def _invoice(request, pk):
+    invoice = invoice_for_tenant(tenant_id=request.user.tenant_id, invoice_id=uuid_or_404(pk))
+    if invoice is None:
+        raise Http404("no such invoice")
+    return invoice
+
+
+class InvoiceDetailView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(operation_id="invoices_retrieve", parameters=[INVOICE_ID], responses={200: InvoiceSerializer},
+                   tags=["billing"])
+    def get(self, request, pk):
+        return Response(InvoiceSerializer(_invoice(request, pk)).data)
+
+
+
+
+
+
+class InvoiceCsvView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(parameters=[INVOICE_ID], responses={(200, "text/csv"): OpenApiTypes.STR}, tags=["billing"])
+    def get(self, request, pk):
+        invoice = _invoice(request, pk)
+        response = HttpResponse(invoice_csv(invoice), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="invoice-{invoice.number or invoice.pk}.csv"'
+        return response

@@ -56,7 +56,9 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):
-    """Agent routes take only HMAC-signed agent tokens (`hga1.<node>.<signature>`)."""
+    """Agent routes take only HMAC-signed agent tokens (`hga2.<node>.<key id>.<issued>.<signature>`);
+    the ledger's variant (meter ingest, checked against the ledger's revocation list) is the same
+    scheme on the wire."""
 
     target_class = "core.api.authentication.AgentTokenAuthentication"
     name = "agentToken"
@@ -65,8 +67,19 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "description": "node agent token (manage.py create_token --agent HOST)"}
 
 
+class LedgerAgentTokenScheme(AgentTokenScheme):
+    """Meter ingest: the same agent token, its revocation checked in the ledger database."""
+
+    target_class = "core.api.authentication.LedgerAgentTokenAuthentication"
+    name = "agentTokenLedger"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "node agent token, revocation checked against the ledger's copy of the list"}
+
+
 def strip_trailing_slashes(result, generator, request, public):
-    """drf-spectacular postprocessing hook: paths are published as API.md writes them, without a
+    """drf-spectacular postprocessing hook: paths are published as docs/api.md writes them, without a
     trailing slash (the server answers both forms)."""
     result["paths"] = {(path.rstrip("/") or "/"): item for path, item in result.get("paths", {}).items()}
     return result

@@ -36,7 +36,10 @@ def test_usage_by_sku(acme_api, tenants, ingest):
          "unit_price": "2.350000", "price_version": 1},
     ]
     assert body["next_page_token"] is None and body["as_of"].endswith("Z")
-    assert body["energy"] == []  # no energy counters in this test: no energy rows
+    # the metered allocation is listed, but no energy counters were reported: nothing measured or
+    # estimated, and the row says so rather than showing an invented figure
+    assert all(row["it_kwh"] == "0.000" and row["source"] == "none" and row["coverage_pct"] in ("0.0", None)
+               for row in body["energy"])
     bad = acme_api.get("/api/v1/usage/", {"start": "yesterday"})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "start"
     assert acme_api.get("/api/v1/usage", {"start": "2026-10-01T00:00:00Z", "end": "2026-09-01T00:00:00Z"}).status_code == 400
