@@ -61,7 +61,7 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("invoice.reissue", "billing.change_invoice", "void a finalized invoice and issue its replacement"),
     ("credit_note.create", "billing.add_creditnote", "issue a credit note against an invoice"),
     ("adjustment.create", "billing.add_adjustment", "record a manual credit or charge"),
-    ("dispute.resolve", "billing.change_usagedispute", "accept or reject disputed usage"),
+    ("dispute.resolve", "billing.resolve_usagedispute", "accept or reject disputed usage"),
 )
 
 # The named groups. Each gets the permissions of its actions plus every `view_*` permission
