@@ -73,7 +73,6 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_celery_beat",
-    "import_export",
     "axes",
     "core",
     "fleet",

@@ -10,22 +10,6 @@ class CoreConfig(AppConfig):
 
         from core.api import schema  # noqa: F401  registers the security schemes with drf-spectacular
         from core.services import login_audit  # noqa: F401  connects the sign-in audit receivers
+        from core.services.permissions import top_up_role_groups_after_migrate
 
-        post_migrate.connect(_top_up_role_groups, sender=self)
-
-
-def _top_up_role_groups(sender, using="default", **kwargs):
-    """After every migrate (and every test flush) the named groups exist and hold the
-    permissions of the table, including those of models added since the data migration."""
-    from django.apps import apps
-    from django.contrib.auth.management import create_permissions
-    from django.contrib.auth.models import Group, Permission
-    from django.db import router
-
-    from core.services.permissions import PROJECT_APPS, sync_role_groups
-
-    if not router.allow_migrate_model(using, Permission):
-        return
-    for label in PROJECT_APPS:
-        create_permissions(apps.get_app_config(label), verbosity=0, using=using)
-    sync_role_groups(Group, Permission)
+        post_migrate.connect(top_up_role_groups_after_migrate, sender=self)

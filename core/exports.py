@@ -25,10 +25,3 @@ def safe_cell(value):
 
 def safe_row(values: Iterable) -> list:
     return [safe_cell(v) for v in values]
-
-
-class FormulaSafeResourceMixin:
-    """django-import-export resources: every exported cell goes through safe_cell."""
-
-    def export_field(self, field, instance, **kwargs):
-        return safe_cell(super().export_field(field, instance, **kwargs))

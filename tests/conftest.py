@@ -34,12 +34,17 @@ def _open_both_databases(item) -> None:
 
 @pytest.fixture(autouse=True)
 def node_type_catalogue(request):
-    """Transactional tests flush every table, data migrations included; put the catalogue back."""
+    """Transactional tests flush every table, data migrations included; put the catalogue and the\n    role groups back."""
     if request.node.get_closest_marker("django_db") or {"db", "transactional_db"} & set(request.fixturenames):
         request.getfixturevalue("_django_db_helper")  # database access first, as the test asked for it
+        from django.contrib.auth.models import Group
+
+        from core.services.permissions import top_up_role_groups
         from fleet.catalogue import ensure_node_type_catalogue
 
         ensure_node_type_catalogue()
+        if not Group.objects.filter(name="operators").exists():  # a transactional test flushed them
+            top_up_role_groups()
 
 
 @pytest.fixture

@@ -10,6 +10,11 @@ docs/permissions.md shows this table; a test keeps the two in step.
 """
 from dataclasses import dataclass
 
+from django.apps import apps
+from django.contrib.auth.management import create_permissions
+from django.contrib.auth.models import Group, Permission
+from django.db import router
+
 from core.errors import Refused
 
 # Reads of the operator API and console need a staff account; the groups below also carry
@@ -125,3 +130,23 @@ def sync_role_groups(group_model, permission_model) -> dict[str, int]:
         group.permissions.add(*perms)
         counts[name] = group.permissions.count()
     return counts
+
+
+def top_up_role_groups_after_migrate(sender, using="default", **kwargs):
+    """post_migrate: after every migrate the named groups exist and hold the permissions of the
+    table, including those of models added since the data migration.
+
+    Not after a flush (post_migrate without a plan): a test database restored from its
+    serialized contents brings its own group rows, and re-creating them first would collide.
+    The test suite tops the groups up itself after a flush (tests/conftest.py)."""
+    if kwargs.get("plan") is None:
+        return
+    top_up_role_groups(using)
+
+
+def top_up_role_groups(using: str = "default") -> None:
+    if not router.allow_migrate_model(using, Permission):
+        return
+    for label in PROJECT_APPS:
+        create_permissions(apps.get_app_config(label), verbosity=0, using=using)
+    sync_role_groups(Group, Permission)
