@@ -3,6 +3,7 @@
 The benchmark database is the configured one with `_bench` appended (PostgreSQL) or
 var/bench*.sqlite3 (SQLite), recreated on every run, so the demo's data is never touched.
 """
+
 import argparse
 import importlib
 import os
@@ -34,8 +35,16 @@ def _recreate_postgres(alias: str) -> None:
     settings_dict = connections[alias].settings_dict
     if not connections[alias].vendor == "postgresql":
         return
-    params = {k: v for k, v in {"host": settings_dict["HOST"], "port": settings_dict["PORT"] or None,
-                                "user": settings_dict["USER"], "password": settings_dict["PASSWORD"]}.items() if v}
+    params = {
+        k: v
+        for k, v in {
+            "host": settings_dict["HOST"],
+            "port": settings_dict["PORT"] or None,
+            "user": settings_dict["USER"],
+            "password": settings_dict["PASSWORD"],
+        }.items()
+        if v
+    }
     with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{settings_dict["NAME"]}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{settings_dict["NAME"]}"')
@@ -79,8 +88,10 @@ def main(argv=None) -> int:
         table.add(bench, bench.run())
         print(f"  done in {time.monotonic() - started:.1f} s", flush=True)
     print()
-    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"database {connection.vendor}")
+    print(
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"database {connection.vendor}"
+    )
     print(table.render())
     return 0
 

@@ -5,6 +5,7 @@ executemany of the same rows; a billing run over 5,000,000 events / 1,000 tenant
 and ≤ 1.5× one raw-SQL aggregate. Sizes: BENCH_METER_EVENTS (default 50,000) and
 BENCH_BILLING_EVENTS (default 500,000 on SQLite, 5,000,000 on PostgreSQL).
 """
+
 import json
 import os
 import time
@@ -22,17 +23,37 @@ from core.api.agent_tokens import mint_agent_token
 LEDGER = "ledger"
 PERIOD = date(2026, 9, 1)
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
-COLUMNS = ("event_id", "part", "tenant_id", "allocation_id", "node_id", "sku", "start", "end", "period",
-           "quantity_micro", "unit", "payload_hash", "received_at")
+COLUMNS = (
+    "event_id",
+    "part",
+    "tenant_id",
+    "allocation_id",
+    "node_id",
+    "sku",
+    "start",
+    "end",
+    "period",
+    "quantity_micro",
+    "unit",
+    "payload_hash",
+    "received_at",
+)
 COLUMN_LIST = ", ".join(f'"{c}"' for c in COLUMNS)
 
 
 def _event(i: int, tenant: uuid.UUID, start0: datetime, grant: str) -> dict:
     start = start0 + timedelta(minutes=i % 1000)
-    return {"event_id": str(uuid.UUID(int=i + 1)), "allocation_id": str(tenant), "tenant_id": str(tenant),
-            "sku": "h100-sxm-8x", "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "end": (start + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"), "quantity": "480",
-            "unit": "gpu_second", "grant": grant}
+    return {
+        "event_id": str(uuid.UUID(int=i + 1)),
+        "allocation_id": str(tenant),
+        "tenant_id": str(tenant),
+        "sku": "h100-sxm-8x",
+        "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "end": (start + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "quantity": "480",
+        "unit": "gpu_second",
+        "grant": grant,
+    }
 
 
 def _row(i: int, tenant: str, node: str, vendor: str) -> tuple:
@@ -41,34 +62,60 @@ def _row(i: int, tenant: str, node: str, vendor: str) -> tuple:
     if vendor == "sqlite":  # Django's SQLite storage format
         start, end = start.strftime("%Y-%m-%d %H:%M:%S"), end.strftime("%Y-%m-%d %H:%M:%S")
     # Each tenant's usage is its one allocation (id = the tenant's) on one node, as allocated.
-    return (f"bench-{i}", 0, tenant, tenant, node, "h100-sxm-8x", start, end, PERIOD.isoformat(), 480_000_000,
-            "gpu_second", "0" * 64, start)
+    return (
+        f"bench-{i}",
+        0,
+        tenant,
+        tenant,
+        node,
+        "h100-sxm-8x",
+        start,
+        end,
+        PERIOD.isoformat(),
+        480_000_000,
+        "gpu_second",
+        "0" * 64,
+        start,
+    )
 
 
 def _insert_sql(table: str) -> str:
     return f"INSERT INTO {table} ({COLUMN_LIST}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
 
 
-@benchmark("meter ingest via POST /meter-events (batches of 1,000)", fixture="empty",
-           target=">= 20,000 events/s, <= 3x executemany")
+@benchmark(
+    "meter ingest via POST /meter-events (batches of 1,000)",
+    fixture="empty",
+    target=">= 20,000 events/s, <= 3x executemany",
+)
 def meter_ingest() -> Measurement:
     total = int(os.environ.get("BENCH_METER_EVENTS", 50_000))
     tenant, node = uuid.uuid4(), uuid.uuid4()
     # Recent minutes (ingest refuses stale or future usage), all under the node's one grant.
     start0 = (datetime.now(UTC) - timedelta(hours=20)).replace(second=0, microsecond=0)
-    grant = sign_grant(MeteringGrant(node_id=node, tenant_id=tenant, allocation_id=tenant, sku="h100-sxm-8x", gpus=8,
-                                     valid_from=start0, valid_until=start0 + timedelta(hours=20)))
+    grant = sign_grant(
+        MeteringGrant(
+            node_id=node,
+            tenant_id=tenant,
+            allocation_id=tenant,
+            sku="h100-sxm-8x",
+            gpus=8,
+            valid_from=start0,
+            valid_until=start0 + timedelta(hours=20),
+        )
+    )
     events = [_event(i, tenant, start0, grant) for i in range(total)]
     # Bodies are encoded up front: what the agent spends serialising is not the server's time.
-    bodies = [json.dumps({"events": events[i:i + 1000]}) for i in range(0, total, 1000)]
+    bodies = [json.dumps({"events": events[i : i + 1000]}) for i in range(0, total, 1000)]
     client = Client()
     auth = f"Bearer {mint_agent_token(node)}"
     warm_up = json.dumps({"events": [{**_event(0, tenant, start0, grant), "event_id": "warm-up"}]})
     client.post("/api/agent/v1/meter-events", warm_up, content_type="application/json", HTTP_AUTHORIZATION=auth)
     started = time.perf_counter()
     for body in bodies:
-        response = client.post("/api/agent/v1/meter-events", body, content_type="application/json",
-                               HTTP_AUTHORIZATION=auth)
+        response = client.post(
+            "/api/agent/v1/meter-events", body, content_type="application/json", HTTP_AUTHORIZATION=auth
+        )
         assert response.status_code == 202 and response.json()["accepted"] == 1000, response.content
     ours = time.perf_counter() - started
     connection = connections[LEDGER]
@@ -80,10 +127,14 @@ def meter_ingest() -> Measurement:
     started = time.perf_counter()
     for i in range(0, total, 1000):
         with transaction.atomic(using=LEDGER), connection.cursor() as cursor:
-            cursor.executemany(_insert_sql("billing_usageevent"), rows[i:i + 1000])
+            cursor.executemany(_insert_sql("billing_usageevent"), rows[i : i + 1000])
     baseline = time.perf_counter() - started
-    return Measurement(ours, baseline, note=f"{total} events: {total / ours:,.0f} events/s through the endpoint, "
-                                           f"{total / baseline:,.0f} rows/s raw executemany")
+    return Measurement(
+        ours,
+        baseline,
+        note=f"{total} events: {total / ours:,.0f} events/s through the endpoint, "
+        f"{total / baseline:,.0f} rows/s raw executemany",
+    )
 
 
 def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
@@ -99,10 +150,18 @@ def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
         node = Node.objects.order_by("hostname").first()
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
     Tenant.objects.bulk_create([Tenant(pk=t, slug=f"bench-{t.hex[:12]}", name="bench") for t in tenant_ids])
-    Allocation.objects.bulk_create([Allocation(pk=t, tenant_id=t, name="bench", instance_type=node_type, node_count=1,
-                                               state="released") for t in tenant_ids])
-    AllocationNode.objects.bulk_create([AllocationNode(allocation_id=t, node=node, started_at=T0,
-                                                       ended_at=T0 + timedelta(days=30)) for t in tenant_ids])
+    Allocation.objects.bulk_create(
+        [
+            Allocation(pk=t, tenant_id=t, name="bench", instance_type=node_type, node_count=1, state="released")
+            for t in tenant_ids
+        ]
+    )
+    AllocationNode.objects.bulk_create(
+        [
+            AllocationNode(allocation_id=t, node=node, started_at=T0, ended_at=T0 + timedelta(days=30))
+            for t in tenant_ids
+        ]
+    )
     return node.pk
 
 
@@ -127,16 +186,21 @@ def _load_usage(total: int, tenants: int) -> None:
                 cursor.executemany(_insert_sql("billing_usageevent"), rows)
 
 
-@benchmark("billing run for one month (N events, 1,000 tenants)", fixture="empty",
-           target="5M events <= 10 s, <= 1.5x raw aggregate (PostgreSQL)")
+@benchmark(
+    "billing run for one month (N events, 1,000 tenants)",
+    fixture="empty",
+    target="5M events <= 10 s, <= 1.5x raw aggregate (PostgreSQL)",
+)
 def billing_run() -> Measurement:
     vendor = connections[LEDGER].vendor
     total = int(os.environ.get("BENCH_BILLING_EVENTS", 5_000_000 if vendor == "postgresql" else 500_000))
     _load_usage(total, tenants=1000)
     with connections[LEDGER].cursor() as cursor:
         cursor.execute("ANALYZE")
-    sql = ("SELECT tenant_id, sku, period, SUM(quantity_micro) FROM billing_usageevent "
-           "WHERE period = %s AND id <= %s GROUP BY tenant_id, sku, period")
+    sql = (
+        "SELECT tenant_id, sku, period, SUM(quantity_micro) FROM billing_usageevent "
+        "WHERE period = %s AND id <= %s GROUP BY tenant_id, sku, period"
+    )
     params = [PERIOD.isoformat() if vendor == "sqlite" else PERIOD, 10**12]
     with connections[LEDGER].cursor() as cursor:
         cursor.execute(sql, params)  # warm the cache once, so neither side is timed cold
@@ -150,6 +214,10 @@ def billing_run() -> Measurement:
         cursor.execute(sql, params)
         cursor.fetchall()
         baseline = time.perf_counter() - started
-    return Measurement(ours, baseline, note=f"{total:,} events, {outcome.run.invoices} invoices; baseline = the "
-                                           "GROUP BY alone (ours adds reconciliation against the allocation "
-                                           "history, pricing, invoices, lines, run row)")
+    return Measurement(
+        ours,
+        baseline,
+        note=f"{total:,} events, {outcome.run.invoices} invoices; baseline = the "
+        "GROUP BY alone (ours adds reconciliation against the allocation "
+        "history, pricing, invoices, lines, run row)",
+    )

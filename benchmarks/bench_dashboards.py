@@ -1,5 +1,6 @@
 """Dashboard pages at 12,500 nodes: server time and queries for Overview, Power, a floor map
 (a 512-rack hall) and a rack elevation. Baselines are the raw grouped SQL each page rests on."""
+
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
@@ -15,9 +16,9 @@ NODE_GPU_SQL = (
     "JOIN fleet_hall h ON h.id = r.hall_id GROUP BY t.generation, h.name, n.lifecycle"
 )
 RACK_SQL = (
-    "SELECT r.id, r.name, r.row, r.\"column\", COUNT(n.id), SUM(t.node_kw) FROM fleet_rack r "
+    'SELECT r.id, r.name, r.row, r."column", COUNT(n.id), SUM(t.node_kw) FROM fleet_rack r '
     "LEFT JOIN fleet_node n ON n.rack_id = r.id LEFT JOIN fleet_nodetype t ON t.id = n.node_type_id "
-    "WHERE r.hall_id = %s GROUP BY r.id, r.name, r.row, r.\"column\""
+    'WHERE r.hall_id = %s GROUP BY r.id, r.name, r.row, r."column"'
 )
 
 
@@ -55,11 +56,17 @@ def power_page() -> Measurement:
 @benchmark("dashboard floor map (512-rack hall)", target="queries fixed")
 def floor_map_page() -> Measurement:
     hall = Hall.objects.get(name="hall-1", site__slug="scale")
-    return _page(f"/fleet/halls/{hall.pk}/floor/", RACK_SQL, [str(hall.pk).replace("-", "") if connection.vendor == "sqlite" else hall.pk])
+    return _page(
+        f"/fleet/halls/{hall.pk}/floor/",
+        RACK_SQL,
+        [str(hall.pk).replace("-", "") if connection.vendor == "sqlite" else hall.pk],
+    )
 
 
 @benchmark("dashboard rack elevation", target="queries fixed")
 def rack_elevation_page() -> Measurement:
     rack = Rack.objects.filter(nodes__isnull=False).order_by("name").first()
-    sql = ("SELECT n.*, t.* FROM fleet_node n JOIN fleet_nodetype t ON t.id = n.node_type_id WHERE n.rack_id = %s")
-    return _page(f"/fleet/racks/{rack.pk}/", sql, [str(rack.pk).replace("-", "") if connection.vendor == "sqlite" else rack.pk])
+    sql = "SELECT n.*, t.* FROM fleet_node n JOIN fleet_nodetype t ON t.id = n.node_type_id WHERE n.rack_id = %s"
+    return _page(
+        f"/fleet/racks/{rack.pk}/", sql, [str(rack.pk).replace("-", "") if connection.vendor == "sqlite" else rack.pk]
+    )

@@ -1,6 +1,7 @@
 """Energy benchmark on the 12,500-node fixture: the monthly energy roll-up per allocation for the
 whole fleet (50 tenants × 250 nodes, one allocation each, a full 720-hour month of hourly energy
 = 9 million NodeEnergyHour rows), against one raw-SQL statement summing the same rows."""
+
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -25,19 +26,24 @@ def _setup() -> list:
     for t in range(TENANTS):
         tenant, _ = create_tenant(slug=f"bench-energy-{t}", name=f"Bench {t}", max_nodes=100_000, actor="bench")
         tenant_ids.append(tenant.pk)
-        chunk = nodes[t * per_tenant:(t + 1) * per_tenant]
-        allocation = Allocation.objects.create(tenant=tenant, name=f"train-{t}", instance_type_id=chunk[0][1],
-                                               node_count=len(chunk), state="active")
-        memberships += [AllocationNode(allocation=allocation, node_id=node_id, started_at=MONTH_START - timedelta(days=3))
-                        for node_id, _ in chunk]
+        chunk = nodes[t * per_tenant : (t + 1) * per_tenant]
+        allocation = Allocation.objects.create(
+            tenant=tenant, name=f"train-{t}", instance_type_id=chunk[0][1], node_count=len(chunk), state="active"
+        )
+        memberships += [
+            AllocationNode(allocation=allocation, node_id=node_id, started_at=MONTH_START - timedelta(days=3))
+            for node_id, _ in chunk
+        ]
     AllocationNode.objects.bulk_create(memberships, batch_size=5000)
     table = NodeEnergyHour._meta.db_table
     hour = MONTH_START
     with connection.cursor() as cursor:
         while hour < MONTH_END:
-            cursor.execute(f"INSERT INTO {table} (node_id, hour, source, it_energy_j, gpu_energy_j, seconds) "
-                           f"SELECT id, %s, 'bmc', %s, %s, 3600 FROM {Node._meta.db_table}",
-                           [hour, JOULES_PER_HOUR, JOULES_PER_HOUR // 2])
+            cursor.execute(
+                f"INSERT INTO {table} (node_id, hour, source, it_energy_j, gpu_energy_j, seconds) "
+                f"SELECT id, %s, 'bmc', %s, %s, 3600 FROM {Node._meta.db_table}",
+                [hour, JOULES_PER_HOUR, JOULES_PER_HOUR // 2],
+            )
             hour += timedelta(hours=1)
         if connection.vendor == "postgresql":
             cursor.execute("ANALYZE")
@@ -71,13 +77,19 @@ def monthly_rollup() -> Measurement:
     queries = count_queries(ours)
     baseline_s = None
     if connection.vendor == "postgresql":
+
         def baseline():
             with connection.cursor() as cursor:
                 cursor.execute(BASELINE_SQL, [MONTH_START, MONTH_END])
                 cursor.fetchall()
+
         baseline_s = timed(baseline, repeat=2)
-    return Measurement(ours_s=ours_s, baseline_s=baseline_s, queries=queries,
-                       note=f"{TENANTS} tenants' usage reads; {total:,.0f} kWh IT, checked against the fixture")
+    return Measurement(
+        ours_s=ours_s,
+        baseline_s=baseline_s,
+        queries=queries,
+        note=f"{TENANTS} tenants' usage reads; {total:,.0f} kWh IT, checked against the fixture",
+    )
 
 
 def _bytes_per_row(model) -> float | None:
@@ -85,14 +97,18 @@ def _bytes_per_row(model) -> float | None:
         return None
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE " + model._meta.db_table)
-        cursor.execute("SELECT pg_total_relation_size(%s), (SELECT COUNT(*) FROM " + model._meta.db_table + ")",
-                       [model._meta.db_table])
+        cursor.execute(
+            "SELECT pg_total_relation_size(%s), (SELECT COUNT(*) FROM " + model._meta.db_table + ")",
+            [model._meta.db_table],
+        )
         size, rows = cursor.fetchone()
     return size / rows if rows else None
 
 
-@benchmark("power history: one minute's points for every rack (12,500 nodes), then an hour downsampled",
-           target="minute ≤ 5 s (the task runs every 60 s)")
+@benchmark(
+    "power history: one minute's points for every rack (12,500 nodes), then an hour downsampled",
+    target="minute ≤ 5 s (the task runs every 60 s)",
+)
 def power_history_minute() -> Measurement:
     from fleet.models import PowerPoint
     from fleet.services.power_history import downsample, record_minute
@@ -104,14 +120,21 @@ def power_history_minute() -> Measurement:
     table = PowerPoint._meta.db_table
     with connection.cursor() as cursor:
         for m in range(1, 60):
-            cursor.execute(f"INSERT INTO {table} (rack_id, resolution, at, kw, kw_max, source, nodes, measured_nodes) "
-                           f"SELECT rack_id, '1m', %s, kw, kw_max, source, nodes, measured_nodes FROM {table} "
-                           f"WHERE resolution = '1m' AND at = %s", [hour + timedelta(minutes=m), hour])
+            cursor.execute(
+                f"INSERT INTO {table} (rack_id, resolution, at, kw, kw_max, source, nodes, measured_nodes) "
+                f"SELECT rack_id, '1m', %s, kw, kw_max, source, nodes, measured_nodes FROM {table} "
+                f"WHERE resolution = '1m' AND at = %s",
+                [hour + timedelta(minutes=m), hour],
+            )
     down_s = timed(lambda: downsample(now=hour + timedelta(hours=1, minutes=1)), repeat=1)
     per_row = _bytes_per_row(PowerPoint)
     energy_row = _bytes_per_row(NodeEnergyHour)
-    note = (f"{racks:,} racks; minute {minute_s * 1000:.0f} ms, downsample {down_s * 1000:.0f} ms; "
-            f"PowerPoint {per_row:.0f} B/row incl. indexes" if per_row else f"{racks:,} racks")
+    note = (
+        f"{racks:,} racks; minute {minute_s * 1000:.0f} ms, downsample {down_s * 1000:.0f} ms; "
+        f"PowerPoint {per_row:.0f} B/row incl. indexes"
+        if per_row
+        else f"{racks:,} racks"
+    )
     if energy_row:
         note += f"; NodeEnergyHour {energy_row:.0f} B/row incl. indexes"
     return Measurement(ours_s=minute_s + down_s, note=note)

@@ -1,6 +1,7 @@
 """Health benchmarks on the 12,500-node fixture: the sweep with 10 conditions per node, and
 heartbeat ingest through the real endpoint. Each runs inside a transaction that is rolled
 back, so the shared fixture is left as it was."""
+
 import json
 import time
 from datetime import timedelta
@@ -28,8 +29,10 @@ def _conditions(node_ids, now) -> list[Condition]:
         signals = list(BACKGROUND)
         if i % PULLED_EVERY == 0:
             signals[8] = (0, "xid_79", "reboot")
-        rows += [Condition(node_id=node_id, gpu_index=g, signal=s, severity=sev, first_seen=now, last_seen=now)
-                 for g, s, sev in signals]
+        rows += [
+            Condition(node_id=node_id, gpu_index=g, signal=s, severity=sev, first_seen=now, last_seen=now)
+            for g, s, sev in signals
+        ]
     return rows
 
 
@@ -47,13 +50,17 @@ def health_sweep() -> Measurement:
         queries = count_queries(lambda: run_health_sweep(now=later))
         ours = timed(lambda: run_health_sweep(now=later), repeat=3)
         with connection.cursor() as cursor:
-            sql = ("SELECT node_id, max(severity) FROM health_condition WHERE status = 'active' GROUP BY node_id")
+            sql = "SELECT node_id, max(severity) FROM health_condition WHERE status = 'active' GROUP BY node_id"
             baseline = timed(lambda: (cursor.execute(sql), cursor.fetchall()), repeat=3)
         transaction.set_rollback(True)
-    return Measurement(ours, baseline, queries,
-                       note=f"{len(node_ids)} nodes, {len(node_ids) * 10} conditions; steady-state sweep; the first "
-                            f"sweep pulled {first.get('pulled')} nodes in {first_s:.2f} s; baseline = one GROUP BY "
-                            "over active conditions")
+    return Measurement(
+        ours,
+        baseline,
+        queries,
+        note=f"{len(node_ids)} nodes, {len(node_ids) * 10} conditions; steady-state sweep; the first "
+        f"sweep pulled {first.get('pulled')} nodes in {first_s:.2f} s; baseline = one GROUP BY "
+        "over active conditions",
+    )
 
 
 @benchmark("heartbeat ingest (real endpoint, 8 GPUs each)", target="≥ 1,000 heartbeats/s")
@@ -61,11 +68,27 @@ def heartbeat_ingest() -> Measurement:
     with transaction.atomic():
         node_ids = list(Node.objects.values_list("pk", flat=True)[:HEARTBEATS])
         client = Client()
-        gpus = [{"index": i, "uuid": f"GPU-{i}", "temperature_c": 60, "power_w": 500, "utilization_pct": 90,
-                 "memory_used_mb": 70000, "ecc_sbe": 0, "ecc_dbe": 0, "retired_pages": 0, "row_remap_pending": 0,
-                 "row_remap_failed": 0, "xid_errors": [], "nvlink_down": 0} for i in range(8)]
-        body = json.dumps({"observed_at": "2026-11-02T10:00:00Z", "power_state": "on", "agent_version": "bench",
-                           "gpus": gpus})
+        gpus = [
+            {
+                "index": i,
+                "uuid": f"GPU-{i}",
+                "temperature_c": 60,
+                "power_w": 500,
+                "utilization_pct": 90,
+                "memory_used_mb": 70000,
+                "ecc_sbe": 0,
+                "ecc_dbe": 0,
+                "retired_pages": 0,
+                "row_remap_pending": 0,
+                "row_remap_failed": 0,
+                "xid_errors": [],
+                "nvlink_down": 0,
+            }
+            for i in range(8)
+        ]
+        body = json.dumps(
+            {"observed_at": "2026-11-02T10:00:00Z", "power_state": "on", "agent_version": "bench", "gpus": gpus}
+        )
         headers = [{"HTTP_AUTHORIZATION": f"Bearer {mint_agent_token(n)}"} for n in node_ids]
 
         def send_all():
@@ -74,16 +97,27 @@ def heartbeat_ingest() -> Measurement:
                 assert response.status_code == 202, response.content
 
         send_all()  # warm the per-process GPU-count cache, as a running server has
-        queries = count_queries(lambda: client.post("/api/agent/v1/heartbeat", body, content_type="application/json",
-                                                    **headers[0]))
+        queries = count_queries(
+            lambda: client.post("/api/agent/v1/heartbeat", body, content_type="application/json", **headers[0])
+        )
         ours = timed(send_all)
         with connection.cursor() as cursor:
             table = Node._meta.db_table
-            baseline = timed(lambda: [cursor.execute(f"UPDATE {table} SET last_heartbeat_at = %s WHERE id = %s",
-                                                     [timezone.now(), str(n).replace("-", "") if connection.vendor == "sqlite" else n])
-                                      for n in node_ids])
+            baseline = timed(
+                lambda: [
+                    cursor.execute(
+                        f"UPDATE {table} SET last_heartbeat_at = %s WHERE id = %s",
+                        [timezone.now(), str(n).replace("-", "") if connection.vendor == "sqlite" else n],
+                    )
+                    for n in node_ids
+                ]
+            )
         transaction.set_rollback(True)
     rate = len(node_ids) / ours
-    return Measurement(ours, baseline, queries,
-                       note=f"{rate:,.0f} heartbeats/s ({len(node_ids)} in {ours:.2f} s, in-process test Client); "
-                            "queries per heartbeat shown; baseline = one raw UPDATE per heartbeat")
+    return Measurement(
+        ours,
+        baseline,
+        queries,
+        note=f"{rate:,.0f} heartbeats/s ({len(node_ids)} in {ours:.2f} s, in-process test Client); "
+        "queries per heartbeat shown; baseline = one raw UPDATE per heartbeat",
+    )

@@ -1,4 +1,5 @@
 """Migration planner benchmark: the 2,048-GPU demo migration, weekly over 24 months."""
+
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
 from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Hall
@@ -21,10 +22,14 @@ def plan_2048() -> Measurement:
     pure = timed(lambda: mp.plan_migration(inputs), repeat=3)
     v = plans[0].result["verdicts"]
     return Measurement(
-        ours, pure, queries,
-        note=(f"ours = load inventory + plan + store; 'raw SQL' column = the pure planner alone. "
-              f"min {v['min_capacity_gpus']} GPUs vs floor {plans[0].inputs['parameters']['capacity_floor_gpus']}, "
-              f"naive decommission-first trough {v['naive_trough_gpu_days']['decommission_first']:,} GPU-days"),
+        ours,
+        pure,
+        queries,
+        note=(
+            f"ours = load inventory + plan + store; 'raw SQL' column = the pure planner alone. "
+            f"min {v['min_capacity_gpus']} GPUs vs floor {plans[0].inputs['parameters']['capacity_floor_gpus']}, "
+            f"naive decommission-first trough {v['naive_trough_gpu_days']['decommission_first']:,} GPU-days"
+        ),
     )
 
 
@@ -46,15 +51,24 @@ def worst_case_inputs(gpus: int = 100_000) -> mp.PlanInputs:
     perf = gpus * 1.0
     new_racks = int(perf * 1.125 / (nvl72.gpus_per_rack * nvl72.perf_per_gpu)) + 1
     return mp.PlanInputs(
-        start=start, halls=halls, positions=positions,
+        start=start,
+        halls=halls,
+        positions=positions,
         fleet=(mp.FleetBlock("h100", h100, old_racks * 2, tuple(p.id for p in positions)),),
-        target=nvl72, deliveries=(mp.Delivery(start, new_racks, nvl72.nodes_per_rack, "all at once"),),
-        capacity_floor_gpus=0, capacity_floor_perf=perf * 0.9, largest_job_gpus=1024, horizon_weeks=104,
+        target=nvl72,
+        deliveries=(mp.Delivery(start, new_racks, nvl72.nodes_per_rack, "all at once"),),
+        capacity_floor_gpus=0,
+        capacity_floor_perf=perf * 0.9,
+        largest_job_gpus=1024,
+        horizon_weeks=104,
     )
 
 
-@benchmark("migration plan, 100,000 GPUs, all racks delivered at once into converted positions",
-           fixture="empty", target="<= 2 s")
+@benchmark(
+    "migration plan, 100,000 GPUs, all racks delivered at once into converted positions",
+    fixture="empty",
+    target="<= 2 s",
+)
 def plan_100k_worst() -> Measurement:
     inputs = worst_case_inputs()
     small = worst_case_inputs(10_000)
@@ -63,7 +77,11 @@ def plan_100k_worst() -> Measurement:
     tenth = timed(lambda: mp.plan_migration(small), repeat=3)
     plan = plans[0]
     return Measurement(
-        ours, tenth, 0,
-        note=(f"pure planner (plan + both naive replays); 'raw SQL' column = the same pattern at 10,000 GPUs "
-              f"(linear: ~1/10); {len(plan.placements)} racks placed, feasible={plan.feasible}"),
+        ours,
+        tenth,
+        0,
+        note=(
+            f"pure planner (plan + both naive replays); 'raw SQL' column = the same pattern at 10,000 GPUs "
+            f"(linear: ~1/10); {len(plan.placements)} racks placed, feasible={plan.feasible}"
+        ),
     )

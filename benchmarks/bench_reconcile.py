@@ -1,4 +1,5 @@
 """Node reconciler: one pass over the 12,500-node fixture with 5% of nodes drifted."""
+
 import time
 import uuid
 
@@ -23,8 +24,12 @@ def _drift() -> list:
         NodeAgentAction.objects.all().delete()
         Node.objects.filter(pk__in=drifted).update(lifecycle="wiping", state_deadline=now + STATE_TIMEOUTS["wiping"])
         NodeAgentAction.objects.bulk_create(
-            [NodeAgentAction(node_id=pk, action="wipe", state="succeeded", requested_by="bench", finished_at=now)
-             for pk in drifted], batch_size=2000)
+            [
+                NodeAgentAction(node_id=pk, action="wipe", state="succeeded", requested_by="bench", finished_at=now)
+                for pk in drifted
+            ],
+            batch_size=2000,
+        )
     return drifted
 
 
@@ -33,22 +38,31 @@ def _baseline(drifted_count: int) -> float:
     results, move the confirmed ones and write their events."""
     with transaction.atomic(), connection.cursor() as cursor:
         started = time.perf_counter()
-        cursor.execute("SELECT id, lifecycle, state_deadline FROM fleet_node WHERE lifecycle IN "
-                       "('burn_in','provisioning','releasing','wiping','draining','remediating','validating') "
-                       "ORDER BY id")
+        cursor.execute(
+            "SELECT id, lifecycle, state_deadline FROM fleet_node WHERE lifecycle IN "
+            "('burn_in','provisioning','releasing','wiping','draining','remediating','validating') "
+            "ORDER BY id"
+        )
         nodes = cursor.fetchall()
         ids = [n[0] for n in nodes]
         marks = ",".join(["%s"] * len(ids))
-        cursor.execute(f"SELECT node_id FROM fleet_nodeagentaction WHERE node_id IN ({marks}) "
-                       "AND action = 'wipe' AND state = 'succeeded'", ids)
+        cursor.execute(
+            f"SELECT node_id FROM fleet_nodeagentaction WHERE node_id IN ({marks}) "
+            "AND action = 'wipe' AND state = 'succeeded'",
+            ids,
+        )
         done = [r[0] for r in cursor.fetchall()]
         now = timezone.now()
-        cursor.execute(f"UPDATE fleet_node SET lifecycle = 'available', state_deadline = NULL, updated_at = %s "
-                       f"WHERE id IN ({','.join(['%s'] * len(done))}) AND lifecycle = 'wiping'", [now, *done])
+        cursor.execute(
+            f"UPDATE fleet_node SET lifecycle = 'available', state_deadline = NULL, updated_at = %s "
+            f"WHERE id IN ({','.join(['%s'] * len(done))}) AND lifecycle = 'wiping'",
+            [now, *done],
+        )
         cursor.executemany(
             "INSERT INTO fleet_nodeevent (id, node_id, at, actor, action, from_state, to_state, reason, request_id) "
             "VALUES (%s, %s, %s, 'bench', 'reconcile', 'wiping', 'available', '', '')",
-            [(uuid.uuid4().hex if connection.vendor == "sqlite" else uuid.uuid4(), pk, now) for pk in done])
+            [(uuid.uuid4().hex if connection.vendor == "sqlite" else uuid.uuid4(), pk, now) for pk in done],
+        )
         elapsed = time.perf_counter() - started
         assert len(done) == drifted_count
     return elapsed
@@ -66,6 +80,10 @@ def reconcile_pass_bench() -> Measurement:
     baseline = _baseline(len(drifted))
     NodeEvent.objects.filter(actor="bench").delete()
     Node.objects.filter(pk__in=drifted).update(lifecycle="available", state_deadline=None)
-    return Measurement(ours, baseline, len(ctx.captured_queries),
-                       note=f"{len(drifted)} nodes wiping→available in {result.batches} batches of 500; "
-                            f"baseline = the same SELECTs, UPDATE and event INSERT by hand")
+    return Measurement(
+        ours,
+        baseline,
+        len(ctx.captured_queries),
+        note=f"{len(drifted)} nodes wiping→available in {result.batches} batches of 500; "
+        f"baseline = the same SELECTs, UPDATE and event INSERT by hand",
+    )

@@ -1,5 +1,6 @@
 """Tenancy benchmarks on the 12,500-node fixture: placing an 8-node allocation at 80% utilisation,
 and the tenant's allocation list page with 100,000 allocations in the table."""
+
 import statistics
 import time
 
@@ -60,8 +61,9 @@ def place_eight() -> Measurement:
     for i in range(PLACEMENTS):
         try:
             with transaction.atomic():
-                allocation = Allocation.objects.create(tenant=tenant, name=f"p{i}", instance_type=node_type,
-                                                       node_count=8)
+                allocation = Allocation.objects.create(
+                    tenant=tenant, name=f"p{i}", instance_type=node_type, node_count=8
+                )
                 started = time.perf_counter()
                 placed = place_allocation(allocation, actor="bench")
                 samples.append(time.perf_counter() - started)
@@ -71,9 +73,11 @@ def place_eight() -> Measurement:
             pass
     p50, p99 = _percentiles(samples)
     with connection.cursor() as cursor:
-        sql = ("SELECT id FROM fleet_node WHERE lifecycle = 'available' AND NOT cordoned AND node_type_id = %s "
-               "AND fabric_domain_id = (SELECT fabric_domain_id FROM fleet_node WHERE lifecycle = 'available' "
-               "AND node_type_id = %s LIMIT 1) ORDER BY leaf_switch LIMIT 8 FOR UPDATE SKIP LOCKED")
+        sql = (
+            "SELECT id FROM fleet_node WHERE lifecycle = 'available' AND NOT cordoned AND node_type_id = %s "
+            "AND fabric_domain_id = (SELECT fabric_domain_id FROM fleet_node WHERE lifecycle = 'available' "
+            "AND node_type_id = %s LIMIT 1) ORDER BY leaf_switch LIMIT 8 FOR UPDATE SKIP LOCKED"
+        )
 
         def raw():
             with transaction.atomic():
@@ -81,8 +85,12 @@ def place_eight() -> Measurement:
                 cursor.fetchall()
 
         baseline = timed(raw, repeat=20)
-    return Measurement(p50, baseline, note=f"p99 {p99 * 1000:.1f} ms over {PLACEMENTS} placements; {free} free "
-                                          "h100 nodes; baseline = one raw locked SELECT of 8 nodes")
+    return Measurement(
+        p50,
+        baseline,
+        note=f"p99 {p99 * 1000:.1f} ms over {PLACEMENTS} placements; {free} free "
+        "h100 nodes; baseline = one raw locked SELECT of 8 nodes",
+    )
 
 
 @benchmark("tenancy: GET /api/v1/allocations?page_size=50 (100,000 allocations)", target="p50 ≤ 15 ms, queries fixed")
@@ -91,8 +99,12 @@ def list_allocations() -> Measurement:
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
     if not Allocation.objects.filter(tenant=tenant).exists():
         Allocation.objects.bulk_create(
-            [Allocation(tenant=tenant, name=f"a{i}", instance_type=node_type, node_count=1, state="released")
-             for i in range(LIST_ALLOCATIONS)], batch_size=5000)
+            [
+                Allocation(tenant=tenant, name=f"a{i}", instance_type=node_type, node_count=1, state="released")
+                for i in range(LIST_ALLOCATIONS)
+            ],
+            batch_size=5000,
+        )
         _analyze()
     _, plain = create_api_token(kind="tenant", tenant=tenant, role="viewer", actor="bench")
     client = APIClient()
@@ -110,11 +122,15 @@ def list_allocations() -> Measurement:
         assert response.status_code == 200
     p50, p99 = _percentiles(samples)
     with connection.cursor() as cursor:
-        sql = ("SELECT * FROM tenants_allocation WHERE tenant_id = %s ORDER BY created_at DESC, id DESC LIMIT 51")
+        sql = "SELECT * FROM tenants_allocation WHERE tenant_id = %s ORDER BY created_at DESC, id DESC LIMIT 51"
         baseline = timed(lambda: (cursor.execute(sql, [tenant.pk]), cursor.fetchall()), repeat=20)
-    return Measurement(p50, baseline, queries,
-                       note=f"p99 {p99 * 1000:.1f} ms; {queries_200} queries at page_size=200; in-process "
-                            "(first page and a token page alternate); baseline = the page's raw SELECT")
+    return Measurement(
+        p50,
+        baseline,
+        queries,
+        note=f"p99 {p99 * 1000:.1f} ms; {queries_200} queries at page_size=200; in-process "
+        "(first page and a token page alternate); baseline = the page's raw SELECT",
+    )
 
 
 HTTP_CREATES = 200
@@ -149,8 +165,11 @@ def http_creates() -> Measurement:
     _, plain = create_api_token(kind="tenant", tenant=tenant, role="admin", actor="bench")
     port = _free_port()
     gunicorn = Path(sys.executable).with_name("gunicorn")
-    server = subprocess.Popen([str(gunicorn), "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "4", "--log-level",
-                               "warning"], env=os.environ.copy(), cwd=Path(__file__).resolve().parent.parent)
+    server = subprocess.Popen(
+        [str(gunicorn), "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "4", "--log-level", "warning"],
+        env=os.environ.copy(),
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         for _ in range(100):  # wait for it to listen
@@ -162,8 +181,16 @@ def http_creates() -> Measurement:
 
         def create(i: int) -> int:
             body = json.dumps({"name": f"h{i}", "instance_type": "h100-sxm-8x", "node_count": 1}).encode()
-            request = urllib.request.Request(f"{base}/allocations", data=body, method="POST", headers={
-                "Authorization": f"Bearer {plain}", "Content-Type": "application/json", "Idempotency-Key": f"h-{i}"})
+            request = urllib.request.Request(
+                f"{base}/allocations",
+                data=body,
+                method="POST",
+                headers={
+                    "Authorization": f"Bearer {plain}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": f"h-{i}",
+                },
+            )
             try:
                 with urllib.request.urlopen(request, timeout=30) as response:
                     return response.status
@@ -178,9 +205,17 @@ def http_creates() -> Measurement:
         server.terminate()
         server.wait(timeout=30)
     run_allocation_loop()
-    doubles = (AllocationNode.objects.filter(ended_at__isnull=True).values("node").annotate(n=Count("id"))
-               .filter(n__gt=1).count())
+    doubles = (
+        AllocationNode.objects.filter(ended_at__isnull=True)
+        .values("node")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .count()
+    )
     accepted = statuses.count(202)
-    return Measurement(elapsed / HTTP_CREATES, note=f"{accepted / elapsed:.0f} allocations/s accepted ({accepted}/"
-                                                    f"{HTTP_CREATES} 202, {HTTP_THREADS} clients, 4 workers); "
-                                                    f"{doubles} nodes double-booked after placing")
+    return Measurement(
+        elapsed / HTTP_CREATES,
+        note=f"{accepted / elapsed:.0f} allocations/s accepted ({accepted}/"
+        f"{HTTP_CREATES} 202, {HTTP_THREADS} clients, 4 workers); "
+        f"{doubles} nodes double-booked after placing",
+    )

@@ -1,4 +1,5 @@
 """Scale fixtures shared by the benchmarks."""
+
 from fleet.models import Node
 
 SCALE_GPUS = 100_000  # 12,500 nodes

@@ -5,6 +5,7 @@ A benchmark is a function registered with `@benchmark(name, fixture=...)` that r
 Fixtures ("empty", "scale": 100,000 GPUs / 12,500 nodes) are built once per run in a
 dedicated benchmark database, never the demo's.
 """
+
 import statistics
 import time
 from collections.abc import Callable
@@ -63,9 +64,17 @@ class Table:
 
     def add(self, bench: Benchmark, m: Measurement):
         ratio = f"{m.ours_s / m.baseline_s:.2f}x" if m.baseline_s else "-"
-        self.rows.append((bench.name, f"{m.ours_s * 1000:.1f} ms",
-                          f"{m.baseline_s * 1000:.1f} ms" if m.baseline_s else "-", ratio,
-                          "-" if m.queries is None else str(m.queries), bench.target, m.note))
+        self.rows.append(
+            (
+                bench.name,
+                f"{m.ours_s * 1000:.1f} ms",
+                f"{m.baseline_s * 1000:.1f} ms" if m.baseline_s else "-",
+                ratio,
+                "-" if m.queries is None else str(m.queries),
+                bench.target,
+                m.note,
+            )
+        )
 
     def render(self) -> str:
         header = ("benchmark", "ours", "raw SQL", "ratio", "queries", "target", "note")

@@ -1,14 +1,34 @@
 """Invoices as CSV for the tenant API and the portal: one row per line, then a total row,
 with every cell that a spreadsheet could read as a formula written as text."""
+
 import csv
 import io
 
 from billing.periods import format_period
 from core.exports import safe_row
 
-CSV_HEADER = ("invoice", "status", "period", "line", "kind", "sku", "description", "usage_period", "start", "end",
-              "gpu_seconds", "quantity", "unit", "unit_price", "price_version", "rate", "amount", "currency", "note",
-              "reference")
+CSV_HEADER = (
+    "invoice",
+    "status",
+    "period",
+    "line",
+    "kind",
+    "sku",
+    "description",
+    "usage_period",
+    "start",
+    "end",
+    "gpu_seconds",
+    "quantity",
+    "unit",
+    "unit_price",
+    "price_version",
+    "rate",
+    "amount",
+    "currency",
+    "note",
+    "reference",
+)
 
 
 def _when(moment) -> str:
@@ -23,13 +43,39 @@ def invoice_csv(invoice) -> str:
     writer.writerow(CSV_HEADER)
     label = invoice.number or f"draft-{invoice.pk}"
     for line in invoice.lines.all():
-        writer.writerow(safe_row((label, invoice.status, format_period(invoice.period), line.position, line.kind,
-                                  line.sku, line.description, format_period(line.usage_period), _when(line.start),
-                                  _when(line.end), line.gpu_seconds, line.quantity, line.unit,
-                                  "" if line.unit_price is None else line.unit_price, line.price_version or "",
-                                  line.rate, line.amount, invoice.currency, line.note, line.reference)))
-    total = dict.fromkeys(CSV_HEADER, "") | {"invoice": label, "status": invoice.status, "kind": "total",
-                                             "period": format_period(invoice.period), "amount": invoice.total,
-                                             "currency": invoice.currency}
+        writer.writerow(
+            safe_row(
+                (
+                    label,
+                    invoice.status,
+                    format_period(invoice.period),
+                    line.position,
+                    line.kind,
+                    line.sku,
+                    line.description,
+                    format_period(line.usage_period),
+                    _when(line.start),
+                    _when(line.end),
+                    line.gpu_seconds,
+                    line.quantity,
+                    line.unit,
+                    "" if line.unit_price is None else line.unit_price,
+                    line.price_version or "",
+                    line.rate,
+                    line.amount,
+                    invoice.currency,
+                    line.note,
+                    line.reference,
+                )
+            )
+        )
+    total = dict.fromkeys(CSV_HEADER, "") | {
+        "invoice": label,
+        "status": invoice.status,
+        "kind": "total",
+        "period": format_period(invoice.period),
+        "amount": invoice.total,
+        "currency": invoice.currency,
+    }
     writer.writerow(safe_row(total.values()))
     return buffer.getvalue()

@@ -7,6 +7,7 @@ as fixed-point text with exactly `decimal_places` digits, and a value that would
 to fit is refused rather than silently rounded. Never SUM these columns in SQL: SQLite would
 sum them as floats. Sum the Decimals in Python (money paths do).
 """
+
 from decimal import Decimal
 
 from django.db import models
@@ -20,8 +21,10 @@ class ExactDecimalField(models.DecimalField):
     def db_type(self, connection) -> str:
         if connection.vendor == "sqlite":
             return "text"
-        return connection.data_types["DecimalField"] % {"max_digits": self.max_digits,
-                                                        "decimal_places": self.decimal_places}
+        return connection.data_types["DecimalField"] % {
+            "max_digits": self.max_digits,
+            "decimal_places": self.decimal_places,
+        }
 
     def cast_db_type(self, connection) -> str:
         return self.db_type(connection)
@@ -30,8 +33,10 @@ class ExactDecimalField(models.DecimalField):
         quantum = Decimal(1).scaleb(-self.decimal_places)
         fitted = value.quantize(quantum)
         if fitted != value:
-            raise ValueError(f"{self.model.__name__}.{self.name}: {value} has more than {self.decimal_places} "
-                             "decimal places; round it explicitly before storing")
+            raise ValueError(
+                f"{self.model.__name__}.{self.name}: {value} has more than {self.decimal_places} "
+                "decimal places; round it explicitly before storing"
+            )
         return fitted
 
     def get_db_prep_value(self, value, connection, prepared=False):

@@ -9,6 +9,7 @@ calling; the grant says what that caller may bill. Neither alone is enough (docs
 
 Wire form: `hgm1.<base64url(compact JSON)>.<base64url(HMAC)>`; agents treat it as opaque.
 """
+
 import base64
 import hashlib
 import hmac
@@ -55,9 +56,16 @@ def _mac(body: str) -> str:
 
 
 def sign_grant(grant: MeteringGrant) -> str:
-    claims = {"k": key_id(), "n": grant.node_id.hex, "t": grant.tenant_id.hex, "a": grant.allocation_id.hex,
-              "s": grant.sku, "g": grant.gpus, "f": int(grant.valid_from.timestamp()),
-              "u": int(grant.valid_until.timestamp())}
+    claims = {
+        "k": key_id(),
+        "n": grant.node_id.hex,
+        "t": grant.tenant_id.hex,
+        "a": grant.allocation_id.hex,
+        "s": grant.sku,
+        "g": grant.gpus,
+        "f": int(grant.valid_from.timestamp()),
+        "u": int(grant.valid_until.timestamp()),
+    }
     body = _b64(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode())
     return f"{PREFIX}.{body}.{_mac(body)}"
 
@@ -78,10 +86,14 @@ def verify_grant(text) -> MeteringGrant:
     try:
         claims = json.loads(_unb64(parts[1]))
         grant = MeteringGrant(
-            node_id=UUID(hex=claims["n"]), tenant_id=UUID(hex=claims["t"]), allocation_id=UUID(hex=claims["a"]),
-            sku=str(claims["s"]), gpus=int(claims["g"]),
+            node_id=UUID(hex=claims["n"]),
+            tenant_id=UUID(hex=claims["t"]),
+            allocation_id=UUID(hex=claims["a"]),
+            sku=str(claims["s"]),
+            gpus=int(claims["g"]),
             valid_from=datetime.fromtimestamp(int(claims["f"]), UTC),
-            valid_until=datetime.fromtimestamp(int(claims["u"]), UTC))
+            valid_until=datetime.fromtimestamp(int(claims["u"]), UTC),
+        )
     except (ValueError, KeyError, TypeError, OverflowError):
         raise GrantInvalid("signed but unreadable; fetch a fresh grant from desired-state") from None
     if claims.get("k") != key_id():

@@ -12,6 +12,7 @@ Money: usage quantities are stored as exact integers of GPU-microseconds
 `ExactDecimalField` columns (NUMERIC on PostgreSQL, fixed-point text on SQLite: never a float),
 rounded half-even to the cent only on invoice lines, and never summed in SQL.
 """
+
 from decimal import Decimal
 
 from django.db import models
@@ -114,21 +115,33 @@ class Adjustment(models.Model):
     end = models.DateTimeField(null=True, blank=True)
     period = models.DateField(help_text="first day of the month it applies to")
     quantity_micro = models.BigIntegerField(default=0, help_text="GPU-microseconds it concerns")
-    amount = ExactDecimalField(max_digits=18, decimal_places=6,
-                               help_text="signed; for an SLA credit the uncapped amount (rating applies the cap)")
+    amount = ExactDecimalField(
+        max_digits=18,
+        decimal_places=6,
+        help_text="signed; for an SLA credit the uncapped amount (rating applies the cap)",
+    )
     currency = models.CharField(max_length=3, default="USD")
     reason = models.TextField()
     reference = models.CharField(max_length=200, blank=True)
     dedupe_key = models.CharField(max_length=200, unique=True)
     # SLA credits: what the amount was computed from, so a line can be recomputed from what it shows.
     gpus = models.PositiveIntegerField(null=True, blank=True)
-    unit_price = ExactDecimalField(max_digits=12, decimal_places=6, null=True, blank=True,
-                                   help_text="list price per GPU-hour in force during [start, end)")
+    unit_price = ExactDecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="list price per GPU-hour in force during [start, end)",
+    )
     price_version = models.PositiveIntegerField(null=True, blank=True)
-    rate = ExactDecimalField(max_digits=9, decimal_places=6, null=True, blank=True,
-                             help_text="share of the list price credited (the SLA policy's rate)")
-    sla_policy = models.ForeignKey("SlaPolicy", null=True, blank=True, on_delete=models.PROTECT,
-                                   related_name="credits")
+    rate = ExactDecimalField(
+        max_digits=9,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="share of the list price credited (the SLA policy's rate)",
+    )
+    sla_policy = models.ForeignKey("SlaPolicy", null=True, blank=True, on_delete=models.PROTECT, related_name="credits")
     actor = models.CharField(max_length=200, blank=True, help_text="who recorded it")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -156,8 +169,14 @@ class Invoice(models.Model):
     currency = models.CharField(max_length=3, default="USD")
     total = ExactDecimalField(max_digits=18, decimal_places=2, default=Decimal("0.00"))
     billing_run_id = models.UUIDField(null=True, blank=True)
-    replaces = models.OneToOneField("self", null=True, blank=True, on_delete=models.PROTECT,
-                                    related_name="replaced_by", help_text="the void invoice this one re-issues")
+    replaces = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="replaced_by",
+        help_text="the void invoice this one re-issues",
+    )
     void_reason = models.TextField(blank=True)
     voided_at = models.DateTimeField(null=True, blank=True)
     voided_by = models.CharField(max_length=200, blank=True)
@@ -168,8 +187,11 @@ class Invoice(models.Model):
     class Meta:
         ordering = ["-period", "tenant_id"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant_id", "period"], condition=~models.Q(status="void"),
-                                    name="billing_invoice_tenant_period_unique"),
+            models.UniqueConstraint(
+                fields=["tenant_id", "period"],
+                condition=~models.Q(status="void"),
+                name="billing_invoice_tenant_period_unique",
+            ),
             models.UniqueConstraint(fields=["issuer", "number"], name="billing_invoice_issuer_number_unique"),
         ]
 
@@ -197,10 +219,19 @@ class InvoiceLine(models.Model):
     quantity = ExactDecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for display")
     quantity_micro = models.BigIntegerField(default=0, help_text="exact GPU-microseconds the amount is computed from")
     unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_HOUR)
-    unit_price = ExactDecimalField(max_digits=12, decimal_places=6, null=True, blank=True,
-                                   help_text="list price per GPU-hour in force for this line")
-    rate = ExactDecimalField(max_digits=9, decimal_places=6, default=Decimal("1"),
-                             help_text="share of the unit price charged (SLA credits: the policy's rate)")
+    unit_price = ExactDecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="list price per GPU-hour in force for this line",
+    )
+    rate = ExactDecimalField(
+        max_digits=9,
+        decimal_places=6,
+        default=Decimal("1"),
+        help_text="share of the unit price charged (SLA credits: the policy's rate)",
+    )
     price_version = models.PositiveIntegerField(null=True, blank=True, help_text="price-book version of unit_price")
     start = models.DateTimeField(null=True, blank=True, help_text="the time range this line covers")
     end = models.DateTimeField(null=True, blank=True)
@@ -230,12 +261,19 @@ class SlaPolicy(models.Model):
     version = models.PositiveIntegerField()
     tenant_id = models.UUIDField(null=True, blank=True, help_text="NULL: the default for every tenant")
     name = models.CharField(max_length=100)
-    attributions = models.CharField(max_length=100, default="provider",
-                                    help_text="comma-separated incident attributions that earn a credit")
-    credit_rate = ExactDecimalField(max_digits=9, decimal_places=6,
-                                    help_text="share of the list price of the lost GPU-time credited (1 = all of it)")
-    cap_percent = ExactDecimalField(max_digits=7, decimal_places=2,
-                                    help_text="credits for one allocation and month ≤ this % of its charge that month")
+    attributions = models.CharField(
+        max_length=100, default="provider", help_text="comma-separated incident attributions that earn a credit"
+    )
+    credit_rate = ExactDecimalField(
+        max_digits=9,
+        decimal_places=6,
+        help_text="share of the list price of the lost GPU-time credited (1 = all of it)",
+    )
+    cap_percent = ExactDecimalField(
+        max_digits=7,
+        decimal_places=2,
+        help_text="credits for one allocation and month ≤ this % of its charge that month",
+    )
     effective_from = models.DateTimeField()
     source = models.TextField(help_text="where the terms come from")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -309,8 +347,10 @@ class BillingRun(models.Model):
     watermark = models.BigIntegerField(help_text="highest usage-event id rated")
     adjustment_watermark = models.BigIntegerField(help_text="highest adjustment id rated")
     prior_watermark = models.BigIntegerField(
-        default=0, help_text="watermark of the last finalized run before this one: rows of finalized periods "
-                             "above it and up to `watermark` are this run's late usage")
+        default=0,
+        help_text="watermark of the last finalized run before this one: rows of finalized periods "
+        "above it and up to `watermark` are this run's late usage",
+    )
     prior_adjustment_watermark = models.BigIntegerField(default=0)
     invoices = models.PositiveIntegerField()
     output_hash = models.CharField(max_length=64)
@@ -354,8 +394,11 @@ class RejectedMeterEvent(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        constraints = [models.UniqueConstraint(fields=["node_id", "event_id", "payload_hash", "code"],
-                                               name="billing_rejected_event_unique")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node_id", "event_id", "payload_hash", "code"], name="billing_rejected_event_unique"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"refused {self.event_id} from node {self.node_id}: {self.code}"
@@ -389,8 +432,13 @@ class UsageDispute(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolution_note = models.TextField(blank=True)
-    adjustment = models.ForeignKey(Adjustment, null=True, blank=True, on_delete=models.PROTECT,
-                                   help_text="the late-usage charge, when accepted after its period was finalized")
+    adjustment = models.ForeignKey(
+        Adjustment,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        help_text="the late-usage charge, when accepted after its period was finalized",
+    )
 
     class Meta:
         ordering = ["id"]

@@ -1,4 +1,5 @@
 """Billing periods are calendar months in UTC, written `YYYY-MM`; stored as their first day."""
+
 import re
 from datetime import UTC, date, datetime
 

@@ -6,6 +6,7 @@ which sits at the top of each range. A "floor" row (rental_b200) is used as writ
 the survey has no row for are priced at the nearest surveyed generation and say so in
 `source`.
 """
+
 from decimal import Decimal
 
 from core.reference_data import parameter
@@ -28,8 +29,8 @@ def default_price_rows() -> list[dict]:
     for sku, (name, note) in DEFAULT_SKUS.items():
         ref = parameter(name)
         price: Decimal = ref.high
-        source = (f"economics.csv {name} = {ref.value} {ref.unit} (as of {ref.as_of}; {ref.source}); "
-                  f"upper bound charged")
-        rows.append({"sku": sku, "unit_price": price, "currency": "USD",
-                     "source": source + (f"; {note}" if note else "")})
+        source = f"economics.csv {name} = {ref.value} {ref.unit} (as of {ref.as_of}; {ref.source}); upper bound charged"
+        rows.append(
+            {"sku": sku, "unit_price": price, "currency": "USD", "source": source + (f"; {note}" if note else "")}
+        )
     return rows

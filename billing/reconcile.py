@@ -6,6 +6,7 @@ ledger, and every metered (allocation, node) pair must match a membership of tha
 allocation and tenant overlapping the period. Anything else is a gap: a node running a
 tenant's workload unbilled, or billing with no allocation behind it.
 """
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -46,30 +47,49 @@ def reconcile(*, period: date, min_overlap: timedelta = timedelta(minutes=10)) -
 
     start, end = period_start(period), period_end(period)
     now = timezone.now()
-    memberships = (AllocationNode.objects.filter(started_at__lt=end)
-                   .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-                   .values_list("allocation_id", "node_id", "allocation__tenant_id", "started_at", "ended_at"))
+    memberships = (
+        AllocationNode.objects.filter(started_at__lt=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        .values_list("allocation_id", "node_id", "allocation__tenant_id", "started_at", "ended_at")
+    )
     allocated = {}
     for allocation_id, node_id, tenant_id, started, ended in memberships:
         overlap = min(ended or now, end, now) - max(started, start)
         key = (allocation_id, node_id)
         allocated[key] = (tenant_id, max(overlap, allocated.get(key, (None, timedelta(0)))[1]))
-    metered = {(row["allocation_id"], row["node_id"]): (row["tenant_id"], row["micro"]) for row in
-               UsageEvent.objects.using(LEDGER).filter(period=period)
-               .values("allocation_id", "node_id", "tenant_id").annotate(micro=Sum("quantity_micro"))}
+    metered = {
+        (row["allocation_id"], row["node_id"]): (row["tenant_id"], row["micro"])
+        for row in UsageEvent.objects.using(LEDGER)
+        .filter(period=period)
+        .values("allocation_id", "node_id", "tenant_id")
+        .annotate(micro=Sum("quantity_micro"))
+    }
     report = ReconcileReport(period=period, memberships=len(allocated), metered_pairs=len(metered))
     for (allocation_id, node_id), (tenant_id, overlap) in sorted(allocated.items(), key=str):
         if overlap >= min_overlap and (allocation_id, node_id) not in metered:
-            report.unmetered.append(Gap(allocation_id, node_id, tenant_id,
-                                        f"allocated for {overlap} in the period, no meter events"))
+            report.unmetered.append(
+                Gap(allocation_id, node_id, tenant_id, f"allocated for {overlap} in the period, no meter events")
+            )
     for (allocation_id, node_id), (tenant_id, micro) in sorted(metered.items(), key=str):
         owner = allocated.get((allocation_id, node_id))
         if owner is None:
-            report.unallocated.append(Gap(allocation_id, node_id, tenant_id,
-                                          f"{micro / 3.6e9:.2f} GPU-h metered, no allocation membership in the period"))
+            report.unallocated.append(
+                Gap(
+                    allocation_id,
+                    node_id,
+                    tenant_id,
+                    f"{micro / 3.6e9:.2f} GPU-h metered, no allocation membership in the period",
+                )
+            )
         elif owner[0] != tenant_id:
-            report.unallocated.append(Gap(allocation_id, node_id, tenant_id,
-                                          f"metered to tenant {tenant_id}, allocation belongs to {owner[0]}"))
+            report.unallocated.append(
+                Gap(
+                    allocation_id,
+                    node_id,
+                    tenant_id,
+                    f"metered to tenant {tenant_id}, allocation belongs to {owner[0]}",
+                )
+            )
     return report
 
 
@@ -96,15 +116,16 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Cont
     """
     now = now or timezone.now()
     rows = UsageEvent.objects.using(LEDGER).filter(scope, dispute__isnull=True)
-    spans = list(rows.values("allocation_id", "node_id", "tenant_id")
-                 .annotate(first=Min("start"), last=Max("end")).order_by())
+    spans = list(
+        rows.values("allocation_id", "node_id", "tenant_id").annotate(first=Min("start"), last=Max("end")).order_by()
+    )
     allocation_ids = sorted({s["allocation_id"] for s in spans}, key=str)
     owners: dict = {}
     memberships: dict = defaultdict(list)
     for lo in range(0, len(allocation_ids), 1000):
-        for allocation_id, node_id, tenant_id, started, ended in (
-                AllocationNode.objects.filter(allocation_id__in=allocation_ids[lo:lo + 1000])
-                .values_list("allocation_id", "node_id", "allocation__tenant_id", "started_at", "ended_at")):
+        for allocation_id, node_id, tenant_id, started, ended in AllocationNode.objects.filter(
+            allocation_id__in=allocation_ids[lo : lo + 1000]
+        ).values_list("allocation_id", "node_id", "allocation__tenant_id", "started_at", "ended_at"):
             owners[allocation_id] = tenant_id
             memberships[(allocation_id, node_id)].append((started, ended))
     out: list[Contradiction] = []
@@ -120,13 +141,22 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Cont
             windows = _windows(memberships[pair], now, tolerance)
             if any(lo <= span["first"] and span["last"] <= hi for lo, hi in windows):
                 continue
-            for row_id, tenant_id, period, start, end in pair_rows.values_list("id", "tenant_id", "period", "start",
-                                                                               "end"):
+            for row_id, tenant_id, period, start, end in pair_rows.values_list(
+                "id", "tenant_id", "period", "start", "end"
+            ):
                 if not any(lo <= start and end <= hi for lo, hi in windows):
-                    out.append(Contradiction(row_id, tenant_id, period,
-                                             f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
-                                             f"of node {pair[1]} in allocation {pair[0]}"))
+                    out.append(
+                        Contradiction(
+                            row_id,
+                            tenant_id,
+                            period,
+                            f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
+                            f"of node {pair[1]} in allocation {pair[0]}",
+                        )
+                    )
             continue
-        out.extend(Contradiction(row_id, tenant_id, period, reason)
-                   for row_id, tenant_id, period in pair_rows.values_list("id", "tenant_id", "period"))
+        out.extend(
+            Contradiction(row_id, tenant_id, period, reason)
+            for row_id, tenant_id, period in pair_rows.values_list("id", "tenant_id", "period")
+        )
     return out

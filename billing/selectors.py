@@ -1,4 +1,5 @@
 """Reads of the billing ledger for the API, portal and console."""
+
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -61,20 +62,38 @@ def usage_by_sku(*, tenant_id, start: datetime, end: datetime, as_of: datetime |
     as_of = as_of or timezone.now()
     book = PriceBook.load(as_of=as_of)
     # usage held as disputed is left out until an operator accepts it
-    usage = UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start,
-                                                    start__lt=end, received_at__lte=as_of)
-    rows = [UsageRow(sku=u.sku, period=u.period, quantity=gpu_hours(u.quantity_micro), quantity_micro=u.quantity_micro,
-                     unit=Unit.GPU_HOUR, unit_price=u.price.unit_price, price_version=u.price.version,
-                     start=u.start, end=u.end, amount=u.amount, currency=u.price.currency)
-            for u in price_buckets(usage_buckets(usage, book), book)]
+    usage = UsageEvent.objects.using(LEDGER).filter(
+        BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end, received_at__lte=as_of
+    )
+    rows = [
+        UsageRow(
+            sku=u.sku,
+            period=u.period,
+            quantity=gpu_hours(u.quantity_micro),
+            quantity_micro=u.quantity_micro,
+            unit=Unit.GPU_HOUR,
+            unit_price=u.price.unit_price,
+            price_version=u.price.version,
+            start=u.start,
+            end=u.end,
+            amount=u.amount,
+            currency=u.price.currency,
+        )
+        for u in price_buckets(usage_buckets(usage, book), book)
+    ]
     return UsageReport(rows=rows, as_of=as_of)
 
 
 def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, dict[date, Decimal]]:
     """{sku: {day: GPU-hours}} by event start day (UTC), for the usage chart."""
-    rows = (UsageEvent.objects.using(LEDGER).filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end)
-            .annotate(day=TruncDate("start")).values("sku", "day").annotate(micro=Sum("quantity_micro"))
-            .order_by("sku", "day"))
+    rows = (
+        UsageEvent.objects.using(LEDGER)
+        .filter(BILLABLE_USAGE, tenant_id=tenant_id, start__gte=start, start__lt=end)
+        .annotate(day=TruncDate("start"))
+        .values("sku", "day")
+        .annotate(micro=Sum("quantity_micro"))
+        .order_by("sku", "day")
+    )
     out: dict[str, dict[date, Decimal]] = defaultdict(dict)
     for row in rows:
         out[row["sku"]][row["day"]] = gpu_hours(row["micro"])
@@ -83,10 +102,18 @@ def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, d
 
 def invoices_for_tenant(tenant_id):
     """A tenant's invoices with their lines and credit notes (a fixed number of queries)."""
-    return (Invoice.objects.using(LEDGER).filter(tenant_id=tenant_id).select_related("replaces")
-            .prefetch_related(Prefetch("lines", queryset=InvoiceLine.objects.using(LEDGER).order_by("position")),
-                              Prefetch("credit_notes", queryset=CreditNote.objects.using(LEDGER)
-                                       .prefetch_related("lines__invoice_line").order_by("issued_at"))))
+    return (
+        Invoice.objects.using(LEDGER)
+        .filter(tenant_id=tenant_id)
+        .select_related("replaces")
+        .prefetch_related(
+            Prefetch("lines", queryset=InvoiceLine.objects.using(LEDGER).order_by("position")),
+            Prefetch(
+                "credit_notes",
+                queryset=CreditNote.objects.using(LEDGER).prefetch_related("lines__invoice_line").order_by("issued_at"),
+            ),
+        )
+    )
 
 
 def invoice_for_tenant(*, tenant_id, invoice_id) -> Invoice | None:
@@ -101,11 +128,15 @@ def invoice_totals_by_tenant() -> list[dict]:
     """Per tenant and status: invoice count and total (the console's billing page). Totals are
     summed as Decimals here, never by SQL (SQLite would sum them as floats)."""
     groups: dict[tuple, dict] = {}
-    for tenant_id, status, currency, total in (Invoice.objects.using(LEDGER).order_by("tenant_id", "status")
-                                               .values_list("tenant_id", "status", "currency", "total")):
-        row = groups.setdefault((tenant_id, status, currency), {"tenant_id": tenant_id, "status": status,
-                                                                "currency": currency, "count": 0,
-                                                                "total": Decimal("0.00")})
+    for tenant_id, status, currency, total in (
+        Invoice.objects.using(LEDGER)
+        .order_by("tenant_id", "status")
+        .values_list("tenant_id", "status", "currency", "total")
+    ):
+        row = groups.setdefault(
+            (tenant_id, status, currency),
+            {"tenant_id": tenant_id, "status": status, "currency": currency, "count": 0, "total": Decimal("0.00")},
+        )
         row["count"] += 1
         row["total"] += total
     return sorted(groups.values(), key=lambda r: (str(r["tenant_id"]), r["status"], r["currency"]))
@@ -124,8 +155,11 @@ def current_prices() -> dict[str, Price]:
 
 def policy_in_force(tenant_id, at: datetime) -> SlaPolicy | None:
     """The tenant's own policy rows if it has any, else the default's; the latest in force at `at`."""
-    rows = list(SlaPolicy.objects.using(LEDGER).filter(Q(tenant_id=tenant_id) | Q(tenant_id__isnull=True),
-                                                       effective_from__lte=at))
+    rows = list(
+        SlaPolicy.objects.using(LEDGER).filter(
+            Q(tenant_id=tenant_id) | Q(tenant_id__isnull=True), effective_from__lte=at
+        )
+    )
     own = [r for r in rows if r.tenant_id is not None]
     pool = own or rows
     return max(pool, key=lambda r: (r.effective_from, r.version), default=None)
@@ -137,13 +171,21 @@ REJECTIONS_SHOWN = 200
 
 def open_disputes(limit: int = DISPUTES_SHOWN) -> list[UsageDispute]:
     """Oldest first (two queries however many: the disputes with their usage rows)."""
-    return list(UsageDispute.objects.using(LEDGER).filter(status=DisputeStatus.OPEN).select_related("usage_event")
-                .order_by("id")[:limit])
+    return list(
+        UsageDispute.objects.using(LEDGER)
+        .filter(status=DisputeStatus.OPEN)
+        .select_related("usage_event")
+        .order_by("id")[:limit]
+    )
 
 
 def resolved_disputes(limit: int = 50) -> list[UsageDispute]:
-    return list(UsageDispute.objects.using(LEDGER).exclude(status=DisputeStatus.OPEN).select_related("usage_event")
-                .order_by("-resolved_at")[:limit])
+    return list(
+        UsageDispute.objects.using(LEDGER)
+        .exclude(status=DisputeStatus.OPEN)
+        .select_related("usage_event")
+        .order_by("-resolved_at")[:limit]
+    )
 
 
 def dispute_by_public_id(public_id) -> UsageDispute | None:
@@ -164,14 +206,38 @@ def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
     """The signed grants a node's agent attaches to its meter events: one per live allocation
     membership of the node, from the membership's start to a few hours ahead (renewed on every
     desired-state poll while the membership lives; none once it ends). One query."""
-    rows = (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
-            .values_list("allocation_id", "allocation__tenant_id", "allocation__instance_type__slug",
-                         "allocation__instance_type__gpus_per_node", "started_at").order_by("started_at"))
+    rows = (
+        AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+        .values_list(
+            "allocation_id",
+            "allocation__tenant_id",
+            "allocation__instance_type__slug",
+            "allocation__instance_type__gpus_per_node",
+            "started_at",
+        )
+        .order_by("started_at")
+    )
     grants = []
     for allocation_id, tenant_id, sku, gpus, started_at in rows:
         valid_from, valid_until = grant_window(started_at=started_at, now=now)
-        grant = MeteringGrant(node_id=node.pk, tenant_id=tenant_id, allocation_id=allocation_id, sku=sku, gpus=gpus,
-                              valid_from=valid_from, valid_until=valid_until)
-        grants.append({"grant": sign_grant(grant), "allocation_id": str(allocation_id), "tenant_id": str(tenant_id),
-                       "sku": sku, "gpus": gpus, "valid_from": valid_from, "valid_until": valid_until})
+        grant = MeteringGrant(
+            node_id=node.pk,
+            tenant_id=tenant_id,
+            allocation_id=allocation_id,
+            sku=sku,
+            gpus=gpus,
+            valid_from=valid_from,
+            valid_until=valid_until,
+        )
+        grants.append(
+            {
+                "grant": sign_grant(grant),
+                "allocation_id": str(allocation_id),
+                "tenant_id": str(tenant_id),
+                "sku": sku,
+                "gpus": gpus,
+                "valid_from": valid_from,
+                "valid_until": valid_until,
+            }
+        )
     return grants

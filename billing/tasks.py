@@ -1,4 +1,5 @@
 """Billing's periodic tasks (thin: one service call each)."""
+
 from celery import shared_task
 from django.utils import timezone
 

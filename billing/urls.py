@@ -1,4 +1,5 @@
 """Console pages of the billing app: operators' /billing/, tenants' portal usage and invoices."""
+
 from django.urls import path
 
 from billing import views

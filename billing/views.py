@@ -1,4 +1,5 @@
 """Billing console page (operators) and tenant portal pages (members of a tenant)."""
+
 from datetime import UTC, datetime, time, timedelta
 
 from django.contrib import messages
@@ -46,8 +47,11 @@ def billing_overview(request):
     slugs = dict(Tenant.objects.filter(pk__in={row["tenant_id"] for row in totals}).values_list("pk", "slug"))
     for row in totals:
         row["tenant"] = slugs.get(row["tenant_id"], str(row["tenant_id"]))
-    return render(request, "billing/overview.html", {"nav": "billing", "runs": recent_runs(), "totals": totals,
-                                                     "dispute_counts": dispute_counts()})
+    return render(
+        request,
+        "billing/overview.html",
+        {"nav": "billing", "runs": recent_runs(), "totals": totals, "dispute_counts": dispute_counts()},
+    )
 
 
 def _tenant_slugs(tenant_ids) -> dict:
@@ -61,9 +65,17 @@ def disputes(request):
     slugs = _tenant_slugs([d.tenant_id for d in held + resolved] + [r.tenant_id for r in refused])
     for item in (*held, *resolved, *refused):
         item.tenant_label = slugs.get(item.tenant_id, f"unknown tenant {item.tenant_id}")
-    return render(request, "billing/disputes.html", {
-        "nav": "billing", "held": held, "resolved": resolved, "refused": refused,
-        "can_resolve": request.user.has_perm(RESOLVE_PERMISSION)})
+    return render(
+        request,
+        "billing/disputes.html",
+        {
+            "nav": "billing",
+            "held": held,
+            "resolved": resolved,
+            "refused": refused,
+            "can_resolve": request.user.has_perm(RESOLVE_PERMISSION),
+        },
+    )
 
 
 @operator_required
@@ -76,13 +88,20 @@ def dispute_detail(request, pk):
     if dispute is None:
         raise Http404("No such disputed usage.")
     if request.method == "POST":
-        decision = {"accept": DisputeStatus.ACCEPTED, "reject": DisputeStatus.REJECTED}.get(request.POST.get("decision"))
+        decision = {"accept": DisputeStatus.ACCEPTED, "reject": DisputeStatus.REJECTED}.get(
+            request.POST.get("decision")
+        )
         if decision is None:
             messages.error(request, "Choose accept or reject.")
         else:
             try:
-                transition(dispute_id=dispute.public_id, to_status=decision, user=request.user,
-                           actor=actor_label(request.user), note=request.POST.get("note", ""))
+                transition(
+                    dispute_id=dispute.public_id,
+                    to_status=decision,
+                    user=request.user,
+                    actor=actor_label(request.user),
+                    note=request.POST.get("note", ""),
+                )
             except DisputeError as exc:
                 if exc.status == 403:
                     raise PermissionDenied(exc.detail) from None
@@ -91,10 +110,18 @@ def dispute_detail(request, pk):
                 messages.success(request, f"Disputed usage {decision}.")
                 return redirect("billing:disputes")
         return redirect("billing:dispute", pk=pk)
-    return render(request, "billing/dispute.html", {
-        "nav": "billing", "dispute": dispute, "row": dispute.usage_event,
-        "tenant": _tenant_slugs([dispute.tenant_id]).get(dispute.tenant_id, str(dispute.tenant_id)),
-        "can_resolve": request.user.has_perm(RESOLVE_PERMISSION), "permission": RESOLVE_PERMISSION})
+    return render(
+        request,
+        "billing/dispute.html",
+        {
+            "nav": "billing",
+            "dispute": dispute,
+            "row": dispute.usage_event,
+            "tenant": _tenant_slugs([dispute.tenant_id]).get(dispute.tenant_id, str(dispute.tenant_id)),
+            "can_resolve": request.user.has_perm(RESOLVE_PERMISSION),
+            "permission": RESOLVE_PERMISSION,
+        },
+    )
 
 
 def _portal_tenant(request):
@@ -112,19 +139,30 @@ def portal_usage(request):
     now = timezone.now()
     today = now.date()
     start_day = today - timedelta(days=PORTAL_USAGE_DAYS - 1)
-    window_start = now.replace(year=start_day.year, month=start_day.month, day=start_day.day, hour=0, minute=0,
-                               second=0, microsecond=0)
+    window_start = now.replace(
+        year=start_day.year, month=start_day.month, day=start_day.day, hour=0, minute=0, second=0, microsecond=0
+    )
     daily = daily_gpu_hours(tenant_id=tenant.pk, start=window_start, end=now + timedelta(seconds=1))
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
     month_start, month_end = default_usage_window(now)
     energy = allocation_energy(tenant_id=tenant.pk, start=month_start, end=month_end)
     report = usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end, as_of=now)
-    return render(request, "billing/portal_usage.html", {
-        "energy_rows": energy, "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
-        "nav": "portal", "tenant": tenant, "figure_json": figure.to_json(), "days": PORTAL_USAGE_DAYS,
-        "month_rows": report.rows, "as_of": report.as_of, "month_start": month_start,
-        "sla_policy": policy_in_force(tenant.pk, now),
-    })
+    return render(
+        request,
+        "billing/portal_usage.html",
+        {
+            "energy_rows": energy,
+            "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
+            "nav": "portal",
+            "tenant": tenant,
+            "figure_json": figure.to_json(),
+            "days": PORTAL_USAGE_DAYS,
+            "month_rows": report.rows,
+            "as_of": report.as_of,
+            "month_start": month_start,
+            "sla_policy": policy_in_force(tenant.pk, now),
+        },
+    )
 
 
 @login_required
@@ -150,10 +188,17 @@ def portal_invoice_detail(request, pk):
     start = datetime(invoice.period.year, invoice.period.month, 1, tzinfo=UTC)
     end = datetime.combine(next_period(invoice.period), time.min, tzinfo=UTC)
     energy = allocation_energy(tenant_id=tenant.pk, start=start, end=end)
-    return render(request, "billing/portal_invoice.html", {
-        "nav": "portal", "tenant": tenant, "invoice": invoice, "energy_rows": energy,
-        "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
-    })
+    return render(
+        request,
+        "billing/portal_invoice.html",
+        {
+            "nav": "portal",
+            "tenant": tenant,
+            "invoice": invoice,
+            "energy_rows": energy,
+            "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
+        },
+    )
 
 
 @login_required

@@ -1,4 +1,5 @@
 """The Celery application. Tasks are thin (ids in, one service call) and live in each app's tasks.py."""
+
 import os
 
 from celery import Celery

@@ -1,7 +1,7 @@
 """Sends the billing app to the `ledger` database and everything else to `default`.
 
 The ledger lives in its own database so metering keeps working while the control-plane
-database is down (DESIGN.md, "Billing").
+database is down (docs/design, "Billing").
 """
 
 LEDGER_APPS = frozenset({"billing"})

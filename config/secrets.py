@@ -1,5 +1,6 @@
 """The start-up check on secrets: without DEBUG, a missing or development key stops the process
 with the name of the variable to set, instead of serving on a key anyone can read here."""
+
 from django.core.exceptions import ImproperlyConfigured
 
 MIN_KEY_LENGTH = 32
@@ -28,4 +29,5 @@ def require_production_secrets(secrets: dict[str, str], *, development_keys: tup
         raise ImproperlyConfigured(
             "Refusing to start with DEBUG off: " + "; ".join(problems) + ". Set each to its own random value, "
             "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(50))'`, in the environment or .env "
-            "(or set DEBUG=true on a development machine).")
+            "(or set DEBUG=true on a development machine)."
+        )

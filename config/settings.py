@@ -4,6 +4,7 @@ Unset variables give the embedded default: SQLite files and Celery's filesystem 
 under var/, so `make demo` needs nothing but Python. Production and CI set DATABASE_URL,
 LEDGER_DATABASE_URL and REDIS_URL (PostgreSQL + Redis).
 """
+
 from datetime import timedelta
 from pathlib import Path
 
@@ -44,7 +45,8 @@ else:
 
     require_production_secrets(
         {"SECRET_KEY": SECRET_KEY, "AGENT_TOKEN_KEY": AGENT_TOKEN_KEY, "METERING_GRANT_KEY": METERING_GRANT_KEY},
-        development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY, DEVELOPMENT_METERING_GRANT_KEY))
+        development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY, DEVELOPMENT_METERING_GRANT_KEY),
+    )
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -104,7 +106,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
-APPEND_SLASH = False  # every API path answers with and without its trailing slash (API.md)
+APPEND_SLASH = False  # every API path answers with and without its trailing slash (docs/api.md)
 
 TEMPLATES = [
     {
@@ -267,9 +269,17 @@ API_THROTTLE_RATES = {
     "failed_auth": env.str("THROTTLE_FAILED_AUTH", default="30/min"),
 }
 # Shared by every web process when Redis is there (throttle counts, login lockout cache).
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                      "KEY_PREFIX": "hangar"}} if REDIS_URL else {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES = (
+    {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "hangar",
+        }
+    }
+    if REDIS_URL
+    else {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+)
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200

@@ -2,6 +2,7 @@
 runs) with test-only secrets and plain-HTTP transport, since the test client and the browser
 tests' live server speak HTTP. Set through the environment so processes a test starts with
 `config.settings` inherit the same values."""
+
 import os
 
 TEST_ENVIRONMENT = {

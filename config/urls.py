@@ -5,6 +5,7 @@
 - /api/v1/ops/        operator API          (<app>/api/urls.py ``ops_urlpatterns``)
 - /api/agent/v1/      node agent API        (<app>/api/urls.py ``agent_urlpatterns``)
 """
+
 from importlib import import_module
 
 from django.contrib import admin

@@ -7,6 +7,7 @@ actor and the request id. Django's LogEntry is still written; it is not the audi
 API tokens are created by a service so the plain value is shown once, on the page that
 answers the form (never through the cookie-stored messages); after that a token is read-only
 except for revoking it. Rights never exceed the issuer's (core.services.tokens)."""
+
 import datetime
 import uuid
 from decimal import Decimal
@@ -67,8 +68,14 @@ class AuditedModelAdmin(admin.ModelAdmin):
 
     def _audit(self, request, action: str, target, *, before=None, after=None, reason: str = "admin") -> None:
         prefix = self.audit_prefix or target._meta.model_name
-        record_audit(actor=actor_label(request.user), action=f"{prefix}.{action}", target=target, before=before,
-                     after=after, reason=reason)
+        record_audit(
+            actor=actor_label(request.user),
+            action=f"{prefix}.{action}",
+            target=target,
+            before=before,
+            after=after,
+            reason=reason,
+        )
 
     def save_model(self, request, obj, form, change):
         before, after = form_diff(form)
@@ -76,8 +83,13 @@ class AuditedModelAdmin(admin.ModelAdmin):
             super().save_model(request, obj, form, change)
             if change and not form.changed_data:
                 return
-            self._audit(request, "admin_update" if change else "admin_create", obj,
-                        before=before if change else None, after=after)
+            self._audit(
+                request,
+                "admin_update" if change else "admin_create",
+                obj,
+                before=before if change else None,
+                after=after,
+            )
 
     def save_formset(self, request, form, formset, change):
         with transaction.atomic():
@@ -148,8 +160,11 @@ class ApiTokenCreateForm(forms.ModelForm):
             if user is None:
                 self.add_error("user", "An operator token needs a staff user.")
             elif not (user.is_staff and user.is_active):
-                self.add_error("user", f"{user.get_username()} is not an active staff user; an operator token acts as "
-                                       "its user in the ops API. Give them staff status first.")
+                self.add_error(
+                    "user",
+                    f"{user.get_username()} is not an active staff user; an operator token acts as "
+                    "its user in the ops API. Give them staff status first.",
+                )
             if tenant is not None:
                 self.add_error("tenant", "An operator token has no tenant; leave it empty.")
             if role:
@@ -162,8 +177,11 @@ class ApiTokenCreateForm(forms.ModelForm):
 
 
 class ApiTokenRevokeForm(forms.ModelForm):
-    revoke_now = forms.BooleanField(required=False, label="Revoke", help_text="Revoke this token now. A revoked token cannot be restored; "
-                                                          "use 'Revoke and reissue' to replace it.")
+    revoke_now = forms.BooleanField(
+        required=False,
+        label="Revoke",
+        help_text="Revoke this token now. A revoked token cannot be restored; use 'Revoke and reissue' to replace it.",
+    )
 
     class Meta:
         model = ApiToken
@@ -208,8 +226,15 @@ class ApiTokenAdmin(AuditedModelAdmin):
             if form.cleaned_data.get("revoke_now"):
                 revoke_api_token(token=obj, actor=actor, reason="revoked in the admin")
             return
-        token, plain = create_api_token(kind=obj.kind, tenant=obj.tenant, user=obj.user, role=obj.role, name=obj.name,
-                                        actor=actor, issuer=request.user)
+        token, plain = create_api_token(
+            kind=obj.kind,
+            tenant=obj.tenant,
+            user=obj.user,
+            role=obj.role,
+            name=obj.name,
+            actor=actor,
+            issuer=request.user,
+        )
         obj.pk = token.pk
         obj._state.adding = False
         request._issued_tokens = [(token, plain)]
@@ -224,9 +249,16 @@ class ApiTokenAdmin(AuditedModelAdmin):
         return self._issued_page(request, getattr(request, "_issued_tokens", []))
 
     def _issued_page(self, request, issued):
-        response = TemplateResponse(request, "admin/core/apitoken/issued.html", {
-            **self.admin_site.each_context(request), "title": "Token issued", "issued": issued, "opts": self.opts,
-        })
+        response = TemplateResponse(
+            request,
+            "admin/core/apitoken/issued.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Token issued",
+                "issued": issued,
+                "opts": self.opts,
+            },
+        )
         response["Cache-Control"] = "no-store"
         return response
 
@@ -250,8 +282,9 @@ class ApiTokenAdmin(AuditedModelAdmin):
             count += 1
         self.message_user(request, f"{count} token(s) revoked.", messages.SUCCESS)
 
-    @admin.action(description="Revoke and reissue selected tokens (shows the new values once)",
-                  permissions=["add", "change"])
+    @admin.action(
+        description="Revoke and reissue selected tokens (shows the new values once)", permissions=["add", "change"]
+    )
     def revoke_and_reissue(self, request, queryset):
         actor = actor_label(request.user)
         tokens = list(queryset.filter(revoked_at__isnull=True).select_related("user", "tenant"))

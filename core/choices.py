@@ -1,4 +1,5 @@
 """Choice sets shared across apps."""
+
 from django.db import models
 
 

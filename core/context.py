@@ -1,5 +1,6 @@
 """Per-request context (request id, actor) that audit rows pick up without threading it
 through every call."""
+
 from contextvars import ContextVar
 
 request_id_var: ContextVar[str] = ContextVar("hangar_request_id", default="")

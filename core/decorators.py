@@ -1,4 +1,5 @@
 """View decorators for console pages."""
+
 from functools import wraps
 
 from django.contrib.auth.decorators import user_passes_test

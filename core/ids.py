@@ -3,6 +3,7 @@
 Public ids are UUIDs (never sequential integers). Version 7 layout (48-bit millisecond
 timestamp, then randomness) keeps primary-key indexes append-mostly under bulk inserts.
 """
+
 import os
 import time
 import uuid

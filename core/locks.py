@@ -4,6 +4,7 @@ On PostgreSQL a run takes a transaction-level advisory lock (released at commit 
 so two workers never run the same loop at once. SQLite (the embedded default) serialises
 writers anyway; there an exclusive file lock under var/ plays the same role.
 """
+
 import fcntl
 import hashlib
 from collections.abc import Iterator

@@ -114,10 +114,15 @@ class RequestBodyLimitMiddleware:
 
             from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
 
-            detail = (f"The request body is {length} bytes; the limit is {limit} bytes. "
-                      "Send less per request (split the batch).")
+            detail = (
+                f"The request body is {length} bytes; the limit is {limit} bytes. "
+                "Send less per request (split the batch)."
+            )
             if request.path.startswith("/api/"):
-                return JsonResponse(problem_body(413, "payload_too_large", detail, extra={"limit_bytes": limit}),
-                                    status=413, content_type=PROBLEM_CONTENT_TYPE)
+                return JsonResponse(
+                    problem_body(413, "payload_too_large", detail, extra={"limit_bytes": limit}),
+                    status=413,
+                    content_type=PROBLEM_CONTENT_TYPE,
+                )
             return HttpResponse(detail, status=413, content_type="text/plain")
         return self.get_response(request)

@@ -179,4 +179,6 @@ class AgentTokenRevocation(models.Model):
     updated_at = models.DateTimeField()
 
     def __str__(self) -> str:
-        return f"agent tokens of {self.node_id}: " + ("all revoked" if self.revoked_all else f"valid from {self.not_before}")
+        return f"agent tokens of {self.node_id}: " + (
+            "all revoked" if self.revoked_all else f"valid from {self.not_before}"
+        )

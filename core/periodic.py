@@ -1,8 +1,9 @@
 """The one registry of periodic tasks (Celery beat, django-celery-beat DatabaseScheduler).
 
 `manage.py setup_periodic_tasks` writes these rows idempotently; `run_loops` uses the same
-list for machines without Celery. Intervals follow DESIGN.md ("Control loops").
+list for machines without Celery. Intervals follow docs/design ("Control loops").
 """
+
 from dataclasses import dataclass
 
 
@@ -17,7 +18,9 @@ class PeriodicSpec:
 
 PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("purge expired idempotency keys", "core.tasks.purge_idempotency_keys", crontab="17 3 * * *"),
-    PeriodicSpec("fleet utilisation snapshot", "fleet.tasks.record_fleet_snapshot", every_seconds=300, expires_seconds=240),
+    PeriodicSpec(
+        "fleet utilisation snapshot", "fleet.tasks.record_fleet_snapshot", every_seconds=300, expires_seconds=240
+    ),
     # The power history's minute points, then the rack power condition that reads them.
     PeriodicSpec("fleet power history", "fleet.tasks.record_power_history", every_seconds=60, expires_seconds=50),
     PeriodicSpec("rack power condition", "health.tasks.rack_power_check", every_seconds=60, expires_seconds=50),
@@ -26,8 +29,16 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("allocation loop", "tenants.tasks.allocation_loop", every_seconds=10, expires_seconds=10),
     # Drafts hourly; a closed month is finalized on the first hourly check after its grace
     # period (BILLING_FINALIZE_GRACE_HOURS), i.e. on the 1st.
-    PeriodicSpec("billing: refresh draft invoices", "billing.tasks.refresh_draft_invoices", every_seconds=3600,
-                 expires_seconds=3000),
-    PeriodicSpec("billing: finalize closed months", "billing.tasks.finalize_closed_periods", crontab="35 * * * *",
-                 expires_seconds=3000),
+    PeriodicSpec(
+        "billing: refresh draft invoices",
+        "billing.tasks.refresh_draft_invoices",
+        every_seconds=3600,
+        expires_seconds=3000,
+    ),
+    PeriodicSpec(
+        "billing: finalize closed months",
+        "billing.tasks.finalize_closed_periods",
+        crontab="35 * * * *",
+        expires_seconds=3000,
+    ),
 )

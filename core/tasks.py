@@ -1,4 +1,5 @@
 """Core periodic tasks (thin: one service call)."""
+
 from celery import shared_task
 
 from core.api.idempotency import purge_expired_keys

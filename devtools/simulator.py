@@ -90,9 +90,16 @@ class FleetSimulator:
                     gpu_count=node.node_type.gpus_per_node,
                     sku=node.node_type.slug,
                     scenario=self.scenarios.get(hostname),
-                    drives=[{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb,
-                             "self_encrypting": d.self_encrypting, "purge_supported": d.purge_supported}
-                            for d in node.drives.all()],
+                    drives=[
+                        {
+                            "serial": d.serial,
+                            "model": d.model,
+                            "capacity_gb": d.capacity_gb,
+                            "self_encrypting": d.self_encrypting,
+                            "purge_supported": d.purge_supported,
+                        }
+                        for d in node.drives.all()
+                    ],
                     counter_file=str(Path(self.counter_dir) / f"{hostname}.json") if self.counter_dir else None,
                 )
         return len(self.agents)

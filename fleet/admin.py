@@ -5,6 +5,7 @@ machine or a tenant allocation depends on editable from a form.
 Bulk import/export (CSV or XLSX) goes through fleet.services.inventory_import: preview with
 every problem and every update's diff, then confirm, all or nothing. Import needs the add
 permission of each sheet's model (and change for updates); export needs view."""
+
 import uuid
 
 from django.conf import settings
@@ -64,6 +65,7 @@ def _perm(sheet: str, action: str) -> str:
 
 # ---- import and export -----------------------------------------------------------------------
 
+
 class InventoryFileAdmin(AuditedModelAdmin):
     """Import and export of this model's sheet; the views check permissions themselves because
     they are not ModelAdmin's own views."""
@@ -80,20 +82,30 @@ class InventoryFileAdmin(AuditedModelAdmin):
         ]
 
     def changelist_view(self, request, extra_context=None):
-        extra_context = {**(extra_context or {}), "can_import": self.has_add_permission(request),
-                         "can_export": self.has_view_permission(request),
-                         "import_url": reverse(f"admin:fleet_{self.opts.model_name}_import"),
-                         "export_url": reverse(f"admin:fleet_{self.opts.model_name}_export")}
+        extra_context = {
+            **(extra_context or {}),
+            "can_import": self.has_add_permission(request),
+            "can_export": self.has_view_permission(request),
+            "import_url": reverse(f"admin:fleet_{self.opts.model_name}_import"),
+            "export_url": reverse(f"admin:fleet_{self.opts.model_name}_export"),
+        }
         return super().changelist_view(request, extra_context)
 
     # -- import --
     def import_view(self, request):
         if not self.has_add_permission(request):
             raise PermissionDenied(f"Importing needs the {_perm(self.sheet, 'add')} permission.")
-        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": f"Import {self.sheet}",
-                   "sheet": self.sheet, "sheets": SHEETS, "columns": {s: columns_of(s) for s in SHEETS},
-                   "max_mb": IMPORT_MAX_BYTES / 1024 / 1024, "can_update": self.has_change_permission(request),
-                   "file_errors": []}
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Import {self.sheet}",
+            "sheet": self.sheet,
+            "sheets": SHEETS,
+            "columns": {s: columns_of(s) for s in SHEETS},
+            "max_mb": IMPORT_MAX_BYTES / 1024 / 1024,
+            "can_update": self.has_change_permission(request),
+            "file_errors": [],
+        }
         if request.method == "POST" and "confirm" in request.POST:
             return self._confirm(request, context)
         if request.method == "POST":
@@ -102,8 +114,10 @@ class InventoryFileAdmin(AuditedModelAdmin):
 
     def _options(self, request) -> dict:
         sheet = request.POST.get("csv_sheet", self.sheet)
-        return {"csv_sheet": sheet if sheet in SHEETS else self.sheet,
-                "allow_updates": request.POST.get("allow_updates") == "on"}
+        return {
+            "csv_sheet": sheet if sheet in SHEETS else self.sheet,
+            "allow_updates": request.POST.get("allow_updates") == "on",
+        }
 
     def _allowed_updates(self, request, options) -> set[str]:
         return set(UPDATABLE) if options.get("allow_updates") else set()
@@ -126,8 +140,11 @@ class InventoryFileAdmin(AuditedModelAdmin):
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=400)
         if upload.size > IMPORT_MAX_BYTES:
             context["file_errors"] = [
-                (f"{upload.name} is {upload.size / 1024 / 1024:.1f} MB; an import takes at most {context['max_mb']:.0f} MB "
-                "(tens of thousands of rows). Split the file, e.g. one file per hall or rack row.")]
+                (
+                    f"{upload.name} is {upload.size / 1024 / 1024:.1f} MB; an import takes at most {context['max_mb']:.0f} MB "
+                    "(tens of thousands of rows). Split the file, e.g. one file per hall or rack row."
+                )
+            ]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=413)
         data = upload.read(IMPORT_MAX_BYTES + 1)
         workbook = read_workbook(upload.name, data, csv_sheet=options["csv_sheet"], max_rows=IMPORT_MAX_ROWS)
@@ -138,21 +155,31 @@ class InventoryFileAdmin(AuditedModelAdmin):
         plan = plan_import(workbook, allow_updates=allow_updates)
         context.update(self._plan_context(plan))
         if plan.ok:
-            context["staged"] = stage_workbook(workbook=workbook, filename=upload.name, user_id=request.user.pk,
-                                               options=options)
+            context["staged"] = stage_workbook(
+                workbook=workbook, filename=upload.name, user_id=request.user.pk, options=options
+            )
         return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=200 if plan.ok else 400)
 
     def _plan_context(self, plan):
         updates = [r for r in plan.rows if r.action == "update"]
-        return {"plan": plan, "counts": plan.counts(), "errors": plan.errors, "updates": updates[:PREVIEW_ROWS_SHOWN],
-                "updates_hidden": max(0, len(updates) - PREVIEW_ROWS_SHOWN),
-                "creates": [r for r in plan.rows if r.action == "create"][:PREVIEW_ROWS_SHOWN]}
+        return {
+            "plan": plan,
+            "counts": plan.counts(),
+            "errors": plan.errors,
+            "updates": updates[:PREVIEW_ROWS_SHOWN],
+            "updates_hidden": max(0, len(updates) - PREVIEW_ROWS_SHOWN),
+            "creates": [r for r in plan.rows if r.action == "create"][:PREVIEW_ROWS_SHOWN],
+        }
 
     def _confirm(self, request, context):
         staged = claim_staged(token=request.POST.get("staged", ""), user_id=request.user.pk)
         if staged is None:
-            context["file_errors"] = [("This preview was already imported or has expired; nothing more was imported. "
-                                      "Check the list, or upload the file again.")]
+            context["file_errors"] = [
+                (
+                    "This preview was already imported or has expired; nothing more was imported. "
+                    "Check the list, or upload the file again."
+                )
+            ]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
         filename, workbook, options = staged
         allow_updates = self._allowed_updates(request, options)
@@ -163,11 +190,16 @@ class InventoryFileAdmin(AuditedModelAdmin):
             plan = apply_import(workbook, allow_updates=allow_updates, actor=actor_label(request.user))
         except ImportRejected as rejected:
             context.update(self._plan_context(rejected.plan))
-            context["file_errors"] = [("The inventory changed since the preview; nothing was imported. Fix the rows "
-                                      "below and upload the file again.")]
+            context["file_errors"] = [
+                (
+                    "The inventory changed since the preview; nothing was imported. Fix the rows "
+                    "below and upload the file again."
+                )
+            ]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
-        summary = ", ".join(f"{sheet}: {c['create']} created, {c['update']} updated"
-                            for sheet, c in plan.counts().items())
+        summary = ", ".join(
+            f"{sheet}: {c['create']} created, {c['update']} updated" for sheet, c in plan.counts().items()
+        )
         self.message_user(request, f"Imported {filename} ({summary}).", messages.SUCCESS)
         return redirect(reverse(f"admin:fleet_{self.opts.model_name}_changelist"))
 
@@ -184,16 +216,20 @@ class InventoryFileAdmin(AuditedModelAdmin):
         try:
             queryset = self.get_changelist_instance(request).get_queryset(request)
         except (IncorrectLookupParameters, ValueError) as exc:
-            return HttpResponseBadRequest(f"The list filter in this URL is not valid ({exc or 'unknown filter'}); "
-                                          "clear the filters and try again.", content_type="text/plain")
+            return HttpResponseBadRequest(
+                f"The list filter in this URL is not valid ({exc or 'unknown filter'}); "
+                "clear the filters and try again.",
+                content_type="text/plain",
+            )
         headers = columns_of(self.sheet)
         if fmt == "csv":
             response = StreamingHttpResponse(csv_lines(headers, self.export_rows(queryset)), content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="{self.sheet}.csv"'
             return response
         sheets = [(self.sheet, headers, self.export_rows(queryset))] + self.extra_export_sheets(request, queryset)
-        response = HttpResponse(xlsx_bytes(sheets),
-                                content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+        response = HttpResponse(
+            xlsx_bytes(sheets), content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+        )
         response["Content-Disposition"] = f'attachment; filename="{self.sheet}.xlsx"'
         return response
 
@@ -205,6 +241,7 @@ class InventoryFileAdmin(AuditedModelAdmin):
 
 
 # ---- sites, halls, racks, fabrics, node types ---------------------------------------------------
+
 
 @admin.register(Site)
 class SiteAdmin(AuditedModelAdmin):
@@ -260,8 +297,17 @@ class NodeInRackInline(admin.TabularInline):
 @admin.register(Rack)
 class RackAdmin(InventoryFileAdmin):
     sheet = "racks"
-    list_display = ("name", "hall", "row", "column", "cooling", "rated_power_kw", "cooling_capacity_kw", "u_height",
-                    "nodes_link")
+    list_display = (
+        "name",
+        "hall",
+        "row",
+        "column",
+        "cooling",
+        "rated_power_kw",
+        "cooling_capacity_kw",
+        "u_height",
+        "nodes_link",
+    )
     list_filter = ("hall__site", "hall", "row", "cooling")
     search_fields = ("name", "hall__name")
     list_select_related = ("hall", "hall__site")
@@ -274,8 +320,16 @@ class RackAdmin(InventoryFileAdmin):
 
     def export_rows(self, queryset):
         for rack in queryset.select_related("hall__site").iterator(chunk_size=2000):
-            yield [rack.name, f"{rack.hall.site.slug}/{rack.hall.name}", rack.row, rack.column, rack.u_height,
-                   rack.rated_power_kw, rack.cooling, rack.cooling_capacity_kw]
+            yield [
+                rack.name,
+                f"{rack.hall.site.slug}/{rack.hall.name}",
+                rack.row,
+                rack.column,
+                rack.u_height,
+                rack.rated_power_kw,
+                rack.cooling,
+                rack.cooling_capacity_kw,
+            ]
 
 
 @admin.register(FabricDomain)
@@ -288,13 +342,23 @@ class FabricDomainAdmin(AuditedModelAdmin):
 
 @admin.register(NodeType)
 class NodeTypeAdmin(AuditedModelAdmin):
-    list_display = ("slug", "gpu_model", "generation", "gpus_per_node", "node_kw", "rack_kw", "cooling_requirement",
-                    "cuda_compute_capability", "fabric")
+    list_display = (
+        "slug",
+        "gpu_model",
+        "generation",
+        "gpus_per_node",
+        "node_kw",
+        "rack_kw",
+        "cooling_requirement",
+        "cuda_compute_capability",
+        "fabric",
+    )
     list_filter = ("generation", "cooling_requirement")
     search_fields = ("slug", "gpu_model", "vendor_model")
 
 
 # ---- nodes and their hardware ---------------------------------------------------------------
+
 
 class GPUInline(admin.TabularInline):
     model = GPU
@@ -317,8 +381,16 @@ class GPUInline(admin.TabularInline):
 class DriveInline(admin.TabularInline):
     model = Drive
     extra = 0
-    fields = ("serial", "model", "capacity_gb", "interface", "self_encrypting", "purge_supported", "last_reported_at",
-              "missing_since")
+    fields = (
+        "serial",
+        "model",
+        "capacity_gb",
+        "interface",
+        "self_encrypting",
+        "purge_supported",
+        "last_reported_at",
+        "missing_since",
+    )
     # what the agent saw is the agent's to say (fleet.services.drive_inventory)
     readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
 
@@ -378,8 +450,11 @@ class RackRowFilter(admin.SimpleListFilter):
     parameter_name = "rack_row"
 
     def lookups(self, request, model_admin):
-        rows = Rack.objects.values_list("hall__site__slug", "hall__name", "row").distinct().order_by(
-            "hall__site__slug", "hall__name", "row")
+        rows = (
+            Rack.objects.values_list("hall__site__slug", "hall__name", "row")
+            .distinct()
+            .order_by("hall__site__slug", "hall__name", "row")
+        )
         return [(f"{site}/{hall}/{row}", f"{site}/{hall} row {row}") for site, hall, row in rows]
 
     def queryset(self, request, queryset):
@@ -401,27 +476,82 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-STATE_FIELDS = ("lifecycle", "target_lifecycle", "state_deadline", "health", "power_state", "cordoned",
-                "cordon_reason", "attribution", "drain_requested_at", "drain_deadline", "last_error",
-                "failed_attempts", "next_attempt_at", "last_heartbeat_at", "gpu_power_w", "wall_power_w",
-                "wall_power_source", "wall_power_at")
+STATE_FIELDS = (
+    "lifecycle",
+    "target_lifecycle",
+    "state_deadline",
+    "health",
+    "power_state",
+    "cordoned",
+    "cordon_reason",
+    "attribution",
+    "drain_requested_at",
+    "drain_deadline",
+    "last_error",
+    "failed_attempts",
+    "next_attempt_at",
+    "last_heartbeat_at",
+    "gpu_power_w",
+    "wall_power_w",
+    "wall_power_source",
+    "wall_power_at",
+)
 
 
 @admin.register(Node)
 class NodeAdmin(InventoryFileAdmin):
     sheet = "nodes"
-    list_display = ("hostname", "serial", "rack_link", "u_position", "node_type", "fabric_domain", "lifecycle",
-                    "health", "cordoned", "power_state")
-    list_filter = ("lifecycle", "health", "cordoned", "power_state", "node_type__generation", "node_type",
-                   "rack__hall__site", "rack__hall", RackRowFilter, RackFilter)
+    list_display = (
+        "hostname",
+        "serial",
+        "rack_link",
+        "u_position",
+        "node_type",
+        "fabric_domain",
+        "lifecycle",
+        "health",
+        "cordoned",
+        "power_state",
+    )
+    list_filter = (
+        "lifecycle",
+        "health",
+        "cordoned",
+        "power_state",
+        "node_type__generation",
+        "node_type",
+        "rack__hall__site",
+        "rack__hall",
+        RackRowFilter,
+        RackFilter,
+    )
     search_fields = ("hostname", "serial", "rack__name", "gpus__uuid", "drives__serial", "bmc_address", "bmc_mac")
     list_select_related = ("rack", "node_type", "fabric_domain")
     fieldsets = (
-        (None, {"fields": ("hostname", "serial", "node_type", "rack", "u_position", "fabric_domain", "leaf_switch",
-                           "bmc_address", "bmc_mac", "commissioned_on", "allocation")}),
-        ("State (changed only by the state machine and the node actions)", {
-            "fields": (*STATE_FIELDS, "created_at", "updated_at"),
-        }),
+        (
+            None,
+            {
+                "fields": (
+                    "hostname",
+                    "serial",
+                    "node_type",
+                    "rack",
+                    "u_position",
+                    "fabric_domain",
+                    "leaf_switch",
+                    "bmc_address",
+                    "bmc_mac",
+                    "commissioned_on",
+                    "allocation",
+                )
+            },
+        ),
+        (
+            "State (changed only by the state machine and the node actions)",
+            {
+                "fields": (*STATE_FIELDS, "created_at", "updated_at"),
+            },
+        ),
     )
     inlines = [GPUInline, DriveInline, NodeEventInline]
     autocomplete_fields = ("rack",)
@@ -430,15 +560,20 @@ class NodeAdmin(InventoryFileAdmin):
 
     @admin.display(description="rack", ordering="rack__name")
     def rack_link(self, node):
-        return format_html('<a href="{}">{}</a>', reverse("admin:fleet_rack_change", args=[node.rack_id]), node.rack.name)
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:fleet_rack_change", args=[node.rack_id]), node.rack.name
+        )
 
     @admin.display(description="allocation")
     def allocation(self, node):
         membership = node.allocation_memberships.filter(ended_at__isnull=True).select_related("allocation").first()
         if membership is None:
             return "—"
-        return format_html('<a href="{}">{}</a>', reverse("admin:tenants_allocation_change",
-                                                          args=[membership.allocation_id]), str(membership.allocation))
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:tenants_allocation_change", args=[membership.allocation_id]),
+            str(membership.allocation),
+        )
 
     def get_readonly_fields(self, request, obj=None):
         fields = [*STATE_FIELDS, "created_at", "updated_at", "allocation"]
@@ -459,16 +594,22 @@ class NodeAdmin(InventoryFileAdmin):
             if not change:
                 record_enrolment(obj, actor=actor, reason="enrolled in the admin")
             elif form.changed_data:
-                record_inventory_update(obj, actor=actor,
-                                        changes={f: (before.get(f), after.get(f)) for f in form.changed_data})
+                record_inventory_update(
+                    obj, actor=actor, changes={f: (before.get(f), after.get(f)) for f in form.changed_data}
+                )
 
     def _node_action(self, request, queryset, action: str):
         """The console's path: each node through perform_operator_action (checked, evented, audited)."""
         done, refused = 0, []
         for node_id, hostname in queryset.values_list("pk", "hostname"):
             try:
-                perform_operator_action(node_id=node_id, action=action, actor=actor_label(request.user),
-                                    reason="admin bulk action", user=request.user)
+                perform_operator_action(
+                    node_id=node_id,
+                    action=action,
+                    actor=actor_label(request.user),
+                    reason="admin bulk action",
+                    user=request.user,
+                )
                 done += 1
             except (InvalidTransition, ActionRefused) as exc:
                 refused.append(f"{hostname}: {exc.detail}")
@@ -494,9 +635,18 @@ class NodeAdmin(InventoryFileAdmin):
 
     def export_rows(self, queryset):
         for node in queryset.select_related("rack", "node_type", "fabric_domain").iterator(chunk_size=2000):
-            yield [node.hostname, node.serial, node.rack.name, node.u_position, node.node_type.slug,
-                   node.fabric_domain.name if node.fabric_domain else "", node.leaf_switch, node.bmc_address,
-                   node.bmc_mac, node.commissioned_on.isoformat() if node.commissioned_on else ""]
+            yield [
+                node.hostname,
+                node.serial,
+                node.rack.name,
+                node.u_position,
+                node.node_type.slug,
+                node.fabric_domain.name if node.fabric_domain else "",
+                node.leaf_switch,
+                node.bmc_address,
+                node.bmc_mac,
+                node.commissioned_on.isoformat() if node.commissioned_on else "",
+            ]
 
     def extra_export_sheets(self, request, queryset):
         sheets = []
@@ -506,7 +656,8 @@ class NodeAdmin(InventoryFileAdmin):
             sheets.append(("gpus", columns_of("gpus"), (list(r) for r in gpus.iterator(chunk_size=5000))))
         if request.user.has_perm("fleet.view_drive"):
             drives = Drive.objects.filter(node__in=ids).values_list(
-                "node__hostname", "serial", "model", "capacity_gb", "interface", "self_encrypting")
+                "node__hostname", "serial", "model", "capacity_gb", "interface", "self_encrypting"
+            )
             sheets.append(("drives", columns_of("drives"), (list(r) for r in drives.iterator(chunk_size=5000))))
         return sheets
 
@@ -520,7 +671,9 @@ class GPUAdmin(AuditedModelAdmin):
     show_full_result_count = False
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and (obj is None or hardware_change_refusal(obj.node) is None)
+        return super().has_delete_permission(request, obj) and (
+            obj is None or hardware_change_refusal(obj.node) is None
+        )
 
     def delete_queryset(self, request, queryset):
         _refuse_locked(queryset.select_related("node"), hardware_change_refusal)
@@ -563,6 +716,7 @@ def _refuse_locked(queryset, refusal_of) -> None:
 
 
 # ---- evidence and plans: read-only ------------------------------------------------------------
+
 
 @admin.register(SanitizationRecord)
 class SanitizationRecordAdmin(ReadOnlyAdmin):

@@ -3,6 +3,7 @@
 Used by the data migration that preloads the catalogue and by seed_fleet; the figures are
 read from the reference file, never retyped.
 """
+
 import csv
 from decimal import Decimal
 from pathlib import Path
@@ -37,22 +38,24 @@ def catalogue_rows(reference_dir: Path = REFERENCE_DIR) -> list[dict]:
             else:
                 node_kw = (rack_kw / NVL72_TRAYS_PER_RACK).quantize(Decimal("0.01"))
                 rack_scale_kw = rack_kw
-            rows.append({
-                "slug": slug,
-                "vendor_model": row["form"],
-                "gpu_model": row["gpu_model"],
-                "generation": row["generation"],
-                "gpus_per_node": int(row["gpus_per_node"]),
-                "node_kw": node_kw,
-                "rack_kw": rack_scale_kw,
-                "cooling_requirement": row["cooling"],
-                "u_height": u_height,
-                "cuda_compute_capability": row["cuda_cc"],
-                "nvlink_domain_gpus": int(row["nvlink_domain_gpus"]),
-                "fabric": row["fabric"],
-                "year": int(row["year"]),
-                "source": f"generations.csv: {row['source']}",
-            })
+            rows.append(
+                {
+                    "slug": slug,
+                    "vendor_model": row["form"],
+                    "gpu_model": row["gpu_model"],
+                    "generation": row["generation"],
+                    "gpus_per_node": int(row["gpus_per_node"]),
+                    "node_kw": node_kw,
+                    "rack_kw": rack_scale_kw,
+                    "cooling_requirement": row["cooling"],
+                    "u_height": u_height,
+                    "cuda_compute_capability": row["cuda_cc"],
+                    "nvlink_domain_gpus": int(row["nvlink_domain_gpus"]),
+                    "fabric": row["fabric"],
+                    "year": int(row["year"]),
+                    "source": f"generations.csv: {row['source']}",
+                }
+            )
     return rows
 
 

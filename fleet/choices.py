@@ -1,9 +1,10 @@
 """Fleet choice sets. Colours follow one palette so every page shows a state the same way."""
+
 from django.db import models
 
 
 class Lifecycle(models.TextChoices):
-    """Node lifecycle (DESIGN.md, "Node"). Transitions live in fleet.services.lifecycle only."""
+    """Node lifecycle (docs/design, "Node"). Transitions live in fleet.services.lifecycle only."""
 
     ENROLLED = "enrolled", "Enrolled"
     BURN_IN = "burn_in", "Burn-in"
@@ -133,7 +134,7 @@ class DriveInterface(models.TextChoices):
 
 
 class AgentAction(models.TextChoices):
-    """Work the control plane asks a node agent to do (API.md, action-results)."""
+    """Work the control plane asks a node agent to do (docs/api.md, action-results)."""
 
     PROVISION = "provision", "Provision"
     STOP = "stop", "Stop tenant workload"

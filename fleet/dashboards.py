@@ -1,4 +1,5 @@
 """The dashboards' figures by name: what a page embeds and what its refresh endpoint answers."""
+
 from collections.abc import Callable
 from datetime import datetime, timedelta
 

@@ -4,6 +4,7 @@ Both validate the same way: an unknown lifecycle or health value, a malformed ha
 `cordoned` that is not true/false is an error the caller sees (400 validation_error in the
 API, a message on the page), never a silently unfiltered list.
 """
+
 import django_filters
 
 from .choices import Health, Lifecycle
@@ -19,8 +20,9 @@ class NodeFilterSet(django_filters.FilterSet):
     generation = django_filters.CharFilter(field_name="node_type__generation", help_text="e.g. hopper")
     lifecycle = django_filters.ChoiceFilter(choices=Lifecycle.choices)
     health = django_filters.ChoiceFilter(choices=Health.choices)
-    cordoned = django_filters.TypedChoiceFilter(choices=_BOOLEAN, coerce=lambda value: value in ("true", "1"),
-                                                help_text="true or false")
+    cordoned = django_filters.TypedChoiceFilter(
+        choices=_BOOLEAN, coerce=lambda value: value in ("true", "1"), help_text="true or false"
+    )
 
     class Meta:
         model = Node
@@ -33,5 +35,6 @@ class NodeFilterSet(django_filters.FilterSet):
         return {name: (None if data.get(name) in ("", None) else data[name]) for name in self.Meta.fields}
 
     def errors_as_list(self) -> list[dict]:
-        return [{"field": field, "message": " ".join(str(m) for m in messages)}
-                for field, messages in self.errors.items()]
+        return [
+            {"field": field, "message": " ".join(str(m) for m in messages)} for field, messages in self.errors.items()
+        ]

@@ -4,6 +4,7 @@ A workbook is a set of named sheets (racks, nodes, gpus, drives), each a header 
 rows. A CSV file is one sheet whose kind the uploader names. Reading never raises on bad
 input: it returns `FileProblem`s that say what is wrong with the file as a whole.
 """
+
 import csv
 import io
 import zipfile
@@ -49,8 +50,15 @@ def _read_csv(data: bytes, *, sheet: str, max_rows: int) -> Workbook:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        return Workbook({}, [(f"The file is not UTF-8 text (byte {exc.start} cannot be read); "
-                             "save it as 'CSV UTF-8' and upload it again.")])
+        return Workbook(
+            {},
+            [
+                (
+                    f"The file is not UTF-8 text (byte {exc.start} cannot be read); "
+                    "save it as 'CSV UTF-8' and upload it again."
+                )
+            ],
+        )
     if "\x00" in text:
         return Workbook({}, ["The file contains NUL characters; it is not a CSV text file."])
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -63,7 +71,9 @@ def _read_csv(data: bytes, *, sheet: str, max_rows: int) -> Workbook:
             if not any(c.strip() for c in cells):
                 continue
             if len(result.rows) >= max_rows:
-                return Workbook({}, [f"The file has more than {max_rows:,} rows; split it (e.g. one file per rack row)."])
+                return Workbook(
+                    {}, [f"The file has more than {max_rows:,} rows; split it (e.g. one file per rack row)."]
+                )
             result.rows.append((number, cells))
     except csv.Error as exc:
         return Workbook({}, [f"The file is not valid CSV ({exc}); check its quoting."])
@@ -74,8 +84,15 @@ def _read_xlsx(data: bytes, *, csv_sheet: str, max_rows: int) -> Workbook:
     try:
         book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, TypeError) as exc:
-        return Workbook({}, [(f"The file is not a readable XLSX workbook ({type(exc).__name__}); save it again as "
-                             "Excel Workbook (.xlsx).")])
+        return Workbook(
+            {},
+            [
+                (
+                    f"The file is not a readable XLSX workbook ({type(exc).__name__}); save it again as "
+                    "Excel Workbook (.xlsx)."
+                )
+            ],
+        )
     sheets: dict[str, Sheet] = {}
     problems: list[str] = []
     names = book.sheetnames

@@ -1,4 +1,4 @@
-"""`/metrics`: Prometheus text for an operator bearer token (API.md, "Console pages").
+"""`/metrics`: Prometheus text for an operator bearer token (docs/api.md, "Console pages").
 
 Fleet figures are computed per scrape by a collector in a fresh registry, from the same
 aggregate selectors the dashboards use (a handful of grouped queries, whatever the fleet size);
@@ -48,12 +48,19 @@ class FleetCollector:
         yield nodes
 
         # `source`: bmc / pdu (a meter), estimate (GPU power + host share), rated, or mixed.
-        rack_kw = GaugeMetricFamily("hangar_rack_power_kw", "Rack wall (IT) draw (kW); source says how it is known",
-                                    labels=["rack", "hall", "source"])
-        rack_age = GaugeMetricFamily("hangar_rack_power_reading_age_seconds",
-                                     "Age of the oldest reading in the rack's draw (absent when all rated)",
-                                     labels=["rack", "hall", "source"])
-        rack_rated = GaugeMetricFamily("hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"])
+        rack_kw = GaugeMetricFamily(
+            "hangar_rack_power_kw",
+            "Rack wall (IT) draw (kW); source says how it is known",
+            labels=["rack", "hall", "source"],
+        )
+        rack_age = GaugeMetricFamily(
+            "hangar_rack_power_reading_age_seconds",
+            "Age of the oldest reading in the rack's draw (absent when all rated)",
+            labels=["rack", "hall", "source"],
+        )
+        rack_rated = GaugeMetricFamily(
+            "hangar_rack_usable_kw", "What the rack can power and cool (kW)", labels=["rack", "hall"]
+        )
         for rack in (r for r in racks_with_draw(now=now) if r.node_count):
             hall = rack.hall
             rack_kw.add_metric([rack.name, hall, rack.sources.source], round(rack.drawn, 3))
@@ -64,16 +71,21 @@ class FleetCollector:
         yield rack_age
         yield rack_rated
 
-        hall_kw = GaugeMetricFamily("hangar_hall_power_kw", "Hall wall (IT) draw (kW); source says how it is known",
-                                    labels=["hall", "source"])
-        hall_age = GaugeMetricFamily("hangar_hall_power_reading_age_seconds",
-                                     "Age of the oldest reading in the hall's draw (absent when all rated)",
-                                     labels=["hall", "source"])
-        hall_nodes = GaugeMetricFamily("hangar_hall_power_nodes", "Nodes behind the hall's draw, by how each is known",
-                                       labels=["hall", "source"])
+        hall_kw = GaugeMetricFamily(
+            "hangar_hall_power_kw", "Hall wall (IT) draw (kW); source says how it is known", labels=["hall", "source"]
+        )
+        hall_age = GaugeMetricFamily(
+            "hangar_hall_power_reading_age_seconds",
+            "Age of the oldest reading in the hall's draw (absent when all rated)",
+            labels=["hall", "source"],
+        )
+        hall_nodes = GaugeMetricFamily(
+            "hangar_hall_power_nodes", "Nodes behind the hall's draw, by how each is known", labels=["hall", "source"]
+        )
         budget = GaugeMetricFamily("hangar_hall_power_budget_kw", "Hall IT power budget (kW)", labels=["hall"])
-        facility = GaugeMetricFamily("hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)",
-                                     labels=["hall", "source"])
+        facility = GaugeMetricFamily(
+            "hangar_hall_facility_power_kw", "Hall facility draw: IT draw × PUE (kW)", labels=["hall", "source"]
+        )
         for hall in hall_power(now=now):
             source = hall.sources.source
             hall_kw.add_metric([hall.name, source], hall.drawn_kw)

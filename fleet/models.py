@@ -59,12 +59,16 @@ class Site(BaseModel):
     name = models.CharField(max_length=100, unique=True)
     region = models.CharField(max_length=50, blank=True)
     electricity_usd_per_kwh = models.DecimalField(
-        max_digits=8, decimal_places=5, default=default_electricity_price,
+        max_digits=8,
+        decimal_places=5,
+        default=default_electricity_price,
         validators=[MinValueValidator(Decimal("0"))],
         help_text="what the site pays per facility kWh; default economics.csv electricity_price",
     )
     grid_kg_co2e_per_kwh = models.DecimalField(
-        max_digits=6, decimal_places=4, default=default_grid_carbon_intensity,
+        max_digits=6,
+        decimal_places=4,
+        default=default_grid_carbon_intensity,
         validators=[MinValueValidator(Decimal("0"))],
         help_text="grid carbon intensity; default facility.csv grid_carbon_intensity_us_average",
     )
@@ -109,10 +113,15 @@ class Hall(BaseModel):
             load = self.placed_load_kw()
             if self.it_power_budget_kw < load:
                 budget = Decimal(self.it_power_budget_kw).quantize(Decimal("0.01"))
-                raise ValidationError({"it_power_budget_kw": (
-                    f"The nodes in {self.name} draw {load} kW at nameplate; a budget of {budget} kW "
-                    f"would overload the hall by {load - budget} kW. Move or retire nodes first, "
-                    "or give the budget the hall's plant really delivers.")})
+                raise ValidationError(
+                    {
+                        "it_power_budget_kw": (
+                            f"The nodes in {self.name} draw {load} kW at nameplate; a budget of {budget} kW "
+                            f"would overload the hall by {load - budget} kW. Move or retire nodes first, "
+                            "or give the budget the hall's plant really delivers."
+                        )
+                    }
+                )
 
 
 class Rack(BaseModel):
@@ -166,14 +175,20 @@ def rack_errors_for_nodes(rack: "Rack", nodes) -> list[str]:
     for node in nodes:
         node_type = node.node_type
         if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
-            errors.append(f"{node.hostname} ({node_type.slug}) needs {node_type.get_cooling_requirement_display().lower()} "
-                          f"cooling; {rack.name} would be {rack.get_cooling_display().lower()}-cooled. Move it out first.")
+            errors.append(
+                f"{node.hostname} ({node_type.slug}) needs {node_type.get_cooling_requirement_display().lower()} "
+                f"cooling; {rack.name} would be {rack.get_cooling_display().lower()}-cooled. Move it out first."
+            )
         elif node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
-            errors.append(f"{node.hostname} is a rack-scale {node_type.slug} drawing {node_type.rack_kw} kW; "
-                          f"{rack.name} could carry only {rack.usable_kw} kW.")
+            errors.append(
+                f"{node.hostname} is a rack-scale {node_type.slug} drawing {node_type.rack_kw} kW; "
+                f"{rack.name} could carry only {rack.usable_kw} kW."
+            )
         top = node.u_position + node_type.u_height - 1
         if rack.u_height is not None and top > rack.u_height:
-            errors.append(f"{node.hostname} occupies U{node.u_position}-U{top}; a {rack.u_height}U rack cannot hold it.")
+            errors.append(
+                f"{node.hostname} occupies U{node.u_position}-U{top}; a {rack.u_height}U rack cannot hold it."
+            )
     return errors
 
 
@@ -273,9 +288,15 @@ class NodeType(BaseModel):
             return
         in_use = Node.objects.filter(node_type_id=self.pk).count()
         if in_use:
-            raise ValidationError({f: (
-                f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
-                f"cannot change under them (was {stored[f]}). Create a new node type instead.") for f in changed})
+            raise ValidationError(
+                {
+                    f: (
+                        f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
+                        f"cannot change under them (was {stored[f]}). Create a new node type instead."
+                    )
+                    for f in changed
+                }
+            )
 
 
 class Node(BaseModel):
@@ -290,10 +311,16 @@ class Node(BaseModel):
         FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes"
     )
     leaf_switch = models.CharField(max_length=50, blank=True, help_text="the fabric leaf the node's ports land on")
-    bmc_address = models.CharField(max_length=253, blank=True, validators=[validate_bmc_address],
-                                   help_text="the BMC's IP address or DNS name")
-    bmc_mac = models.CharField(max_length=17, blank=True, validators=[validate_mac], verbose_name="BMC MAC",
-                               help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56")
+    bmc_address = models.CharField(
+        max_length=253, blank=True, validators=[validate_bmc_address], help_text="the BMC's IP address or DNS name"
+    )
+    bmc_mac = models.CharField(
+        max_length=17,
+        blank=True,
+        validators=[validate_mac],
+        verbose_name="BMC MAC",
+        help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56",
+    )
     commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
 
     lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
@@ -314,7 +341,8 @@ class Node(BaseModel):
         null=True, blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)"
     )
     gpu_power_w = models.IntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="sum of the GPUs' board power at the last heartbeat (W): GPU power, not the node's wall draw",
     )
     # The node's wall draw as a meter reports it (the BMC's chassis power or a metered PDU outlet),
@@ -354,8 +382,9 @@ class Node(BaseModel):
     LOCKED_WHILE_ALLOCATED = ("rack_id", "u_position", "node_type_id", "fabric_domain_id", "leaf_switch")
 
     def is_allocated(self) -> bool:
-        return bool(self.pk) and (self.lifecycle in ALLOCATED_LIFECYCLES
-                                  or self.allocation_memberships.filter(ended_at__isnull=True).exists())
+        return bool(self.pk) and (
+            self.lifecycle in ALLOCATED_LIFECYCLES or self.allocation_memberships.filter(ended_at__isnull=True).exists()
+        )
 
     def clean(self):
         super().clean()
@@ -371,15 +400,22 @@ class Node(BaseModel):
                 if moved:
                     raise ValidationError(
                         f"{self.hostname} carries a tenant allocation; its {', '.join(moved)} cannot change under it. "
-                        "Drain it first (node actions), then edit it once it is available.")
+                        "Drain it first (node actions), then edit it once it is available."
+                    )
             surplus = self.gpus.filter(index__gte=self.node_type.gpus_per_node).count() if stored else 0
             if surplus:
-                errors.append(f"{self.node_type.slug} has {self.node_type.gpus_per_node} GPUs; {self.hostname} has "
-                              f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type.")
+                errors.append(
+                    f"{self.node_type.slug} has {self.node_type.gpus_per_node} GPUs; {self.hostname} has "
+                    f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type."
+                )
         others = Node.objects.filter(rack=self.rack).exclude(pk=self.pk).select_related("node_type")
         errors += placement_errors(
-            rack=self.rack, node_type=self.node_type, u_position=self.u_position, fabric_domain=self.fabric_domain,
-            others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others])
+            rack=self.rack,
+            node_type=self.node_type,
+            u_position=self.u_position,
+            fabric_domain=self.fabric_domain,
+            others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others],
+        )
         if errors:
             raise ValidationError(errors)
 
@@ -430,8 +466,12 @@ class GPU(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=64, unique=True, validators=[validate_gpu_uuid],
-                            help_text="NVML UUID as nvidia-smi -L prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    uuid = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[validate_gpu_uuid],
+        help_text="NVML UUID as nvidia-smi -L prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+    )
     serial = models.CharField(max_length=64, blank=True)
 
     class Meta:
@@ -448,9 +488,14 @@ class GPU(models.Model):
         if self.node_id and self.index is not None:
             per_node = self.node.node_type.gpus_per_node
             if self.index >= per_node:
-                raise ValidationError({"index": (
-                    f"{self.node.hostname} is a {self.node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}); "
-                    f"index {self.index} does not exist on it.")})
+                raise ValidationError(
+                    {
+                        "index": (
+                            f"{self.node.hostname} is a {self.node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}); "
+                            f"index {self.index} does not exist on it."
+                        )
+                    }
+                )
 
 
 class Drive(models.Model):
@@ -464,12 +509,15 @@ class Drive(models.Model):
     interface = models.CharField(max_length=8, choices=DriveInterface.choices, default=DriveInterface.NVME)
     self_encrypting = models.BooleanField(default=False)
     purge_supported = models.BooleanField(
-        default=False, help_text="the drive can be purged in place (NVMe sanitize or cryptographic erase); "
-                                 "a drive that cannot must be destroyed before it leaves the organisation")
+        default=False,
+        help_text="the drive can be purged in place (NVMe sanitize or cryptographic erase); "
+        "a drive that cannot must be destroyed before it leaves the organisation",
+    )
     # Reconciled from the agent's drive inventory (fleet.services.drive_inventory).
     last_reported_at = models.DateTimeField(null=True, blank=True, help_text="last time the node agent saw it")
     missing_since = models.DateTimeField(
-        null=True, blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit")
+        null=True, blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit"
+    )
 
     class Meta:
         ordering = ["node__hostname", "serial"]
@@ -486,7 +534,9 @@ class NodeDriveInventory(models.Model):
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="drive_inventory")
     reported_at = models.DateTimeField(help_text="when the agent observed the drives")
-    drives = models.JSONField(default=list, help_text="[{serial, model, capacity_gb, self_encrypting, purge_supported}]")
+    drives = models.JSONField(
+        default=list, help_text="[{serial, model, capacity_gb, self_encrypting, purge_supported}]"
+    )
 
     def __str__(self) -> str:
         return f"drive inventory of {self.node_id} at {self.reported_at:%Y-%m-%d %H:%M}"
@@ -709,8 +759,9 @@ class CustodyTransfer(AppendOnlyModel):
     # stand in for sanitisation records (fleet.services.drive_gate).
     kind = models.CharField(max_length=16, choices=CustodyKind.choices, default=CustodyKind.DISPOSAL)
     carrier = models.CharField(max_length=200, blank=True, help_text="carrier of an RMA shipment")
-    drive_status = models.JSONField(default=list, blank=True,
-                                    help_text="RMA shipment: [{serial, status}] for every drive shipped")
+    drive_status = models.JSONField(
+        default=list, blank=True, help_text="RMA shipment: [{serial, status}] for every drive shipped"
+    )
 
     class Meta:
         ordering = ["at", "id"]

@@ -4,6 +4,7 @@ WeasyPrint renders the page's own HTML and CSS; the templates it gets are self-c
 (inline CSS, no images), and the URL fetcher refuses everything so that rendering never
 reaches the network or the filesystem.
 """
+
 import logging
 
 # WeasyPrint and fontTools log every step (even parsing its stylesheet on import) at INFO:

@@ -1,4 +1,5 @@
 """Reads of the fleet, as aggregate queries (no per-node loops)."""
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -68,9 +69,7 @@ class RackRow:
 
 def racks_with_power(*, hall_id=None) -> QuerySet:
     """Racks annotated with node counts per lifecycle and the rated kW of what they hold."""
-    lifecycle_counts = {
-        f"n_{state}": Count("nodes", filter=Q(nodes__lifecycle=state)) for state in Lifecycle.values
-    }
+    lifecycle_counts = {f"n_{state}": Count("nodes", filter=Q(nodes__lifecycle=state)) for state in Lifecycle.values}
     qs = Rack.objects.select_related("hall").annotate(
         node_count=Count("nodes"),
         planned_kw=Coalesce(Sum("nodes__node_type__node_kw"), ZERO_KW),
@@ -113,8 +112,13 @@ def gpu_totals_by_lifecycle_and_generation() -> list[dict]:
 # Which lifecycle states count as "allocated" and "in repair" on every dashboard and in /metrics.
 ALLOCATED_STATES = (Lifecycle.ACTIVE, Lifecycle.PROVISIONING, Lifecycle.RELEASING)
 REPAIR_STATES = (
-    Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING, Lifecycle.VALIDATING,
-    Lifecycle.TRIAGE, Lifecycle.REPAIR, Lifecycle.RMA,
+    Lifecycle.QUARANTINED,
+    Lifecycle.DRAINING,
+    Lifecycle.REMEDIATING,
+    Lifecycle.VALIDATING,
+    Lifecycle.TRIAGE,
+    Lifecycle.REPAIR,
+    Lifecycle.RMA,
 )
 # A power reading is trusted while it is this fresh; older, the node counts at its rated maximum.
 POWER_READING_FRESH = timedelta(minutes=2)
@@ -127,9 +131,13 @@ def fresh_wall_reading(now: datetime, prefix: str = "") -> Q:
 
 def fresh_estimate(now: datetime, prefix: str = "") -> Q:
     """No fresh meter reading, but fresh GPU power and a sourced host share for the type."""
-    return (~fresh_wall_reading(now, prefix)
-            & Q(**{f"{prefix}gpu_power_w__isnull": False, f"{prefix}last_heartbeat_at__gte": now - POWER_READING_FRESH,
-                   f"{prefix}node_type__gpu_model__in": list(host_share_kw())}))
+    return ~fresh_wall_reading(now, prefix) & Q(
+        **{
+            f"{prefix}gpu_power_w__isnull": False,
+            f"{prefix}last_heartbeat_at__gte": now - POWER_READING_FRESH,
+            f"{prefix}node_type__gpu_model__in": list(host_share_kw()),
+        }
+    )
 
 
 def fresh_reading(now: datetime, prefix: str = "") -> Q:
@@ -138,8 +146,14 @@ def fresh_reading(now: datetime, prefix: str = "") -> Q:
 
 
 def host_share_kw_expr(prefix: str = ""):
-    return Case(*(When(**{f"{prefix}node_type__gpu_model": model}, then=Value(float(kw)))
-                  for model, kw in host_share_kw().items()), default=Value(0.0), output_field=FloatField())
+    return Case(
+        *(
+            When(**{f"{prefix}node_type__gpu_model": model}, then=Value(float(kw)))
+            for model, kw in host_share_kw().items()
+        ),
+        default=Value(0.0),
+        output_field=FloatField(),
+    )
 
 
 def drawn_kw_expr(now: datetime, prefix: str = ""):
@@ -147,8 +161,10 @@ def drawn_kw_expr(now: datetime, prefix: str = ""):
     power + the type's host share), else its type's rated maximum. `power_source_expr` says which."""
     return Case(
         When(fresh_wall_reading(now, prefix), then=Cast(F(f"{prefix}wall_power_w"), FloatField()) / 1000.0),
-        When(fresh_estimate(now, prefix),
-             then=Cast(F(f"{prefix}gpu_power_w"), FloatField()) / 1000.0 + host_share_kw_expr(prefix)),
+        When(
+            fresh_estimate(now, prefix),
+            then=Cast(F(f"{prefix}gpu_power_w"), FloatField()) / 1000.0 + host_share_kw_expr(prefix),
+        ),
         default=Cast(F(f"{prefix}node_type__node_kw"), FloatField()),
         output_field=FloatField(),
     )
@@ -159,7 +175,8 @@ def reading_at_expr(now: datetime, prefix: str = ""):
     return Case(
         When(fresh_wall_reading(now, prefix), then=F(f"{prefix}wall_power_at")),
         When(fresh_estimate(now, prefix), then=F(f"{prefix}last_heartbeat_at")),
-        default=Value(None), output_field=DateTimeField(),
+        default=Value(None),
+        output_field=DateTimeField(),
     )
 
 
@@ -178,8 +195,13 @@ def source_mix_annotations(now: datetime, prefix: str = "", count: str = "id") -
 
 def source_mix_of(row) -> SourceMix:
     get = row.get if isinstance(row, dict) else (lambda k: getattr(row, k))
-    return SourceMix(bmc=get("src_bmc") or 0, pdu=get("src_pdu") or 0, estimate=get("src_estimate") or 0,
-                     rated=get("src_rated") or 0, oldest_reading_at=get("oldest_reading_at"))
+    return SourceMix(
+        bmc=get("src_bmc") or 0,
+        pdu=get("src_pdu") or 0,
+        estimate=get("src_estimate") or 0,
+        rated=get("src_rated") or 0,
+        oldest_reading_at=get("oldest_reading_at"),
+    )
 
 
 def node_power(node, now: datetime) -> tuple[float, str, datetime | None]:
@@ -188,8 +210,12 @@ def node_power(node, now: datetime) -> tuple[float, str, datetime | None]:
     if node.wall_power_w is not None and node.wall_power_at and node.wall_power_at >= fresh_after:
         return node.wall_power_w / 1000.0, node.wall_power_source, node.wall_power_at
     host = host_share_kw().get(node.node_type.gpu_model)
-    if (host is not None and node.gpu_power_w is not None and node.last_heartbeat_at
-            and node.last_heartbeat_at >= fresh_after):
+    if (
+        host is not None
+        and node.gpu_power_w is not None
+        and node.last_heartbeat_at
+        and node.last_heartbeat_at >= fresh_after
+    ):
         return node.gpu_power_w / 1000.0 + float(host), "estimate", node.last_heartbeat_at
     return float(node.node_type.node_kw), "rated", None
 
@@ -210,8 +236,12 @@ class GpuCounts:
     in_repair: int = 0
 
     def __add__(self, other: "GpuCounts") -> "GpuCounts":
-        return GpuCounts(self.total + other.total, self.healthy + other.healthy,
-                         self.allocated + other.allocated, self.in_repair + other.in_repair)
+        return GpuCounts(
+            self.total + other.total,
+            self.healthy + other.healthy,
+            self.allocated + other.allocated,
+            self.in_repair + other.in_repair,
+        )
 
     @property
     def utilisation_pct(self) -> float:
@@ -229,8 +259,12 @@ class FleetSummary:
 def fleet_summary() -> FleetSummary:
     """GPU totals, healthy, allocated and in repair per generation and per hall: one grouped query."""
     rows = (
-        Node.objects.values(generation=F("node_type__generation"), site=F("rack__hall__site__slug"),
-                            hall=F("rack__hall__name"), state=F("lifecycle"))
+        Node.objects.values(
+            generation=F("node_type__generation"),
+            site=F("rack__hall__site__slug"),
+            hall=F("rack__hall__name"),
+            state=F("lifecycle"),
+        )
         .annotate(
             total=_gpu_sum(),
             healthy=_gpu_sum(Q(health=Health.HEALTHY)),
@@ -242,7 +276,8 @@ def fleet_summary() -> FleetSummary:
     by_state: dict[str, int] = {}
     for row in rows:
         counts = GpuCounts(
-            total=row["total"], healthy=row["healthy"],
+            total=row["total"],
+            healthy=row["healthy"],
             allocated=row["total"] if row["state"] in ALLOCATED_STATES else 0,
             in_repair=row["total"] if row["state"] in REPAIR_STATES else 0,
         )
@@ -306,9 +341,18 @@ def hall_power(*, now: datetime) -> list[HallPower]:
         .order_by("site__name", "name")
     )
     return [
-        HallPower(hall_id=h.pk, name=str(h), budget_kw=float(h.it_power_budget_kw), pue=float(h.pue),
-                  drawn_kw=round(h.drawn, 1), rated_kw=round(h.rated, 1), nodes=h.nodes_n, measured_nodes=h.measured_n,
-                  sources=source_mix_of(h), age_s=source_mix_of(h).age_seconds(now))
+        HallPower(
+            hall_id=h.pk,
+            name=str(h),
+            budget_kw=float(h.it_power_budget_kw),
+            pue=float(h.pue),
+            drawn_kw=round(h.drawn, 1),
+            rated_kw=round(h.rated, 1),
+            nodes=h.nodes_n,
+            measured_nodes=h.measured_n,
+            sources=source_mix_of(h),
+            age_s=source_mix_of(h).age_seconds(now),
+        )
         for h in halls
     ]
 
@@ -318,11 +362,21 @@ def hall_power_history(*, since: datetime, resolution: str) -> list[dict]:
     (`sources`: the distinct sources behind it). One grouped query."""
     from .models import PowerPoint
 
-    rows = (PowerPoint.objects.filter(resolution=resolution, at__gte=since)
-            .values("at", hall=F("rack__hall__name"), site=F("rack__hall__site__slug"))
-            .annotate(kw=Sum("kw"), lo=Min("source"), hi=Max("source")).order_by("at"))
-    return [{"at": r["at"], "hall": f"{r['site']}/{r['hall']}", "kw": r["kw"],
-             "source": r["lo"] if r["lo"] == r["hi"] else "mixed"} for r in rows]
+    rows = (
+        PowerPoint.objects.filter(resolution=resolution, at__gte=since)
+        .values("at", hall=F("rack__hall__name"), site=F("rack__hall__site__slug"))
+        .annotate(kw=Sum("kw"), lo=Min("source"), hi=Max("source"))
+        .order_by("at")
+    )
+    return [
+        {
+            "at": r["at"],
+            "hall": f"{r['site']}/{r['hall']}",
+            "kw": r["kw"],
+            "source": r["lo"] if r["lo"] == r["hi"] else "mixed",
+        }
+        for r in rows
+    ]
 
 
 @dataclass
@@ -354,7 +408,8 @@ def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
     nodes = Node.objects.all() if not hall_id else Node.objects.filter(rack__hall_id=hall_id)
     stats = {
         row["rack_id"]: row
-        for row in nodes.values("rack_id").annotate(
+        for row in nodes.values("rack_id")
+        .annotate(
             node_count=Count("id"),
             measured_count=Count("id", filter=fresh_wall_reading(now)),
             **source_mix_annotations(now),
@@ -363,22 +418,44 @@ def racks_with_draw(*, now: datetime, hall_id=None) -> list[RackDraw]:
             unhealthy=Count("id", filter=Q(health=Health.UNHEALTHY)),
             degraded=Count("id", filter=Q(health=Health.DEGRADED)),
             unknown=Count("id", filter=Q(health=Health.UNKNOWN)),
-        ).order_by()
+        )
+        .order_by()
     }
     racks = Rack.objects.order_by("hall__name", "row", "column", "name")
     if hall_id:
         racks = racks.filter(hall_id=hall_id)
     rows = []
-    for r in racks.values("id", "name", "hall_id", "hall__site__slug", "hall__name", "row", "column",
-                          "rated_power_kw", "cooling_capacity_kw"):
+    for r in racks.values(
+        "id",
+        "name",
+        "hall_id",
+        "hall__site__slug",
+        "hall__name",
+        "row",
+        "column",
+        "rated_power_kw",
+        "cooling_capacity_kw",
+    ):
         row = stats.get(r["id"], {})
-        figures = {k: v for k, v in row.items() if k != "rack_id" and not k.startswith("src_") and k != "oldest_reading_at"}
+        figures = {
+            k: v for k, v in row.items() if k != "rack_id" and not k.startswith("src_") and k != "oldest_reading_at"
+        }
         if row:
             figures["sources"] = source_mix_of(row)
             figures["age_s"] = figures["sources"].age_seconds(now)
-        rows.append(RackDraw(pk=r["id"], name=r["name"], hall=f"{r['hall__site__slug']}/{r['hall__name']}",
-                             hall_id=r["hall_id"], row=r["row"], column=r["column"], rated_power_kw=r["rated_power_kw"],
-                             usable_kw=min(r["rated_power_kw"], r["cooling_capacity_kw"]), **figures))
+        rows.append(
+            RackDraw(
+                pk=r["id"],
+                name=r["name"],
+                hall=f"{r['hall__site__slug']}/{r['hall__name']}",
+                hall_id=r["hall_id"],
+                row=r["row"],
+                column=r["column"],
+                rated_power_kw=r["rated_power_kw"],
+                usable_kw=min(r["rated_power_kw"], r["cooling_capacity_kw"]),
+                **figures,
+            )
+        )
     return rows
 
 
@@ -412,7 +489,6 @@ def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
     """Free kW per position (usable minus rated kW already placed) grouped by hall and cooling, and for
     each product in generations.csv how many positions could take a full rack of it. One query."""
 
-
     racks = list(
         Rack.objects.values("id", "hall__site__slug", "hall__name", "cooling", "rated_power_kw", "cooling_capacity_kw")
         .annotate(placed=Coalesce(Sum(Cast(F("nodes__node_type__node_kw"), FloatField())), 0.0), n=Count("nodes"))
@@ -424,8 +500,14 @@ def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
         r["hall"] = f"{r['hall__site__slug']}/{r['hall__name']}"
         groups.setdefault((r["hall"], r["cooling"]), []).append(r)
     headroom = [
-        CoolingHeadroom(hall=hall, cooling=cooling, positions=len(rows), empty_positions=sum(1 for r in rows if not r["n"]),
-                        free_kw=round(sum(r["free"] for r in rows), 1), largest_free_kw=round(max(r["free"] for r in rows), 1))
+        CoolingHeadroom(
+            hall=hall,
+            cooling=cooling,
+            positions=len(rows),
+            empty_positions=sum(1 for r in rows if not r["n"]),
+            free_kw=round(sum(r["free"] for r in rows), 1),
+            largest_free_kw=round(max(r["free"] for r in rows), 1),
+        )
         for (hall, cooling), rows in sorted(groups.items())
     ]
     options = []
@@ -436,9 +518,17 @@ def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
         for r in racks:
             if r["cooling"] in coolings and r["free"] >= float(needs):
                 fits[r["hall"]] = fits.get(r["hall"], 0) + 1
-        options.append(PlacementOption(generation=gen.generation, gpu_model=gen.gpu_model, needs_kw=float(needs),
-                                       cooling=gen.cooling, positions=sum(fits.values()), by_hall=sorted(fits.items()),
-                                       source=gen.source))
+        options.append(
+            PlacementOption(
+                generation=gen.generation,
+                gpu_model=gen.gpu_model,
+                needs_kw=float(needs),
+                cooling=gen.cooling,
+                positions=sum(fits.values()),
+                by_hall=sorted(fits.items()),
+                source=gen.source,
+            )
+        )
     return headroom, options
 
 
@@ -446,13 +536,19 @@ def rack_elevation(rack_id) -> tuple[Rack, list[Node]]:
     rack = Rack.objects.select_related("hall__site").get(pk=rack_id)
     nodes = list(Node.objects.filter(rack=rack).select_related("node_type").order_by("-u_position"))
     return rack, nodes
+
+
 # ---- end of life -----------------------------------------------------------------------------
+
 
 def sanitized_drive_ids(drive_ids) -> set:
     """The drives among `drive_ids` that have a passing (verified) sanitisation record."""
 
-    return set(SanitizationRecord.objects.filter(drive_id__in=list(drive_ids), verified=True)
-               .values_list("drive_id", flat=True).distinct())
+    return set(
+        SanitizationRecord.objects.filter(drive_id__in=list(drive_ids), verified=True)
+        .values_list("drive_id", flat=True)
+        .distinct()
+    )
 
 
 @dataclass(frozen=True)
@@ -498,8 +594,12 @@ def data_handling_status(node_ids) -> dict:
     both = gate_statuses(node_ids, (RETIRE, DISPOSE))
     gates, dispose_gates = both[RETIRE], both[DISPOSE]
     disposals = {d.node_id: d for d in NodeDisposal.objects.filter(node_id__in=node_ids)}
-    custody = dict(CustodyTransfer.objects.filter(node_id__in=node_ids).values("node_id")
-                   .annotate(n=Count("id")).values_list("node_id", "n"))
+    custody = dict(
+        CustodyTransfer.objects.filter(node_id__in=node_ids)
+        .values("node_id")
+        .annotate(n=Count("id"))
+        .values_list("node_id", "n")
+    )
     out = {}
     for nid in node_ids:
         gate = gates[nid]
@@ -507,12 +607,16 @@ def data_handling_status(node_ids) -> dict:
         out[nid] = DataHandlingStatus(
             drives_total=len(gate.drives),
             drives_sanitized=sum(1 for d in gate.drives if d.ok),
-            unsanitized=[{"id": d.drive_id, "serial": d.serial, "required_method": d.required, "problem": d.problem}
-                         for d in gate.drives if not d.ok],
+            unsanitized=[
+                {"id": d.drive_id, "serial": d.serial, "required_method": d.required, "problem": d.problem}
+                for d in gate.drives
+                if not d.ok
+            ],
             bmc_reset_at=disposal.bmc_reset_at if disposal else None,
             asset_tags_removed_at=disposal.asset_tags_removed_at if disposal else None,
             custody_transfers=custody.get(nid, 0),
-            gate=gate, dispose_gate=dispose_gates[nid],
+            gate=gate,
+            dispose_gate=dispose_gates[nid],
         )
     return out
 
@@ -530,12 +634,29 @@ def certificate_for(node_id) -> dict:
     disposal = NodeDisposal.objects.filter(node=node).first()
     custody = list(CustodyTransfer.objects.filter(node=node).order_by("at", "id"))
     # The named person who signed the node off: whoever retired it (or, before that, reset its BMC).
-    retired = NodeEvent.objects.filter(node=node, to_state=Lifecycle.RETIRED).exclude(from_state=Lifecycle.RETIRED) \
-        .order_by("-at").values_list("actor", "at").first()
-    signed_off_by, signed_off_at = retired or ((disposal.bmc_reset_by, disposal.bmc_reset_at) if disposal else ("", None))
-    return {"node": node, "rows": rows, "disposal": disposal, "status": status, "gate": status.gate,
-            "custody": custody, "complete": not status.retire_missing,
-            "signed_off_by": signed_off_by or "(not signed off)", "signed_off_at": signed_off_at}
+    retired = (
+        NodeEvent.objects.filter(node=node, to_state=Lifecycle.RETIRED)
+        .exclude(from_state=Lifecycle.RETIRED)
+        .order_by("-at")
+        .values_list("actor", "at")
+        .first()
+    )
+    signed_off_by, signed_off_at = retired or (
+        (disposal.bmc_reset_by, disposal.bmc_reset_at) if disposal else ("", None)
+    )
+    return {
+        "node": node,
+        "rows": rows,
+        "disposal": disposal,
+        "status": status,
+        "gate": status.gate,
+        "custody": custody,
+        "complete": not status.retire_missing,
+        "signed_off_by": signed_off_by or "(not signed off)",
+        "signed_off_at": signed_off_at,
+    }
+
+
 # --- node lifecycle reads (ops API, console node pages, allocation loop) -------------------
 
 NODE_FILTERS = ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned")
@@ -567,17 +688,19 @@ def node_list(filters: dict) -> QuerySet:
     return qs
 
 
-
 def drives_for_nodes(node_ids) -> dict:
     """node id → [{id, serial, sanitized}] (two queries at most)."""
 
-    rows = list(Drive.objects.filter(node_id__in=list(node_ids)).order_by("serial").values_list("id", "node_id", "serial"))
+    rows = list(
+        Drive.objects.filter(node_id__in=list(node_ids)).order_by("serial").values_list("id", "node_id", "serial")
+    )
     sanitized_ids = sanitized_drive_ids([r[0] for r in rows]) if rows else set()
     out: dict = {}
     for drive_id, node_id, serial in rows:
-        out.setdefault(node_id, []).append({"id": str(drive_id), "serial": serial, "sanitized": drive_id in sanitized_ids})
+        out.setdefault(node_id, []).append(
+            {"id": str(drive_id), "serial": serial, "sanitized": drive_id in sanitized_ids}
+        )
     return out
-
 
 
 VALIDATION_HISTORY_DAYS = 7  # the flapping window (health.policy.FLAP_WINDOW)
@@ -587,9 +710,13 @@ def validation_history(node_id) -> list:
     """The node's burn-in and validation runs of the flapping window, newest first: how each
     ended (passed, failed, held for an operator), so the operator deciding sees them all."""
     since = timezone.now() - timedelta(days=VALIDATION_HISTORY_DAYS)
-    return list(NodeEvent.objects.filter(node_id=node_id, at__gte=since,
-                                         from_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING))
-                .exclude(to_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING)).order_by("-at")[:50])
+    return list(
+        NodeEvent.objects.filter(
+            node_id=node_id, at__gte=since, from_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING)
+        )
+        .exclude(to_state__in=(Lifecycle.BURN_IN, Lifecycle.VALIDATING))
+        .order_by("-at")[:50]
+    )
 
 
 def pending_agent_actions(node) -> QuerySet:
@@ -600,8 +727,7 @@ def pending_agent_actions(node) -> QuerySet:
 def hardware_change_refusal(node) -> str | None:
     """Why a node's GPUs may not be added or removed now (None when they may)."""
     if node is not None and node.pk and node.is_allocated():
-        return (f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is "
-                "drained.")
+        return f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is drained."
     return None
 
 
@@ -612,8 +738,10 @@ def drive_removal_refusal(node) -> str | None:
     if refusal:
         return refusal
     if node is not None and node.pk and (node.lifecycle != Lifecycle.ENROLLED or node.allocation_memberships.exists()):
-        return (f"{node.hostname} has been in service; its drives are evidence and leave only through decommission, "
-                "sanitisation and disposal.")
+        return (
+            f"{node.hostname} has been in service; its drives are evidence and leave only through decommission, "
+            "sanitisation and disposal."
+        )
     return None
 
 
@@ -622,6 +750,8 @@ def occupied_node_ids(node_ids) -> set:
     rows; fleet reads them through Node's reverse relation and never imports the tenants app."""
     # isnull=False in the same filter() makes it an inner join on one membership row: a node
     # with no memberships at all must not match "ended_at IS NULL" through an outer join.
-    return set(Node.objects.filter(pk__in=list(node_ids), allocation_memberships__isnull=False,
-                                   allocation_memberships__ended_at__isnull=True)
-               .values_list("pk", flat=True))
+    return set(
+        Node.objects.filter(
+            pk__in=list(node_ids), allocation_memberships__isnull=False, allocation_memberships__ended_at__isnull=True
+        ).values_list("pk", flat=True)
+    )

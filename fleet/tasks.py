@@ -1,4 +1,5 @@
 """Fleet periodic tasks (thin: one service call each)."""
+
 import time
 
 from celery import shared_task

@@ -1,4 +1,5 @@
 """Fleet console pages, dashboard chart endpoints and /metrics."""
+
 from django.urls import path
 
 from . import views

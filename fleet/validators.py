@@ -2,6 +2,7 @@
 
 Each raises ValidationError with a message that says what is wrong and what a valid value
 looks like, so the admin form, the import preview and the API show the same sentence."""
+
 import ipaddress
 import re
 
@@ -34,11 +35,14 @@ def validate_bmc_address(value: str) -> None:
     if "%" in value:
         raise ValidationError(
             f"{value!r} is a zone-scoped IPv6 address; the zone only means something on one host. "
-            "Give the BMC's global or unique-local address, or its DNS name.", code="zoned_ipv6")
+            "Give the BMC's global or unique-local address, or its DNS name.",
+            code="zoned_ipv6",
+        )
     if _MAC.match(value):
         raise ValidationError(
             f"{value!r} is a MAC address; put it in the BMC MAC field and give the BMC's IP address or DNS name here.",
-            code="mac_not_address")
+            code="mac_not_address",
+        )
     try:
         ipaddress.ip_address(value)
         return
@@ -47,7 +51,8 @@ def validate_bmc_address(value: str) -> None:
     if re.fullmatch(r"[0-9.]+", value) or not _is_dns_name(value):
         raise ValidationError(
             f"{value!r} is neither an IP address nor a DNS name; give e.g. 10.64.0.12, fd00::12 or bmc-gpu00001.dc1.",
-            code="invalid_bmc_address")
+            code="invalid_bmc_address",
+        )
 
 
 def normalise_mac(value: str) -> str:
@@ -56,12 +61,15 @@ def normalise_mac(value: str) -> str:
 
 def validate_mac(value: str) -> None:
     if not _MAC.match(value):
-        raise ValidationError(f"{value!r} is not a MAC address; write six hex pairs, e.g. 3c:ec:ef:12:34:56.",
-                              code="invalid_mac")
+        raise ValidationError(
+            f"{value!r} is not a MAC address; write six hex pairs, e.g. 3c:ec:ef:12:34:56.", code="invalid_mac"
+        )
 
 
 def validate_gpu_uuid(value: str) -> None:
     if not _GPU_UUID.match(value):
         raise ValidationError(
             f"{value!r} is not an NVIDIA GPU UUID; nvidia-smi -L prints them as "
-            "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex).", code="invalid_gpu_uuid")
+            "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex).",
+            code="invalid_gpu_uuid",
+        )

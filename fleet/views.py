@@ -1,4 +1,5 @@
 """Fleet console pages (thin: selectors compute, templates show)."""
+
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
@@ -60,14 +61,18 @@ def rack_list(request):
     hall_id = parse_uuid(request.GET.get("hall"))
     paginator = Paginator(racks_with_power(hall_id=hall_id), RACKS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
-    return render(request, "fleet/rack_list.html", {
-        "nav": "fleet",
-        "page": page,
-        "rows": rack_rows(page.object_list),
-        "halls": halls_for_filter(),
-        "hall_id": str(hall_id or ""),
-        "colors": {str(k): v for k, v in LIFECYCLE_COLORS.items()},
-    })
+    return render(
+        request,
+        "fleet/rack_list.html",
+        {
+            "nav": "fleet",
+            "page": page,
+            "rows": rack_rows(page.object_list),
+            "halls": halls_for_filter(),
+            "hall_id": str(hall_id or ""),
+            "colors": {str(k): v for k, v in LIFECYCLE_COLORS.items()},
+        },
+    )
 
 
 def _refresh_seconds(request) -> int:
@@ -83,21 +88,28 @@ def overview(request):
     now = timezone.now()
     summary = fleet_summary()
     halls = hall_power(now=now)
-    return render(request, "fleet/overview.html", {
-        "nav": "overview",
-        "summary": summary,
-        "it_kw": round(sum(h.drawn_kw for h in halls), 1),
-        "power_sources": SourceMix(**{k: sum(getattr(h.sources, k) for h in halls) for k in ("bmc", "pdu", "estimate", "rated")},
-                                   oldest_reading_at=min((h.sources.oldest_reading_at for h in halls
-                                                          if h.sources.oldest_reading_at), default=None)),
-        "figures": {
-            # the state chart reuses the summary already computed above instead of querying again
-            "gpus-by-state": charts.gpus_by_state(summary.by_state),
-            **{name: FIGURES[name](now) for name in ("utilisation-24h", "utilisation-30d")},
+    return render(
+        request,
+        "fleet/overview.html",
+        {
+            "nav": "overview",
+            "summary": summary,
+            "it_kw": round(sum(h.drawn_kw for h in halls), 1),
+            "power_sources": SourceMix(
+                **{k: sum(getattr(h.sources, k) for h in halls) for k in ("bmc", "pdu", "estimate", "rated")},
+                oldest_reading_at=min(
+                    (h.sources.oldest_reading_at for h in halls if h.sources.oldest_reading_at), default=None
+                ),
+            ),
+            "figures": {
+                # the state chart reuses the summary already computed above instead of querying again
+                "gpus-by-state": charts.gpus_by_state(summary.by_state),
+                **{name: FIGURES[name](now) for name in ("utilisation-24h", "utilisation-30d")},
+            },
+            "refresh": _refresh_seconds(request),
+            "generated_at": now,
         },
-        "refresh": _refresh_seconds(request),
-        "generated_at": now,
-    })
+    )
 
 
 @operator_required
@@ -121,23 +133,27 @@ def power(request):
     halls = hall_power(now=now)
     headroom, options = placement_headroom()
     nodes = sum(h.nodes for h in halls)
-    return render(request, "fleet/power.html", {
-        "nav": "fleet",
-        "halls": halls,
-        "hot_racks": hot[:HOT_RACKS_SHOWN],
-        "hot_count": len(hot),
-        "racks_with_nodes": len(racks),
-        "hot_pct": int(100 * HOT_FRACTION),
-        "headroom": headroom,
-        "options": options,
-        "nodes": nodes,
-        "readings": sum(h.sources.nodes - h.sources.rated for h in halls),
-        "host_share_note": "H100: " + parameter("host_kw_max_dgx_h100").value + " kW per node",
-        "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
-        "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load", "power-24h", "power-30d")},
-        "refresh": _refresh_seconds(request),
-        "pue_source": parameter("pue_industry_average"),
-    })
+    return render(
+        request,
+        "fleet/power.html",
+        {
+            "nav": "fleet",
+            "halls": halls,
+            "hot_racks": hot[:HOT_RACKS_SHOWN],
+            "hot_count": len(hot),
+            "racks_with_nodes": len(racks),
+            "hot_pct": int(100 * HOT_FRACTION),
+            "headroom": headroom,
+            "options": options,
+            "nodes": nodes,
+            "readings": sum(h.sources.nodes - h.sources.rated for h in halls),
+            "host_share_note": "H100: " + parameter("host_kw_max_dgx_h100").value + " kW per node",
+            "fresh_minutes": int(POWER_READING_FRESH.total_seconds() // 60),
+            "figures": {name: FIGURES[name](now) for name in ("hall-power", "rack-load", "power-24h", "power-30d")},
+            "refresh": _refresh_seconds(request),
+            "pue_source": parameter("pue_industry_average"),
+        },
+    )
 
 
 @operator_required
@@ -147,22 +163,36 @@ def floor_map(request, hall_id):
     now = timezone.now()
     cells = [
         drawings.FloorCell(
-            rack_id=r.pk, name=r.name, row=r.row, column=r.column, load=rack_load_fraction(r), drawn_kw=r.drawn,
-            usable_kw=float(r.usable_kw), nodes=r.node_count,
-            health=drawings.worst_health(nodes=r.node_count, unhealthy=r.unhealthy, degraded=r.degraded, unknown=r.unknown),
+            rack_id=r.pk,
+            name=r.name,
+            row=r.row,
+            column=r.column,
+            load=rack_load_fraction(r),
+            drawn_kw=r.drawn,
+            usable_kw=float(r.usable_kw),
+            nodes=r.node_count,
+            health=drawings.worst_health(
+                nodes=r.node_count, unhealthy=r.unhealthy, degraded=r.degraded, unknown=r.unknown
+            ),
         )
         for r in racks_with_draw(now=now, hall_id=hall.pk)
     ]
-    return render(request, "fleet/floor_map.html", {
-        "nav": "fleet",
-        "hall": hall,
-        "halls": halls_for_filter(),
-        "color_by": color_by,
-        "svg": drawings.floor_map_svg(hall_name=str(hall), columns=hall.grid_columns, cells=cells, color_by=color_by),
-        "legend": drawings.legend(color_by),
-        "rack_count": len(cells),
-        "hot_count": sum(1 for c in cells if c.nodes and c.load >= float(HOT_FRACTION)),
-    })
+    return render(
+        request,
+        "fleet/floor_map.html",
+        {
+            "nav": "fleet",
+            "hall": hall,
+            "halls": halls_for_filter(),
+            "color_by": color_by,
+            "svg": drawings.floor_map_svg(
+                hall_name=str(hall), columns=hall.grid_columns, cells=cells, color_by=color_by
+            ),
+            "legend": drawings.legend(color_by),
+            "rack_count": len(cells),
+            "hot_count": sum(1 for c in cells if c.nodes and c.load >= float(HOT_FRACTION)),
+        },
+    )
 
 
 @operator_required
@@ -172,21 +202,24 @@ def rack_detail(request, rack_id):
     except Rack.DoesNotExist:
         raise Http404("no such rack") from None
     placed_kw = sum(n.node_type.node_kw for n in nodes)
-    return render(request, "fleet/rack_detail.html", {
-        "nav": "fleet",
-        "rack": rack,
-        "nodes": nodes,
-        "placed_kw": placed_kw,
-        "svg": drawings.rack_elevation_svg(rack_name=rack.name, u_height=rack.u_height, nodes=nodes),
-        "lifecycle_legend": sorted({(LIFECYCLE_COLORS[n.lifecycle], Lifecycle(n.lifecycle).label) for n in nodes}),
-        "health_legend": [(HEALTH_COLORS[h], h.label) for h in Health],
-    })
+    return render(
+        request,
+        "fleet/rack_detail.html",
+        {
+            "nav": "fleet",
+            "rack": rack,
+            "nodes": nodes,
+            "placed_kw": placed_kw,
+            "svg": drawings.rack_elevation_svg(rack_name=rack.name, u_height=rack.u_height, nodes=nodes),
+            "lifecycle_legend": sorted({(LIFECYCLE_COLORS[n.lifecycle], Lifecycle(n.lifecycle).label) for n in nodes}),
+            "health_legend": [(HEALTH_COLORS[h], h.label) for h in Health],
+        },
+    )
 
 
 # --- node lifecycle pages: node list, node page, operator actions ---------------------------
 
 NODES_PER_PAGE = 100
-
 
 
 @operator_required
@@ -204,50 +237,70 @@ def node_list(request):
     page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "fleet/node_list.html", {
-        "nav": "fleet", "page": page, "filters": filters, "query": query.urlencode(),
-        "halls": halls_for_filter(), "lifecycles": Lifecycle.choices, "healths": Health.choices,
-    })
+    return render(
+        request,
+        "fleet/node_list.html",
+        {
+            "nav": "fleet",
+            "page": page,
+            "filters": filters,
+            "query": query.urlencode(),
+            "halls": halls_for_filter(),
+            "lifecycles": Lifecycle.choices,
+            "healths": Health.choices,
+        },
+    )
 
 
 @operator_required
 def node_detail(request, pk):
 
-
-    node = Node.objects.select_related("rack__hall__site", "node_type", "fabric_domain").filter(
-        pk=parse_uuid(pk)).first()
+    node = (
+        Node.objects.select_related("rack__hall__site", "node_type", "fabric_domain").filter(pk=parse_uuid(pk)).first()
+    )
     if node is None:
         raise Http404("no such node")
     gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
     now = timezone.now()
     wall_kw, wall_source, read_at = node_power(node, now)
-    return render(request, "fleet/node_detail.html", {
-        "nav": "fleet", "node": node,
-        "wall": {"kw": round(wall_kw, 2), "source": wall_source,
-                 "age_s": int((now - read_at).total_seconds()) if read_at else None},
-        "gpus": node.gpus.order_by("index"),
-        "drives": drives_for_nodes([node.pk]).get(node.pk, []),
-        "gate": gate,
-        "runs": validation_history(node.pk),
-        "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
-        "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
-        "pending": pending_agent_actions(node),
-        "events": node.events.order_by("-at", "-id")[:100],
-        "actions": available_actions(node, request.user),
-    })
+    return render(
+        request,
+        "fleet/node_detail.html",
+        {
+            "nav": "fleet",
+            "node": node,
+            "wall": {
+                "kw": round(wall_kw, 2),
+                "source": wall_source,
+                "age_s": int((now - read_at).total_seconds()) if read_at else None,
+            },
+            "gpus": node.gpus.order_by("index"),
+            "drives": drives_for_nodes([node.pk]).get(node.pk, []),
+            "gate": gate,
+            "runs": validation_history(node.pk),
+            "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
+            "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
+            "pending": pending_agent_actions(node),
+            "events": node.events.order_by("-at", "-id")[:100],
+            "actions": available_actions(node, request.user),
+        },
+    )
 
 
 @operator_required
 def node_action(request, pk):
 
-
-
     @require_POST
     def run(request):
         action = request.POST.get("action", "")
         try:
-            perform_operator_action(node_id=parse_uuid(pk), action=action, actor=actor_label(request.user),
-                                reason=request.POST.get("reason", "").strip(), user=request.user)
+            perform_operator_action(
+                node_id=parse_uuid(pk),
+                action=action,
+                actor=actor_label(request.user),
+                reason=request.POST.get("reason", "").strip(),
+                user=request.user,
+            )
         except Node.DoesNotExist:
             raise Http404("no such node") from None
         except KeyError:
@@ -269,8 +322,7 @@ def certificate(request, pk):
         cert = certificate_for(parse_uuid(pk))
     except Node.DoesNotExist:
         raise Http404("no such node") from None
-    return render(request, "fleet/certificate.html", {"nav": "fleet", **cert},
-                  status=200 if cert["complete"] else 409)
+    return render(request, "fleet/certificate.html", {"nav": "fleet", **cert}, status=200 if cert["complete"] else 409)
 
 
 @operator_required

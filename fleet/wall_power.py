@@ -7,6 +7,7 @@ maximum in generations.csv minus its GPUs at their TDP, at full load; for the H1
 for an idle host and is always marked "estimate". Types without a sourced share (rack-scale
 NVL72 trays, B300) have no estimate: they fall back to their rated maximum, marked "rated".
 """
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -50,8 +51,11 @@ class SourceMix:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {k: v for k, v in (("bmc", self.bmc), ("pdu", self.pdu), ("estimate", self.estimate),
-                                  ("rated", self.rated)) if v}
+        return {
+            k: v
+            for k, v in (("bmc", self.bmc), ("pdu", self.pdu), ("estimate", self.estimate), ("rated", self.rated))
+            if v
+        }
 
     @property
     def source(self) -> str:

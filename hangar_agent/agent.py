@@ -43,9 +43,16 @@ REMEMBERED_GRANTS = 16  # allocations a node may still have unsent usage of
 class Agent:
     """One node's agent. All collaborators are injected; see `simulated_agent` for the simulator."""
 
-    def __init__(self, *, config: AgentConfig, transport: AgentAPI, hardware: HardwareBackend,
-                 executors: Mapping[str, Executor], spool: Spool,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config: AgentConfig,
+        transport: AgentAPI,
+        hardware: HardwareBackend,
+        executors: Mapping[str, Executor],
+        spool: Spool,
+        rng: random.Random | None = None,
+    ) -> None:
         self.config = config
         self.transport = transport
         self.hardware = hardware
@@ -124,8 +131,12 @@ class Agent:
         rejected = answer.get("rejected") if isinstance(answer, dict) else None
         for item in rejected if isinstance(rejected, list) else []:
             if isinstance(item, dict):
-                log.warning("meter event %s refused by the ledger (%s): %s", item.get("event_id"), item.get("code"),
-                            item.get("detail"))
+                log.warning(
+                    "meter event %s refused by the ledger (%s): %s",
+                    item.get("event_id"),
+                    item.get("code"),
+                    item.get("detail"),
+                )
         return answer
 
     def _grant_for(self, usage: Usage, start: datetime, end: datetime) -> str | None:
@@ -151,8 +162,12 @@ class Agent:
         self.gpu_count = max(self.gpu_count, len(gpus))
         for gpu in gpus:
             gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
-        payload = {"observed_at": rfc3339(now), "power_state": self.hardware.power_state(),
-                   "agent_version": __version__, "gpus": gpus}
+        payload = {
+            "observed_at": rfc3339(now),
+            "power_state": self.hardware.power_state(),
+            "agent_version": __version__,
+            "gpus": gpus,
+        }
         ports = getattr(self.hardware, "ib_ports", None)
         if ports is not None:
             payload["ib_ports"] = ports()
@@ -219,20 +234,36 @@ class Agent:
         action_id, name = str(action["id"]), str(action.get("action"))
         log.info("action %s (%s) %s: %s", action_id, name, outcome["status"], outcome["detail"])
         with self.spool.transaction():
-            self.spool.append(ACTION_RESULT_KIND, {
-                "action_id": action_id, "action": name, "status": outcome["status"],
-                "detail": outcome["detail"], "output": outcome.get("output") or {},
-                "finished_at": rfc3339(now)}, key=f"action:{action_id}")
+            self.spool.append(
+                ACTION_RESULT_KIND,
+                {
+                    "action_id": action_id,
+                    "action": name,
+                    "status": outcome["status"],
+                    "detail": outcome["detail"],
+                    "output": outcome.get("output") or {},
+                    "finished_at": rfc3339(now),
+                },
+                key=f"action:{action_id}",
+            )
             self.finished = (self.finished + [action_id])[-REMEMBERED_ACTIONS:]
             self.spool.set_state(FINISHED_STATE, self.finished)
             self.spool.set_state(RUNNING_STATE, None)
             if name in HEALTH_ACTIONS:
-                self._report_health(now, [{"name": name,
-                                           "status": "pass" if outcome["status"] == "succeeded" else "fail",
-                                           "detail": outcome["detail"]}])
+                self._report_health(
+                    now,
+                    [
+                        {
+                            "name": name,
+                            "status": "pass" if outcome["status"] == "succeeded" else "fail",
+                            "detail": outcome["detail"],
+                        }
+                    ],
+                )
 
-    def _report_health(self, now: datetime, checks: list[dict[str, Any]],
-                       drives: list[dict[str, Any]] | None = None) -> None:
+    def _report_health(
+        self, now: datetime, checks: list[dict[str, Any]], drives: list[dict[str, Any]] | None = None
+    ) -> None:
         if checks or drives is not None:
             body: dict[str, Any] = {"observed_at": rfc3339(now), "checks": checks}
             if drives is not None:
@@ -275,12 +306,24 @@ def _due(deadline: datetime | None, now: datetime) -> bool:
     return deadline is None or now >= deadline
 
 
-def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Session | Any,
-                    rng: random.Random, start: datetime, speed: float = 1.0,
-                    generation: str = "hopper", gpu_count: int = 8, sku: str = "",
-                    scenario: str | list[dict[str, Any]] | None = None,
-                    drives: list[dict[str, Any]] | None = None,
-                    spool_path: str = ":memory:", counter_file: str | None = None, **config: Any) -> Agent:
+def simulated_agent(
+    *,
+    url: str,
+    token: str,
+    hostname: str,
+    session: requests.Session | Any,
+    rng: random.Random,
+    start: datetime,
+    speed: float = 1.0,
+    generation: str = "hopper",
+    gpu_count: int = 8,
+    sku: str = "",
+    scenario: str | list[dict[str, Any]] | None = None,
+    drives: list[dict[str, Any]] | None = None,
+    spool_path: str = ":memory:",
+    counter_file: str | None = None,
+    **config: Any,
+) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
     `counter_file` keeps the simulated node's energy counters across agent restarts, as a real
     BMC and GPU driver keep theirs.
@@ -289,15 +332,37 @@ def simulated_agent(*, url: str, token: str, hostname: str, session: requests.Se
     later ticks through the spool's backoff. `rng` seeds everything, so a fleet
     built from one seeded Random is reproducible.
     """
-    cfg = AgentConfig(url=url, token=token, backend="simulated", spool_path=spool_path,
-                      generation=generation, gpu_count=gpu_count, sku=sku, speed=speed,
-                      max_attempts=1, **config).validated()
-    hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), start=start,
-                                 generation=generation, gpu_count=gpu_count, speed=speed,
-                                 hostname=hostname, scenario=scenario, drives=drives,
-                                 counter_file=counter_file)
-    transport = AgentTransport(url, token, session=session, max_attempts=1,
-                               timeout=(cfg.connect_timeout, cfg.read_timeout))
-    return Agent(config=cfg, transport=transport, hardware=hardware,
-                 executors=simulated_executors(hardware, random.Random(rng.getrandbits(64))),
-                 spool=Spool(spool_path), rng=random.Random(rng.getrandbits(64)))
+    cfg = AgentConfig(
+        url=url,
+        token=token,
+        backend="simulated",
+        spool_path=spool_path,
+        generation=generation,
+        gpu_count=gpu_count,
+        sku=sku,
+        speed=speed,
+        max_attempts=1,
+        **config,
+    ).validated()
+    hardware = SimulatedHardware(
+        rng=random.Random(rng.getrandbits(64)),
+        start=start,
+        generation=generation,
+        gpu_count=gpu_count,
+        speed=speed,
+        hostname=hostname,
+        scenario=scenario,
+        drives=drives,
+        counter_file=counter_file,
+    )
+    transport = AgentTransport(
+        url, token, session=session, max_attempts=1, timeout=(cfg.connect_timeout, cfg.read_timeout)
+    )
+    return Agent(
+        config=cfg,
+        transport=transport,
+        hardware=hardware,
+        executors=simulated_executors(hardware, random.Random(rng.getrandbits(64))),
+        spool=Spool(spool_path),
+        rng=random.Random(rng.getrandbits(64)),
+    )

@@ -44,27 +44,57 @@ def build_parser() -> argparse.ArgumentParser:
 def build_agent(config: AgentConfig) -> Agent:
     """Wire a real agent from its config; raises NvmlUnavailable without GPUs on the nvml backend."""
     rng = random.Random(config.seed)
-    transport = AgentTransport(config.url, config.token, timeout=(config.connect_timeout, config.read_timeout),
-                               max_attempts=config.max_attempts, backoff_base=config.backoff_base,
-                               backoff_cap=config.backoff_cap, rng=rng)
+    transport = AgentTransport(
+        config.url,
+        config.token,
+        timeout=(config.connect_timeout, config.read_timeout),
+        max_attempts=config.max_attempts,
+        backoff_base=config.backoff_base,
+        backoff_cap=config.backoff_cap,
+        rng=rng,
+    )
     if config.backend == "nvml":
         hardware = NvmlBackend()
         executors = real_executors()
     else:
-        hardware = SimulatedHardware(rng=random.Random(rng.getrandbits(64)), generation=config.generation,
-                                     gpu_count=config.gpu_count, speed=config.speed,
-                                     scenario=config.scenario or None)
+        hardware = SimulatedHardware(
+            rng=random.Random(rng.getrandbits(64)),
+            generation=config.generation,
+            gpu_count=config.gpu_count,
+            speed=config.speed,
+            scenario=config.scenario or None,
+        )
         executors = simulated_executors(hardware, random.Random(rng.getrandbits(64)))
-    return Agent(config=config, transport=transport, hardware=hardware, executors=executors,
-                 spool=Spool(config.spool_path), rng=rng)
+    return Agent(
+        config=config,
+        transport=transport,
+        hardware=hardware,
+        executors=executors,
+        spool=Spool(config.spool_path),
+        rng=rng,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {k: getattr(args, k) for k in ("url", "token", "backend", "spool_path", "meter_interval",
-                                                 "heartbeat_interval", "sku", "speed", "seed", "scenario")}
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides = {
+        k: getattr(args, k)
+        for k in (
+            "url",
+            "token",
+            "backend",
+            "spool_path",
+            "meter_interval",
+            "heartbeat_interval",
+            "sku",
+            "speed",
+            "seed",
+            "scenario",
+        )
+    }
     try:
         config = load_config(args.config, **overrides)
         agent = build_agent(config)

@@ -50,8 +50,15 @@ class AgentConfig:
             raise ConfigError("token is required (--token or 'token' in the config file)")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        for name in ("heartbeat_interval", "meter_interval", "health_report_interval",
-                     "desired_state_interval", "connect_timeout", "read_timeout", "speed"):
+        for name in (
+            "heartbeat_interval",
+            "meter_interval",
+            "health_report_interval",
+            "desired_state_interval",
+            "connect_timeout",
+            "read_timeout",
+            "speed",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         if self.max_attempts < 1:

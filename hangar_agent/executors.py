@@ -24,8 +24,7 @@ from typing import Any, Protocol
 from .hardware.simulated import SimulatedHardware
 from .verify_erase import sample_offsets
 
-ACTIONS = ("provision", "stop", "wipe", "gpu_reset", "reboot", "dcgm_r1", "dcgm_r2", "dcgm_r3",
-           "sanitize_drive")
+ACTIONS = ("provision", "stop", "wipe", "gpu_reset", "reboot", "dcgm_r1", "dcgm_r2", "dcgm_r3", "sanitize_drive")
 WORKLOAD_UNIT = "hangar-workload@{}.service"
 TENANT_DATA_DIR = "/var/lib/hangar/tenant"
 
@@ -44,6 +43,7 @@ class Executor(Protocol):
 
 
 # ---- running commands --------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -70,7 +70,8 @@ class _Process:
         self.err = tempfile.TemporaryFile(mode="w+")
         try:
             self.proc: subprocess.Popen[str] | None = subprocess.Popen(
-                self.argv, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL, text=True)
+                self.argv, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL, text=True
+            )
             self.error = ""
         except OSError as exc:
             self.proc, self.error = None, f"cannot run {self.argv[0]}: {exc}"
@@ -123,22 +124,29 @@ class CommandSequence:
 
 def _commands_ok(action: str) -> Finish:
     def finish(done: list[CommandResult]) -> dict[str, Any]:
-        output = {"commands": [{"argv": list(c.argv), "returncode": c.returncode,
-                                "stderr": c.stderr[-2000:]} for c in done]}
+        output = {
+            "commands": [{"argv": list(c.argv), "returncode": c.returncode, "stderr": c.stderr[-2000:]} for c in done]
+        }
         failed = [c for c in done if c.returncode != 0]
         if failed:
             c = failed[0]
-            return result("failed", f"{action}: {' '.join(c.argv)} exited {c.returncode}: "
-                                    f"{c.stderr.strip()[-300:]}", output)
+            return result(
+                "failed", f"{action}: {' '.join(c.argv)} exited {c.returncode}: {c.stderr.strip()[-300:]}", output
+            )
         return result("succeeded", f"{action} done", output)
+
     return finish
 
 
 class CommandExecutor:
     """An executor defined by a function from params to commands plus a result builder."""
 
-    def __init__(self, runner: CommandRunner, commands: Callable[[dict[str, Any]], list[list[str]]],
-                 finish: Callable[[dict[str, Any]], Finish]) -> None:
+    def __init__(
+        self,
+        runner: CommandRunner,
+        commands: Callable[[dict[str, Any]], list[list[str]]],
+        finish: Callable[[dict[str, Any]], Finish],
+    ) -> None:
         self.runner = runner
         self.commands = commands
         self.finish = finish
@@ -161,6 +169,7 @@ class _Done:
 
 # ---- DCGM and sanitisation helpers (pure) -------------------------------------------
 
+
 def parse_dcgm_json(text: str, level: int) -> dict[str, Any]:
     """Judge `dcgmi diag -r N -j` output: any Fail fails the run; Warn still passes."""
     try:
@@ -177,35 +186,53 @@ def parse_dcgm_json(text: str, level: int) -> dict[str, Any]:
                 counts[status] = counts.get(status, 0) + 1
                 if status in ("fail", "warn"):
                     gpu = entry.get("gpu_id", entry.get("entity_id", "?"))
-                    info = entry.get("info") or "; ".join(
-                        w.get("warning", "") for w in entry.get("warnings", []))
+                    info = entry.get("info") or "; ".join(w.get("warning", "") for w in entry.get("warnings", []))
                     problems.append(f"{test.get('name')} gpu {gpu} {status}: {info}".strip())
-    output = {"level": level, "counts": counts, "problems": problems,
-              "version": diag.get("version")}
+    output = {"level": level, "counts": counts, "problems": problems, "version": diag.get("version")}
     if counts["fail"]:
-        return result("failed", f"dcgm_r{level}: {counts['fail']} failed; " + "; ".join(problems[:5]),
-                      output)
+        return result("failed", f"dcgm_r{level}: {counts['fail']} failed; " + "; ".join(problems[:5]), output)
     return result("succeeded", f"dcgm_r{level}: passed ({counts['warn']} warnings)", output)
 
 
 SANITIZE_METHODS = {
     # NIST SP 800-88 Rev. 1 method: (technique, tool, erase command)
-    "clear": ("user data erase (NVMe Format SES=1)", "nvme-cli format --ses=1",
-              ["nvme", "format", "{device}", "--ses=1", "--force"]),
-    "purge": ("cryptographic erase (NVMe Format SES=2)", "nvme-cli format --ses=2",
-              ["nvme", "format", "{device}", "--ses=2", "--force"]),
+    "clear": (
+        "user data erase (NVMe Format SES=1)",
+        "nvme-cli format --ses=1",
+        ["nvme", "format", "{device}", "--ses=1", "--force"],
+    ),
+    "purge": (
+        "cryptographic erase (NVMe Format SES=2)",
+        "nvme-cli format --ses=2",
+        ["nvme", "format", "{device}", "--ses=2", "--force"],
+    ),
 }
 VERIFY_SAMPLES = 64
 # Erased NVMe namespaces read back as zeroes (DLFEAT): blocks sampled across the whole device
 # (start, end and random offsets, a fresh seed each run) must all be zero (verify_erase).
-VERIFY_COMMAND = [sys.executable, "-m", "hangar_agent.verify_erase", "{device}", "--samples", str(VERIFY_SAMPLES),
-                  "--seed", "{seed}"]
+VERIFY_COMMAND = [
+    sys.executable,
+    "-m",
+    "hangar_agent.verify_erase",
+    "{device}",
+    "--samples",
+    str(VERIFY_SAMPLES),
+    "--seed",
+    "{seed}",
+]
 
 
-def sanitization_record(*, serial: str, method: str, technique: str, tool: str, verified: bool,
-                        evidence: str) -> dict[str, Any]:
-    return {"drive_serial": serial, "method": method, "technique": technique, "tool": tool,
-            "verified": verified, "evidence": evidence}
+def sanitization_record(
+    *, serial: str, method: str, technique: str, tool: str, verified: bool, evidence: str
+) -> dict[str, Any]:
+    return {
+        "drive_serial": serial,
+        "method": method,
+        "technique": technique,
+        "tool": tool,
+        "verified": verified,
+        "evidence": evidence,
+    }
 
 
 def _sanitize_commands(params: dict[str, Any]) -> list[list[str]]:
@@ -233,16 +260,24 @@ def _sanitize_finish(params: dict[str, Any]) -> Finish:
         log = "\n".join(f"$ {' '.join(c.argv)} -> {c.returncode}\n{c.stdout}{c.stderr}" for c in done)
         erased = bool(done) and done[0].returncode == 0
         sampled = _verify_report(done[1].stdout) if len(done) == 2 else {}
-        verified = erased and done[1].returncode == 0 and sampled.get("all_zero") is True \
-            and sampled.get("samples", 0) >= 2
+        verified = (
+            erased and done[1].returncode == 0 and sampled.get("all_zero") is True and sampled.get("samples", 0) >= 2
+        )
         record = sanitization_record(
-            serial=params.get("serial", ""), method=method, technique=technique,
-            tool=tool, verified=verified,
-            evidence=f"sha256:{hashlib.sha256(log.encode()).hexdigest()} {log[-1500:]}")
+            serial=params.get("serial", ""),
+            method=method,
+            technique=technique,
+            tool=tool,
+            verified=verified,
+            evidence=f"sha256:{hashlib.sha256(log.encode()).hexdigest()} {log[-1500:]}",
+        )
         status = "succeeded" if verified else "failed"
-        detail = (f"{params['device']} ({record['drive_serial']}): {method} "
-                  f"{'verified' if verified else 'erase failed' if not erased else 'verification failed'}")
+        detail = (
+            f"{params['device']} ({record['drive_serial']}): {method} "
+            f"{'verified' if verified else 'erase failed' if not erased else 'verification failed'}"
+        )
         return result(status, detail, {"sanitization_record": record})
+
     return finish
 
 
@@ -253,9 +288,14 @@ def _dcgm(level: int) -> tuple[Callable[[dict[str, Any]], list[list[str]]], Call
     def finish(params: dict[str, Any]) -> Finish:
         def judge(done: list[CommandResult]) -> dict[str, Any]:
             # dcgmi exits non-zero when a test fails; the JSON says which.
-            return parse_dcgm_json(done[0].stdout, level) if done[0].stdout.strip() else \
-                result("failed", f"dcgm_r{level}: dcgmi exited {done[0].returncode}: {done[0].stderr[-300:]}")
+            return (
+                parse_dcgm_json(done[0].stdout, level)
+                if done[0].stdout.strip()
+                else result("failed", f"dcgm_r{level}: dcgmi exited {done[0].returncode}: {done[0].stderr[-300:]}")
+            )
+
         return judge
+
     return commands, finish
 
 
@@ -267,16 +307,20 @@ def real_executors(runner: CommandRunner | None = None) -> dict[str, Executor]:
         return CommandExecutor(runner, commands, lambda params: _commands_ok(action))
 
     executors: dict[str, Executor] = {
-        "provision": plain(lambda p: [["systemctl", "start", WORKLOAD_UNIT.format(p["allocation_id"])]],
-                           "provision"),
-        "stop": plain(lambda p: [["systemctl", "stop", WORKLOAD_UNIT.format(p.get("allocation_id", "*"))]],
-                      "stop"),
-        "wipe": plain(lambda p: [["systemctl", "stop", WORKLOAD_UNIT.format("*")],
-                                 ["find", TENANT_DATA_DIR, "-mindepth", "1", "-delete"],
-                                 *[["blkdiscard", "-f", d] for d in p.get("devices", [])]], "wipe"),
-        "gpu_reset": plain(lambda p: [["nvidia-smi", "-r"] + (["-i", str(int(p["gpu"]))]
-                                                             if p.get("gpu") is not None else [])],
-                           "gpu_reset"),
+        "provision": plain(lambda p: [["systemctl", "start", WORKLOAD_UNIT.format(p["allocation_id"])]], "provision"),
+        "stop": plain(lambda p: [["systemctl", "stop", WORKLOAD_UNIT.format(p.get("allocation_id", "*"))]], "stop"),
+        "wipe": plain(
+            lambda p: [
+                ["systemctl", "stop", WORKLOAD_UNIT.format("*")],
+                ["find", TENANT_DATA_DIR, "-mindepth", "1", "-delete"],
+                *[["blkdiscard", "-f", d] for d in p.get("devices", [])],
+            ],
+            "wipe",
+        ),
+        "gpu_reset": plain(
+            lambda p: [["nvidia-smi", "-r"] + (["-i", str(int(p["gpu"]))] if p.get("gpu") is not None else [])],
+            "gpu_reset",
+        ),
         "reboot": plain(lambda p: [["systemctl", "reboot"]], "reboot"),
         "sanitize_drive": CommandExecutor(runner, _sanitize_commands, _sanitize_finish),
     }
@@ -288,6 +332,7 @@ def real_executors(runner: CommandRunner | None = None) -> dict[str, Executor]:
 
 
 # ---- simulated executors --------------------------------------------------------------
+
 
 class _Timed:
     def __init__(self, done_at: datetime, outcome: Callable[[], dict[str, Any]]) -> None:
@@ -301,9 +346,14 @@ class _Timed:
 class SimulatedExecutor:
     """Finishes after a random duration (simulated seconds, scaled by the hardware's speed)."""
 
-    def __init__(self, hardware: SimulatedHardware, rng: Random, seconds: tuple[float, float],
-                 outcome: Callable[[dict[str, Any]], dict[str, Any]],
-                 on_start: Callable[[dict[str, Any], timedelta], None] | None = None) -> None:
+    def __init__(
+        self,
+        hardware: SimulatedHardware,
+        rng: Random,
+        seconds: tuple[float, float],
+        outcome: Callable[[dict[str, Any]], dict[str, Any]],
+        on_start: Callable[[dict[str, Any], timedelta], None] | None = None,
+    ) -> None:
         self.hardware = hardware
         self.rng = rng
         self.seconds = seconds
@@ -340,6 +390,7 @@ def simulated_executors(hardware: SimulatedHardware, rng: Random) -> dict[str, E
             if problems:
                 return result("failed", f"dcgm_r{level}: " + "; ".join(problems[:5]), output)
             return result("succeeded", f"dcgm_r{level}: passed", output)
+
         return judge
 
     def sanitize(params: dict[str, Any]) -> dict[str, Any]:
@@ -349,11 +400,16 @@ def simulated_executors(hardware: SimulatedHardware, rng: Random) -> dict[str, E
         serial = params.get("serial") or hw.drives()[0]["serial"]
         drive = next((d for d in hw.drives() if d["serial"] == serial), hw.drives()[0])
         offsets = sample_offsets(drive["capacity_gb"] * 10**9, rng=rng, samples=VERIFY_SAMPLES)
-        record = sanitization_record(serial=serial, method=method, technique=SANITIZE_METHODS[method][0],
-                                     tool="nvme format (simulated)", verified=True,
-                                     evidence=f"simulated: {len(offsets)} blocks read back as zeroes, from offset "
-                                              f"{offsets[0]} to {offsets[-1]} of {drive['capacity_gb']} GB "
-                                              "(start, end and random offsets)")
+        record = sanitization_record(
+            serial=serial,
+            method=method,
+            technique=SANITIZE_METHODS[method][0],
+            tool="nvme format (simulated)",
+            verified=True,
+            evidence=f"simulated: {len(offsets)} blocks read back as zeroes, from offset "
+            f"{offsets[0]} to {offsets[-1]} of {drive['capacity_gb']} GB "
+            "(start, end and random offsets)",
+        )
         return result("succeeded", f"{serial}: {method} verified", {"sanitization_record": record})
 
     def ok(detail: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -365,12 +421,14 @@ def simulated_executors(hardware: SimulatedHardware, rng: Random) -> dict[str, E
         "stop": SimulatedExecutor(hw, rng, (5, 30), ok("workload stopped")),
         "wipe": SimulatedExecutor(hw, rng, (180, 480), ok("tenant data and scratch drives wiped")),
         "gpu_reset": SimulatedExecutor(hw, rng, (20, 45), gpu_reset),
-        "reboot": SimulatedExecutor(hw, rng, (300, 600), ok("host power-cycled and back"),
-                                    on_start=lambda params, duration: hw.reboot(duration)),
+        "reboot": SimulatedExecutor(
+            hw, rng, (300, 600), ok("host power-cycled and back"), on_start=lambda params, duration: hw.reboot(duration)
+        ),
         "sanitize_drive": SimulatedExecutor(hw, rng, (60, 300), sanitize),
         # a node-level burn-in soak of hours, inside the 24 h stage facility.csv cites
-        "burn_in": SimulatedExecutor(hw, rng, (4 * 3600, 8 * 3600), dcgm(4),
-                                     on_start=lambda params, duration: hw.replace_parts()),
+        "burn_in": SimulatedExecutor(
+            hw, rng, (4 * 3600, 8 * 3600), dcgm(4), on_start=lambda params, duration: hw.replace_parts()
+        ),
         # reliability.csv says only "r4 longer (memtest)": simulated as two to four r3 runs
         "dcgm_r4": SimulatedExecutor(hw, rng, (2 * dcgm_seconds["dcgm_r3"], 4 * dcgm_seconds["dcgm_r3"]), dcgm(4)),
     }

@@ -65,9 +65,15 @@ class Meter:
     observation: time nobody observed is not billed.
     """
 
-    def __init__(self, spool: Spool, *, interval: float = 60.0, max_gap: float | None = None,
-                 new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-                 grant_for: Callable[[Usage, datetime, datetime], str | None] = lambda usage, start, end: None) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        *,
+        interval: float = 60.0,
+        max_gap: float | None = None,
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        grant_for: Callable[[Usage, datetime, datetime], str | None] = lambda usage, start, end: None,
+    ) -> None:
         self.spool = spool
         self.grant_for = grant_for
         self.interval = timedelta(seconds=interval)
@@ -99,12 +105,15 @@ class Meter:
         with self.spool.transaction():
             for event in events:
                 self.spool.append(METER_KIND, event, key=event["event_id"])
-            self.spool.set_state(CURSOR_STATE, None if open_usage is None else {
-                "usage": asdict(open_usage), "start": rfc3339(start), "observed": rfc3339(now)})
+            self.spool.set_state(
+                CURSOR_STATE,
+                None
+                if open_usage is None
+                else {"usage": asdict(open_usage), "start": rfc3339(start), "observed": rfc3339(now)},
+            )
         return events
 
-    def _close(self, usage: Usage, start: datetime, end: datetime, *,
-               whole_only: bool = False) -> list[dict[str, Any]]:
+    def _close(self, usage: Usage, start: datetime, end: datetime, *, whole_only: bool = False) -> list[dict[str, Any]]:
         """Events covering [start, end): whole intervals, then the remainder unless `whole_only`."""
         events = []
         while start + self.interval <= end:
@@ -135,8 +144,14 @@ def pick_grant(grants: Any, usage: Usage, start: datetime, end: datetime) -> str
     """The grant (from desired-state's `metering_grants`) for this allocation that covers
     [start, end), else the newest one of the allocation (the ledger then says why it refuses:
     better a visible rejection than usage silently never sent)."""
-    mine = [g for g in grants or [] if isinstance(g, dict) and isinstance(g.get("grant"), str)
-            and str(g.get("allocation_id")) == usage.allocation_id and str(g.get("tenant_id")) == usage.tenant_id]
+    mine = [
+        g
+        for g in grants or []
+        if isinstance(g, dict)
+        and isinstance(g.get("grant"), str)
+        and str(g.get("allocation_id")) == usage.allocation_id
+        and str(g.get("tenant_id")) == usage.tenant_id
+    ]
     best: tuple[datetime, str] | None = None
     for g in mine:
         try:

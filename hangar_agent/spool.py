@@ -102,7 +102,8 @@ class Spool:
             rows = self._db.execute("SELECT seq, kind, payload FROM outbox ORDER BY seq LIMIT ?", (n,))
         else:
             rows = self._db.execute(
-                "SELECT seq, kind, payload FROM outbox WHERE kind = ? ORDER BY seq LIMIT ?", (kind, n))
+                "SELECT seq, kind, payload FROM outbox WHERE kind = ? ORDER BY seq LIMIT ?", (kind, n)
+            )
         return [SpooledMessage(seq, k, json.loads(p)) for seq, k, p in rows]
 
     def ack(self, seqs: list[int]) -> None:
@@ -134,8 +135,7 @@ class Spool:
 
     def set_state(self, name: str, value: Any) -> None:
         self._db.execute(
-            "INSERT INTO state (name, value) VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            "INSERT INTO state (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
             (name, json.dumps(value, sort_keys=True)),
         )
 
@@ -151,10 +151,18 @@ class Flusher:
     wrong, not the messages.
     """
 
-    def __init__(self, spool: Spool, kind: str, send: Callable[[list[dict[str, Any]]], Any], *,
-                 batch_size: int = 1, rng: random.Random | None = None,
-                 backoff_base: float = 0.5, backoff_cap: float = 60.0,
-                 max_batches: int = 10) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        kind: str,
+        send: Callable[[list[dict[str, Any]]], Any],
+        *,
+        batch_size: int = 1,
+        rng: random.Random | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 60.0,
+        max_batches: int = 10,
+    ) -> None:
         self.spool = spool
         self.kind = kind
         self.send = send
@@ -183,8 +191,13 @@ class Flusher:
             if isinstance(exc, RetryableError) and exc.retry_after is not None:
                 delay = min(max(delay, exc.retry_after), self.backoff_cap)
             self.next_attempt = now + timedelta(seconds=delay)
-            log.warning("sending %s failed (%s); %d queued, next try in %.1fs",
-                        self.kind, exc, self.spool.pending(self.kind), delay)
+            log.warning(
+                "sending %s failed (%s); %d queued, next try in %.1fs",
+                self.kind,
+                exc,
+                self.spool.pending(self.kind),
+                delay,
+            )
             return sent
         self.failures = 0
         self.next_attempt = None
@@ -197,8 +210,7 @@ class Flusher:
             raise
         except PermanentError as exc:
             if len(batch) == 1:
-                log.error("server refused %s seq=%d for good (%s); parked in dead_letter",
-                          self.kind, batch[0].seq, exc)
+                log.error("server refused %s seq=%d for good (%s); parked in dead_letter", self.kind, batch[0].seq, exc)
                 self.spool.park(batch[0].seq, f"{exc}: {exc.body}")
                 return 0
             half = len(batch) // 2

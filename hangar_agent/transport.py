@@ -33,8 +33,9 @@ class TransportError(Exception):
 class RetryableError(TransportError):
     """Worth retrying later: connection trouble, timeouts, 5xx, 429, 409."""
 
-    def __init__(self, message: str, *, status: int | None = None, body: Any = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, body: Any = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message, status=status, body=body)
         self.retry_after = retry_after
 
@@ -91,11 +92,19 @@ def _body(response: Any) -> Any:
 class AgentTransport:
     """One node's view of the agent API; cheap to create, safe to share a session."""
 
-    def __init__(self, url: str, token: str, *, session: HTTPSession | None = None,
-                 timeout: tuple[float, float] = (3.05, 10.0), max_attempts: int = 3,
-                 backoff_base: float = 0.5, backoff_cap: float = 30.0,
-                 rng: random.Random | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        session: HTTPSession | None = None,
+        timeout: tuple[float, float] = (3.05, 10.0),
+        max_attempts: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """`max_attempts=1` makes every call a single non-blocking try (what the simulator wants)."""
         self.base_url = url.rstrip("/") + "/api/agent/v1/"
         self.session = session if session is not None else requests.Session()
@@ -142,8 +151,7 @@ class AgentTransport:
     def _once(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
         url = self.base_url + path
         try:
-            response = self.session.request(method, url, headers=self._headers, json=payload,
-                                            timeout=self.timeout)
+            response = self.session.request(method, url, headers=self._headers, json=payload, timeout=self.timeout)
         except (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError) as exc:
             raise RetryableError(f"{method} {url}: {exc}") from exc
         status = response.status_code

@@ -8,6 +8,7 @@ erased its beginning, or only its mapping table, fails.
 Run as `python -m hangar_agent.verify_erase DEVICE [--samples N] [--seed S]`; it prints one
 JSON object and exits 0 when every sample reads back as zeroes, 1 otherwise, 2 on an error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,18 @@ def verify(path: str, *, samples: int = SAMPLES, seed: int = 0, block: int = BLO
                 nonzero.append(offset)
     finally:
         os.close(fd)
-    return {"device": path, "size_bytes": size, "block_bytes": block, "seed": seed, "samples": len(offsets),
-            "first_offset": offsets[0] if offsets else None, "last_offset": offsets[-1] if offsets else None,
-            "nonzero_offsets": nonzero[:20], "nonzero": len(nonzero), "all_zero": bool(offsets) and not nonzero}
+    return {
+        "device": path,
+        "size_bytes": size,
+        "block_bytes": block,
+        "seed": seed,
+        "samples": len(offsets),
+        "first_offset": offsets[0] if offsets else None,
+        "last_offset": offsets[-1] if offsets else None,
+        "nonzero_offsets": nonzero[:20],
+        "nonzero": len(nonzero),
+        "all_zero": bool(offsets) and not nonzero,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Health in the admin: read-only. Conditions come from agent heartbeats and checks, incidents
 from the health services; the console is where operators act on them."""
+
 from django.contrib import admin
 
 from core.admin import ReadOnlyAdmin

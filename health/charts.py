@@ -1,4 +1,5 @@
 """Plotly figures for the health dashboard: pure functions from selector rows to figures."""
+
 import plotly.graph_objects as go
 
 from fleet.choices import HEALTH_COLORS, LIFECYCLE_COLORS
@@ -11,8 +12,13 @@ def health_by_hall_figure(rows: list[dict]) -> go.Figure:
     for health, color in HEALTH_COLORS.items():
         values = [sum(r["n"] for r in rows if r["hall"] == hall and r["health"] == health) for hall in halls]
         fig.add_trace(go.Bar(x=halls, y=values, name=str(health.label), marker_color=color))
-    fig.update_layout(barmode="stack", title="Nodes by health per hall", yaxis_title="nodes", height=320,
-                      margin={"t": 40, "b": 40, "l": 50, "r": 10})
+    fig.update_layout(
+        barmode="stack",
+        title="Nodes by health per hall",
+        yaxis_title="nodes",
+        height=320,
+        margin={"t": 40, "b": 40, "l": 50, "r": 10},
+    )
     return fig
 
 
@@ -23,8 +29,13 @@ def lifecycle_by_hall_figure(rows: list[dict]) -> go.Figure:
     for state in states:
         values = [sum(r["n"] for r in rows if r["hall"] == hall and r["lifecycle"] == state) for hall in halls]
         fig.add_trace(go.Bar(x=halls, y=values, name=state, marker_color=LIFECYCLE_COLORS.get(state)))
-    fig.update_layout(barmode="stack", title="Nodes by lifecycle per hall", yaxis_title="nodes", height=320,
-                      margin={"t": 40, "b": 40, "l": 50, "r": 10})
+    fig.update_layout(
+        barmode="stack",
+        title="Nodes by lifecycle per hall",
+        yaxis_title="nodes",
+        height=320,
+        margin={"t": 40, "b": 40, "l": 50, "r": 10},
+    )
     return fig
 
 
@@ -35,6 +46,11 @@ def failure_causes_figure(rows: list[dict]) -> go.Figure:
     for signal in sorted({r["signal"] for r in rows}):
         values = [sum(r["n"] for r in rows if r["day"] == day and r["signal"] == signal) for day in days]
         fig.add_trace(go.Bar(x=days, y=values, name=signal))
-    fig.update_layout(barmode="stack", title="Failure causes over time (incidents per day)",
-                      yaxis_title="incidents", height=320, margin={"t": 40, "b": 40, "l": 50, "r": 10})
+    fig.update_layout(
+        barmode="stack",
+        title="Failure causes over time (incidents per day)",
+        yaxis_title="incidents",
+        height=320,
+        margin={"t": 40, "b": 40, "l": 50, "r": 10},
+    )
     return fig

@@ -4,7 +4,7 @@ from django.db import models
 
 
 class Severity(models.TextChoices):
-    """Ordered from harmless to fatal (DESIGN.md, "Health policy")."""
+    """Ordered from harmless to fatal (docs/design, "Health policy")."""
 
     INFO = "info", "Info"
     WARN = "warn", "Warn"
@@ -14,8 +14,14 @@ class Severity(models.TextChoices):
     FATAL = "fatal", "Fatal"
 
 
-SEVERITY_RANK = {Severity.INFO: 0, Severity.WARN: 1, Severity.RESET: 2, Severity.REBOOT: 3, Severity.REPAIR: 4,
-                 Severity.FATAL: 5}
+SEVERITY_RANK = {
+    Severity.INFO: 0,
+    Severity.WARN: 1,
+    Severity.RESET: 2,
+    Severity.REBOOT: 3,
+    Severity.REPAIR: 4,
+    Severity.FATAL: 5,
+}
 ACTIONABLE = (Severity.RESET, Severity.REBOOT, Severity.REPAIR, Severity.FATAL)
 TO_TRIAGE = (Severity.REPAIR, Severity.FATAL)  # pulled straight to triage, no reset or power cycle
 

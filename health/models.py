@@ -199,12 +199,17 @@ class RackPowerCondition(models.Model):
     usable_kw = models.DecimalField(max_digits=9, decimal_places=2)
     peak_kw = models.FloatField()
     source = models.CharField(max_length=8, help_text="how the draw was known (bmc, pdu, estimate, rated, mixed)")
-    incident = models.ForeignKey(Incident, null=True, blank=True, on_delete=models.SET_NULL, related_name="rack_power_conditions")
+    incident = models.ForeignKey(
+        Incident, null=True, blank=True, on_delete=models.SET_NULL, related_name="rack_power_conditions"
+    )
 
     class Meta:
         ordering = ["-opened_at"]
-        constraints = [models.UniqueConstraint(fields=["rack"], condition=models.Q(status="active"),
-                                               name="health_rackpower_one_active")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rack"], condition=models.Q(status="active"), name="health_rackpower_one_active"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.rack_id} over usable kW since {self.over_since:%Y-%m-%d %H:%M}"

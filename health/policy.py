@@ -1,4 +1,4 @@
-"""The health policy as data, in one place (DESIGN.md, "Health policy").
+"""The health policy as data, in one place (docs/design, "Health policy").
 
 Every signal the agent can raise maps to a severity; the severity decides the action chain.
 The sweep, the heartbeat ingest and the console page `/health/policy/` all read these tables;
@@ -16,17 +16,23 @@ from .choices import Severity as S
 
 # ---- sources ----------------------------------------------------------------------------------
 XID_CATALOG = "NVIDIA XID catalog (docs.nvidia.com/deploy/xid-errors), resolution bucket"
-XID_BLACKWELL = ("NVIDIA XID catalog, Blackwell NVLink errors: resolution follows the XID 154 recovery action "
-                 "('Xid 154 linkage' column)")
-NVML_RECOVERY = ("NVML nvmlDeviceGpuRecoveryAction_t via field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; NVIDIA GPU "
-                 "memory error management, 'Recovery action flag'")
+XID_BLACKWELL = (
+    "NVIDIA XID catalog, Blackwell NVLink errors: resolution follows the XID 154 recovery action "
+    "('Xid 154 linkage' column)"
+)
+NVML_RECOVERY = (
+    "NVML nvmlDeviceGpuRecoveryAction_t via field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; NVIDIA GPU "
+    "memory error management, 'Recovery action flag'"
+)
 NVML_THROTTLE = "NVML nvmlDeviceGetCurrentClocksEventReasons (HW/SW thermal slowdown bits 0x40, 0x20)"
 DCGM_LEVELS = parameter("dcgm_diag_levels")  # reliability.csv
 DCGM_SOURCE = f"{DCGM_LEVELS.source} ({DCGM_LEVELS.value})"
 BURN_IN_SOURCE = parameter("burn_in_per_rack")
 NVIDIA_ROW_REMAP = "NVIDIA GPU memory error management (row remapping; RMA policy thresholds)"
-IB_SOURCE = ("InfiniBand PortInfo/PortCounters (LinkDownedCounter, SymbolErrorCounter); a port that is down or "
-             "flaps is a cable or transceiver fault (NVIDIA cable validation guidance)")
+IB_SOURCE = (
+    "InfiniBand PortInfo/PortCounters (LinkDownedCounter, SymbolErrorCounter); a port that is down or "
+    "flaps is a cable or transceiver fault (NVIDIA cable validation guidance)"
+)
 OWN_CHOICE = "Hangar operating choice (no vendor figure); tune in health/policy.py"
 
 # heartbeat_defaults (reliability.csv, Kubernetes node lifecycle defaults): 10 s beat,
@@ -116,8 +122,12 @@ XID_RULES: dict[int, tuple[str, str, str, str]] = {
     43: (S.INFO, "GPU stopped processing", XID_CATALOG + ": restart the application", ""),
     45: (S.INFO, "preemptive cleanup", XID_CATALOG + ": none (follows another fault)", ""),
     63: (S.INFO, "ECC page retirement / row remap event", NVIDIA_ROW_REMAP, ""),
-    92: (S.WARN, "high single-bit ECC rate", XID_CATALOG + ": run field diagnostics",
-         "DCGM level 4 at next idle (node available, no tenant)"),
+    92: (
+        S.WARN,
+        "high single-bit ECC rate",
+        XID_CATALOG + ": run field diagnostics",
+        "DCGM level 4 at next idle (node available, no tenant)",
+    ),
     94: (S.WARN, "contained ECC error", XID_CATALOG + ": restart the application; reset at the next drain", ""),
     46: (S.RESET, "GPU stopped processing (timeout)", XID_CATALOG + ": reset the GPU", ""),
     48: (S.RESET, "double-bit ECC error", XID_CATALOG + ": reset the GPU", ""),
@@ -129,8 +139,12 @@ XID_RULES: dict[int, tuple[str, str, str, str]] = {
     136: (S.RESET, "link training failure", XID_CATALOG + ": reset the GPU", ""),
     140: (S.RESET, "unrecovered ECC error", XID_CATALOG + ": reset the GPU", ""),
     79: (S.REBOOT, "GPU has fallen off the bus", XID_CATALOG + ": reboot the node", ""),
-    74: (S.REBOOT, "NVLink error", XID_CATALOG + ": reset the GPU / check the NVLink fabric",
-         "holds the NVLink domain on rack-scale systems"),
+    74: (
+        S.REBOOT,
+        "NVLink error",
+        XID_CATALOG + ": reset the GPU / check the NVLink fabric",
+        "holds the NVLink domain on rack-scale systems",
+    ),
     64: (S.FATAL, "ECC page retirement / row remap failure", NVIDIA_ROW_REMAP, ""),
     # Blackwell NVLink errors (GB200/B200): the recovery action field says what to do; without
     # it the GPU is reset. On NVL72 the whole NVLink domain is held.
@@ -143,84 +157,157 @@ XID_RULES: dict[int, tuple[str, str, str, str]] = {
     150: (S.RESET, "NVLink MSE error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
     # 154 says "the recovery action changed": the action itself is the NVML field (recovery_*
     # signals below). Alone (a backend that cannot read the field) it is treated as a reboot.
-    154: (S.REBOOT, "GPU recovery action changed", NVML_RECOVERY,
-          "the recovery action decides; holds the NVLink domain on rack-scale systems"),
+    154: (
+        S.REBOOT,
+        "GPU recovery action changed",
+        NVML_RECOVERY,
+        "the recovery action decides; holds the NVLink domain on rack-scale systems",
+    ),
 }
 XID_SEVERITY: dict[int, str] = {x: rule[0] for x, rule in XID_RULES.items()}
 XID_DESCRIPTIONS = {x: rule[1] for x, rule in XID_RULES.items()}
 UNLISTED_XID_SEVERITY = S.INFO  # recorded so an operator sees it; no automatic action
 
 RULES: dict[str, Rule] = {
-    **{f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {desc}", source, event=True, then=then)
-       for x, (sev, desc, source, then) in XID_RULES.items()},
-    **{f"recovery_{name}": Rule(f"recovery_{name}", sev, f"NVML recovery action {value} ({name}): {what}",
-                                NVML_RECOVERY,
-                                then="holds the NVLink domain on rack-scale systems" if value in (3, 4, 5) else "")
-       for value, (name, sev, what) in RECOVERY_ACTIONS.items() if sev is not None},
+    **{
+        f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {desc}", source, event=True, then=then)
+        for x, (sev, desc, source, then) in XID_RULES.items()
+    },
+    **{
+        f"recovery_{name}": Rule(
+            f"recovery_{name}",
+            sev,
+            f"NVML recovery action {value} ({name}): {what}",
+            NVML_RECOVERY,
+            then="holds the NVLink domain on rack-scale systems" if value in (3, 4, 5) else "",
+        )
+        for value, (name, sev, what) in RECOVERY_ACTIONS.items()
+        if sev is not None
+    },
     "ecc_sbe": Rule("ecc_sbe", S.INFO, "single-bit ECC errors corrected", NVIDIA_ROW_REMAP),
     "row_remap_pending": Rule("row_remap_pending", S.WARN, "row remap pending (needs a GPU reset)", NVIDIA_ROW_REMAP),
     "row_remap_failed": Rule("row_remap_failed", S.FATAL, "row remap failed (no spare rows)", NVIDIA_ROW_REMAP),
-    "thermal_slowdown": Rule("thermal_slowdown", S.INFO,
-                             "thermal slowdown now: a thermal throttle reason is set, or the temperature is at the "
-                             "GPU's slowdown threshold (its own, else the per-SKU table)", NVML_THROTTLE),
-    "thermal_throttle": Rule("thermal_throttle", S.WARN,
-                             f"thermal slowdown sustained for {int(THERMAL_WINDOW.total_seconds() // 60)} min",
-                             f"{NVML_THROTTLE}; window: {OWN_CHOICE}"),
-    "nvlink_down": Rule("nvlink_down", S.REBOOT, "NVLink link(s) down", XID_CATALOG + " (NVLink)",
-                        then="holds the NVLink domain on rack-scale systems"),
-    "nvlink_errors": Rule("nvlink_errors", S.WARN,
-                          f"NVLink replay/recovery/CRC errors ≥ {NVLINK_ERRORS_WARN} in an hour",
-                          f"NVML NVLink error counters; threshold: {OWN_CHOICE}"),
-    "gpu_count_mismatch": Rule("gpu_count_mismatch", S.REBOOT, "heartbeat reports fewer GPUs than the node type",
-                               XID_CATALOG + " (XID 79 class: GPU missing from the bus)"),
-    "ib_link": Rule("ib_link", S.REPAIR, "InfiniBand port down (ib_link check failed)", IB_SOURCE,
-                    then="repair ticket: inspect or replace the cable/transceiver"),
-    "ib_port_down": Rule("ib_port_down", S.REPAIR, "InfiniBand port down (heartbeat port state)", IB_SOURCE,
-                         then="repair ticket: inspect or replace the cable/transceiver"),
-    "ib_link_flapping": Rule("ib_link_flapping", S.REPAIR,
-                             f"InfiniBand port went down ≥ {IB_LINK_DOWNED_REPAIR} times in an hour",
-                             f"{IB_SOURCE}; threshold: {OWN_CHOICE}",
-                             then="repair ticket: inspect or replace the cable/transceiver"),
-    "ib_symbol_errors": Rule("ib_symbol_errors", S.WARN,
-                             f"InfiniBand symbol errors (ib_link check warned, or ≥ {IB_SYMBOL_ERRORS_WARN} in an hour)",
-                             f"{IB_SOURCE}; threshold: {OWN_CHOICE}"),
+    "thermal_slowdown": Rule(
+        "thermal_slowdown",
+        S.INFO,
+        "thermal slowdown now: a thermal throttle reason is set, or the temperature is at the "
+        "GPU's slowdown threshold (its own, else the per-SKU table)",
+        NVML_THROTTLE,
+    ),
+    "thermal_throttle": Rule(
+        "thermal_throttle",
+        S.WARN,
+        f"thermal slowdown sustained for {int(THERMAL_WINDOW.total_seconds() // 60)} min",
+        f"{NVML_THROTTLE}; window: {OWN_CHOICE}",
+    ),
+    "nvlink_down": Rule(
+        "nvlink_down",
+        S.REBOOT,
+        "NVLink link(s) down",
+        XID_CATALOG + " (NVLink)",
+        then="holds the NVLink domain on rack-scale systems",
+    ),
+    "nvlink_errors": Rule(
+        "nvlink_errors",
+        S.WARN,
+        f"NVLink replay/recovery/CRC errors ≥ {NVLINK_ERRORS_WARN} in an hour",
+        f"NVML NVLink error counters; threshold: {OWN_CHOICE}",
+    ),
+    "gpu_count_mismatch": Rule(
+        "gpu_count_mismatch",
+        S.REBOOT,
+        "heartbeat reports fewer GPUs than the node type",
+        XID_CATALOG + " (XID 79 class: GPU missing from the bus)",
+    ),
+    "ib_link": Rule(
+        "ib_link",
+        S.REPAIR,
+        "InfiniBand port down (ib_link check failed)",
+        IB_SOURCE,
+        then="repair ticket: inspect or replace the cable/transceiver",
+    ),
+    "ib_port_down": Rule(
+        "ib_port_down",
+        S.REPAIR,
+        "InfiniBand port down (heartbeat port state)",
+        IB_SOURCE,
+        then="repair ticket: inspect or replace the cable/transceiver",
+    ),
+    "ib_link_flapping": Rule(
+        "ib_link_flapping",
+        S.REPAIR,
+        f"InfiniBand port went down ≥ {IB_LINK_DOWNED_REPAIR} times in an hour",
+        f"{IB_SOURCE}; threshold: {OWN_CHOICE}",
+        then="repair ticket: inspect or replace the cable/transceiver",
+    ),
+    "ib_symbol_errors": Rule(
+        "ib_symbol_errors",
+        S.WARN,
+        f"InfiniBand symbol errors (ib_link check warned, or ≥ {IB_SYMBOL_ERRORS_WARN} in an hour)",
+        f"{IB_SOURCE}; threshold: {OWN_CHOICE}",
+    ),
     "nvme_smart": Rule("nvme_smart", S.WARN, "NVMe SMART warning", "NVMe specification, SMART critical warning"),
-    "heartbeat_lost": Rule("heartbeat_lost", S.REBOOT, "no heartbeat for 300 s",
-                           f"{HEARTBEAT_SOURCE.source} ({HEARTBEAT_SOURCE.value})"),
+    "heartbeat_lost": Rule(
+        "heartbeat_lost", S.REBOOT, "no heartbeat for 300 s", f"{HEARTBEAT_SOURCE.source} ({HEARTBEAT_SOURCE.value})"
+    ),
     "dcgm_r1": Rule("dcgm_r1", S.RESET, "DCGM level 1 failed", DCGM_SOURCE),
     "dcgm_r2": Rule("dcgm_r2", S.REBOOT, "DCGM level 2 failed", DCGM_SOURCE),
     "dcgm_r3": Rule("dcgm_r3", S.FATAL, "DCGM level 3 failed", DCGM_SOURCE),
     "dcgm_r4": Rule("dcgm_r4", S.FATAL, "DCGM level 4 (memory tests) failed", DCGM_SOURCE),
-    "nccl_allreduce": Rule("nccl_allreduce", S.RESET, "NCCL all-reduce below expected bandwidth or failed",
-                           "NCCL tests (all_reduce_perf) bus bandwidth"),
+    "nccl_allreduce": Rule(
+        "nccl_allreduce",
+        S.RESET,
+        "NCCL all-reduce below expected bandwidth or failed",
+        "NCCL tests (all_reduce_perf) bus bandwidth",
+    ),
     "burn_in": Rule("burn_in", S.FATAL, "burn-in failed", f"facility.csv burn_in_per_rack: {BURN_IN_SOURCE.source}"),
 }
 
 # Signals that, on a rack-scale system (NVL72), hold every tray of the NVLink domain.
-DOMAIN_SIGNALS = frozenset({"nvlink_down", "xid_74", "xid_154", *(f"xid_{x}" for x in range(144, 151)),
-                            "recovery_drain_p2p", "recovery_drain_and_reset", "recovery_recover_imex_domain"})
+DOMAIN_SIGNALS = frozenset(
+    {
+        "nvlink_down",
+        "xid_74",
+        "xid_154",
+        *(f"xid_{x}" for x in range(144, 151)),
+        "recovery_drain_p2p",
+        "recovery_drain_and_reset",
+        "recovery_recover_imex_domain",
+    }
+)
 IDLE_DIAGNOSTIC_SIGNALS = {"xid_92": "dcgm_r4"}  # signal → the diagnostic run when the node is next idle
 REPAIR_TICKET = "repair ticket: inspect or replace the cable/transceiver of the port; a power cycle will not fix it"
 
 # Escalations the sweep applies on top of single signals (need history or combinations).
 ESCALATIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("xid_48 with xid_63/xid_64 repeating", S.FATAL, "double-bit ECC with repeated page retirement",
-     NVIDIA_ROW_REMAP),
+    ("xid_48 with xid_63/xid_64 repeating", S.FATAL, "double-bit ECC with repeated page retirement", NVIDIA_ROW_REMAP),
     ("same fault twice in 7 days", S.FATAL, "a reset/reboot-class signal raised again within 7 days", OWN_CHOICE),
-    ("failed validation or burn-in twice in 7 days", "operator decision",
-     "a pass after two failures is not accepted unattended: triage (validation) or burn_in_failed (burn-in)",
-     OWN_CHOICE),
+    (
+        "failed validation or burn-in twice in 7 days",
+        "operator decision",
+        "a pass after two failures is not accepted unattended: triage (validation) or burn_in_failed (burn-in)",
+        OWN_CHOICE,
+    ),
     ("third triage in 30 days", "rma", "sent for RMA (through the drive gate)", OWN_CHOICE),
-    (f"thermal_slowdown for {int(THERMAL_WINDOW.total_seconds() // 60)} min", S.WARN, "thermal_throttle raised",
-     f"{NVML_THROTTLE}; window: {OWN_CHOICE}"),
-    ("GPU/NVLink fault on an NVL72 tray", "hold domain",
-     "every tray of the rack's NVLink domain is cordoned and its tenants moved off as a unit",
-     "NVIDIA GB200 NVL72: 72 GPUs in one NVLink domain (generations.csv)"),
+    (
+        f"thermal_slowdown for {int(THERMAL_WINDOW.total_seconds() // 60)} min",
+        S.WARN,
+        "thermal_throttle raised",
+        f"{NVML_THROTTLE}; window: {OWN_CHOICE}",
+    ),
+    (
+        "GPU/NVLink fault on an NVL72 tray",
+        "hold domain",
+        "every tray of the rack's NVLink domain is cordoned and its tenants moved off as a unit",
+        "NVIDIA GB200 NVL72: 72 GPUs in one NVLink domain (generations.csv)",
+    ),
 )
 
 # A failing health-report check raises the condition named here; a warning raises the second.
-CHECK_FAIL_SIGNAL = {name: name for name in ("dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "nccl_allreduce", "ib_link",
-                                               "nvme_smart", "burn_in")}
+CHECK_FAIL_SIGNAL = {
+    name: name
+    for name in ("dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "nccl_allreduce", "ib_link", "nvme_smart", "burn_in")
+}
 CHECK_WARN_SIGNAL = {"ib_link": "ib_symbol_errors", "nvme_smart": "nvme_smart"}
 # A passing check clears these conditions.
 CHECK_PASS_CLEARS = {
@@ -228,10 +315,20 @@ CHECK_PASS_CLEARS = {
 }
 
 # Level signals the heartbeat reports every time: absent from a heartbeat → cleared.
-HEARTBEAT_LEVEL_SIGNALS = frozenset({"ecc_sbe", "row_remap_pending", "thermal_slowdown", "nvlink_down",
-                                     "nvlink_errors", "gpu_count_mismatch", "heartbeat_lost", "ib_port_down",
-                                     "ib_link_flapping", *(f"recovery_{name}" for name, sev, _ in
-                                                           RECOVERY_ACTIONS.values() if sev is not None)})
+HEARTBEAT_LEVEL_SIGNALS = frozenset(
+    {
+        "ecc_sbe",
+        "row_remap_pending",
+        "thermal_slowdown",
+        "nvlink_down",
+        "nvlink_errors",
+        "gpu_count_mismatch",
+        "heartbeat_lost",
+        "ib_port_down",
+        "ib_link_flapping",
+        *(f"recovery_{name}" for name, sev, _ in RECOVERY_ACTIONS.values() if sev is not None),
+    }
+)
 
 # The validation gate (health.services.gate).
 GATE_AFTER_RESET = ("dcgm_r2", "nccl_allreduce", "ib_link")
@@ -260,7 +357,14 @@ def slowdown_temp_c(gpu_model: str) -> int | None:
 def policy_rows() -> list[dict]:
     """The table the console shows: one row per signal, most severe first, each with its source."""
 
-    rows = [{"signal": r.signal, "severity": r.severity, "description": r.description, "source": r.source,
-             "action": ACTIONS[r.severity] + (f"; {r.then}" if r.then else "")}
-            for r in RULES.values()]
+    rows = [
+        {
+            "signal": r.signal,
+            "severity": r.severity,
+            "description": r.description,
+            "source": r.source,
+            "action": ACTIONS[r.severity] + (f"; {r.then}" if r.then else ""),
+        }
+        for r in RULES.values()
+    ]
     return sorted(rows, key=lambda r: (-SEVERITY_RANK[r["severity"]], r["signal"]))

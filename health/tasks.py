@@ -1,4 +1,5 @@
 """Health periodic tasks (thin: one service call)."""
+
 from celery import shared_task
 
 from health.services.sweep import run_health_sweep

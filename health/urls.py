@@ -1,4 +1,5 @@
 """Console pages of the health app."""
+
 from django.urls import path
 
 from . import views

@@ -1,4 +1,5 @@
 """Health console pages (thin: selectors compute, charts draw, templates show)."""
+
 from datetime import timedelta
 
 from django import forms
@@ -37,24 +38,43 @@ def dashboard(request):
         "lifecycle": charts.lifecycle_by_hall_figure(by_hall).to_json(),
         "causes": charts.failure_causes_figure(selectors.failure_causes(now - CHART_WINDOW)).to_json(),
     }
-    return render(request, "health/dashboard.html", {
-        "nav": "health", "totals": sorted(totals.items()), "incidents": selectors.open_incidents(),
-        "mttr_hours": round(mttr.total_seconds() / 3600, 1) if mttr else None,
-        "racks": [r for r in selectors.health_by_rack() if r["health"] != "healthy" or r["lifecycle"] != "available"][:200],
-        "figures": figures,
-    })
+    return render(
+        request,
+        "health/dashboard.html",
+        {
+            "nav": "health",
+            "totals": sorted(totals.items()),
+            "incidents": selectors.open_incidents(),
+            "mttr_hours": round(mttr.total_seconds() / 3600, 1) if mttr else None,
+            "racks": [
+                r for r in selectors.health_by_rack() if r["health"] != "healthy" or r["lifecycle"] != "available"
+            ][:200],
+            "figures": figures,
+        },
+    )
 
 
 @operator_required
 def policy(request):
-    return render(request, "health/policy.html", {"nav": "health", "rows": policy_rows(), "escalations": ESCALATIONS,
-                                                  "heartbeat": HEARTBEAT_SOURCE, "thermal_c": THERMAL_THROTTLE_C})
+    return render(
+        request,
+        "health/policy.html",
+        {
+            "nav": "health",
+            "rows": policy_rows(),
+            "escalations": ESCALATIONS,
+            "heartbeat": HEARTBEAT_SOURCE,
+            "thermal_c": THERMAL_THROTTLE_C,
+        },
+    )
 
 
 class PostmortemForm(forms.Form):
     cause = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     attribution = forms.ChoiceField(choices=Attribution.choices)
-    close = forms.BooleanField(required=False, help_text="close the incident (every node back through the gate or in RMA)")
+    close = forms.BooleanField(
+        required=False, help_text="close the incident (every node back through the gate or in RMA)"
+    )
 
 
 @operator_required
@@ -75,11 +95,18 @@ def incident(request, pk):
                 error = str(exc)
     else:
         form = PostmortemForm(initial={"cause": found.cause, "attribution": found.attribution or Attribution.PROVIDER})
-    return render(request, "health/incident.html", {
-        "nav": "health", "incident": found, "form": form, "error": error,
-        "impact_gpu_hours": found.impact_gpu_hours or impact_gpu_hours(found, timezone.now()),
-        "history": selectors.node_history([n.pk for n in found.nodes.all()]),
-    })
+    return render(
+        request,
+        "health/incident.html",
+        {
+            "nav": "health",
+            "incident": found,
+            "form": form,
+            "error": error,
+            "impact_gpu_hours": found.impact_gpu_hours or impact_gpu_hours(found, timezone.now()),
+            "history": selectors.node_history([n.pk for n in found.nodes.all()]),
+        },
+    )
 
 
 class OperatorIncidentForm(forms.Form):
@@ -92,8 +119,9 @@ class OperatorIncidentForm(forms.Form):
         nodes = list(Node.objects.filter(hostname__in=names))
         missing = sorted(set(names) - {n.hostname for n in nodes})
         if not nodes or missing:
-            raise forms.ValidationError(f"Unknown hostnames: {', '.join(missing) or '(none given)'}; "
-                                        "use hostnames as listed on the Fleet page.")
+            raise forms.ValidationError(
+                f"Unknown hostnames: {', '.join(missing) or '(none given)'}; use hostnames as listed on the Fleet page."
+            )
         return nodes
 
 
@@ -102,8 +130,11 @@ class OperatorIncidentForm(forms.Form):
 def new_incident(request):
     form = OperatorIncidentForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        created = open_operator_incident(nodes=form.cleaned_data["hostnames"], title=form.cleaned_data["title"],
-                                         severity=form.cleaned_data["severity"],
-                                         actor=f"user:{request.user.username}")
+        created = open_operator_incident(
+            nodes=form.cleaned_data["hostnames"],
+            title=form.cleaned_data["title"],
+            severity=form.cleaned_data["severity"],
+            actor=f"user:{request.user.username}",
+        )
         return redirect("health:incident", pk=created.pk)
     return render(request, "health/new_incident.html", {"nav": "health", "form": form})

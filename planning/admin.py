@@ -1,4 +1,5 @@
 """Stored plans are read in the admin, never edited: they are computed results."""
+
 from django.contrib import admin
 
 from core.admin import ReadOnlyAdmin

@@ -49,8 +49,13 @@ def _capacity(
                 x=_dates(naive.timeline),
                 y=[value(p) for p in naive.timeline.points],
                 name=f"naive {naive.name}: total"
-                + (f" ({naive.trough_gpu_days:,} GPU-days below floor)" if unit == "GPUs" and floor
-                   else f" ({naive.trough_perf_days:,.0f} {unit}-days below floor)" if floor else ""),
+                + (
+                    f" ({naive.trough_gpu_days:,} GPU-days below floor)"
+                    if unit == "GPUs" and floor
+                    else f" ({naive.trough_perf_days:,.0f} {unit}-days below floor)"
+                    if floor
+                    else ""
+                ),
                 mode="lines",
                 line={"dash": "dash"},
             )
@@ -58,8 +63,11 @@ def _capacity(
     if floor is not None:
         fig.add_hline(y=floor, line={"color": "red"}, annotation_text=f"floor {floor:g} {unit}", name="floor")
     fig.update_layout(
-        title=f"Capacity ({unit})", xaxis_title="week", yaxis_title=unit,
-        legend={"orientation": "h", "y": -0.25}, margin={"t": 40}
+        title=f"Capacity ({unit})",
+        xaxis_title="week",
+        yaxis_title=unit,
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 40},
     )
     return fig
 
@@ -106,11 +114,11 @@ def power_figure(plan: MigrationPlanResult) -> go.Figure:
         )
     fig.add_trace(go.Scatter(x=x, y=[p.power_kw_total for p in points], name="IT kW total", mode="lines"))
     fig.add_trace(
-        go.Scatter(x=x, y=[p.budget_kw_total for p in points], name="budget kW total", mode="lines", line={"dash": "dash"})
+        go.Scatter(
+            x=x, y=[p.budget_kw_total for p in points], name="budget kW total", mode="lines", line={"dash": "dash"}
+        )
     )
-    fig.add_trace(
-        go.Scatter(x=x, y=[p.facility_power_kw for p in points], name="facility kW (IT x PUE)", mode="lines")
-    )
+    fig.add_trace(go.Scatter(x=x, y=[p.facility_power_kw for p in points], name="facility kW (IT x PUE)", mode="lines"))
     fig.update_layout(
         title="Power", xaxis_title="week", yaxis_title="kW", legend={"orientation": "h", "y": -0.25}, margin={"t": 40}
     )
@@ -128,10 +136,23 @@ def capacity_need_figure(result: Mapping) -> go.Figure:
     for gpu_model in generations:
         y = [next((n["gpus"] for n in m["needs"] if n["gpu_model"] == gpu_model), None) for m in result["months"]]
         fig.add_trace(go.Bar(x=months, y=y, name=f"{gpu_model}: GPUs needed"))
-    fig.add_trace(go.Scatter(x=months, y=[g["current_gpus"] for g in result["gap"]], mode="lines",
-                             name=f"{result['target_gpu_model']}: GPUs today", line={"dash": "dash"}))
-    fig.update_layout(title="GPUs needed per month", xaxis_title="month", yaxis_title="GPUs", barmode="group",
-                      legend={"orientation": "h", "y": -0.25}, margin={"t": 40})
+    fig.add_trace(
+        go.Scatter(
+            x=months,
+            y=[g["current_gpus"] for g in result["gap"]],
+            mode="lines",
+            name=f"{result['target_gpu_model']}: GPUs today",
+            line={"dash": "dash"},
+        )
+    )
+    fig.update_layout(
+        title="GPUs needed per month",
+        xaxis_title="month",
+        yaxis_title="GPUs",
+        barmode="group",
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 40},
+    )
     return fig
 
 
@@ -143,6 +164,11 @@ def capacity_power_figure(result: Mapping) -> go.Figure:
     for gpu_model in generations:
         y = [next((n["kw"] for n in m["needs"] if n["gpu_model"] == gpu_model), None) for m in result["months"]]
         fig.add_trace(go.Scatter(x=months, y=y, mode="lines+markers", name=f"{gpu_model}: rack kW"))
-    fig.update_layout(title="Rack power needed per month", xaxis_title="month", yaxis_title="kW",
-                      legend={"orientation": "h", "y": -0.25}, margin={"t": 40})
+    fig.update_layout(
+        title="Rack power needed per month",
+        xaxis_title="month",
+        yaxis_title="kW",
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 40},
+    )
     return fig

@@ -8,6 +8,7 @@ validated here into ``[{field, message}]`` errors, so the API and the console fo
 bad input the same way. The resolved inputs are stored as canonical JSON so a stored plan
 can be recomputed (and charted) without touching the inventory again.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,7 @@ OVERRIDE_SOURCE = "operator input (overrides generations.csv)"
 
 
 class PlanInputError(Exception):
-    """Bad operator parameters; ``errors`` is ``[{field, message}]`` as in API.md."""
+    """Bad operator parameters; ``errors`` is ``[{field, message}]`` as in docs/api.md."""
 
     def __init__(self, errors: list[dict]):
         super().__init__("; ".join(f"{e['field']}: {e['message']}" for e in errors))
@@ -60,40 +61,64 @@ class PlanInputError(Exception):
 class DeliverySerializer(serializers.Serializer):
     date = serializers.DateField(help_text="day the scalable units arrive on site")
     scalable_units = serializers.IntegerField(min_value=1, max_value=1000)
-    racks_per_unit = serializers.IntegerField(min_value=1, max_value=1000, help_text="racks of the target type per unit")
+    racks_per_unit = serializers.IntegerField(
+        min_value=1, max_value=1000, help_text="racks of the target type per unit"
+    )
     label = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
 
 
 class FacilityUpgradeSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["cdu_install"], default="cdu_install")
     positions = serializers.ListField(
-        child=serializers.CharField(max_length=100), min_length=1, max_length=10000,
+        child=serializers.CharField(max_length=100),
+        min_length=1,
+        max_length=10000,
         help_text="rack ids or names (in the halls in scope) that get the upgrade",
     )
     earliest_start = serializers.DateField(required=False, help_text="default: the plan's start")
     lead_time_days = serializers.IntegerField(
-        min_value=0, max_value=3650, required=False, allow_null=True,
+        min_value=0,
+        max_value=3650,
+        required=False,
+        allow_null=True,
         help_text="default: high end of cdu_lead_time (facility.csv)",
     )
     power_kw_after = serializers.FloatField(
-        min_value=0, max_value=1000, required=False, allow_null=True,
+        min_value=0,
+        max_value=1000,
+        required=False,
+        allow_null=True,
         help_text="position power after the upgrade; default: high end of liquid_rack_capacity (facility.csv)",
     )
     cooling_kw_after = serializers.FloatField(
-        min_value=0, max_value=1000, required=False, allow_null=True,
+        min_value=0,
+        max_value=1000,
+        required=False,
+        allow_null=True,
         help_text="position liquid cooling after the upgrade; default: as power_kw_after",
     )
 
 
 class HallFacilitySerializer(serializers.Serializer):
     hall = serializers.UUIDField(help_text="hall id in scope")
-    cdu_units = serializers.IntegerField(min_value=1, max_value=1000, required=False, allow_null=True,
-                                         help_text="CDUs serving the hall; capacity counts all but one (N+1)")
+    cdu_units = serializers.IntegerField(
+        min_value=1,
+        max_value=1000,
+        required=False,
+        allow_null=True,
+        help_text="CDUs serving the hall; capacity counts all but one (N+1)",
+    )
     cdu_unit_kw = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
-    air_cooling_kw = serializers.FloatField(min_value=0, max_value=1_000_000, required=False, allow_null=True,
-                                            help_text="room-air heat the hall's air handlers remove")
-    floor_load_kpa = serializers.FloatField(min_value=0, max_value=1000, required=False, allow_null=True,
-                                            help_text="rated distributed floor load")
+    air_cooling_kw = serializers.FloatField(
+        min_value=0,
+        max_value=1_000_000,
+        required=False,
+        allow_null=True,
+        help_text="room-air heat the hall's air handlers remove",
+    )
+    floor_load_kpa = serializers.FloatField(
+        min_value=0, max_value=1000, required=False, allow_null=True, help_text="rated distributed floor load"
+    )
 
 
 class PlanParametersSerializer(serializers.Serializer):
@@ -105,34 +130,60 @@ class PlanParametersSerializer(serializers.Serializer):
         child=serializers.UUIDField(), required=False, min_length=1, help_text="hall ids in scope; default: all halls"
     )
     positions = serializers.ListField(
-        child=serializers.CharField(max_length=100), required=False, min_length=1,
+        child=serializers.CharField(max_length=100),
+        required=False,
+        min_length=1,
         help_text="rack ids or names in scope; default: every rack of the halls in scope",
     )
     target_node_type = serializers.SlugField(required=False, help_text=f"catalogue slug; default {DEFAULT_TARGET}")
     target_perf_per_gpu = serializers.FloatField(
-        min_value=0.01, max_value=100, required=False, allow_null=True,
-        help_text="H100-equivalents per target GPU for the workload; default: generations.csv")
+        min_value=0.01,
+        max_value=100,
+        required=False,
+        allow_null=True,
+        help_text="H100-equivalents per target GPU for the workload; default: generations.csv",
+    )
     perf_overrides = serializers.DictField(
-        child=serializers.FloatField(min_value=0.01, max_value=100), required=False, allow_empty=True,
-        help_text="node type slug -> H100-equivalents per GPU, overriding generations.csv for the current fleet")
-    workload = serializers.ChoiceField(choices=["training", "inference"], required=False,
-                                       help_text="which generations.csv ratio normalises capacity (default training)")
-    floor_unit = serializers.ChoiceField(choices=list(FLOOR_UNITS), required=False,
-                                         help_text="unit of the default floor: h100e (default) or gpus")
+        child=serializers.FloatField(min_value=0.01, max_value=100),
+        required=False,
+        allow_empty=True,
+        help_text="node type slug -> H100-equivalents per GPU, overriding generations.csv for the current fleet",
+    )
+    workload = serializers.ChoiceField(
+        choices=["training", "inference"],
+        required=False,
+        help_text="which generations.csv ratio normalises capacity (default training)",
+    )
+    floor_unit = serializers.ChoiceField(
+        choices=list(FLOOR_UNITS), required=False, help_text="unit of the default floor: h100e (default) or gpus"
+    )
     hall_facilities = HallFacilitySerializer(many=True, required=False, max_length=1000)
     deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
-    burn_in_days = serializers.IntegerField(min_value=0, max_value=365, required=False, allow_null=True,
-                                            help_text="default: high end of burn_in_per_rack (facility.csv)")
+    burn_in_days = serializers.IntegerField(
+        min_value=0,
+        max_value=365,
+        required=False,
+        allow_null=True,
+        help_text="default: high end of burn_in_per_rack (facility.csv)",
+    )
     cut_over_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=1)
     drain_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
     sanitise_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
     ship_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
     facility_upgrades = FacilityUpgradeSerializer(many=True, required=False)
-    capacity_floor_gpus = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False,
-                                                   help_text="raw GPU floor; default: today's GPUs when floor_unit=gpus, else 0")
+    capacity_floor_gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=10_000_000,
+        required=False,
+        help_text="raw GPU floor; default: today's GPUs when floor_unit=gpus, else 0",
+    )
     capacity_floor_perf = serializers.FloatField(
-        min_value=0, max_value=1e9, required=False, allow_null=True,
-        help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none")
+        min_value=0,
+        max_value=1e9,
+        required=False,
+        allow_null=True,
+        help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none",
+    )
     largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
     horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
     power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
@@ -158,8 +209,11 @@ def field_errors(detail, prefix: str = "") -> list[dict]:
     if isinstance(detail, list):
         out = []
         for index, item in enumerate(detail):
-            out.extend(field_errors(item, f"{prefix}[{index}]") if isinstance(item, (dict, list))
-                       else [{"field": prefix or "non_field_errors", "message": str(item)}])
+            out.extend(
+                field_errors(item, f"{prefix}[{index}]")
+                if isinstance(item, (dict, list))
+                else [{"field": prefix or "non_field_errors", "message": str(item)}]
+            )
         return out
     return [{"field": prefix or "non_field_errors", "message": str(detail)}]
 
@@ -169,13 +223,16 @@ def next_monday(today: date | None = None) -> date:
     return today + timedelta(days=(7 - today.weekday()) % 7 or 7)
 
 
-def _resolve_racks(refs: list[str], by_id: dict[str, Rack], by_name: dict[str, Rack], field: str,
-                   errors: list[dict]) -> list[Rack]:
+def _resolve_racks(
+    refs: list[str], by_id: dict[str, Rack], by_name: dict[str, Rack], field: str, errors: list[dict]
+) -> list[Rack]:
     racks = []
     for i, ref in enumerate(refs):
         rack = by_id.get(ref) or by_name.get(ref)
         if rack is None:
-            errors.append({"field": f"{field}[{i}]", "message": f"No rack {ref!r} in the halls in scope; give a rack id or name."})
+            errors.append(
+                {"field": f"{field}[{i}]", "message": f"No rack {ref!r} in the halls in scope; give a rack id or name."}
+            )
         else:
             racks.append(rack)
     return racks
@@ -183,6 +240,7 @@ def _resolve_racks(refs: list[str], by_id: dict[str, Rack], by_name: dict[str, R
 
 def _json_ready(data: dict) -> dict:
     """Validated data with dates and UUIDs as strings: the canonical, storable parameters."""
+
     def conv(value):
         if isinstance(value, dict):
             return {k: conv(v) for k, v in value.items()}
@@ -193,6 +251,7 @@ def _json_ready(data: dict) -> dict:
         if isinstance(value, uuid.UUID):
             return str(value)
         return value
+
     return conv(data)
 
 
@@ -204,16 +263,19 @@ def _perf_ratio(gpu_model: str, workload: str, overrides: dict | None = None, sl
     return float(ratio) if ratio is not None else 1.0
 
 
-def current_capacity(halls: list[str], workload: str, overrides: dict | None = None,
-                     positions: list[str] | None = None) -> tuple[int, float]:
+def current_capacity(
+    halls: list[str], workload: str, overrides: dict | None = None, positions: list[str] | None = None
+) -> tuple[int, float]:
     """Today's (GPUs, H100-equivalents) in the halls in scope: what the default floor holds."""
     nodes = Node.objects.exclude(lifecycle__in=GONE).filter(rack__hall_id__in=halls)
     if positions is not None:
         nodes = nodes.filter(Q(rack_id__in=[p for p in positions if _is_uuid(p)]) | Q(rack__name__in=positions))
     gpus, perf = 0, 0.0
-    for slug, model, per_node, count in (nodes.values_list("node_type__slug", "node_type__gpu_model",
-                                                            "node_type__gpus_per_node")
-                                         .annotate(n=Count("id")).order_by()):
+    for slug, model, per_node, count in (
+        nodes.values_list("node_type__slug", "node_type__gpu_model", "node_type__gpus_per_node")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
         gpus += per_node * count
         perf += per_node * count * _perf_ratio(model, workload, overrides, slug)
     return gpus, round(perf, 2)
@@ -227,9 +289,15 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-def default_parameters(*, start: date | None = None, halls: list[str] | None = None,
-                       workload: str = DEFAULT_WORKLOAD, floor_unit: str = DEFAULT_FLOOR_UNIT,
-                       target_slug: str = DEFAULT_TARGET, perf_overrides: dict | None = None) -> dict:
+def default_parameters(
+    *,
+    start: date | None = None,
+    halls: list[str] | None = None,
+    workload: str = DEFAULT_WORKLOAD,
+    floor_unit: str = DEFAULT_FLOOR_UNIT,
+    target_slug: str = DEFAULT_TARGET,
+    perf_overrides: dict | None = None,
+) -> dict:
     """The defaults over the inventory of ``halls`` (default: every hall); the console form's prefill.
 
     The floor is today's capacity in ``floor_unit``; the deliveries are as many 8-rack scalable
@@ -239,8 +307,12 @@ def default_parameters(*, start: date | None = None, halls: list[str] | None = N
     if halls is None:
         halls = list(Hall.objects.order_by("site__name", "name").values_list("id", flat=True))
     gpus, perf = current_capacity(halls, workload, perf_overrides)
-    air_racks = list(Rack.objects.filter(hall_id__in=halls, cooling__in=["air", "rear_door"], nodes__isnull=False)
-                     .distinct().order_by("hall__name", "row", "column", "name").values_list("name", flat=True))
+    air_racks = list(
+        Rack.objects.filter(hall_id__in=halls, cooling__in=["air", "rear_door"], nodes__isnull=False)
+        .distinct()
+        .order_by("hall__name", "row", "column", "name")
+        .values_list("name", flat=True)
+    )
     cdu = air_racks[-DEFAULT_CDU_POSITIONS:]
     target_row = NodeType.objects.filter(slug=target_slug).first() or NodeType.objects.get(slug=DEFAULT_TARGET)
     try:
@@ -263,14 +335,31 @@ def default_parameters(*, start: date | None = None, halls: list[str] | None = N
         "floor_unit": floor_unit,
         "hall_facilities": [],
         "deliveries": [
-            {"date": (start + timedelta(weeks=FIRST_DELIVERY_WEEK + i * WEEKS_BETWEEN_DELIVERIES)).isoformat(),
-             "scalable_units": 1, "racks_per_unit": RACKS_PER_SCALABLE_UNIT, "label": f"SU{i + 1}"}
+            {
+                "date": (start + timedelta(weeks=FIRST_DELIVERY_WEEK + i * WEEKS_BETWEEN_DELIVERIES)).isoformat(),
+                "scalable_units": 1,
+                "racks_per_unit": RACKS_PER_SCALABLE_UNIT,
+                "label": f"SU{i + 1}",
+            }
             for i in range(units)
         ],
         "burn_in_days": None,
-        "cut_over_days": 1, "drain_days": 7, "sanitise_days": 7, "ship_days": 7,
-        "facility_upgrades": [{"kind": "cdu_install", "positions": cdu, "earliest_start": start.isoformat(),
-                               "lead_time_days": None, "power_kw_after": None, "cooling_kw_after": None}] if cdu else [],
+        "cut_over_days": 1,
+        "drain_days": 7,
+        "sanitise_days": 7,
+        "ship_days": 7,
+        "facility_upgrades": [
+            {
+                "kind": "cdu_install",
+                "positions": cdu,
+                "earliest_start": start.isoformat(),
+                "lead_time_days": None,
+                "power_kw_after": None,
+                "cooling_kw_after": None,
+            }
+        ]
+        if cdu
+        else [],
         "capacity_floor_gpus": gpus if floor_unit == "gpus" else 0,
         "capacity_floor_perf": perf if floor_unit == "h100e" else None,
         "largest_job_gpus": max(1, int(gpus * DEFAULT_JOB_FRACTION)),
@@ -289,9 +378,13 @@ def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
     given = _json_ready(dict(serializer.validated_data))
     start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
     params = default_parameters(
-        start=start, halls=given.get("halls"), workload=given.get("workload", DEFAULT_WORKLOAD),
+        start=start,
+        halls=given.get("halls"),
+        workload=given.get("workload", DEFAULT_WORKLOAD),
         floor_unit=given.get("floor_unit", DEFAULT_FLOOR_UNIT),
-        target_slug=given.get("target_node_type", DEFAULT_TARGET), perf_overrides=given.get("perf_overrides"))
+        target_slug=given.get("target_node_type", DEFAULT_TARGET),
+        perf_overrides=given.get("perf_overrides"),
+    )
     if "positions" in given and "capacity_floor_gpus" not in given and "capacity_floor_perf" not in given:
         # A narrower scope: the default floor is that scope's capacity, not the halls'.
         gpus, perf = current_capacity(params["halls"], params["workload"], params["perf_overrides"], given["positions"])
@@ -306,7 +399,12 @@ def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
     start_s = params["start"]
     for i, d in enumerate(params["deliveries"]):
         if d["date"] < start_s:
-            errors.append({"field": f"deliveries[{i}].date", "message": f"Deliveries must arrive on or after the start ({start_s})."})
+            errors.append(
+                {
+                    "field": f"deliveries[{i}].date",
+                    "message": f"Deliveries must arrive on or after the start ({start_s}).",
+                }
+            )
     if errors:
         raise PlanInputError(errors)
     # Resolving against the inventory finds the remaining errors (unknown halls, racks, node types).
@@ -325,8 +423,12 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             errors.append({"field": f"halls[{i}]", "message": f"No hall {hall_id}; list halls in the console (Fleet)."})
     target_row = NodeType.objects.filter(slug=params["target_node_type"]).first()
     if target_row is None:
-        errors.append({"field": "target_node_type",
-                       "message": f"No node type {params['target_node_type']!r} in the catalogue; e.g. {DEFAULT_TARGET}."})
+        errors.append(
+            {
+                "field": "target_node_type",
+                "message": f"No node type {params['target_node_type']!r} in the catalogue; e.g. {DEFAULT_TARGET}.",
+            }
+        )
     racks = list(Rack.objects.filter(hall_id__in=hall_rows).order_by("hall__name", "row", "column", "name"))
     by_id = {str(r.id): r for r in racks}
     by_name = {r.name: r for r in racks}
@@ -335,7 +437,9 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         by_id = {str(r.id): r for r in racks}
         by_name = {r.name: r for r in racks}
     if not racks and not errors:
-        errors.append({"field": "halls", "message": "The halls in scope have no rack positions; add racks or choose other halls."})
+        errors.append(
+            {"field": "halls", "message": "The halls in scope have no rack positions; add racks or choose other halls."}
+        )
     upgrades: dict[str, mp.FacilityUpgrade] = {}
     liquid = parameter("liquid_rack_capacity")
     for i, up in enumerate(params.get("facility_upgrades") or []):
@@ -348,17 +452,27 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         earliest = date.fromisoformat(up.get("earliest_start") or params["start"])
         for rack in targets:
             if str(rack.id) in upgrades:
-                errors.append({"field": f"{field}.positions", "message": f"{rack.name} already has an upgrade; give each position one."})
+                errors.append(
+                    {
+                        "field": f"{field}.positions",
+                        "message": f"{rack.name} already has an upgrade; give each position one.",
+                    }
+                )
                 continue
             adds_power = max(0.0, after_power - float(rack.rated_power_kw))
             adds_cooling = max(0.0, after_cooling - float(rack.cooling_capacity_kw))
             if up.get("lead_time_days") is None:
-                upgrade = mp.FacilityUpgrade.cdu_install(earliest_start=earliest, adds_power_kw=adds_power,
-                                                         adds_cooling_kw=adds_cooling)
+                upgrade = mp.FacilityUpgrade.cdu_install(
+                    earliest_start=earliest, adds_power_kw=adds_power, adds_cooling_kw=adds_cooling
+                )
             else:
-                upgrade = mp.FacilityUpgrade(kind=up.get("kind", "cdu_install"), lead_time_days=up["lead_time_days"],
-                                             earliest_start=earliest, adds_power_kw=adds_power,
-                                             adds_cooling_kw=adds_cooling)
+                upgrade = mp.FacilityUpgrade(
+                    kind=up.get("kind", "cdu_install"),
+                    lead_time_days=up["lead_time_days"],
+                    earliest_start=earliest,
+                    adds_power_kw=adds_power,
+                    adds_cooling_kw=adds_cooling,
+                )
             upgrades[str(rack.id)] = upgrade
     target = None
     workload = params.get("workload", DEFAULT_WORKLOAD)
@@ -367,72 +481,134 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         override = params.get("target_perf_per_gpu")
         try:
             target = mp.NodeTypeSpec.from_reference(
-                target_row.gpu_model, name=target_row.slug, workload=workload, perf_per_gpu=override,
-                perf_source=OVERRIDE_SOURCE if override is not None else None)
+                target_row.gpu_model,
+                name=target_row.slug,
+                workload=workload,
+                perf_per_gpu=override,
+                perf_source=OVERRIDE_SOURCE if override is not None else None,
+            )
         except (KeyError, ValueError) as exc:
             errors.append({"field": "target_node_type", "message": f"{target_row.slug} cannot be planned: {exc}"})
     fleet, kept = _fleet_blocks([r.id for r in racks], target_row, errors, workload, overrides, target)
     if errors:
         raise PlanInputError(errors)
     positions = tuple(
-        mp.Position(str(r.id), hall_label[str(r.hall_id)], r.name, r.cooling, float(r.rated_power_kw), float(r.cooling_capacity_kw),
-                    upgrades.get(str(r.id)))
+        mp.Position(
+            str(r.id),
+            hall_label[str(r.hall_id)],
+            r.name,
+            r.cooling,
+            float(r.rated_power_kw),
+            float(r.cooling_capacity_kw),
+            upgrades.get(str(r.id)),
+        )
         for r in racks
     )
     hall_ids = {p.hall_id for p in positions}
     facilities: dict[str, dict] = {}
     for i, fac in enumerate(params.get("hall_facilities") or []):
         if str(fac["hall"]) not in hall_rows:
-            raise PlanInputError([{"field": f"hall_facilities[{i}].hall",
-                                   "message": "That hall is not in scope; list it in halls first."}])
+            raise PlanInputError(
+                [
+                    {
+                        "field": f"hall_facilities[{i}].hall",
+                        "message": "That hall is not in scope; list it in halls first.",
+                    }
+                ]
+            )
         facilities[str(fac["hall"])] = fac
     halls = tuple(
-        mp.Hall(hall_label[hid], hall_label[hid], float(h.it_power_budget_kw), float(h.pue),
-                cdu_units=facilities.get(hid, {}).get("cdu_units"), cdu_unit_kw=facilities.get(hid, {}).get("cdu_unit_kw"),
-                air_cooling_kw=facilities.get(hid, {}).get("air_cooling_kw"),
-                floor_load_kpa=facilities.get(hid, {}).get("floor_load_kpa"))
-        for hid, h in hall_rows.items() if hall_label[hid] in hall_ids)
+        mp.Hall(
+            hall_label[hid],
+            hall_label[hid],
+            float(h.it_power_budget_kw),
+            float(h.pue),
+            cdu_units=facilities.get(hid, {}).get("cdu_units"),
+            cdu_unit_kw=facilities.get(hid, {}).get("cdu_unit_kw"),
+            air_cooling_kw=facilities.get(hid, {}).get("air_cooling_kw"),
+            floor_load_kpa=facilities.get(hid, {}).get("floor_load_kpa"),
+        )
+        for hid, h in hall_rows.items()
+        if hall_label[hid] in hall_ids
+    )
     assert target is not None
     delivered = sum(d["scalable_units"] * d["racks_per_unit"] for d in params["deliveries"])
     if delivered > len(racks):
         # More racks than positions can never all land; refusing here also bounds the planner's work.
-        raise PlanInputError([{"field": "deliveries", "message": (
-            f"The deliveries bring {delivered:,} racks but the scope has only {len(racks):,} positions: "
-            "add halls or positions to the scope, or deliver fewer racks.")}])
+        raise PlanInputError(
+            [
+                {
+                    "field": "deliveries",
+                    "message": (
+                        f"The deliveries bring {delivered:,} racks but the scope has only {len(racks):,} positions: "
+                        "add halls or positions to the scope, or deliver fewer racks."
+                    ),
+                }
+            ]
+        )
     deliveries = tuple(
-        mp.Delivery(date.fromisoformat(d["date"]), d["scalable_units"], d["racks_per_unit"] * target.nodes_per_rack,
-                    d.get("label", ""))
+        mp.Delivery(
+            date.fromisoformat(d["date"]),
+            d["scalable_units"],
+            d["racks_per_unit"] * target.nodes_per_rack,
+            d.get("label", ""),
+        )
         for d in params["deliveries"]
     )
     return mp.PlanInputs(
-        start=start, halls=halls, positions=positions, fleet=fleet, target=target, deliveries=deliveries,
-        capacity_floor_gpus=params["capacity_floor_gpus"], largest_job_gpus=params["largest_job_gpus"],
-        kept=kept, workload=workload,
-        capacity_floor_perf=params.get("capacity_floor_perf"), horizon_weeks=params["horizon_weeks"],
-        burn_in_days=params.get("burn_in_days"), cut_over_days=params["cut_over_days"],
-        drain_days=params["drain_days"], sanitise_days=params["sanitise_days"], ship_days=params["ship_days"],
+        start=start,
+        halls=halls,
+        positions=positions,
+        fleet=fleet,
+        target=target,
+        deliveries=deliveries,
+        capacity_floor_gpus=params["capacity_floor_gpus"],
+        largest_job_gpus=params["largest_job_gpus"],
+        kept=kept,
+        workload=workload,
+        capacity_floor_perf=params.get("capacity_floor_perf"),
+        horizon_weeks=params["horizon_weeks"],
+        burn_in_days=params.get("burn_in_days"),
+        cut_over_days=params["cut_over_days"],
+        drain_days=params["drain_days"],
+        sanitise_days=params["sanitise_days"],
+        ship_days=params["ship_days"],
         power_margin=params["power_margin"],
     )
 
 
-def _fleet_blocks(rack_ids: list, target_row: NodeType | None, errors: list[dict], workload: str,
-                  overrides: dict, target: mp.NodeTypeSpec | None,
-                  ) -> tuple[tuple[mp.FleetBlock, ...], tuple[mp.FleetBlock, ...]]:
+def _fleet_blocks(
+    rack_ids: list,
+    target_row: NodeType | None,
+    errors: list[dict],
+    workload: str,
+    overrides: dict,
+    target: mp.NodeTypeSpec | None,
+) -> tuple[tuple[mp.FleetBlock, ...], tuple[mp.FleetBlock, ...]]:
     """The fleet in scope, one block per (node type, nodes per rack), racks in inventory order:
     (what migrates, what already is the target generation and stays)."""
     counts: Counter = Counter()
     types: dict[str, NodeType] = {}
     per_rack: dict[str, set[str]] = defaultdict(set)
-    nodes = (Node.objects.filter(rack_id__in=rack_ids).exclude(lifecycle__in=GONE)
-             .select_related("node_type").only("rack_id", "node_type"))
+    nodes = (
+        Node.objects.filter(rack_id__in=rack_ids)
+        .exclude(lifecycle__in=GONE)
+        .select_related("node_type")
+        .only("rack_id", "node_type")
+    )
     for node in nodes:
         counts[(str(node.rack_id), node.node_type.slug)] += 1
         types[node.node_type.slug] = node.node_type
         per_rack[str(node.rack_id)].add(node.node_type.slug)
     mixed = sorted(rid for rid, slugs in per_rack.items() if len(slugs) > 1)
     if mixed:
-        errors.append({"field": "positions", "message": f"{len(mixed)} racks hold more than one node type (e.g. {mixed[0]}); "
-                                                        "leave them out of the scope or plan them separately."})
+        errors.append(
+            {
+                "field": "positions",
+                "message": f"{len(mixed)} racks hold more than one node type (e.g. {mixed[0]}); "
+                "leave them out of the scope or plan them separately.",
+            }
+        )
         return (), ()
     groups: dict[tuple[str, int], list[str]] = defaultdict(list)
     order = {str(rid): i for i, rid in enumerate(rack_ids)}
@@ -448,8 +624,13 @@ def _fleet_blocks(rack_ids: list, target_row: NodeType | None, errors: list[dict
         try:
             override = overrides.get(slug)
             spec = mp.NodeTypeSpec.from_reference(
-                row.gpu_model, name=slug, nodes_per_rack=per, workload=workload,  # type: ignore[arg-type]
-                perf_per_gpu=override, perf_source=OVERRIDE_SOURCE if override is not None else None)
+                row.gpu_model,
+                name=slug,
+                nodes_per_rack=per,
+                workload=workload,  # type: ignore[arg-type]
+                perf_per_gpu=override,
+                perf_source=OVERRIDE_SOURCE if override is not None else None,
+            )
         except (KeyError, ValueError) as exc:
             errors.append({"field": "positions", "message": f"{slug} in the scope cannot be planned: {exc}"})
             continue
@@ -481,26 +662,35 @@ def inputs_to_json(inputs: mp.PlanInputs) -> dict:
 def _upgrade(d: dict | None) -> mp.FacilityUpgrade | None:
     if d is None:
         return None
-    return mp.FacilityUpgrade(**{**d, "earliest_start": date.fromisoformat(d["earliest_start"]),
-                                 "cost": Decimal(d["cost"]) if d["cost"] is not None else None})
+    return mp.FacilityUpgrade(
+        **{
+            **d,
+            "earliest_start": date.fromisoformat(d["earliest_start"]),
+            "cost": Decimal(d["cost"]) if d["cost"] is not None else None,
+        }
+    )
 
 
 def _block(b: dict) -> mp.FleetBlock:
-    return mp.FleetBlock(**{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])})
+    return mp.FleetBlock(
+        **{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])}
+    )
 
 
 def inputs_from_json(d: dict) -> mp.PlanInputs:
     """Inverse of ``inputs_to_json``: stored plans recompute without reading the inventory."""
-    return mp.PlanInputs(**{
-        **d,
-        "start": date.fromisoformat(d["start"]),
-        "halls": tuple(mp.Hall(**h) for h in d["halls"]),
-        "positions": tuple(mp.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]),
-        "fleet": tuple(_block(b) for b in d["fleet"]),
-        "kept": tuple(_block(b) for b in d.get("kept", ())),
-        "target": mp.NodeTypeSpec(**d["target"]),
-        "deliveries": tuple(mp.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]),
-    })
+    return mp.PlanInputs(
+        **{
+            **d,
+            "start": date.fromisoformat(d["start"]),
+            "halls": tuple(mp.Hall(**h) for h in d["halls"]),
+            "positions": tuple(mp.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]),
+            "fleet": tuple(_block(b) for b in d["fleet"]),
+            "kept": tuple(_block(b) for b in d.get("kept", ())),
+            "target": mp.NodeTypeSpec(**d["target"]),
+            "deliveries": tuple(mp.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]),
+        }
+    )
 
 
 def plan_to_json(plan: mp.MigrationPlanResult) -> dict:
@@ -510,17 +700,46 @@ def plan_to_json(plan: mp.MigrationPlanResult) -> dict:
 
 def reference_citations() -> list[dict]:
     """The reference rows the planner's defaults come from (shown beside the plan)."""
-    rows = [parameter(n) for n in ("cdu_lead_time", "liquid_rack_capacity",
-                                   "pue_industry_average", "ndr_two_tier_fat_tree_max_endpoints")]
+    rows = [
+        parameter(n)
+        for n in (
+            "cdu_lead_time",
+            "liquid_rack_capacity",
+            "pue_industry_average",
+            "ndr_two_tier_fat_tree_max_endpoints",
+        )
+    ]
     cited = [{"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"} for r in rows]
-    for r in (parameter(n) for n in ("burn_in_deadline", "air_cooled_rack_limit_max", "liquid_rack_residual_air_fraction",
-                                     "cdu_redundancy", "floor_loading_tia942_recommended", "rack_footprint",
-                                     "empty_rack_weight")):
+    for r in (
+        parameter(n)
+        for n in (
+            "burn_in_deadline",
+            "air_cooled_rack_limit_max",
+            "liquid_rack_residual_air_fraction",
+            "cdu_redundancy",
+            "floor_loading_tia942_recommended",
+            "rack_footprint",
+            "empty_rack_weight",
+        )
+    ):
         cited.append({"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"})
     for model in ("H100-SXM5-80GB", "GB200-NVL72"):
         g = reference_generation(model)
         kw = f"{g.node_kw} kW/node" if g.node_kw is not None else f"{g.rack_kw_typical} kW/rack"
-        cited.append({"name": model, "value": f"{kw}, {g.cooling}, {g.fabric}", "unit": "", "source": f"generations.csv: {g.source}"})
-        cited.append({"name": f"{model} vs H100", "value": f"training {g.training_vs_h100}, inference {g.inference_vs_h100}",
-                      "unit": "H100-equivalents per GPU", "source": f"generations.csv: {g.perf_source}"})
+        cited.append(
+            {
+                "name": model,
+                "value": f"{kw}, {g.cooling}, {g.fabric}",
+                "unit": "",
+                "source": f"generations.csv: {g.source}",
+            }
+        )
+        cited.append(
+            {
+                "name": f"{model} vs H100",
+                "value": f"training {g.training_vs_h100}, inference {g.inference_vs_h100}",
+                "unit": "H100-equivalents per GPU",
+                "source": f"generations.csv: {g.perf_source}",
+            }
+        )
     return cited

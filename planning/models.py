@@ -5,6 +5,7 @@ so it reads the same later even when reference prices or the inventory change.
 The tables were created by the fleet app and keep their names (``db_table``) so that moving
 the models here moved no data.
 """
+
 from django.db import models
 
 from core.ids import uuid7
@@ -26,6 +27,8 @@ class DispositionPlan(BaseModel):
     class Meta:
         db_table = "fleet_dispositionplan"
         ordering = ["-created_at"]
+
+
 class DispositionAssignment(models.Model):
     """Which option (and pool) the plan gives one node."""
 
@@ -85,7 +88,9 @@ class PlannedAction(BaseModel):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="planned_actions")
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions")
-    node_type = models.ForeignKey(NodeType, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions")
+    node_type = models.ForeignKey(
+        NodeType, null=True, blank=True, on_delete=models.PROTECT, related_name="planned_actions"
+    )
     nodes = models.PositiveIntegerField(default=0)
     gpus = models.PositiveIntegerField(default=0)
     starts_on = models.DateField()
@@ -110,8 +115,14 @@ class CapacityPlan(BaseModel):
     created_by = models.CharField(max_length=200)
     inputs = models.JSONField(help_text="model, forecast months, target GPU model, measured operating points")
     result = models.JSONField(help_text="per month and generation: replicas, GPUs, racks, kW; gap; deliveries")
-    migration_plan = models.ForeignKey(MigrationPlan, null=True, blank=True, on_delete=models.SET_NULL,
-                                       related_name="capacity_plans", help_text="the migration plan made from its gap")
+    migration_plan = models.ForeignKey(
+        MigrationPlan,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="capacity_plans",
+        help_text="the migration plan made from its gap",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -1,4 +1,5 @@
 """Console pages of plans: generation migrations (/plans/) and dispositions (/plans/disposition/)."""
+
 from django.urls import path
 
 from . import views

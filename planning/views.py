@@ -1,5 +1,6 @@
 """Console pages for plans: generation migration plans and disposition plans (thin: services
 plan, selectors read, charts draw)."""
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,18 @@ from planning.services.migration_plans import (
 )
 
 PLANS_PER_PAGE = 50
-_NUMBER_FIELDS = ("target_perf_per_gpu", "burn_in_days", "cut_over_days", "drain_days", "sanitise_days", "ship_days",
-                  "capacity_floor_gpus", "capacity_floor_perf", "largest_job_gpus", "horizon_weeks")
+_NUMBER_FIELDS = (
+    "target_perf_per_gpu",
+    "burn_in_days",
+    "cut_over_days",
+    "drain_days",
+    "sanitise_days",
+    "ship_days",
+    "capacity_floor_gpus",
+    "capacity_floor_perf",
+    "largest_job_gpus",
+    "horizon_weeks",
+)
 _NULLABLE_FIELDS = ("burn_in_days", "target_perf_per_gpu", "capacity_floor_perf")
 
 
@@ -56,11 +67,15 @@ def _form_values(params: dict) -> dict:
     """Parameters → the strings the form shows."""
     upgrade = (params.get("facility_upgrades") or [{}])[0] if params.get("facility_upgrades") else {}
     return {
-        **{k: "" if params.get(k) is None else params[k]
-           for k in ("name", "start", "target_node_type", "workload", "floor_unit", *_NUMBER_FIELDS)},
+        **{
+            k: "" if params.get(k) is None else params[k]
+            for k in ("name", "start", "target_node_type", "workload", "floor_unit", *_NUMBER_FIELDS)
+        },
         "halls": params.get("halls", []),
         "deliveries": "\n".join(
-            ", ".join(str(x) for x in (d["date"], d["scalable_units"], d["racks_per_unit"], d.get("label", ""))).rstrip(", ")
+            ", ".join(str(x) for x in (d["date"], d["scalable_units"], d["racks_per_unit"], d.get("label", ""))).rstrip(
+                ", "
+            )
             for d in params.get("deliveries", [])
         ),
         "cdu_positions": " ".join(upgrade.get("positions", [])),
@@ -89,17 +104,28 @@ def _parameters_from_post(post) -> tuple[dict, list[dict]]:
             continue
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 3:
-            errors.append({"field": "deliveries", "message": f"line {n}: write 'date, scalable units, racks per unit[, label]'"})
+            errors.append(
+                {"field": "deliveries", "message": f"line {n}: write 'date, scalable units, racks per unit[, label]'"}
+            )
             continue
-        deliveries.append({"date": parts[0], "scalable_units": parts[1], "racks_per_unit": parts[2],
-                           "label": parts[3] if len(parts) > 3 else ""})
+        deliveries.append(
+            {
+                "date": parts[0],
+                "scalable_units": parts[1],
+                "racks_per_unit": parts[2],
+                "label": parts[3] if len(parts) > 3 else "",
+            }
+        )
     if deliveries:
         params["deliveries"] = deliveries
     positions = [p for p in re.split(r"[\s,]+", post.get("cdu_positions", "")) if p]
     if positions:
         upgrade = {"kind": "cdu_install", "positions": positions}
-        for form_key, key in (("cdu_start", "earliest_start"), ("cdu_lead_time_days", "lead_time_days"),
-                              ("cdu_kw_after", "power_kw_after")):
+        for form_key, key in (
+            ("cdu_start", "earliest_start"),
+            ("cdu_lead_time_days", "lead_time_days"),
+            ("cdu_kw_after", "power_kw_after"),
+        ):
             if post.get(form_key, "").strip():
                 upgrade[key] = post[form_key].strip()
         params["facility_upgrades"] = [upgrade]
@@ -134,12 +160,19 @@ def migration_create(request):
             values[key] = request.POST.get(key, "")
     else:
         values = _form_values(default_parameters())
-    return render(request, "planning/migration_form.html", {
-        "nav": "plans", "values": values, "errors": errors,
-        "halls": Hall.objects.select_related("site").order_by("site__name", "name"),
-        "node_types": NodeType.objects.order_by("generation", "slug"),
-        "citations": reference_citations(),
-    }, status=400 if errors else 200)
+    return render(
+        request,
+        "planning/migration_form.html",
+        {
+            "nav": "plans",
+            "values": values,
+            "errors": errors,
+            "halls": Hall.objects.select_related("site").order_by("site__name", "name"),
+            "node_types": NodeType.objects.order_by("generation", "slug"),
+            "citations": reference_citations(),
+        },
+        status=400 if errors else 200,
+    )
 
 
 @operator_required
@@ -149,10 +182,16 @@ def migration_detail(request, pk):
     params = record.inputs["parameters"]
     hall_names = {h["id"]: h["name"] for h in record.inputs["resolved"]["halls"]}
     context = {
-        "nav": "plans", "plan": record, "result": result, "params": params, "hall_names": hall_names,
+        "nav": "plans",
+        "plan": record,
+        "result": result,
+        "params": params,
+        "hall_names": hall_names,
         "verdict_rows": verdict_groups(result["position_verdicts"], hall_names),
-        "verdict_counts": {s: sum(1 for v in result["position_verdicts"] if v["status"] == s)
-                           for s in ("ok_now", "after_upgrade", "never")},
+        "verdict_counts": {
+            s: sum(1 for v in result["position_verdicts"] if v["status"] == s)
+            for s in ("ok_now", "after_upgrade", "never")
+        },
         "naive": result["naive"],
         "work": scheduled_work(record) if record.status == MigrationPlan.Status.APPLIED else [],
         "citations": reference_citations(),
@@ -177,8 +216,12 @@ def migration_apply(request, pk):
     except PlanNotApplicable as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Plan applied: {created} actions scheduled." if created
-                         else "This plan was already applied; nothing new was scheduled.")
+        messages.success(
+            request,
+            f"Plan applied: {created} actions scheduled."
+            if created
+            else "This plan was already applied; nothing new was scheduled.",
+        )
     return redirect("planning:migration-plan-detail", pk=pk)
 
 
@@ -194,15 +237,27 @@ def _form_to_body(post) -> dict:
     for i in range(DEMAND_ROWS):
         pool = post.get(f"pool_{i}", "").strip()
         if pool:
-            demands.append({"pool": pool, "nodes_wanted": post.get(f"nodes_{i}"), "value_per_gpu_hour": post.get(f"value_{i}"),
-                            "utilisation": post.get(f"util_{i}"), "horizon_months": post.get(f"months_{i}")})
+            demands.append(
+                {
+                    "pool": pool,
+                    "nodes_wanted": post.get(f"nodes_{i}"),
+                    "value_per_gpu_hour": post.get(f"value_{i}"),
+                    "utilisation": post.get(f"util_{i}"),
+                    "horizon_months": post.get(f"months_{i}"),
+                }
+            )
     selection = {k: post.get(k, "").strip() for k in ("generation", "gpu_model")}
     if post.get("hall_id"):
         selection["hall_id"] = post["hall_id"]
     if post.get("min_age_years", "").strip():
         selection["min_age_years"] = post["min_age_years"].strip()
-    body = {"name": post.get("name", "").strip(), "selection": selection, "demands": demands,
-            "horizon_months": post.get("horizon_months"), "channel": post.get("channel", "broker")}
+    body = {
+        "name": post.get("name", "").strip(),
+        "selection": selection,
+        "demands": demands,
+        "horizon_months": post.get("horizon_months"),
+        "channel": post.get("channel", "broker"),
+    }
     if post.get("lease_cap_nodes", "").strip():
         body["lease_cap_nodes"] = post["lease_cap_nodes"].strip()
     return body
@@ -224,12 +279,22 @@ def disposition_list(request):
         else:
             errors = [f"{field}: {msg}" for field, msg in _flat(body.errors)]
     plans = DispositionPlan.objects.only("id", "name", "created_by", "created_at", "result")[:50]
-    return render(request, "planning/disposition_list.html", {
-        "nav": "plans", "plans": plans, "halls": halls_for_filter(), "errors": errors, "form": form,
-        "demand_rows": [(i, *(DEFAULT_DEMANDS[i] if i < len(DEFAULT_DEMANDS) and form is None else ("", "", "", "", "")))
-                        for i in range(DEMAND_ROWS)],
-        "channels": ("broker", "auction", "distressed"),
-    })
+    return render(
+        request,
+        "planning/disposition_list.html",
+        {
+            "nav": "plans",
+            "plans": plans,
+            "halls": halls_for_filter(),
+            "errors": errors,
+            "form": form,
+            "demand_rows": [
+                (i, *(DEFAULT_DEMANDS[i] if i < len(DEFAULT_DEMANDS) and form is None else ("", "", "", "", "")))
+                for i in range(DEMAND_ROWS)
+            ],
+            "channels": ("broker", "auction", "distressed"),
+        },
+    )
 
 
 def _flat(errors, prefix=""):
@@ -252,19 +317,34 @@ def disposition_detail(request, pk):
     status = data_handling_status([a.node_id for a in page.object_list])
     rows = [(a, status[a.node_id]) for a in page.object_list]
     result = plan.result
-    return render(request, "planning/disposition_plan.html", {
-        "nav": "plans", "plan": plan, "result": result, "page": page, "rows": rows,
-        "split_rows": [(o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
-                       for o in result["split"]],
-        "figures": result["figures"],
-    })
+    return render(
+        request,
+        "planning/disposition_plan.html",
+        {
+            "nav": "plans",
+            "plan": plan,
+            "result": result,
+            "page": page,
+            "rows": rows,
+            "split_rows": [
+                (o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
+                for o in result["split"]
+            ],
+            "figures": result["figures"],
+        },
+    )
 
 
 NODE_STEPS = {"bmc_reset": sanitization.record_bmc_reset, "asset_tags": sanitization.record_asset_tags_removed}
 # The permission-table action of each button on the plan page.
-PLAN_PAGE_ACTIONS = {"bmc_reset": "node.record_bmc_reset", "asset_tags": "node.record_asset_tags_removed",
-                     "custody": "node.record_custody_transfer", "sanitize": "node.sanitize",
-                     "retire": "node.retire", "dispose": "node.dispose"}
+PLAN_PAGE_ACTIONS = {
+    "bmc_reset": "node.record_bmc_reset",
+    "asset_tags": "node.record_asset_tags_removed",
+    "custody": "node.record_custody_transfer",
+    "sanitize": "node.sanitize",
+    "retire": "node.retire",
+    "dispose": "node.dispose",
+}
 
 
 @operator_required
@@ -295,11 +375,17 @@ def disposition_node_action(request, pk):
                 if not to_party or not ref:
                     messages.error(request, "A custody transfer needs the receiving party and a document reference.")
                     break
-                sanitization.record_custody_transfer(node=node, from_party=node.rack.hall.site.name, to_party=to_party,
-                                                     document_ref=ref, actor=actor)
+                sanitization.record_custody_transfer(
+                    node=node, from_party=node.rack.hall.site.name, to_party=to_party, document_ref=ref, actor=actor
+                )
             elif action in ("sanitize", "retire", "dispose"):
-                perform_operator_action(node_id=node.pk, action=action, actor=actor,
-                                    reason=f"disposition plan {plan.name}", user=request.user)
+                perform_operator_action(
+                    node_id=node.pk,
+                    action=action,
+                    actor=actor,
+                    reason=f"disposition plan {plan.name}",
+                    user=request.user,
+                )
             else:
                 messages.error(request, f"Unknown action {action!r}.")
                 break
@@ -326,13 +412,22 @@ def _capacity_body(post) -> dict:
     for i in range(CAPACITY_MONTHS):
         month = post.get(f"month_{i}", "").strip()
         if month:
-            forecast.append({"month": month, "tokens_per_s": post.get(f"tokens_{i}") or None,
-                             "prompt_tokens": post.get("prompt_tokens") or 0,
-                             "output_tokens": post.get("output_tokens") or 0,
-                             "tpot_ms_target": post.get("tpot_ms_target") or None})
-    return {"name": post.get("name", "").strip(), "model_name": post.get("model_name", ""), "forecast": forecast,
-            "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
-            "gpu_models": [m for m in post.getlist("gpu_models") if m]}
+            forecast.append(
+                {
+                    "month": month,
+                    "tokens_per_s": post.get(f"tokens_{i}") or None,
+                    "prompt_tokens": post.get("prompt_tokens") or 0,
+                    "output_tokens": post.get("output_tokens") or 0,
+                    "tpot_ms_target": post.get("tpot_ms_target") or None,
+                }
+            )
+    return {
+        "name": post.get("name", "").strip(),
+        "model_name": post.get("model_name", ""),
+        "forecast": forecast,
+        "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
+        "gpu_models": [m for m in post.getlist("gpu_models") if m],
+    }
 
 
 @operator_required
@@ -350,21 +445,35 @@ def capacity_list(request):
                 return redirect("planning:capacity-plan-detail", pk=plan.pk)
         else:
             errors = field_errors(body.errors)
-    page = Paginator(CapacityPlan.objects.defer("inputs", "result").order_by("-created_at"),
-                     CAPACITY_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "planning/capacity_list.html", {
-        "nav": "plans", "page": page, "errors": errors, "models": reference_models(),
-        "months": range(CAPACITY_MONTHS),
-    }, status=400 if errors else 200)
+    page = Paginator(
+        CapacityPlan.objects.defer("inputs", "result").order_by("-created_at"), CAPACITY_PER_PAGE
+    ).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "planning/capacity_list.html",
+        {
+            "nav": "plans",
+            "page": page,
+            "errors": errors,
+            "models": reference_models(),
+            "months": range(CAPACITY_MONTHS),
+        },
+        status=400 if errors else 200,
+    )
 
 
 @operator_required
 def capacity_detail(request, pk):
     plan = get_object_or_404(CapacityPlan.objects.select_related("migration_plan"), pk=pk)
-    charts = {"chart-need": _chart_json(capacity_need_figure(plan.result)),
-              "chart-kw": _chart_json(capacity_power_figure(plan.result))}
-    return render(request, "planning/capacity_detail.html",
-                  {"nav": "plans", "plan": plan, "result": plan.result, "charts": charts})
+    charts = {
+        "chart-need": _chart_json(capacity_need_figure(plan.result)),
+        "chart-kw": _chart_json(capacity_power_figure(plan.result)),
+    }
+    return render(
+        request,
+        "planning/capacity_detail.html",
+        {"nav": "plans", "plan": plan, "result": plan.result, "charts": charts},
+    )
 
 
 @operator_required

@@ -1,5 +1,6 @@
 """Tenant admin. Tenants and memberships are edited here (audited); allocations are read-only,
 because their state moves only through tenants.services.allocations."""
+
 from django.contrib import admin
 
 from core.admin import AuditedModelAdmin, ReadOnlyAdmin

@@ -1,9 +1,10 @@
 """Tenancy choice sets."""
+
 from django.db import models
 
 
 class AllocationState(models.TextChoices):
-    """API.md allocation states. Transitions live in tenants.services.allocations only."""
+    """docs/api.md allocation states. Transitions live in tenants.services.allocations only."""
 
     PENDING = "pending", "Pending"
     PROVISIONING = "provisioning", "Provisioning"

@@ -7,6 +7,7 @@ site's grid intensity (the grid supplies the whole facility, not only the IT loa
 membership covers only in part is prorated by the part it covers (energy inside an hour is taken as
 even). See docs/power.md for why this is computed here and not metered to the ledger.
 """
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -85,26 +86,40 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
     """Energy per (allocation, month) for one tenant's allocations in [start, end) (by hour
     start). Three queries, whatever the number of allocations, nodes or hours."""
     memberships = {
-        m["id"]: m for m in AllocationNode.objects.filter(allocation__tenant_id=tenant_id, started_at__lt=end)
+        m["id"]: m
+        for m in AllocationNode.objects.filter(allocation__tenant_id=tenant_id, started_at__lt=end)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-        .values("id", "allocation_id", "allocation__name", "node_id", "started_at", "ended_at",
-                gpus=F("node__node_type__gpus_per_node"), pue=F("node__rack__hall__pue"),
-                price=F("node__rack__hall__site__electricity_usd_per_kwh"),
-                intensity=F("node__rack__hall__site__grid_kg_co2e_per_kwh"))
+        .values(
+            "id",
+            "allocation_id",
+            "allocation__name",
+            "node_id",
+            "started_at",
+            "ended_at",
+            gpus=F("node__node_type__gpus_per_node"),
+            pue=F("node__rack__hall__pue"),
+            price=F("node__rack__hall__site__electricity_usd_per_kwh"),
+            intensity=F("node__rack__hall__site__grid_kg_co2e_per_kwh"),
+        )
     }
     if not memberships:
         return []
     first_hour = start.replace(minute=0, second=0, microsecond=0)
     # Hours wholly inside a membership: summed by the database.
     # (One filter() call: conditions on the memberships must all hold for the same membership.)
-    inside = (NodeEnergyHour.objects.filter(
-        Q(node__allocation_memberships__ended_at__isnull=True)
-        | Q(node__allocation_memberships__ended_at__gte=F("hour") + HOUR),
-        node__allocation_memberships__allocation__tenant_id=tenant_id,
-        node__allocation_memberships__started_at__lte=F("hour"),
-        hour__gte=first_hour, hour__lt=end)
+    inside = (
+        NodeEnergyHour.objects.filter(
+            Q(node__allocation_memberships__ended_at__isnull=True)
+            | Q(node__allocation_memberships__ended_at__gte=F("hour") + HOUR),
+            node__allocation_memberships__allocation__tenant_id=tenant_id,
+            node__allocation_memberships__started_at__lte=F("hour"),
+            hour__gte=first_hour,
+            hour__lt=end,
+        )
         .values(membership=F("node__allocation_memberships__id"), month=TruncMonth("hour"), src=F("source"))
-        .annotate(joules=Sum("it_energy_j"), seconds=Sum("seconds")).order_by())
+        .annotate(joules=Sum("it_energy_j"), seconds=Sum("seconds"))
+        .order_by()
+    )
     # Hours a membership starts or ends inside (at most two per membership): fetched by (node, hour)
     # through the unique index and prorated here.
     edges_of: dict = {}  # (node id, hour) → {membership ids} (a set: one that starts and ends in an hour counts once)
@@ -116,8 +131,9 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
     if edges_of:
         edge_hours = {hour for _, hour in edges_of if first_hour <= hour < end}
         edge_nodes = {node for node, _ in edges_of}
-        for r in (NodeEnergyHour.objects.filter(node_id__in=edge_nodes, hour__in=edge_hours)
-                  .values("node_id", "hour", "source", "it_energy_j", "seconds")):
+        for r in NodeEnergyHour.objects.filter(node_id__in=edge_nodes, hour__in=edge_hours).values(
+            "node_id", "hour", "source", "it_energy_j", "seconds"
+        ):
             for membership_id in edges_of.get((r["node_id"], r["hour"]), ()):
                 edge_rows.append({**r, "membership": membership_id})
 
@@ -126,8 +142,9 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
     def row_for(m, month: str) -> AllocationEnergy:
         key = (m["allocation_id"], month)
         if key not in out:
-            out[key] = AllocationEnergy(allocation_id=m["allocation_id"], allocation_name=m["allocation__name"],
-                                        month=month)
+            out[key] = AllocationEnergy(
+                allocation_id=m["allocation_id"], allocation_name=m["allocation__name"], month=month
+            )
         return out[key]
 
     def credit(m, month: str, source: str, joules: Decimal, seconds: Decimal) -> None:
@@ -154,7 +171,9 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
         overlap_start = max(r["hour"], m["started_at"])
         overlap_end = min(hour_end, m["ended_at"] or hour_end)
         fraction = Decimal(max(0.0, (overlap_end - overlap_start).total_seconds())) / Decimal(3600)
-        credit(m, _month(r["hour"]), r["source"], Decimal(r["it_energy_j"]) * fraction, Decimal(r["seconds"]) * fraction)
+        credit(
+            m, _month(r["hour"]), r["source"], Decimal(r["it_energy_j"]) * fraction, Decimal(r["seconds"]) * fraction
+        )
 
     now_end = end
     for m in memberships.values():
@@ -179,8 +198,14 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
 
 def energy_totals(rows: list[AllocationEnergy]) -> dict[str, dict]:
     """Per month: the sums of its allocations' rows (what an invoice's energy line adds up from)."""
-    totals: dict[str, dict] = defaultdict(lambda: {"it_kwh": Decimal("0"), "facility_kwh": Decimal("0"),
-                                                   "kg_co2e": Decimal("0"), "energy_cost": Decimal("0")})
+    totals: dict[str, dict] = defaultdict(
+        lambda: {
+            "it_kwh": Decimal("0"),
+            "facility_kwh": Decimal("0"),
+            "kg_co2e": Decimal("0"),
+            "energy_cost": Decimal("0"),
+        }
+    )
     for r in rows:
         t = totals[r.month]
         t["it_kwh"] += r.it_kwh

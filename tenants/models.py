@@ -1,5 +1,6 @@
 """Who owns what: tenants and their members. Allocations, partitions, volumes and quotas
 build on these."""
+
 from django.conf import settings
 from django.db import models
 
@@ -55,14 +56,27 @@ class Allocation(BaseModel):
     instance_type = models.ForeignKey("fleet.NodeType", on_delete=models.PROTECT, related_name="allocations")
     node_count = models.PositiveSmallIntegerField()
     fabric = models.CharField(max_length=16, choices=FabricMode.choices, default=FabricMode.ISOLATED)
-    fabric_domain = models.ForeignKey("fleet.FabricDomain", null=True, blank=True, on_delete=models.PROTECT,
-                                      related_name="allocations", help_text="where it was placed")
-    state = models.CharField(max_length=16, choices=AllocationState.choices, default=AllocationState.PENDING,
-                             db_index=True)
+    fabric_domain = models.ForeignKey(
+        "fleet.FabricDomain",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="allocations",
+        help_text="where it was placed",
+    )
+    state = models.CharField(
+        max_length=16, choices=AllocationState.choices, default=AllocationState.PENDING, db_index=True
+    )
     degraded = models.BooleanField(default=False, help_text="a node was pulled for health; replacement pending")
     idempotency_key = models.CharField(max_length=255, blank=True, help_text="the key of the request that created it")
-    fabric_partition = models.ForeignKey("tenants.FabricPartition", null=True, blank=True, on_delete=models.PROTECT,
-                                         related_name="allocations", help_text="isolated allocations only")
+    fabric_partition = models.ForeignKey(
+        "tenants.FabricPartition",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="allocations",
+        help_text="isolated allocations only",
+    )
     activated_at = models.DateTimeField(null=True, blank=True, help_text="when it first became active")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     state_deadline = models.DateTimeField(null=True, blank=True)
@@ -89,20 +103,32 @@ class AllocationNode(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=200, blank=True)
-    fabric_partition = models.ForeignKey("tenants.FabricPartition", null=True, blank=True, on_delete=models.PROTECT,
-                                         related_name="node_memberships",
-                                         help_text="the partition key programmed on this node's fabric ports")
-    wiped_at = models.DateTimeField(null=True, blank=True,
-                                    help_text="when the node was seen wiped after leaving; unwiped nodes are never re-placed")
+    fabric_partition = models.ForeignKey(
+        "tenants.FabricPartition",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="node_memberships",
+        help_text="the partition key programmed on this node's fabric ports",
+    )
+    wiped_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the node was seen wiped after leaving; unwiped nodes are never re-placed"
+    )
 
     class Meta:
         ordering = ["started_at"]
         constraints = [
-            models.UniqueConstraint(fields=["node"], condition=models.Q(ended_at__isnull=True),
-                                    name="tenants_node_in_one_live_allocation"),
+            models.UniqueConstraint(
+                fields=["node"], condition=models.Q(ended_at__isnull=True), name="tenants_node_in_one_live_allocation"
+            ),
         ]
-        indexes = [models.Index(fields=["node"], condition=models.Q(ended_at__isnull=False, wiped_at__isnull=True),
-                                name="tenants_allocnode_unwiped")]
+        indexes = [
+            models.Index(
+                fields=["node"],
+                condition=models.Q(ended_at__isnull=False, wiped_at__isnull=True),
+                name="tenants_allocnode_unwiped",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id} in {self.allocation_id}"
@@ -168,8 +194,14 @@ class Volume(BaseModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="volumes")
     name = models.CharField(max_length=100)
     size_gb = models.PositiveIntegerField()
-    export_partition = models.ForeignKey(FabricPartition, null=True, blank=True, on_delete=models.PROTECT,
-                                         related_name="volumes", help_text="the only partition it is exported to")
+    export_partition = models.ForeignKey(
+        FabricPartition,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="volumes",
+        help_text="the only partition it is exported to",
+    )
     idempotency_key = models.CharField(max_length=255, blank=True)
 
     class Meta:

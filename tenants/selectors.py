@@ -1,4 +1,5 @@
 """Reads for the tenant API and portal (every query is scoped to one tenant)."""
+
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -32,7 +33,7 @@ class InstanceType:
 
 
 def _fabric_family(fabric: str) -> str:
-    """`ib-ndr-400g` → `ib-ndr` (API.md names fabrics by family)."""
+    """`ib-ndr-400g` → `ib-ndr` (docs/api.md names fabrics by family)."""
     parts = fabric.split("-")
     return "-".join(parts[:2]) if fabric.startswith("ib-") and len(parts) > 2 else fabric
 
@@ -44,18 +45,32 @@ def instance_types(prices: dict) -> list[InstanceType]:
     rows = []
     for nt in NodeType.objects.order_by("slug"):
         price = prices.get(nt.slug)
-        rows.append(InstanceType(name=nt.slug, gpu_model=nt.gpu_model, generation=nt.generation,
-                                 gpus_per_node=nt.gpus_per_node, fabric=_fabric_family(nt.fabric),
-                                 price_per_gpu_hour=price.unit_price.quantize(Decimal("0.01")) if price else None,
-                                 currency=price.currency if price else DEFAULT_CURRENCY,
-                                 available_nodes=available.get(nt.pk, 0)))
+        rows.append(
+            InstanceType(
+                name=nt.slug,
+                gpu_model=nt.gpu_model,
+                generation=nt.generation,
+                gpus_per_node=nt.gpus_per_node,
+                fabric=_fabric_family(nt.fabric),
+                price_per_gpu_hour=price.unit_price.quantize(Decimal("0.01")) if price else None,
+                currency=price.currency if price else DEFAULT_CURRENCY,
+                available_nodes=available.get(nt.pk, 0),
+            )
+        )
     return rows
 
 
 def allocations_for(tenant: Tenant):
-    live = AllocationNode.objects.filter(ended_at__isnull=True).select_related("node__node_type").order_by("node__hostname")
-    return (Allocation.objects.filter(tenant=tenant).select_related("instance_type")
-            .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_members")))
+    live = (
+        AllocationNode.objects.filter(ended_at__isnull=True)
+        .select_related("node__node_type")
+        .order_by("node__hostname")
+    )
+    return (
+        Allocation.objects.filter(tenant=tenant)
+        .select_related("instance_type")
+        .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_members"))
+    )
 
 
 def partitions_for(tenant: Tenant):
@@ -69,27 +84,49 @@ def volumes_for(tenant: Tenant):
 def quota_and_usage(tenant: Tenant) -> tuple[dict, dict]:
     quota = dict(Quota.objects.filter(tenant=tenant).values_list("generation", "max_nodes"))
     usage = {gen: 0 for gen in quota}
-    for row in (Allocation.objects.filter(tenant=tenant).exclude(state__in=TERMINAL_ALLOCATION_STATES)
-                .values("instance_type__generation").annotate(n=Sum("node_count"))):
+    for row in (
+        Allocation.objects.filter(tenant=tenant)
+        .exclude(state__in=TERMINAL_ALLOCATION_STATES)
+        .values("instance_type__generation")
+        .annotate(n=Sum("node_count"))
+    ):
         usage[row["instance_type__generation"]] = row["n"]
     return quota, usage
 
 
 def tenants_with_usage() -> list[dict]:
     """Operator page: every tenant with live allocations and nodes held now."""
-    held = {row["tenant"]: row for row in (Allocation.objects.exclude(state__in=TERMINAL_ALLOCATION_STATES)
-                                            .values("tenant").annotate(allocations=Count("id"), nodes=Sum("node_count")))}
-    return [{"tenant": t, "allocations": held.get(t.pk, {}).get("allocations", 0),
-             "nodes": held.get(t.pk, {}).get("nodes", 0)} for t in Tenant.objects.order_by("slug")]
+    held = {
+        row["tenant"]: row
+        for row in (
+            Allocation.objects.exclude(state__in=TERMINAL_ALLOCATION_STATES)
+            .values("tenant")
+            .annotate(allocations=Count("id"), nodes=Sum("node_count"))
+        )
+    }
+    return [
+        {
+            "tenant": t,
+            "allocations": held.get(t.pk, {}).get("allocations", 0),
+            "nodes": held.get(t.pk, {}).get("nodes", 0),
+        }
+        for t in Tenant.objects.order_by("slug")
+    ]
 
 
 def live_allocation_ids(node_ids) -> dict:
     """node id → id of the allocation it is in now (one query)."""
-    return dict(AllocationNode.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True)
-                .values_list("node_id", "allocation_id"))
+    return dict(
+        AllocationNode.objects.filter(node_id__in=list(node_ids), ended_at__isnull=True).values_list(
+            "node_id", "allocation_id"
+        )
+    )
 
 
 def live_allocation_of_node(node) -> tuple | None:
     """(allocation id, tenant id) of the allocation the node is in now, or None."""
-    return (AllocationNode.objects.filter(node=node, ended_at__isnull=True)
-            .values_list("allocation_id", "allocation__tenant_id").first())
+    return (
+        AllocationNode.objects.filter(node=node, ended_at__isnull=True)
+        .values_list("allocation_id", "allocation__tenant_id")
+        .first()
+    )

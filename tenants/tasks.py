@@ -1,4 +1,5 @@
 """Tenancy periodic tasks (thin: one service call)."""
+
 from celery import shared_task
 
 from tenants.services.allocation_loop import run_allocation_loop

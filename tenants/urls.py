@@ -1,4 +1,5 @@
 """Console pages of the tenants app: the tenant portal and the operator's tenant list."""
+
 from django.urls import path
 
 from . import views

@@ -3,6 +3,7 @@
 The portal acts for the signed-in user's tenant (their Membership); every object is looked up
 within that tenant, so another tenant's id is a 404. Viewers see but cannot create or cancel.
 """
+
 import uuid
 
 from django.contrib import messages
@@ -45,17 +46,21 @@ def portal(request):
     membership = _membership(request)
     tenant = membership.tenant
     quota, usage = quota_and_usage(tenant)
-    return render(request, "tenants/portal.html", {
-        "nav": "portal",
-        "tenant": tenant,
-        "can_write": membership.role != TenantRole.VIEWER,
-        "allocations": allocations_for(tenant)[:PORTAL_ROWS],
-        "partitions": partitions_for(tenant)[:PORTAL_ROWS],
-        "volumes": volumes_for(tenant)[:PORTAL_ROWS],
-        "instance_types": instance_types(current_prices()),
-        "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
-        "form_key": uuid.uuid4(),
-    })
+    return render(
+        request,
+        "tenants/portal.html",
+        {
+            "nav": "portal",
+            "tenant": tenant,
+            "can_write": membership.role != TenantRole.VIEWER,
+            "allocations": allocations_for(tenant)[:PORTAL_ROWS],
+            "partitions": partitions_for(tenant)[:PORTAL_ROWS],
+            "volumes": volumes_for(tenant)[:PORTAL_ROWS],
+            "instance_types": instance_types(current_prices()),
+            "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
+            "form_key": uuid.uuid4(),
+        },
+    )
 
 
 @login_required
@@ -75,9 +80,15 @@ def portal_create_allocation(request):
     if allocations_for(membership.tenant).filter(idempotency_key=key).exists():
         return redirect("tenants:portal")
     try:
-        allocation = create_allocation(tenant=membership.tenant, name=data["name"], instance_type=data["instance_type"],
-                                       node_count=data["node_count"], fabric=data["fabric"],
-                                       actor=actor_label(request.user), idempotency_key=key)
+        allocation = create_allocation(
+            tenant=membership.tenant,
+            name=data["name"],
+            instance_type=data["instance_type"],
+            node_count=data["node_count"],
+            fabric=data["fabric"],
+            actor=actor_label(request.user),
+            idempotency_key=key,
+        )
     except DomainError as refusal:
         messages.error(request, refusal.detail)
         return redirect("tenants:portal")

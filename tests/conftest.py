@@ -1,5 +1,6 @@
 """Shared fixtures: users, API clients, tokens, a small seeded fleet, and the rules for
 PostgreSQL-only and browser tests."""
+
 import os
 
 import pytest

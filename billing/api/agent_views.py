@@ -1,4 +1,5 @@
 """Node-agent routes of the billing app: meter ingest into the ledger."""
+
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,14 +29,26 @@ class MeterEventsView(APIView):
         try:
             result = ingest_meter_events(node_id=request.user.node_id, events=events)
         except IngestValidationError as exc:
-            raise Problem(400, "validation_error", "Some meter events are invalid; see errors. Nothing was stored.",
-                          errors=exc.errors) from None
+            raise Problem(
+                400,
+                "validation_error",
+                "Some meter events are invalid; see errors. Nothing was stored.",
+                errors=exc.errors,
+            ) from None
         except EventConflict as exc:
-            raise Problem(422, "event_conflict",
-                          "These event ids were already recorded with different content; an event id names one "
-                          "event forever. Nothing in this batch was stored; send new ids for new events.",
-                          extra={"event_ids": exc.event_ids},
-                          errors=[{"field": "event_id", "message": eid} for eid in exc.event_ids]) from None
-        return Response({"accepted": result.accepted, "duplicates": result.duplicates,
-                         "rejected": [{"event_id": r.event_id, "code": r.code, "detail": r.detail}
-                                      for r in result.rejected]}, status=202)
+            raise Problem(
+                422,
+                "event_conflict",
+                "These event ids were already recorded with different content; an event id names one "
+                "event forever. Nothing in this batch was stored; send new ids for new events.",
+                extra={"event_ids": exc.event_ids},
+                errors=[{"field": "event_id", "message": eid} for eid in exc.event_ids],
+            ) from None
+        return Response(
+            {
+                "accepted": result.accepted,
+                "duplicates": result.duplicates,
+                "rejected": [{"event_id": r.event_id, "code": r.code, "detail": r.detail} for r in result.rejected],
+            },
+            status=202,
+        )

@@ -1,4 +1,5 @@
 """Response shapes of the billing API (also what the OpenAPI schema shows)."""
+
 from decimal import Decimal
 
 from drf_spectacular.utils import extend_schema_field
@@ -10,9 +11,12 @@ from billing.periods import format_period
 
 class MeterEventSerializer(serializers.Serializer):
     event_id = serializers.CharField(max_length=100)
-    grant = serializers.CharField(max_length=1000, help_text="the metering grant from desired-state that covers "
-                                  "this allocation and [start, end); without one the event is rejected "
-                                  "(grant_missing)")
+    grant = serializers.CharField(
+        max_length=1000,
+        help_text="the metering grant from desired-state that covers "
+        "this allocation and [start, end); without one the event is rejected "
+        "(grant_missing)",
+    )
     allocation_id = serializers.UUIDField()
     tenant_id = serializers.UUIDField()
     sku = serializers.CharField(help_text="instance-type name, e.g. h100-sxm-8x")
@@ -53,18 +57,22 @@ class InvoiceLineSerializer(serializers.Serializer):
     description = serializers.CharField()
     usage_period = PeriodField()
     quantity = serializers.DecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for reading")
-    gpu_seconds = serializers.DecimalField(max_digits=24, decimal_places=6,
-                                           help_text="the exact quantity the amount is computed from")
+    gpu_seconds = serializers.DecimalField(
+        max_digits=24, decimal_places=6, help_text="the exact quantity the amount is computed from"
+    )
     unit = serializers.CharField()
-    unit_price = serializers.DecimalField(max_digits=12, decimal_places=6, allow_null=True,
-                                          help_text="per GPU-hour, the price in force for this line")
+    unit_price = serializers.DecimalField(
+        max_digits=12, decimal_places=6, allow_null=True, help_text="per GPU-hour, the price in force for this line"
+    )
     rate = serializers.DecimalField(max_digits=9, decimal_places=6, help_text="share of the unit price charged")
     price_version = serializers.IntegerField(allow_null=True)
     start = serializers.DateTimeField(allow_null=True)
     end = serializers.DateTimeField(allow_null=True)
-    amount = serializers.DecimalField(max_digits=18, decimal_places=2,
-                                      help_text="± round_half_even(gpu_seconds × unit_price × rate ÷ 3600), unless "
-                                                "`note` says it was capped")
+    amount = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=2,
+        help_text="± round_half_even(gpu_seconds × unit_price × rate ÷ 3600), unless `note` says it was capped",
+    )
     note = serializers.CharField()
     reference = serializers.CharField()
 
@@ -96,8 +104,12 @@ class InvoiceSerializer(serializers.Serializer):
     total = serializers.DecimalField(max_digits=18, decimal_places=2)
     created_at = serializers.DateTimeField()
     finalized_at = serializers.DateTimeField(allow_null=True)
-    replaces = serializers.CharField(source="replaces.number", allow_null=True, default=None,
-                                     help_text="number of the void invoice this one re-issues")
+    replaces = serializers.CharField(
+        source="replaces.number",
+        allow_null=True,
+        default=None,
+        help_text="number of the void invoice this one re-issues",
+    )
     void_reason = serializers.CharField()
     lines = InvoiceLineSerializer(many=True, source="lines.all")
     credit_notes = CreditNoteSerializer(many=True, source="credit_notes.all")
@@ -129,36 +141,48 @@ class AllocationEnergySerializer(serializers.Serializer):
     allocation_name = serializers.CharField()
     month = serializers.CharField(help_text="YYYY-MM (UTC)")
     it_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="the nodes' wall (IT) energy")
-    measured_kwh = serializers.DecimalField(max_digits=16, decimal_places=3,
-                                            help_text="of it_kwh, from meter counters (BMC or PDU)")
-    estimated_kwh = serializers.DecimalField(max_digits=16, decimal_places=3,
-                                             help_text="of it_kwh, estimated from GPU counters + the host share")
+    measured_kwh = serializers.DecimalField(
+        max_digits=16, decimal_places=3, help_text="of it_kwh, from meter counters (BMC or PDU)"
+    )
+    estimated_kwh = serializers.DecimalField(
+        max_digits=16, decimal_places=3, help_text="of it_kwh, estimated from GPU counters + the host share"
+    )
     facility_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="it_kwh × the hall's PUE")
-    kg_co2e = serializers.DecimalField(max_digits=16, decimal_places=3,
-                                       help_text="facility_kwh × the site's grid carbon intensity")
-    energy_cost = serializers.DecimalField(max_digits=16, decimal_places=2,
-                                           help_text="facility_kwh × the site's electricity price; informational, "
-                                                     "not charged unless the price book prices energy")
+    kg_co2e = serializers.DecimalField(
+        max_digits=16, decimal_places=3, help_text="facility_kwh × the site's grid carbon intensity"
+    )
+    energy_cost = serializers.DecimalField(
+        max_digits=16,
+        decimal_places=2,
+        help_text="facility_kwh × the site's electricity price; informational, "
+        "not charged unless the price book prices energy",
+    )
     currency = serializers.CharField()
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=3)
     avg_kw_per_gpu = serializers.DecimalField(max_digits=10, decimal_places=3, allow_null=True)
-    coverage_pct = serializers.DecimalField(max_digits=5, decimal_places=1, allow_null=True,
-                                            help_text="share of the allocation's node time the counters cover")
+    coverage_pct = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=1,
+        allow_null=True,
+        help_text="share of the allocation's node time the counters cover",
+    )
     source = serializers.CharField(help_text="measured, estimate, mixed or none")
 
 
 class UsagePageSerializer(serializers.Serializer):
     results = UsageRowSerializer(many=True)
     as_of = serializers.DateTimeField(help_text="priced as the draft invoice would price it at this moment")
-    energy = AllocationEnergySerializer(many=True, help_text="energy per allocation and month in the window "
-                                                             "(additive to the usage rows; informational)")
+    energy = AllocationEnergySerializer(
+        many=True, help_text="energy per allocation and month in the window (additive to the usage rows; informational)"
+    )
     next_page_token = serializers.CharField(allow_null=True, help_text="always null")
 
 
 class CreditNoteLineRequestSerializer(serializers.Serializer):
     position = serializers.IntegerField(min_value=1, max_value=100000)
-    amount = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=Decimal("0.01"),
-                                      max_value=Decimal("1000000000.00"))
+    amount = serializers.DecimalField(
+        max_digits=14, decimal_places=2, min_value=Decimal("0.01"), max_value=Decimal("1000000000.00")
+    )
 
 
 class CreditNoteRequestSerializer(serializers.Serializer):
@@ -172,10 +196,18 @@ class ReissueRequestSerializer(serializers.Serializer):
 
 class AdjustmentRequestSerializer(serializers.Serializer):
     tenant_id = serializers.UUIDField()
-    period = serializers.RegexField(r"^\d{4}-(0[1-9]|1[0-2])$", help_text="YYYY-MM",
-                                    error_messages={"invalid": "Write the period as YYYY-MM, e.g. 2026-11."})
-    amount = serializers.DecimalField(max_digits=10, decimal_places=2, min_value=Decimal("-1000000.00"),
-                                      max_value=Decimal("1000000.00"), help_text="+ charge, − credit")
+    period = serializers.RegexField(
+        r"^\d{4}-(0[1-9]|1[0-2])$",
+        help_text="YYYY-MM",
+        error_messages={"invalid": "Write the period as YYYY-MM, e.g. 2026-11."},
+    )
+    amount = serializers.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        min_value=Decimal("-1000000.00"),
+        max_value=Decimal("1000000.00"),
+        help_text="+ charge, − credit",
+    )
     reason = serializers.CharField(max_length=2000)
     reference = serializers.CharField(max_length=200, required=False, default="")
 
@@ -193,8 +225,11 @@ class AdjustmentSerializer(serializers.Serializer):
 
 
 class BillingRunRequestSerializer(serializers.Serializer):
-    period = serializers.RegexField(r"^\d{4}-(0[1-9]|1[0-2])$", help_text="YYYY-MM",
-                                    error_messages={"invalid": "Write the period as YYYY-MM, e.g. 2026-11."})
+    period = serializers.RegexField(
+        r"^\d{4}-(0[1-9]|1[0-2])$",
+        help_text="YYYY-MM",
+        error_messages={"invalid": "Write the period as YYYY-MM, e.g. 2026-11."},
+    )
     finalize = serializers.BooleanField(default=False)
 
 

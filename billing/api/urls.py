@@ -1,5 +1,6 @@
 """Billing API routes: usage and invoices for tenants, billing runs and corrections for
 operators, meter events from node agents."""
+
 from core.api.routes import api_route
 
 from .agent_views import MeterEventsView

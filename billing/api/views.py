@@ -52,8 +52,12 @@ class BillingRunsView(APIView):
     permission_classes = [IsOperator]
     ops_action = "billing_run.create"
 
-    @extend_schema(request=BillingRunRequestSerializer, responses={201: BillingRunSerializer, 200: BillingRunSerializer},
-                   parameters=[IDEMPOTENCY_KEY], tags=["ops"])
+    @extend_schema(
+        request=BillingRunRequestSerializer,
+        responses={201: BillingRunSerializer, 200: BillingRunSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        tags=["ops"],
+    )
     def post(self, request):
         key = read_key(request)
         payload = BillingRunRequestSerializer(data=request.data)
@@ -62,8 +66,9 @@ class BillingRunsView(APIView):
 
         def perform():
             try:
-                outcome = run_billing(period=period, finalize=payload.validated_data["finalize"],
-                                      actor=request.user.actor)
+                outcome = run_billing(
+                    period=period, finalize=payload.validated_data["finalize"], actor=request.user.actor
+                )
             except BillingRunError as exc:
                 raise _billing_problem(exc) from None
             # 200: the period was already finalized and nothing changed.
@@ -76,8 +81,9 @@ class InvoiceReissueView(APIView):
     permission_classes = [IsOperator]
     ops_action = "invoice.reissue"
 
-    @extend_schema(request=ReissueRequestSerializer, responses={201: InvoiceSerializer}, parameters=[IDEMPOTENCY_KEY],
-                   tags=["ops"])
+    @extend_schema(
+        request=ReissueRequestSerializer, responses={201: InvoiceSerializer}, parameters=[IDEMPOTENCY_KEY], tags=["ops"]
+    )
     def post(self, request, pk):
         key = read_key(request)
         invoice_id = uuid_or_404(pk)
@@ -98,8 +104,12 @@ class CreditNotesView(APIView):
     permission_classes = [IsOperator]
     ops_action = "credit_note.create"
 
-    @extend_schema(request=CreditNoteRequestSerializer, responses={201: CreditNoteSerializer},
-                   parameters=[IDEMPOTENCY_KEY], tags=["ops"])
+    @extend_schema(
+        request=CreditNoteRequestSerializer,
+        responses={201: CreditNoteSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        tags=["ops"],
+    )
     def post(self, request, pk):
         key = read_key(request)
         invoice_id = uuid_or_404(pk)
@@ -109,8 +119,12 @@ class CreditNotesView(APIView):
 
         def perform():
             try:
-                note = issue_credit_note(by=request.user, invoice_id=invoice_id, reason=data["reason"],
-                                         requests=[CreditRequest(r["position"], r["amount"]) for r in data["lines"]])
+                note = issue_credit_note(
+                    by=request.user,
+                    invoice_id=invoice_id,
+                    reason=data["reason"],
+                    requests=[CreditRequest(r["position"], r["amount"]) for r in data["lines"]],
+                )
             except CorrectionError as exc:
                 raise _billing_problem(exc) from None
             return Response(CreditNoteSerializer(note).data, status=201)
@@ -122,8 +136,12 @@ class AdjustmentsView(APIView):
     permission_classes = [IsOperator]
     ops_action = "adjustment.create"
 
-    @extend_schema(request=AdjustmentRequestSerializer, responses={201: AdjustmentSerializer},
-                   parameters=[IDEMPOTENCY_KEY], tags=["ops"])
+    @extend_schema(
+        request=AdjustmentRequestSerializer,
+        responses={201: AdjustmentSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        tags=["ops"],
+    )
     def post(self, request):
         key = read_key(request)
         payload = AdjustmentRequestSerializer(data=request.data)
@@ -132,9 +150,14 @@ class AdjustmentsView(APIView):
 
         def perform():
             try:
-                adjustment = record_manual_adjustment(by=request.user, tenant_id=data["tenant_id"],
-                                                      period=parse_period(data["period"]), amount=data["amount"],
-                                                      reason=data["reason"], reference=data["reference"])
+                adjustment = record_manual_adjustment(
+                    by=request.user,
+                    tenant_id=data["tenant_id"],
+                    period=parse_period(data["period"]),
+                    amount=data["amount"],
+                    reason=data["reason"],
+                    reference=data["reference"],
+                )
             except CreditError as exc:
                 raise _billing_problem(exc) from None
             return Response(AdjustmentSerializer(adjustment).data, status=201)
@@ -150,8 +173,11 @@ INVOICE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, de
 class UsageView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(parameters=[OpenApiParameter("start", OpenApiTypes.DATETIME), OpenApiParameter("end", OpenApiTypes.DATETIME)],
-                   responses={200: UsagePageSerializer}, tags=["billing"])
+    @extend_schema(
+        parameters=[OpenApiParameter("start", OpenApiTypes.DATETIME), OpenApiParameter("end", OpenApiTypes.DATETIME)],
+        responses={200: UsagePageSerializer},
+        tags=["billing"],
+    )
     def get(self, request):
         start, end = default_usage_window(timezone.now())
         errors = []
@@ -166,13 +192,20 @@ class UsageView(APIView):
         if not errors and bounds["end"] <= bounds["start"]:
             errors.append({"field": "end", "message": "must be after start"})
         if errors:
-            raise Problem(400, "validation_error", "Give start and end as RFC 3339 times, start before end.", errors=errors)
+            raise Problem(
+                400, "validation_error", "Give start and end as RFC 3339 times, start before end.", errors=errors
+            )
         tenant_id = request.user.tenant_id
         report = usage_by_sku(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
         energy = allocation_energy(tenant_id=tenant_id, start=bounds["start"], end=bounds["end"])
-        return Response({"results": UsageRowSerializer(report.rows, many=True).data,
-                         "as_of": report.as_of.isoformat().replace("+00:00", "Z"), "next_page_token": None,
-                         "energy": AllocationEnergySerializer(energy, many=True).data})
+        return Response(
+            {
+                "results": UsageRowSerializer(report.rows, many=True).data,
+                "as_of": report.as_of.isoformat().replace("+00:00", "Z"),
+                "next_page_token": None,
+                "energy": AllocationEnergySerializer(energy, many=True).data,
+            }
+        )
 
 
 class InvoiceListView(APIView):
@@ -182,8 +215,9 @@ class InvoiceListView(APIView):
     def get(self, request):
         tenant_id = request.user.tenant_id
         page = paginate(invoices_for_tenant(tenant_id), request=request, scope=f"tenant:{tenant_id}")
-        return Response({"results": InvoiceSerializer(page.results, many=True).data,
-                         "next_page_token": page.next_page_token})
+        return Response(
+            {"results": InvoiceSerializer(page.results, many=True).data, "next_page_token": page.next_page_token}
+        )
 
 
 def _invoice(request, pk):
@@ -196,14 +230,11 @@ def _invoice(request, pk):
 class InvoiceDetailView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(operation_id="invoices_retrieve", parameters=[INVOICE_ID], responses={200: InvoiceSerializer},
-                   tags=["billing"])
+    @extend_schema(
+        operation_id="invoices_retrieve", parameters=[INVOICE_ID], responses={200: InvoiceSerializer}, tags=["billing"]
+    )
     def get(self, request, pk):
         return Response(InvoiceSerializer(_invoice(request, pk)).data)
-
-
-
-
 
 
 class InvoiceCsvView(APIView):

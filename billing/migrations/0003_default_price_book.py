@@ -1,4 +1,5 @@
 """Seed price-book version 1 from core/reference/economics.csv (sources kept on each row)."""
+
 from datetime import UTC, datetime
 
 from django.db import migrations

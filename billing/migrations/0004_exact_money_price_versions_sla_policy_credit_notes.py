@@ -8,183 +8,279 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0003_default_price_book'),
+        ("billing", "0003_default_price_book"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='adjustment',
-            name='actor',
-            field=models.CharField(blank=True, help_text='who recorded it', max_length=200),
+            model_name="adjustment",
+            name="actor",
+            field=models.CharField(blank=True, help_text="who recorded it", max_length=200),
         ),
         migrations.AddField(
-            model_name='adjustment',
-            name='gpus',
+            model_name="adjustment",
+            name="gpus",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='adjustment',
-            name='price_version',
+            model_name="adjustment",
+            name="price_version",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='adjustment',
-            name='rate',
-            field=billing.fields.ExactDecimalField(blank=True, decimal_places=6, help_text="share of the list price credited (the SLA policy's rate)", max_digits=9, null=True),
+            model_name="adjustment",
+            name="rate",
+            field=billing.fields.ExactDecimalField(
+                blank=True,
+                decimal_places=6,
+                help_text="share of the list price credited (the SLA policy's rate)",
+                max_digits=9,
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='adjustment',
-            name='unit_price',
-            field=billing.fields.ExactDecimalField(blank=True, decimal_places=6, help_text='list price per GPU-hour in force during [start, end)', max_digits=12, null=True),
+            model_name="adjustment",
+            name="unit_price",
+            field=billing.fields.ExactDecimalField(
+                blank=True,
+                decimal_places=6,
+                help_text="list price per GPU-hour in force during [start, end)",
+                max_digits=12,
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='billingrun',
-            name='prior_adjustment_watermark',
+            model_name="billingrun",
+            name="prior_adjustment_watermark",
             field=models.BigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='billingrun',
-            name='prior_watermark',
-            field=models.BigIntegerField(default=0, help_text="watermark of the last finalized run before this one: rows of finalized periods above it and up to `watermark` are this run's late usage"),
+            model_name="billingrun",
+            name="prior_watermark",
+            field=models.BigIntegerField(
+                default=0,
+                help_text="watermark of the last finalized run before this one: rows of finalized periods above it and up to `watermark` are this run's late usage",
+            ),
         ),
         migrations.AddField(
-            model_name='invoice',
-            name='replaces',
-            field=models.OneToOneField(blank=True, help_text='the void invoice this one re-issues', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='replaced_by', to='billing.invoice'),
+            model_name="invoice",
+            name="replaces",
+            field=models.OneToOneField(
+                blank=True,
+                help_text="the void invoice this one re-issues",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="replaced_by",
+                to="billing.invoice",
+            ),
         ),
         migrations.AddField(
-            model_name='invoice',
-            name='void_reason',
+            model_name="invoice",
+            name="void_reason",
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
-            model_name='invoice',
-            name='voided_at',
+            model_name="invoice",
+            name="voided_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='invoice',
-            name='voided_by',
+            model_name="invoice",
+            name="voided_by",
             field=models.CharField(blank=True, max_length=200),
         ),
         migrations.AddField(
-            model_name='invoiceline',
-            name='end',
+            model_name="invoiceline",
+            name="end",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='invoiceline',
-            name='note',
-            field=models.CharField(blank=True, help_text='how the amount was rounded or capped', max_length=300),
+            model_name="invoiceline",
+            name="note",
+            field=models.CharField(blank=True, help_text="how the amount was rounded or capped", max_length=300),
         ),
         migrations.AddField(
-            model_name='invoiceline',
-            name='price_version',
-            field=models.PositiveIntegerField(blank=True, help_text='price-book version of unit_price', null=True),
+            model_name="invoiceline",
+            name="price_version",
+            field=models.PositiveIntegerField(blank=True, help_text="price-book version of unit_price", null=True),
         ),
         migrations.AddField(
-            model_name='invoiceline',
-            name='quantity_micro',
-            field=models.BigIntegerField(default=0, help_text='exact GPU-microseconds the amount is computed from'),
+            model_name="invoiceline",
+            name="quantity_micro",
+            field=models.BigIntegerField(default=0, help_text="exact GPU-microseconds the amount is computed from"),
         ),
         migrations.AddField(
-            model_name='invoiceline',
-            name='rate',
-            field=billing.fields.ExactDecimalField(decimal_places=6, default=Decimal('1'), help_text="share of the unit price charged (SLA credits: the policy's rate)", max_digits=9),
+            model_name="invoiceline",
+            name="rate",
+            field=billing.fields.ExactDecimalField(
+                decimal_places=6,
+                default=Decimal("1"),
+                help_text="share of the unit price charged (SLA credits: the policy's rate)",
+                max_digits=9,
+            ),
         ),
         migrations.AddField(
-            model_name='invoiceline',
-            name='start',
-            field=models.DateTimeField(blank=True, help_text='the time range this line covers', null=True),
+            model_name="invoiceline",
+            name="start",
+            field=models.DateTimeField(blank=True, help_text="the time range this line covers", null=True),
         ),
         migrations.AlterField(
-            model_name='adjustment',
-            name='amount',
-            field=billing.fields.ExactDecimalField(decimal_places=6, help_text='signed; for an SLA credit the uncapped amount (rating applies the cap)', max_digits=18),
+            model_name="adjustment",
+            name="amount",
+            field=billing.fields.ExactDecimalField(
+                decimal_places=6,
+                help_text="signed; for an SLA credit the uncapped amount (rating applies the cap)",
+                max_digits=18,
+            ),
         ),
         migrations.AlterField(
-            model_name='invoice',
-            name='total',
-            field=billing.fields.ExactDecimalField(decimal_places=2, default=Decimal('0.00'), max_digits=18),
+            model_name="invoice",
+            name="total",
+            field=billing.fields.ExactDecimalField(decimal_places=2, default=Decimal("0.00"), max_digits=18),
         ),
         migrations.AlterField(
-            model_name='invoiceline',
-            name='amount',
+            model_name="invoiceline",
+            name="amount",
             field=billing.fields.ExactDecimalField(decimal_places=2, max_digits=18),
         ),
         migrations.AlterField(
-            model_name='invoiceline',
-            name='quantity',
-            field=billing.fields.ExactDecimalField(decimal_places=6, help_text='GPU-hours, rounded for display', max_digits=20),
+            model_name="invoiceline",
+            name="quantity",
+            field=billing.fields.ExactDecimalField(
+                decimal_places=6, help_text="GPU-hours, rounded for display", max_digits=20
+            ),
         ),
         migrations.AlterField(
-            model_name='invoiceline',
-            name='unit_price',
-            field=billing.fields.ExactDecimalField(blank=True, decimal_places=6, help_text='list price per GPU-hour in force for this line', max_digits=12, null=True),
+            model_name="invoiceline",
+            name="unit_price",
+            field=billing.fields.ExactDecimalField(
+                blank=True,
+                decimal_places=6,
+                help_text="list price per GPU-hour in force for this line",
+                max_digits=12,
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='pricebookentry',
-            name='unit_price',
+            model_name="pricebookentry",
+            name="unit_price",
             field=billing.fields.ExactDecimalField(decimal_places=6, max_digits=12),
         ),
         migrations.CreateModel(
-            name='CreditNote',
+            name="CreditNote",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('number', models.CharField(max_length=50, unique=True)),
-                ('issuer', models.CharField(max_length=50)),
-                ('tenant_id', models.UUIDField()),
-                ('currency', models.CharField(default='USD', max_length=3)),
-                ('total', billing.fields.ExactDecimalField(decimal_places=2, help_text='amount credited (positive)', max_digits=18)),
-                ('reason', models.TextField()),
-                ('actor', models.CharField(max_length=200)),
-                ('issued_at', models.DateTimeField()),
-                ('invoice', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='credit_notes', to='billing.invoice')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("number", models.CharField(max_length=50, unique=True)),
+                ("issuer", models.CharField(max_length=50)),
+                ("tenant_id", models.UUIDField()),
+                ("currency", models.CharField(default="USD", max_length=3)),
+                (
+                    "total",
+                    billing.fields.ExactDecimalField(
+                        decimal_places=2, help_text="amount credited (positive)", max_digits=18
+                    ),
+                ),
+                ("reason", models.TextField()),
+                ("actor", models.CharField(max_length=200)),
+                ("issued_at", models.DateTimeField()),
+                (
+                    "invoice",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="credit_notes", to="billing.invoice"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-issued_at'],
+                "ordering": ["-issued_at"],
             },
         ),
         migrations.CreateModel(
-            name='SlaPolicy',
+            name="SlaPolicy",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('key', models.SlugField()),
-                ('version', models.PositiveIntegerField()),
-                ('tenant_id', models.UUIDField(blank=True, help_text='NULL: the default for every tenant', null=True)),
-                ('name', models.CharField(max_length=100)),
-                ('attributions', models.CharField(default='provider', help_text='comma-separated incident attributions that earn a credit', max_length=100)),
-                ('credit_rate', billing.fields.ExactDecimalField(decimal_places=6, help_text='share of the list price of the lost GPU-time credited (1 = all of it)', max_digits=9)),
-                ('cap_percent', billing.fields.ExactDecimalField(decimal_places=2, help_text='credits for one allocation and month ≤ this % of its charge that month', max_digits=7)),
-                ('effective_from', models.DateTimeField()),
-                ('source', models.TextField(help_text='where the terms come from')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("key", models.SlugField()),
+                ("version", models.PositiveIntegerField()),
+                ("tenant_id", models.UUIDField(blank=True, help_text="NULL: the default for every tenant", null=True)),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "attributions",
+                    models.CharField(
+                        default="provider",
+                        help_text="comma-separated incident attributions that earn a credit",
+                        max_length=100,
+                    ),
+                ),
+                (
+                    "credit_rate",
+                    billing.fields.ExactDecimalField(
+                        decimal_places=6,
+                        help_text="share of the list price of the lost GPU-time credited (1 = all of it)",
+                        max_digits=9,
+                    ),
+                ),
+                (
+                    "cap_percent",
+                    billing.fields.ExactDecimalField(
+                        decimal_places=2,
+                        help_text="credits for one allocation and month ≤ this % of its charge that month",
+                        max_digits=7,
+                    ),
+                ),
+                ("effective_from", models.DateTimeField()),
+                ("source", models.TextField(help_text="where the terms come from")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['key', '-version'],
-                'constraints': [models.UniqueConstraint(fields=('key', 'version'), name='billing_sla_policy_key_version')],
+                "ordering": ["key", "-version"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("key", "version"), name="billing_sla_policy_key_version")
+                ],
             },
         ),
         migrations.AddField(
-            model_name='adjustment',
-            name='sla_policy',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='credits', to='billing.slapolicy'),
+            model_name="adjustment",
+            name="sla_policy",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="credits",
+                to="billing.slapolicy",
+            ),
         ),
         migrations.CreateModel(
-            name='CreditNoteLine',
+            name="CreditNoteLine",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('position', models.PositiveIntegerField()),
-                ('description', models.CharField(max_length=300)),
-                ('amount', billing.fields.ExactDecimalField(decimal_places=2, help_text='amount credited (positive)', max_digits=18)),
-                ('credit_note', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='lines', to='billing.creditnote')),
-                ('invoice_line', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='credit_note_lines', to='billing.invoiceline')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("position", models.PositiveIntegerField()),
+                ("description", models.CharField(max_length=300)),
+                (
+                    "amount",
+                    billing.fields.ExactDecimalField(
+                        decimal_places=2, help_text="amount credited (positive)", max_digits=18
+                    ),
+                ),
+                (
+                    "credit_note",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="lines", to="billing.creditnote"
+                    ),
+                ),
+                (
+                    "invoice_line",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="credit_note_lines",
+                        to="billing.invoiceline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['credit_note', 'position'],
-                'constraints': [models.UniqueConstraint(fields=('credit_note', 'position'), name='billing_cnline_position')],
+                "ordering": ["credit_note", "position"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("credit_note", "position"), name="billing_cnline_position")
+                ],
             },
         ),
     ]
@@ -202,22 +298,37 @@ _base = importlib.import_module("billing.migrations.0002_append_only_triggers")
 NEW_APPEND_ONLY = ("billing_slapolicy", "billing_creditnote", "billing_creditnoteline")
 
 SQLITE_NEW = [
-    *[f"""CREATE TRIGGER {t}_no_update BEFORE UPDATE ON {t}
+    *[
+        f"""CREATE TRIGGER {t}_no_update BEFORE UPDATE ON {t}
           BEGIN SELECT RAISE(ABORT, '{t} is append-only: UPDATE rejected; record a correction instead'); END"""
-      for t in NEW_APPEND_ONLY],
-    *[f"""CREATE TRIGGER {t}_no_delete BEFORE DELETE ON {t}
-          BEGIN SELECT RAISE(ABORT, '{t} is append-only: DELETE rejected'); END""" for t in NEW_APPEND_ONLY],
+        for t in NEW_APPEND_ONLY
+    ],
+    *[
+        f"""CREATE TRIGGER {t}_no_delete BEFORE DELETE ON {t}
+          BEGIN SELECT RAISE(ABORT, '{t} is append-only: DELETE rejected'); END"""
+        for t in NEW_APPEND_ONLY
+    ],
 ]
-SQLITE_NEW_BACKWARD = [*[f"DROP TRIGGER IF EXISTS {t}_no_update" for t in NEW_APPEND_ONLY],
-                       *[f"DROP TRIGGER IF EXISTS {t}_no_delete" for t in NEW_APPEND_ONLY]]
+SQLITE_NEW_BACKWARD = [
+    *[f"DROP TRIGGER IF EXISTS {t}_no_update" for t in NEW_APPEND_ONLY],
+    *[f"DROP TRIGGER IF EXISTS {t}_no_delete" for t in NEW_APPEND_ONLY],
+]
 POSTGRES_NEW = [
-    *[f"""CREATE TRIGGER {t}_append_only BEFORE UPDATE OR DELETE ON {t}
-          FOR EACH ROW EXECUTE FUNCTION billing_reject_change()""" for t in NEW_APPEND_ONLY],
-    *[f"""CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t}
-          FOR EACH STATEMENT EXECUTE FUNCTION billing_reject_change()""" for t in NEW_APPEND_ONLY],
+    *[
+        f"""CREATE TRIGGER {t}_append_only BEFORE UPDATE OR DELETE ON {t}
+          FOR EACH ROW EXECUTE FUNCTION billing_reject_change()"""
+        for t in NEW_APPEND_ONLY
+    ],
+    *[
+        f"""CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t}
+          FOR EACH STATEMENT EXECUTE FUNCTION billing_reject_change()"""
+        for t in NEW_APPEND_ONLY
+    ],
 ]
-POSTGRES_NEW_BACKWARD = [*[f"DROP TRIGGER IF EXISTS {t}_append_only ON {t}" for t in NEW_APPEND_ONLY],
-                         *[f"DROP TRIGGER IF EXISTS {t}_no_truncate ON {t}" for t in NEW_APPEND_ONLY]]
+POSTGRES_NEW_BACKWARD = [
+    *[f"DROP TRIGGER IF EXISTS {t}_append_only ON {t}" for t in NEW_APPEND_ONLY],
+    *[f"DROP TRIGGER IF EXISTS {t}_no_truncate ON {t}" for t in NEW_APPEND_ONLY],
+]
 
 FORWARD = {"sqlite": [*_base.SQLITE_BACKWARD, *_base.SQLITE_FORWARD, *SQLITE_NEW], "postgresql": POSTGRES_NEW}
 BACKWARD = {"sqlite": SQLITE_NEW_BACKWARD, "postgresql": POSTGRES_NEW_BACKWARD}
@@ -234,15 +345,23 @@ def seed_default_sla_policy(apps, schema_editor):
         return
     rate = Decimal(settings.BILLING_SLA_CREDIT_FACTOR)
     SlaPolicy.objects.using(db).create(
-        key="standard", version=1, tenant_id=None, name="Standard SLA", attributions="provider",
-        credit_rate=rate, cap_percent=Decimal("100.00"), effective_from=DEFAULT_POLICY_FROM,
+        key="standard",
+        version=1,
+        tenant_id=None,
+        name="Standard SLA",
+        attributions="provider",
+        credit_rate=rate,
+        cap_percent=Decimal("100.00"),
+        effective_from=DEFAULT_POLICY_FROM,
         source="BILLING_SLA_CREDIT_FACTOR at install; provider-attributed outages only; capped at the "
-               "allocation's charge for the month")
+        "allocation's charge for the month",
+    )
 
 
 # Before the columns change: a trigger naming a table that SQLite is rebuilding breaks the rename.
-Migration.operations.insert(0, migrations.RunPython(_base._run({"sqlite": _base.SQLITE_BACKWARD, "postgresql": []}),
-                                                    migrations.RunPython.noop))
+Migration.operations.insert(
+    0, migrations.RunPython(_base._run({"sqlite": _base.SQLITE_BACKWARD, "postgresql": []}), migrations.RunPython.noop)
+)
 Migration.operations += [
     migrations.RunPython(_base._run(FORWARD), _base._run(BACKWARD)),
     migrations.RunPython(seed_default_sla_policy, migrations.RunPython.noop),

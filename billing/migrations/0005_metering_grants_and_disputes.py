@@ -6,55 +6,94 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0004_exact_money_price_versions_sla_policy_credit_notes'),
+        ("billing", "0004_exact_money_price_versions_sla_policy_credit_notes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RejectedMeterEvent',
+            name="RejectedMeterEvent",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('event_id', models.CharField(max_length=100)),
-                ('node_id', models.UUIDField(help_text='the node whose agent token sent it')),
-                ('tenant_id', models.UUIDField(help_text="the tenant the event named (not necessarily the node's)")),
-                ('allocation_id', models.UUIDField()),
-                ('sku', models.CharField(max_length=50)),
-                ('start', models.DateTimeField()),
-                ('end', models.DateTimeField()),
-                ('quantity_micro', models.BigIntegerField()),
-                ('code', models.CharField(choices=[('grant_missing', 'No metering grant'), ('grant_invalid', 'Grant forged, unreadable or expired'), ('outside_grant', 'Outside its grant (node, tenant, allocation, SKU or time)'), ('quantity_exceeds_grant', 'More than GPUs × seconds')], max_length=32)),
-                ('detail', models.CharField(max_length=500)),
-                ('grant', models.TextField(blank=True, help_text='the grant as sent (may be forged)')),
-                ('payload_hash', models.CharField(max_length=64)),
-                ('received_at', models.DateTimeField(db_index=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("event_id", models.CharField(max_length=100)),
+                ("node_id", models.UUIDField(help_text="the node whose agent token sent it")),
+                ("tenant_id", models.UUIDField(help_text="the tenant the event named (not necessarily the node's)")),
+                ("allocation_id", models.UUIDField()),
+                ("sku", models.CharField(max_length=50)),
+                ("start", models.DateTimeField()),
+                ("end", models.DateTimeField()),
+                ("quantity_micro", models.BigIntegerField()),
+                (
+                    "code",
+                    models.CharField(
+                        choices=[
+                            ("grant_missing", "No metering grant"),
+                            ("grant_invalid", "Grant forged, unreadable or expired"),
+                            ("outside_grant", "Outside its grant (node, tenant, allocation, SKU or time)"),
+                            ("quantity_exceeds_grant", "More than GPUs × seconds"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("detail", models.CharField(max_length=500)),
+                ("grant", models.TextField(blank=True, help_text="the grant as sent (may be forged)")),
+                ("payload_hash", models.CharField(max_length=64)),
+                ("received_at", models.DateTimeField(db_index=True)),
             ],
             options={
-                'ordering': ['-id'],
-                'constraints': [models.UniqueConstraint(fields=('node_id', 'event_id', 'payload_hash', 'code'), name='billing_rejected_event_unique')],
+                "ordering": ["-id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("node_id", "event_id", "payload_hash", "code"), name="billing_rejected_event_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='UsageDispute',
+            name="UsageDispute",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('public_id', models.UUIDField(default=core.ids.uuid7, editable=False, unique=True)),
-                ('tenant_id', models.UUIDField()),
-                ('period', models.DateField()),
-                ('reason', models.CharField(max_length=500)),
-                ('status', models.CharField(choices=[('open', 'Open (not rated)'), ('accepted', 'Accepted (rated)'), ('rejected', 'Rejected (never rated)')], default='open', max_length=16)),
-                ('opened_at', models.DateTimeField()),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('resolved_by', models.CharField(blank=True, max_length=200)),
-                ('resolution_note', models.TextField(blank=True)),
-                ('adjustment', models.ForeignKey(blank=True, help_text='the late-usage charge, when accepted after its period was finalized', null=True, on_delete=django.db.models.deletion.PROTECT, to='billing.adjustment')),
-                ('usage_event', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='dispute', to='billing.usageevent')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("public_id", models.UUIDField(default=core.ids.uuid7, editable=False, unique=True)),
+                ("tenant_id", models.UUIDField()),
+                ("period", models.DateField()),
+                ("reason", models.CharField(max_length=500)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open (not rated)"),
+                            ("accepted", "Accepted (rated)"),
+                            ("rejected", "Rejected (never rated)"),
+                        ],
+                        default="open",
+                        max_length=16,
+                    ),
+                ),
+                ("opened_at", models.DateTimeField()),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                ("resolved_by", models.CharField(blank=True, max_length=200)),
+                ("resolution_note", models.TextField(blank=True)),
+                (
+                    "adjustment",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="the late-usage charge, when accepted after its period was finalized",
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        to="billing.adjustment",
+                    ),
+                ),
+                (
+                    "usage_event",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="dispute", to="billing.usageevent"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
-                'permissions': [('resolve_usagedispute', 'Can accept or reject disputed usage')],
-                'indexes': [models.Index(fields=['status', 'period'], name='billing_dispute_status_idx')],
+                "ordering": ["id"],
+                "permissions": [("resolve_usagedispute", "Can accept or reject disputed usage")],
+                "indexes": [models.Index(fields=["status", "period"], name="billing_dispute_status_idx")],
             },
         ),
     ]
@@ -78,8 +117,10 @@ _FORWARD = {
 }
 _BACKWARD = {
     "sqlite": [f"DROP TRIGGER IF EXISTS {_TABLE}_no_update", f"DROP TRIGGER IF EXISTS {_TABLE}_no_delete"],
-    "postgresql": [f"DROP TRIGGER IF EXISTS {_TABLE}_append_only ON {_TABLE}",
-                   f"DROP TRIGGER IF EXISTS {_TABLE}_no_truncate ON {_TABLE}"],
+    "postgresql": [
+        f"DROP TRIGGER IF EXISTS {_TABLE}_append_only ON {_TABLE}",
+        f"DROP TRIGGER IF EXISTS {_TABLE}_no_truncate ON {_TABLE}",
+    ],
 }
 
 

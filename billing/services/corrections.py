@@ -8,6 +8,7 @@ usage: the ledger scope of the billing run that produced the voided one, re-rate
 price-book correction is applied; with nothing changed the lines come out identical). The
 usage is therefore billed on exactly one live invoice at every moment.
 """
+
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -40,8 +41,11 @@ class CorrectionError(Exception):
 def _reason(reason: str) -> str:
     reason = (reason or "").strip()
     if not reason or len(reason) > MAX_REASON:
-        raise CorrectionError("validation_error", f"give a reason of 1 to {MAX_REASON} characters; it is printed "
-                              "on the document", status=400)
+        raise CorrectionError(
+            "validation_error",
+            f"give a reason of 1 to {MAX_REASON} characters; it is printed on the document",
+            status=400,
+        )
     return reason
 
 
@@ -54,8 +58,11 @@ class CreditRequest:
 def credited_so_far(line_ids) -> dict:
     """invoice line id → amount already credited by credit notes (summed as Decimals, not in SQL)."""
     out: dict = {}
-    for line_id, amount in CreditNoteLine.objects.using(LEDGER).filter(invoice_line_id__in=list(line_ids)) \
-            .values_list("invoice_line_id", "amount"):
+    for line_id, amount in (
+        CreditNoteLine.objects.using(LEDGER)
+        .filter(invoice_line_id__in=list(line_ids))
+        .values_list("invoice_line_id", "amount")
+    ):
         out[line_id] = out.get(line_id, Decimal("0.00")) + amount
     return out
 
@@ -68,8 +75,10 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
     if invoice is None:
         raise CorrectionError("not_found", "No such invoice.", status=404)
     if invoice.status != InvoiceStatus.FINALIZED:
-        raise CorrectionError("invoice_not_finalized", f"Invoice is {invoice.status}: credit notes apply to "
-                              "finalized invoices (a draft is simply re-rated).")
+        raise CorrectionError(
+            "invoice_not_finalized",
+            f"Invoice is {invoice.status}: credit notes apply to finalized invoices (a draft is simply re-rated).",
+        )
     if not requests or len(requests) > 500:
         raise CorrectionError("validation_error", "name 1 to 500 lines to credit", status=400)
     lines = {line.position: line for line in InvoiceLine.objects.using(LEDGER).filter(invoice=invoice)}
@@ -85,24 +94,55 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
         if request.amount <= 0 or request.amount != request.amount.quantize(Decimal("0.01")):
             errors.append({"field": f"lines[{i}].amount", "message": "a positive amount with at most 2 decimals"})
         elif request.amount > room:
-            errors.append({"field": f"lines[{i}].amount",
-                           "message": f"at most {max(room, Decimal('0.00'))}: what the line billed, less earlier "
-                                      "credit notes"})
+            errors.append(
+                {
+                    "field": f"lines[{i}].amount",
+                    "message": f"at most {max(room, Decimal('0.00'))}: what the line billed, less earlier credit notes",
+                }
+            )
     if errors:
-        raise CorrectionError("credit_exceeds_line", "A credit note credits at most what each line billed; see errors.",
-                              status=400, errors=errors)
+        raise CorrectionError(
+            "credit_exceeds_line",
+            "A credit note credits at most what each line billed; see errors.",
+            status=400,
+            errors=errors,
+        )
     number = number_documents(settings.BILLING_ISSUER, 1, series="cn")[0]
     note = CreditNote.objects.using(LEDGER).create(
-        number=number, issuer=settings.BILLING_ISSUER, tenant_id=invoice.tenant_id, invoice=invoice,
-        currency=invoice.currency, total=sum((r.amount for r in requests), Decimal("0.00")), reason=reason,
-        actor=actor, issued_at=timezone.now())
-    CreditNoteLine.objects.using(LEDGER).bulk_create([
-        CreditNoteLine(credit_note=note, position=i + 1, invoice_line=lines[r.position], amount=r.amount,
-                       description=f"credit on {invoice.number} line {r.position}: {lines[r.position].description}"[:300])
-        for i, r in enumerate(requests)])
-    record_audit(actor=actor, action="billing.credit_note", target=note, reason=reason,
-                 after={"number": number, "invoice": invoice.number, "total": str(note.total),
-                        "lines": {str(r.position): str(r.amount) for r in requests}})
+        number=number,
+        issuer=settings.BILLING_ISSUER,
+        tenant_id=invoice.tenant_id,
+        invoice=invoice,
+        currency=invoice.currency,
+        total=sum((r.amount for r in requests), Decimal("0.00")),
+        reason=reason,
+        actor=actor,
+        issued_at=timezone.now(),
+    )
+    CreditNoteLine.objects.using(LEDGER).bulk_create(
+        [
+            CreditNoteLine(
+                credit_note=note,
+                position=i + 1,
+                invoice_line=lines[r.position],
+                amount=r.amount,
+                description=f"credit on {invoice.number} line {r.position}: {lines[r.position].description}"[:300],
+            )
+            for i, r in enumerate(requests)
+        ]
+    )
+    record_audit(
+        actor=actor,
+        action="billing.credit_note",
+        target=note,
+        reason=reason,
+        after={
+            "number": number,
+            "invoice": invoice.number,
+            "total": str(note.total),
+            "lines": {str(r.position): str(r.amount) for r in requests},
+        },
+    )
     return note
 
 
@@ -118,28 +158,53 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
         if old is None:
             raise CorrectionError("not_found", "No such invoice.", status=404)
         if old.status != InvoiceStatus.FINALIZED:
-            raise CorrectionError("invoice_not_finalized", f"Invoice is {old.status}: only a finalized invoice can "
-                                  "be voided and re-issued.")
+            raise CorrectionError(
+                "invoice_not_finalized",
+                f"Invoice is {old.status}: only a finalized invoice can be voided and re-issued.",
+            )
         if CreditNote.objects.using(LEDGER).filter(invoice=old).exists():
-            raise CorrectionError("invoice_has_credit_notes", f"{old.number} has credit notes; correct it with "
-                                  "another credit note instead of re-issuing it.")
+            raise CorrectionError(
+                "invoice_has_credit_notes",
+                f"{old.number} has credit notes; correct it with another credit note instead of re-issuing it.",
+            )
         run = BillingRun.objects.using(LEDGER).filter(pk=old.billing_run_id, finalize=True).first()
         if run is None:
-            raise CorrectionError("no_billing_run", f"{old.number} was not produced by a billing run, so its usage "
-                                  "cannot be re-rated; issue a credit note instead.")
+            raise CorrectionError(
+                "no_billing_run",
+                f"{old.number} was not produced by a billing run, so its usage "
+                "cannot be re-rated; issue a credit note instead.",
+            )
         old.status, old.void_reason, old.voided_at, old.voided_by, old.updated_at = (
-            InvoiceStatus.VOID, reason, now, actor, now)
+            InvoiceStatus.VOID,
+            reason,
+            now,
+            actor,
+            now,
+        )
         old.save(using=LEDGER, update_fields=["status", "void_reason", "voided_at", "voided_by", "updated_at"])
-        rated = rate_period(period=old.period, cutoff=cutoff_of(run), book=PriceBook.load(),
-                            tenant_ids=[old.tenant_id]).get(old.tenant_id, [])
-        new = Invoice(tenant_id=old.tenant_id, period=old.period, currency=old.currency, issuer=old.issuer,
-                      billing_run_id=run.pk, replaces=old, total=sum((line.amount for line in rated), Decimal("0.00")))
+        rated = rate_period(
+            period=old.period, cutoff=cutoff_of(run), book=PriceBook.load(), tenant_ids=[old.tenant_id]
+        ).get(old.tenant_id, [])
+        new = Invoice(
+            tenant_id=old.tenant_id,
+            period=old.period,
+            currency=old.currency,
+            issuer=old.issuer,
+            billing_run_id=run.pk,
+            replaces=old,
+            total=sum((line.amount for line in rated), Decimal("0.00")),
+        )
         new.save(using=LEDGER, force_insert=True)
         InvoiceLine.objects.using(LEDGER).bulk_create(line_rows(new, rated))
         new.number = number_documents(old.issuer, 1)[0]
         new.status, new.finalized_at, new.updated_at = InvoiceStatus.FINALIZED, now, now
         new.save(using=LEDGER, update_fields=["number", "status", "finalized_at", "updated_at"])
-    record_audit(actor=actor, action="billing.invoice_reissue", target=new, reason=reason,
-                 before={"number": old.number, "total": str(old.total)},
-                 after={"number": new.number, "total": str(new.total), "replaces": old.number})
+    record_audit(
+        actor=actor,
+        action="billing.invoice_reissue",
+        target=new,
+        reason=reason,
+        before={"number": old.number, "total": str(old.total)},
+        after={"number": new.number, "total": str(new.total), "replaces": old.number},
+    )
     return new

@@ -11,6 +11,7 @@ Adjustment of its own month, priced at the list price in force then × the polic
 allocation's charge for that month, and never more than the invoice. Each credit names the
 policy it was computed under. Recording the same (incident, node) twice credits once.
 """
+
 from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from uuid import UUID
@@ -56,8 +57,13 @@ def require_operator(by) -> str:
 
 def _sku_for(allocation_id: UUID, node: Node | None) -> str:
     """The SKU the tenant was metered at (the ledger knows), else the node's type."""
-    sku = (UsageEvent.objects.using(LEDGER).filter(allocation_id=allocation_id)
-           .order_by("-id").values_list("sku", flat=True).first())
+    sku = (
+        UsageEvent.objects.using(LEDGER)
+        .filter(allocation_id=allocation_id)
+        .order_by("-id")
+        .values_list("sku", flat=True)
+        .first()
+    )
     if sku is None and node is not None:
         sku = node.node_type.slug
     if sku is None:
@@ -75,14 +81,21 @@ def _gpu_bound(allocation_id: UUID, node_id: UUID) -> tuple[int, Node | None]:
         allocation_gpus = allocation.node_count * allocation.instance_type.gpus_per_node
         node_gpus = node.node_type.gpus_per_node if node is not None else allocation.instance_type.gpus_per_node
         return min(allocation_gpus, node_gpus), node
-    metered = (UsageEvent.objects.using(LEDGER).filter(allocation_id=allocation_id).order_by("-id")
-               .values_list("quantity_micro", "start", "end")[:METERED_SAMPLE])
+    metered = (
+        UsageEvent.objects.using(LEDGER)
+        .filter(allocation_id=allocation_id)
+        .order_by("-id")
+        .values_list("quantity_micro", "start", "end")[:METERED_SAMPLE]
+    )
     bound = max((-(-micro // ((end - start) // datetime.resolution)) for micro, start, end in metered), default=0)
     if node is not None:
         bound = min(bound, node.node_type.gpus_per_node)
     if bound < 1:
-        raise CreditError("unknown allocation: neither the control plane nor the ledger knows how many GPUs it "
-                          "had, so no credit can be bounded", code="unknown_allocation")
+        raise CreditError(
+            "unknown allocation: neither the control plane nor the ledger knows how many GPUs it "
+            "had, so no credit can be bounded",
+            code="unknown_allocation",
+        )
     return bound, node
 
 
@@ -95,9 +108,20 @@ def _cuts(start: datetime, end: datetime, book: PriceBook) -> list[datetime]:
 
 
 @transaction.atomic(using=LEDGER)
-def record_sla_credit(*, tenant_id: UUID, allocation_id: UUID, node_id: UUID, start: datetime, end: datetime,
-                      gpus: int, reason: str, incident_id: UUID | str, attribution: str = "provider",
-                      sku: str | None = None, actor: str = "system:health") -> list[Adjustment]:
+def record_sla_credit(
+    *,
+    tenant_id: UUID,
+    allocation_id: UUID,
+    node_id: UUID,
+    start: datetime,
+    end: datetime,
+    gpus: int,
+    reason: str,
+    incident_id: UUID | str,
+    attribution: str = "provider",
+    sku: str | None = None,
+    actor: str = "system:health",
+) -> list[Adjustment]:
     """Append the credit pieces for one node's outage window; [] when the policy does not count
     the incident's attribution. Idempotent per incident and node."""
     if end <= start:
@@ -105,18 +129,25 @@ def record_sla_credit(*, tenant_id: UUID, allocation_id: UUID, node_id: UUID, st
     if not isinstance(gpus, int) or gpus < 1:
         raise CreditError("gpus must be a whole number ≥ 1")
     prefix = f"sla:{incident_id}:{node_id}"
-    existing = list(Adjustment.objects.using(LEDGER).filter(Q(dedupe_key=prefix) | Q(dedupe_key__startswith=f"{prefix}:"))
-                    .order_by("id"))
+    existing = list(
+        Adjustment.objects.using(LEDGER)
+        .filter(Q(dedupe_key=prefix) | Q(dedupe_key__startswith=f"{prefix}:"))
+        .order_by("id")
+    )
     if existing:
         return existing
     policy = policy_in_force(tenant_id, start)
     if policy is None:
-        raise CreditError("no SLA policy is in force for this tenant; add one (billing.SlaPolicy)", code="no_sla_policy")
+        raise CreditError(
+            "no SLA policy is in force for this tenant; add one (billing.SlaPolicy)", code="no_sla_policy"
+        )
     if attribution not in policy.counted_attributions:
         return []
     bound, node = _gpu_bound(allocation_id, node_id)
     if gpus > bound:
-        raise CreditError(f"{gpus} GPUs is more than the allocation had on that node ({bound})", code="gpus_exceed_allocation")
+        raise CreditError(
+            f"{gpus} GPUs is more than the allocation had on that node ({bound})", code="gpus_exceed_allocation"
+        )
     sku = sku or _sku_for(allocation_id, node)
     book = PriceBook.load()
     credits = []
@@ -126,19 +157,48 @@ def record_sla_credit(*, tenant_id: UUID, allocation_id: UUID, node_id: UUID, st
             raise CreditError(f"no price for SKU {sku!r} at {lo:%Y-%m-%d %H:%M} UTC")
         quantity_micro = gpus * ((hi - lo) // datetime.resolution)
         amount = -(Decimal(quantity_micro) * price.unit_price * policy.credit_rate / MICRO_PER_HOUR).quantize(
-            MICRO_AMOUNT, rounding=ROUND_HALF_EVEN)
-        credits.append(Adjustment.objects.using(LEDGER).create(
-            kind=AdjustmentKind.SLA_CREDIT, tenant_id=tenant_id, allocation_id=allocation_id, node_id=node_id, sku=sku,
-            start=lo, end=hi, period=period_of(lo), quantity_micro=quantity_micro, amount=amount,
-            currency=price.currency, gpus=gpus, unit_price=price.unit_price, price_version=price.version,
-            rate=policy.credit_rate, sla_policy=policy, actor=actor,
-            reason=f"SLA credit: {reason}"[:2000], reference=f"incident {incident_id}",
-            dedupe_key=f"{prefix}:{lo.isoformat()}"))
-    record_audit(actor=actor, action="billing.sla_credit", target=credits[0], reason=reason,
-                 after={"tenant_id": str(tenant_id), "node_id": str(node_id), "sku": sku, "gpus": gpus,
-                        "start": start.isoformat(), "end": end.isoformat(),
-                        "policy": f"{policy.key} v{policy.version}",
-                        "pieces": [{"period": format_period(c.period), "amount": str(c.amount)} for c in credits]})
+            MICRO_AMOUNT, rounding=ROUND_HALF_EVEN
+        )
+        credits.append(
+            Adjustment.objects.using(LEDGER).create(
+                kind=AdjustmentKind.SLA_CREDIT,
+                tenant_id=tenant_id,
+                allocation_id=allocation_id,
+                node_id=node_id,
+                sku=sku,
+                start=lo,
+                end=hi,
+                period=period_of(lo),
+                quantity_micro=quantity_micro,
+                amount=amount,
+                currency=price.currency,
+                gpus=gpus,
+                unit_price=price.unit_price,
+                price_version=price.version,
+                rate=policy.credit_rate,
+                sla_policy=policy,
+                actor=actor,
+                reason=f"SLA credit: {reason}"[:2000],
+                reference=f"incident {incident_id}",
+                dedupe_key=f"{prefix}:{lo.isoformat()}",
+            )
+        )
+    record_audit(
+        actor=actor,
+        action="billing.sla_credit",
+        target=credits[0],
+        reason=reason,
+        after={
+            "tenant_id": str(tenant_id),
+            "node_id": str(node_id),
+            "sku": sku,
+            "gpus": gpus,
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "policy": f"{policy.key} v{policy.version}",
+            "pieces": [{"period": format_period(c.period), "amount": str(c.amount)} for c in credits],
+        },
+    )
     return credits
 
 
@@ -146,21 +206,24 @@ def _money(value, field: str) -> Decimal:
     try:
         amount = Decimal(str(value))
     except ArithmeticError:
-        raise CreditError(f"{field} must be a decimal amount, e.g. \"-25.00\"", code="validation_error") from None
+        raise CreditError(f'{field} must be a decimal amount, e.g. "-25.00"', code="validation_error") from None
     if not amount.is_finite() or amount != amount.quantize(Decimal("0.01")):
         raise CreditError(f"{field} must be a finite amount with at most 2 decimal places", code="validation_error")
     return amount
 
 
 @transaction.atomic(using=LEDGER)
-def record_manual_adjustment(*, by, tenant_id: UUID, period, amount, reason: str, reference: str = "",
-                             key: str = "") -> Adjustment:
+def record_manual_adjustment(
+    *, by, tenant_id: UUID, period, amount, reason: str, reference: str = "", key: str = ""
+) -> Adjustment:
     """An operator's charge (+) or credit (−) on the tenant's invoice for `period` (or, once that
     is finalized, on the next one as a line naming the month). Needs a reason; audited."""
     actor = require_operator(by)
     amount = _money(amount, "amount")
     if amount == 0 or abs(amount) > MAX_MANUAL_AMOUNT:
-        raise CreditError(f"amount must be non-zero and at most {MAX_MANUAL_AMOUNT} either way", code="validation_error")
+        raise CreditError(
+            f"amount must be non-zero and at most {MAX_MANUAL_AMOUNT} either way", code="validation_error"
+        )
     reason = (reason or "").strip()
     if not reason or len(reason) > 2000:
         raise CreditError("give a reason (1 to 2000 characters): it is printed on the invoice", code="validation_error")
@@ -171,9 +234,20 @@ def record_manual_adjustment(*, by, tenant_id: UUID, period, amount, reason: str
     if existing is not None:  # the same request retried
         return existing
     adjustment = Adjustment.objects.using(LEDGER).create(
-        kind=AdjustmentKind.MANUAL, tenant_id=tenant_id, period=period, amount=amount, reason=reason,
-        reference=reference, actor=actor, dedupe_key=dedupe_key)
-    record_audit(actor=actor, action="billing.manual_adjustment", target=adjustment, reason=reason,
-                 after={"tenant_id": str(tenant_id), "period": format_period(period), "amount": str(amount)})
+        kind=AdjustmentKind.MANUAL,
+        tenant_id=tenant_id,
+        period=period,
+        amount=amount,
+        reason=reason,
+        reference=reference,
+        actor=actor,
+        dedupe_key=dedupe_key,
+    )
+    record_audit(
+        actor=actor,
+        action="billing.manual_adjustment",
+        target=adjustment,
+        reason=reason,
+        after={"tenant_id": str(tenant_id), "period": format_period(period), "amount": str(amount)},
+    )
     return adjustment
-

@@ -8,6 +8,7 @@ one `transition()` that checks permission, validates, audits.
 Accepting usage whose billing already passed it by (its period was finalized while it was held)
 records a late-usage adjustment, so it is charged exactly once, on the next invoice.
 """
+
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -53,16 +54,28 @@ def hold_disputed_usage(*, scope: Q, now: datetime | None = None) -> int:
     tolerance = timedelta(seconds=settings.BILLING_DISPUTE_TOLERANCE_SECONDS)
     found = contradicted_usage(scope=scope, tolerance=tolerance, now=now)
     created = UsageDispute.objects.using(LEDGER).bulk_create(
-        [UsageDispute(usage_event_id=c.usage_event_id, tenant_id=c.tenant_id, period=c.period, reason=c.reason[:500],
-                      opened_at=now) for c in found], ignore_conflicts=True, batch_size=1000)
+        [
+            UsageDispute(
+                usage_event_id=c.usage_event_id,
+                tenant_id=c.tenant_id,
+                period=c.period,
+                reason=c.reason[:500],
+                opened_at=now,
+            )
+            for c in found
+        ],
+        ignore_conflicts=True,
+        batch_size=1000,
+    )
     return len(created)
 
 
 def _billed_past(dispute: UsageDispute) -> bool:
     """Has a finalized run already passed this row by (it would have been on that invoice)?"""
     row = dispute.usage_event
-    return BillingRun.objects.using(LEDGER).filter(finalize=True, period__gte=row.period,
-                                                    watermark__gte=row.pk).exists()
+    return (
+        BillingRun.objects.using(LEDGER).filter(finalize=True, period__gte=row.period, watermark__gte=row.pk).exists()
+    )
 
 
 def _late_charge(dispute: UsageDispute, actor: str) -> Adjustment:
@@ -71,18 +84,31 @@ def _late_charge(dispute: UsageDispute, actor: str) -> Adjustment:
     if price is None:
         raise DisputeError(409, "unpriced_sku", f"{row.sku} has no price in the price book; add one, then accept.")
     return Adjustment.objects.using(LEDGER).create(
-        kind=AdjustmentKind.LATE_USAGE, tenant_id=row.tenant_id, allocation_id=row.allocation_id, node_id=row.node_id,
-        sku=row.sku, start=row.start, end=row.end, period=row.period, quantity_micro=row.quantity_micro,
-        amount=usage_amount(row.quantity_micro, price.unit_price), currency=price.currency,
+        kind=AdjustmentKind.LATE_USAGE,
+        tenant_id=row.tenant_id,
+        allocation_id=row.allocation_id,
+        node_id=row.node_id,
+        sku=row.sku,
+        start=row.start,
+        end=row.end,
+        period=row.period,
+        quantity_micro=row.quantity_micro,
+        amount=usage_amount(row.quantity_micro, price.unit_price),
+        currency=price.currency,
         reason=f"{row.sku} usage of {format_period(row.period)} accepted after review (was disputed)",
-        reference=f"dispute {dispute.public_id}", dedupe_key=f"dispute:{dispute.public_id}")
+        reference=f"dispute {dispute.public_id}",
+        dedupe_key=f"dispute:{dispute.public_id}",
+    )
 
 
 def transition(*, dispute_id, to_status: str, user, actor: str, note: str) -> UsageDispute:
     """Accept or reject one open dispute. Checks the permission, the move and the note; audited."""
     if user is None or not user.has_perm(RESOLVE_PERMISSION):
-        raise DisputeError(403, "permission_denied",
-                           f"Resolving disputed usage needs the {RESOLVE_PERMISSION} permission; ask an administrator.")
+        raise DisputeError(
+            403,
+            "permission_denied",
+            f"Resolving disputed usage needs the {RESOLVE_PERMISSION} permission; ask an administrator.",
+        )
     note = (note or "").strip()
     if not note:
         raise DisputeError(400, "validation_error", "Say why (the note is kept in the audit trail).")
@@ -90,13 +116,21 @@ def transition(*, dispute_id, to_status: str, user, actor: str, note: str) -> Us
     with transaction.atomic(using=LEDGER), advisory_lock("billing_run", using=LEDGER) as acquired:
         if not acquired:
             raise DisputeError(409, "billing_run_in_progress", "A billing run is in progress; retry in a minute.")
-        dispute = (UsageDispute.objects.using(LEDGER).select_for_update().select_related("usage_event")
-                   .filter(public_id=dispute_id).first())
+        dispute = (
+            UsageDispute.objects.using(LEDGER)
+            .select_for_update()
+            .select_related("usage_event")
+            .filter(public_id=dispute_id)
+            .first()
+        )
         if dispute is None:
             raise DisputeError(404, "not_found", "No such disputed usage.")
         if to_status not in TRANSITIONS[dispute.status]:
-            raise DisputeError(409, "invalid_transition",
-                               f"This dispute is already {dispute.status}; only open disputes can be resolved.")
+            raise DisputeError(
+                409,
+                "invalid_transition",
+                f"This dispute is already {dispute.status}; only open disputes can be resolved.",
+            )
         before = dispute.status
         if to_status == DisputeStatus.ACCEPTED and _billed_past(dispute):
             dispute.adjustment = _late_charge(dispute, actor)
@@ -104,10 +138,19 @@ def transition(*, dispute_id, to_status: str, user, actor: str, note: str) -> Us
         dispute.resolved_at = timezone.now()
         dispute.resolved_by = actor[:200]
         dispute.resolution_note = note
-        dispute.save(using=LEDGER, update_fields=["status", "resolved_at", "resolved_by", "resolution_note",
-                                                   "adjustment"])
-    record_audit(actor=actor, action=f"billing.dispute_{'accept' if to_status == DisputeStatus.ACCEPTED else 'reject'}",
-                 target=dispute, before={"status": before}, reason=note,
-                 after={"status": to_status, "usage_event": dispute.usage_event_id,
-                        "late_charge": str(dispute.adjustment.amount) if dispute.adjustment else None})
+        dispute.save(
+            using=LEDGER, update_fields=["status", "resolved_at", "resolved_by", "resolution_note", "adjustment"]
+        )
+    record_audit(
+        actor=actor,
+        action=f"billing.dispute_{'accept' if to_status == DisputeStatus.ACCEPTED else 'reject'}",
+        target=dispute,
+        before={"status": before},
+        reason=note,
+        after={
+            "status": to_status,
+            "usage_event": dispute.usage_event_id,
+            "late_charge": str(dispute.adjustment.amount) if dispute.adjustment else None,
+        },
+    )
     return dispute

@@ -28,6 +28,7 @@ half-even to the cent once per invoice line: amount = GPU-µs × unit price × r
 Disputed usage is never rated unless an operator accepted it (billing.services.disputes);
 an accepted dispute after its month was finalized is billed once as a late-usage adjustment.
 """
+
 import hashlib
 import json
 from bisect import bisect_right
@@ -76,8 +77,9 @@ class PriceBook:
         self._rows: dict[str, list[tuple[int, Price]]] = defaultdict(list)
         versions: dict[int, datetime] = {}
         for entry in sorted(entries, key=lambda e: e.version):
-            self._rows[entry.sku].append((entry.version, Price(entry.sku, entry.unit_price, entry.currency,
-                                                                entry.version)))
+            self._rows[entry.sku].append(
+                (entry.version, Price(entry.sku, entry.unit_price, entry.currency, entry.version))
+            )
             versions[entry.version] = min(versions.get(entry.version, entry.effective_from), entry.effective_from)
         # Change points: (moment, version in force from then on). The in-force version only
         # ever rises with time (highest version already effective), so the points are monotonic.
@@ -129,8 +131,11 @@ class PriceBook:
 
     def in_force(self, sku: str, row_version: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
         """The part of [start, end) during which `sku` was charged at its row of `row_version`."""
-        covered = [(lo, hi) for lo, hi, version in self.spans(start, end)
-                   if version is not None and (p := self.price(sku, version)) is not None and p.version == row_version]
+        covered = [
+            (lo, hi)
+            for lo, hi, version in self.spans(start, end)
+            if version is not None and (p := self.price(sku, version)) is not None and p.version == row_version
+        ]
         return (covered[0][0], covered[-1][1]) if covered else (start, end)
 
 
@@ -179,18 +184,35 @@ def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool =
     for moment in cuts:
         straddles |= Q(start__lt=moment, end__gt=moment)
     times = book.change_times
-    segment = Case(*[When(start__gte=moment, then=Value(i)) for i, moment in reversed(list(enumerate(times)))],
-                   default=Value(-1), output_field=IntegerField())
-    whole = (usage.exclude(straddles).annotate(segment=segment).values(*group, "segment")
-             .annotate(micro=Sum("quantity_micro")).order_by())
+    segment = Case(
+        *[When(start__gte=moment, then=Value(i)) for i, moment in reversed(list(enumerate(times)))],
+        default=Value(-1),
+        output_field=IntegerField(),
+    )
+    whole = (
+        usage.exclude(straddles)
+        .annotate(segment=segment)
+        .values(*group, "segment")
+        .annotate(micro=Sum("quantity_micro"))
+        .order_by()
+    )
     for row in whole:
         if row["segment"] < 0:
             raise UnpricedSku(f"usage of {row['sku']!r} before the first price-book version took effect")
-        buckets[(row["tenant_id"], row.get("allocation_id"), row["period"], row["sku"],
-                 book.change_versions[row["segment"]])] += row["micro"]
+        buckets[
+            (
+                row["tenant_id"],
+                row.get("allocation_id"),
+                row["period"],
+                row["sku"],
+                book.change_versions[row["segment"]],
+            )
+        ] += row["micro"]
     for tenant, allocation, period, sku, start, end, micro in (
-            usage.filter(straddles).values_list("tenant_id", "allocation_id", "period", "sku", "start", "end",
-                                                "quantity_micro").order_by("id")):
+        usage.filter(straddles)
+        .values_list("tenant_id", "allocation_id", "period", "sku", "start", "end", "quantity_micro")
+        .order_by("id")
+    ):
         for lo, _hi, share in split_by_time(start, end, micro, cuts):
             version = book.version_at(lo)
             if version is None:
@@ -322,13 +344,22 @@ def _usage_line(usage: PricedUsage, period: date) -> RatedLine:
     late = usage.period != period
     price = usage.price
     return RatedLine(
-        kind=LineKind.LATE_USAGE if late else LineKind.USAGE, sku=usage.sku,
-        description=(f"{usage.sku} GPU-hours at {price.unit_price.normalize():f} {price.currency}/GPU-hour "
-                     f"(price book v{price.version})"
-                     + (f", late usage for {format_period(usage.period)}" if late else "")),
-        usage_period=usage.period, quantity=gpu_hours(usage.quantity_micro), unit=Unit.GPU_HOUR,
-        unit_price=price.unit_price, amount=usage.amount, quantity_micro=usage.quantity_micro,
-        price_version=price.version, start=usage.start, end=usage.end)
+        kind=LineKind.LATE_USAGE if late else LineKind.USAGE,
+        sku=usage.sku,
+        description=(
+            f"{usage.sku} GPU-hours at {price.unit_price.normalize():f} {price.currency}/GPU-hour "
+            f"(price book v{price.version})" + (f", late usage for {format_period(usage.period)}" if late else "")
+        ),
+        usage_period=usage.period,
+        quantity=gpu_hours(usage.quantity_micro),
+        unit=Unit.GPU_HOUR,
+        unit_price=price.unit_price,
+        amount=usage.amount,
+        quantity_micro=usage.quantity_micro,
+        price_version=price.version,
+        start=usage.start,
+        end=usage.end,
+    )
 
 
 def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> dict[int, RatedLine]:
@@ -337,12 +368,27 @@ def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> di
         return {}
     pairs = {(c.allocation_id, c.period) for c in credits}
     allocations, periods = {a for a, _ in pairs}, {p for _, p in pairs}
-    charged = exact_charges(usage_buckets(UsageEvent.objects.using(LEDGER).filter(
-        allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark), book, periods=periods,
-        by_allocation=True), book)
-    history = list(Adjustment.objects.using(LEDGER).filter(
-        kind=AdjustmentKind.SLA_CREDIT, allocation_id__in=allocations, period__in=periods,
-        id__lte=cutoff.adjustment_watermark).order_by("id"))
+    charged = exact_charges(
+        usage_buckets(
+            UsageEvent.objects.using(LEDGER).filter(
+                allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark
+            ),
+            book,
+            periods=periods,
+            by_allocation=True,
+        ),
+        book,
+    )
+    history = list(
+        Adjustment.objects.using(LEDGER)
+        .filter(
+            kind=AdjustmentKind.SLA_CREDIT,
+            allocation_id__in=allocations,
+            period__in=periods,
+            id__lte=cutoff.adjustment_watermark,
+        )
+        .order_by("id")
+    )
     policies = SlaPolicy.objects.using(LEDGER).in_bulk({c.sla_policy_id for c in history if c.sla_policy_id})
     in_scope = {c.pk for c in credits}
     used: dict[tuple, Decimal] = defaultdict(Decimal)
@@ -353,8 +399,11 @@ def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> di
             continue
         policy = policies.get(credit.sla_policy_id)
         rate = credit.rate if credit.rate is not None else Decimal("1")
-        uncapped = (Decimal(credit.quantity_micro) * (credit.unit_price or Decimal(0)) * rate / MICRO_PER_HOUR
-                    if credit.unit_price is not None else -credit.amount)
+        uncapped = (
+            Decimal(credit.quantity_micro) * (credit.unit_price or Decimal(0)) * rate / MICRO_PER_HOUR
+            if credit.unit_price is not None
+            else -credit.amount
+        )
         cap_percent = policy.cap_percent if policy else Decimal("100")
         cap = charged.get(pair, Decimal(0)) * cap_percent / 100
         allowed = max(Decimal(0), min(uncapped, cap - used[pair]))
@@ -364,17 +413,29 @@ def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> di
         amount = -allowed.quantize(CENT, rounding=ROUND_HALF_EVEN)
         note = ""
         if allowed < uncapped:
-            note = (f"capped: {uncapped.quantize(CENT, rounding=ROUND_HALF_EVEN)} before the cap of {cap_percent}% "
-                    f"of the allocation's {format_period(credit.period)} charge "
-                    f"({charged.get(pair, Decimal(0)).quantize(CENT, rounding=ROUND_HALF_EVEN)})")
+            note = (
+                f"capped: {uncapped.quantize(CENT, rounding=ROUND_HALF_EVEN)} before the cap of {cap_percent}% "
+                f"of the allocation's {format_period(credit.period)} charge "
+                f"({charged.get(pair, Decimal(0)).quantize(CENT, rounding=ROUND_HALF_EVEN)})"
+            )
         cited = f"{policy.name} v{policy.version} ({policy.key})" if policy else "no policy recorded"
         lines[credit.pk] = RatedLine(
-            kind=LineKind.SLA_CREDIT, sku=credit.sku,
+            kind=LineKind.SLA_CREDIT,
+            sku=credit.sku,
             description=f"{credit.reason} — {credit.gpus or '?'} GPUs, policy {cited}"[:300],
-            usage_period=credit.period, quantity=gpu_hours(credit.quantity_micro), unit=Unit.GPU_HOUR,
-            unit_price=credit.unit_price, amount=amount, reference=credit.reference or str(credit.public_id),
-            quantity_micro=credit.quantity_micro, rate=rate, price_version=credit.price_version,
-            start=credit.start, end=credit.end, note=note[:300])
+            usage_period=credit.period,
+            quantity=gpu_hours(credit.quantity_micro),
+            unit=Unit.GPU_HOUR,
+            unit_price=credit.unit_price,
+            amount=amount,
+            reference=credit.reference or str(credit.public_id),
+            quantity_micro=credit.quantity_micro,
+            rate=rate,
+            price_version=credit.price_version,
+            start=credit.start,
+            end=credit.end,
+            note=note[:300],
+        )
     return lines
 
 
@@ -393,13 +454,22 @@ def _cap_credits_at_invoice(lines: list[RatedLine]) -> list[RatedLine]:
         cut = min(-line.amount, excess)
         excess -= cut
         note = f"{line.note}; " if line.note else ""
-        out[i] = replace(line, amount=line.amount + cut,
-                         note=f"{note}reduced by {cut}: credits never exceed the invoice's charges"[:300])
+        out[i] = replace(
+            line,
+            amount=line.amount + cut,
+            note=f"{note}reduced by {cut}: credits never exceed the invoice's charges"[:300],
+        )
     return out
 
 
-def rate_period(*, period: date, cutoff: Cutoff, book: PriceBook | None = None,
-                tenant_ids: list | None = None, price_book_version: int | None = None) -> dict:
+def rate_period(
+    *,
+    period: date,
+    cutoff: Cutoff,
+    book: PriceBook | None = None,
+    tenant_ids: list | None = None,
+    price_book_version: int | None = None,
+) -> dict:
     """{tenant_id: [RatedLine, ...]} for every tenant with something to bill in `period`."""
     book = book or PriceBook.load()
     usage = UsageEvent.objects.using(LEDGER).filter(usage_scope(period, cutoff)).filter(BILLABLE_USAGE)
@@ -418,12 +488,23 @@ def rate_period(*, period: date, cutoff: Cutoff, book: PriceBook | None = None,
             continue
         # an accepted dispute after its month was finalized is late usage, not a manual charge
         kind = LineKind.LATE_USAGE if adj.kind == AdjustmentKind.LATE_USAGE else LineKind.MANUAL
-        lines[adj.tenant_id].append(RatedLine(
-            kind=kind, sku=adj.sku, description=adj.reason[:300], usage_period=adj.period,
-            quantity=gpu_hours(adj.quantity_micro), unit=Unit.GPU_HOUR, unit_price=None,
-            amount=adj.amount.quantize(CENT, rounding=ROUND_HALF_EVEN), reference=adj.reference or str(adj.public_id),
-            quantity_micro=adj.quantity_micro, start=adj.start, end=adj.end,
-            note=f"recorded by {adj.actor}"[:300] if adj.actor else ""))
+        lines[adj.tenant_id].append(
+            RatedLine(
+                kind=kind,
+                sku=adj.sku,
+                description=adj.reason[:300],
+                usage_period=adj.period,
+                quantity=gpu_hours(adj.quantity_micro),
+                unit=Unit.GPU_HOUR,
+                unit_price=None,
+                amount=adj.amount.quantize(CENT, rounding=ROUND_HALF_EVEN),
+                reference=adj.reference or str(adj.public_id),
+                quantity_micro=adj.quantity_micro,
+                start=adj.start,
+                end=adj.end,
+                note=f"recorded by {adj.actor}"[:300] if adj.actor else "",
+            )
+        )
     return {tenant: _cap_credits_at_invoice(tenant_lines) for tenant, tenant_lines in lines.items()}
 
 
@@ -432,7 +513,9 @@ def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:
     canonical = {
         "period": format_period(period),
         "price_book_version": price_book_version,
-        "invoices": {str(tenant): [{f.name: str(getattr(line, f.name)) for f in LINE_FIELDS} for line in rated[tenant]]
-                     for tenant in sorted(rated, key=str)},
+        "invoices": {
+            str(tenant): [{f.name: str(getattr(line, f.name)) for f in LINE_FIELDS} for line in rated[tenant]]
+            for tenant in sorted(rated, key=str)
+        },
     }
     return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -92,16 +92,23 @@ def _cutoff(watermark: int, adjustment_watermark: int) -> Cutoff:
         return Cutoff(watermark, adjustment_watermark, periods)
     # Never read below the last finalized run: the rows it saw are committed, and going lower
     # would bill its late range a second time.
-    return Cutoff(max(watermark, prior.watermark), max(adjustment_watermark, prior.adjustment_watermark), periods,
-                  prior.watermark, prior.adjustment_watermark)
+    return Cutoff(
+        max(watermark, prior.watermark),
+        max(adjustment_watermark, prior.adjustment_watermark),
+        periods,
+        prior.watermark,
+        prior.adjustment_watermark,
+    )
 
 
 def cutoff_of(run: BillingRun) -> Cutoff:
     """The scope a finalized run billed, reproduced (to re-issue one of its invoices)."""
-    periods = frozenset(BillingRun.objects.using(LEDGER).filter(finalize=True, finished_at__lt=run.finished_at)
-                        .values_list("period", flat=True))
-    return Cutoff(run.watermark, run.adjustment_watermark, periods, run.prior_watermark,
-                  run.prior_adjustment_watermark)
+    periods = frozenset(
+        BillingRun.objects.using(LEDGER)
+        .filter(finalize=True, finished_at__lt=run.finished_at)
+        .values_list("period", flat=True)
+    )
+    return Cutoff(run.watermark, run.adjustment_watermark, periods, run.prior_watermark, run.prior_adjustment_watermark)
 
 
 def grace_ends(period: date) -> datetime:
@@ -110,11 +117,17 @@ def grace_ends(period: date) -> datetime:
 
 def _check_finalizable(period: date, now: datetime) -> None:
     if period_end(period) > now:
-        raise BillingRunError("period_open", f"{format_period(period)} has not ended yet; only past periods "
-                              "can be finalized. Run it without finalize to refresh the drafts.")
+        raise BillingRunError(
+            "period_open",
+            f"{format_period(period)} has not ended yet; only past periods "
+            "can be finalized. Run it without finalize to refresh the drafts.",
+        )
     if grace_ends(period) > now:
-        raise BillingRunError("period_in_grace", f"{format_period(period)} is in its grace period for late usage "
-                              f"until {grace_ends(period):%Y-%m-%d %H:%M} UTC; finalize it after that.")
+        raise BillingRunError(
+            "period_in_grace",
+            f"{format_period(period)} is in its grace period for late usage "
+            f"until {grace_ends(period):%Y-%m-%d %H:%M} UTC; finalize it after that.",
+        )
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
     open_earlier = (
         UsageEvent.objects.using(LEDGER)
@@ -164,11 +177,28 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
 
 
 def line_rows(invoice: Invoice, rated_lines) -> list[InvoiceLine]:
-    return [InvoiceLine(invoice=invoice, position=i + 1, kind=r.kind, sku=r.sku, description=r.description,
-                        usage_period=r.usage_period, quantity=r.quantity, quantity_micro=r.quantity_micro,
-                        unit=r.unit, unit_price=r.unit_price, rate=r.rate, price_version=r.price_version,
-                        start=r.start, end=r.end, amount=r.amount, note=r.note, reference=r.reference)
-            for i, r in enumerate(rated_lines)]
+    return [
+        InvoiceLine(
+            invoice=invoice,
+            position=i + 1,
+            kind=r.kind,
+            sku=r.sku,
+            description=r.description,
+            usage_period=r.usage_period,
+            quantity=r.quantity,
+            quantity_micro=r.quantity_micro,
+            unit=r.unit,
+            unit_price=r.unit_price,
+            rate=r.rate,
+            price_version=r.price_version,
+            start=r.start,
+            end=r.end,
+            amount=r.amount,
+            note=r.note,
+            reference=r.reference,
+        )
+        for i, r in enumerate(rated_lines)
+    ]
 
 
 def number_documents(issuer: str, count: int, *, series: str = "") -> list[str]:
@@ -194,8 +224,9 @@ def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
         invoice.finalized_at = now
         invoice.updated_at = now
         invoice.issuer = issuer
-    Invoice.objects.using(LEDGER).bulk_update(invoices, ["number", "status", "finalized_at", "updated_at", "issuer"],
-                                              batch_size=500)
+    Invoice.objects.using(LEDGER).bulk_update(
+        invoices, ["number", "status", "finalized_at", "updated_at", "issuer"], batch_size=500
+    )
 
 
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
@@ -219,20 +250,39 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
         rated = rate_period(period=period, cutoff=cutoff, book=book)
         digest = output_hash(period=period, price_book_version=version, rated=rated)
-        run = BillingRun(period=period, finalize=finalize, price_book_version=version, watermark=cutoff.watermark,
-                         adjustment_watermark=cutoff.adjustment_watermark, prior_watermark=cutoff.prior_watermark,
-                         prior_adjustment_watermark=cutoff.prior_adjustment_watermark, invoices=len(rated),
-                         output_hash=digest, actor=actor, started_at=started_at)
+        run = BillingRun(
+            period=period,
+            finalize=finalize,
+            price_book_version=version,
+            watermark=cutoff.watermark,
+            adjustment_watermark=cutoff.adjustment_watermark,
+            prior_watermark=cutoff.prior_watermark,
+            prior_adjustment_watermark=cutoff.prior_adjustment_watermark,
+            invoices=len(rated),
+            output_hash=digest,
+            actor=actor,
+            started_at=started_at,
+        )
         invoices = _write_invoices(period, rated, run.id, currency="USD")
         fault_point("billing.after_write")  # the fault suite kills the worker here (uncommitted)
         if finalize:
             _finalize(invoices, settings.BILLING_ISSUER, now)
         run.finished_at = timezone.now()
         run.save(using=LEDGER, force_insert=True)
-    record_audit(actor=actor, action="billing.run", target=run, reason="finalize" if finalize else "draft refresh",
-                 after={"period": format_period(period), "invoices": run.invoices, "watermark": watermark,
-                        "disputes_opened": disputed,
-                        "output_hash": digest, "price_book_version": version})
+    record_audit(
+        actor=actor,
+        action="billing.run",
+        target=run,
+        reason="finalize" if finalize else "draft refresh",
+        after={
+            "period": format_period(period),
+            "invoices": run.invoices,
+            "watermark": watermark,
+            "disputes_opened": disputed,
+            "output_hash": digest,
+            "price_book_version": version,
+        },
+    )
     return RunOutcome(run, created=True)
 
 

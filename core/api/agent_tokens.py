@@ -7,6 +7,7 @@ rotated key says so instead of looking forged); the issue time lets a node be re
 revocation list (core.services.agent_credentials) holds, per node, the earliest issue time still
 valid. Tokens of the older `hga1` form carried neither and are no longer accepted.
 """
+
 import base64
 import hashlib
 import hmac

@@ -1,9 +1,10 @@
-"""Bearer-token authentication for the three kinds of principal (API.md, "Auth").
+"""Bearer-token authentication for the three kinds of principal (docs/api.md, "Auth").
 
 `request.user` becomes a `Principal`. Tenant and operator tokens are looked up by the SHA-256
 of their value; agent tokens are verified by signature, then against the revocation list
 (cached, in the ledger database: core.services.agent_credentials).
 """
+
 import hashlib
 import secrets
 from dataclasses import dataclass, field
@@ -121,9 +122,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             ApiToken.objects.filter(pk=token.pk).filter(
                 Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
             ).update(last_used_at=now)
-        principal = Principal(
-            kind=token.kind, token_id=token.pk, tenant=token.tenant, role=token.role, user=token.user
-        )
+        principal = Principal(kind=token.kind, token_id=token.pk, tenant=token.tenant, role=token.role, user=token.user)
         return principal, token
 
     def authenticate_header(self, request):
@@ -131,7 +130,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
 
 class AgentTokenAuthentication(BearerTokenAuthentication):
-    """Agent routes: anything that is not a valid agent signature is 401 (API.md)."""
+    """Agent routes: anything that is not a valid agent signature is 401 (docs/api.md)."""
 
     def verify(self, request):
         plain = _bearer(request)
@@ -156,9 +155,11 @@ def _agent_principal(plain: str, using: str = "default") -> Principal:
     if identity is None:
         raise exceptions.AuthenticationFailed(
             "Not a valid agent token (forged, malformed, of the old hga1 form, or signed under another key); "
-            "issue one with manage.py create_token --agent HOSTNAME.")
+            "issue one with manage.py create_token --agent HOSTNAME."
+        )
     reason = revocation_reason(identity, using=using)
     if reason is not None:
         raise exceptions.AuthenticationFailed(f"Revoked agent token: {reason}.")
-    return Principal(kind="agent", node_id=identity.node_id,
-                     extra={"key_id": identity.key_id, "issued_at": identity.issued_at})
+    return Principal(
+        kind="agent", node_id=identity.node_id, extra={"key_id": identity.key_id, "issued_at": identity.issued_at}
+    )

@@ -129,7 +129,7 @@ def _stored_answer(scope: str, key: str, digest: str) -> Response | None:
 
 
 def purge_expired_keys() -> int:
-    """Delete records older than the retention (at least 7 days, API.md)."""
+    """Delete records older than the retention (at least 7 days, docs/api.md)."""
     cutoff = timezone.now() - timedelta(days=settings.IDEMPOTENCY_KEY_TTL_DAYS)
     deleted, _ = IdempotencyRecord.objects.filter(created_at__lt=cutoff).delete()
     return deleted

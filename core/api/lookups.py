@@ -1,4 +1,5 @@
 """Turning ids from the outside world into rows without ever answering 500."""
+
 import uuid
 
 from django.http import Http404

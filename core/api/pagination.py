@@ -1,4 +1,4 @@
-"""Keyset pagination with opaque, signed page tokens (API.md, "Pagination").
+"""Keyset pagination with opaque, signed page tokens (docs/api.md, "Pagination").
 
 Order is newest first (`created_at`, then `id`). The token carries the last row's key, the
 caller's scope and a digest of the filters, signed with SECRET_KEY: a tampered token, one
@@ -6,6 +6,7 @@ minted for another tenant, or one reused with different filters is `400 invalid_
 Rows created while a client walks the pages sort before its cursor, so it never sees a
 duplicate or skips a row that existed when it started.
 """
+
 import hashlib
 import json
 from dataclasses import dataclass
@@ -35,8 +36,12 @@ def parse_page_size(raw: str | None) -> int:
     except (TypeError, ValueError):
         size = 0
     if size < 1:
-        raise Problem(400, "validation_error", "page_size must be a whole number of at least 1.",
-                      errors=[{"field": "page_size", "message": "must be an integer ≥ 1"}])
+        raise Problem(
+            400,
+            "validation_error",
+            "page_size must be a whole number of at least 1.",
+            errors=[{"field": "page_size", "message": "must be an integer ≥ 1"}],
+        )
     return min(size, settings.PAGE_SIZE_MAX)
 
 
@@ -52,13 +57,19 @@ def _decode(token: str, scope: str, filters: dict) -> tuple[datetime, UUID]:
             raise ValueError("token minted for another scope or filter set")
         return datetime.fromisoformat(data["t"]), UUID(data["i"])
     except (signing.BadSignature, KeyError, ValueError, TypeError):
-        raise Problem(400, "invalid_page_token",
-                      "This page_token is not valid for this list and filter set; start again without page_token.") from None
+        raise Problem(
+            400,
+            "invalid_page_token",
+            "This page_token is not valid for this list and filter set; start again without page_token.",
+        ) from None
 
 
 def _encode(created_at: datetime, pk, scope: str, filters: dict) -> str:
-    return signing.dumps({"t": created_at.isoformat(), "i": str(pk), "s": scope, "f": _filters_digest(filters)},
-                         salt=_SALT, compress=True)
+    return signing.dumps(
+        {"t": created_at.isoformat(), "i": str(pk), "s": scope, "f": _filters_digest(filters)},
+        salt=_SALT,
+        compress=True,
+    )
 
 
 def paginate(queryset: QuerySet, *, request, scope: str, filters: dict | None = None) -> Page:

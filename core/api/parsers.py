@@ -2,6 +2,7 @@
 NUL characters (no text column can store them; PostgreSQL rejects them), nesting deeper than
 settings.API_MAX_JSON_DEPTH, and bodies so deep that the decoder itself runs out of stack.
 Each is a clear 400 problem."""
+
 from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
@@ -39,8 +40,12 @@ class JSONParser(parsers.JSONParser):
             raise ParseError(f"JSON nested too deeply; at most {max_depth} levels.") from None
         refusal = _refusal(data, max_depth)
         if refusal == "nul":
-            raise Problem(400, "validation_error", "Text may not contain NUL (\\u0000) characters; remove them and resend.",
-                          errors=[{"field": "body", "message": "contains a NUL character"}])
+            raise Problem(
+                400,
+                "validation_error",
+                "Text may not contain NUL (\\u0000) characters; remove them and resend.",
+                errors=[{"field": "body", "message": "contains a NUL character"}],
+            )
         if refusal == "depth":
             raise ParseError(f"JSON nested too deeply; at most {max_depth} levels.")
         return data

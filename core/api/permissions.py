@@ -1,5 +1,6 @@
 """Which principal may call what. Wrong kind or role → 403 (docs/api.md); an operator token
 acts with its user's Django permissions (core.services.permissions)."""
+
 from rest_framework import permissions
 
 from core.services.permissions import PermissionMissing, require_permission
@@ -49,8 +50,11 @@ class IsOperator(permissions.BasePermission):
         else:
             action = getattr(view, "ops_action", None)
         if action is None:
-            raise PermissionMissing(f"{request.method} {request.path}", "",
-                                    "This write declares no permission, so nobody may call it; report it as a bug.")
+            raise PermissionMissing(
+                f"{request.method} {request.path}",
+                "",
+                "This write declares no permission, so nobody may call it; report it as a bug.",
+            )
         require_permission(principal.user, action)
         return True
 

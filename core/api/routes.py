@@ -1,4 +1,5 @@
-"""URL helpers: every API path answers with and without its trailing slash (API.md)."""
+"""URL helpers: every API path answers with and without its trailing slash (docs/api.md)."""
+
 from django.urls import re_path
 
 

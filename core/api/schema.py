@@ -1,5 +1,6 @@
 """OpenAPI helpers shared by every API: the problem body, the error answers each route
 documents, common parameters, and the bearer-token security schemes."""
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
@@ -14,7 +15,7 @@ class FieldErrorSerializer(serializers.Serializer):
 
 
 class ProblemSerializer(serializers.Serializer):
-    """RFC 9457 problem details (API.md, "Errors")."""
+    """RFC 9457 problem details (docs/api.md, "Errors")."""
 
     type = serializers.CharField()
     title = serializers.CharField()
@@ -32,16 +33,34 @@ READ_ERRORS = problems(400, 401, 403, 404, 405, 406)
 WRITE_ERRORS = problems(400, 401, 403, 404, 405, 406, 409, 415, 422)
 
 IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True,
-    description="1-255 printable characters; a retry with the same key and body gets the stored answer.")
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-255 printable characters; a retry with the same key and body gets the stored answer.",
+)
 OPTIONAL_IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
-    description="optional here: cancelling is idempotent anyway.")
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="optional here: cancelling is idempotent anyway.",
+)
 PAGE_PARAMETERS = [
-    OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, required=False,
-                     description="1-200 (default 50; larger values are lowered to 200)"),
-    OpenApiParameter("page_token", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False,
-                     description="the next_page_token of the previous page"),
+    OpenApiParameter(
+        "page_size",
+        OpenApiTypes.INT,
+        OpenApiParameter.QUERY,
+        required=False,
+        description="1-200 (default 50; larger values are lowered to 200)",
+    ),
+    OpenApiParameter(
+        "page_token",
+        OpenApiTypes.STR,
+        OpenApiParameter.QUERY,
+        required=False,
+        description="the next_page_token of the previous page",
+    ),
 ]
 
 
@@ -64,7 +83,11 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
     name = "agentToken"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "description": "node agent token (manage.py create_token --agent HOST)"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "node agent token (manage.py create_token --agent HOST)",
+        }
 
 
 class LedgerAgentTokenScheme(AgentTokenScheme):
@@ -74,8 +97,11 @@ class LedgerAgentTokenScheme(AgentTokenScheme):
     name = "agentTokenLedger"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer",
-                "description": "node agent token, revocation checked against the ledger's copy of the list"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "node agent token, revocation checked against the ledger's copy of the list",
+        }
 
 
 def strip_trailing_slashes(result, generator, request, public):

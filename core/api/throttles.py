@@ -9,6 +9,7 @@ Rates come from settings.API_THROTTLE_RATES (read at each request, so they can b
 deployment) and counts live in the default cache (Redis when REDIS_URL is set, so every web
 process shares them).
 """
+
 import time
 
 from django.conf import settings
@@ -79,8 +80,9 @@ def refuse_if_too_many_failed_authentications(request) -> None:
     now = time.time()
     recent = [t for t in history if t > now - window]
     if len(recent) >= limit:
-        raise exceptions.Throttled(wait=max(1, int(recent[0] + window - now) + 1),
-                                   detail="Too many failed authentications from this address.")
+        raise exceptions.Throttled(
+            wait=max(1, int(recent[0] + window - now) + 1), detail="Too many failed authentications from this address."
+        )
 
 
 def note_failed_authentication(request) -> None:

@@ -2,6 +2,7 @@
 
 Normalising to UTC matters beyond tidiness: Python accepts offsets up to ±24 h, PostgreSQL
 only up to ±15:59, so an exotic offset stored as given would be a database error (a 500)."""
+
 from datetime import UTC, datetime
 
 

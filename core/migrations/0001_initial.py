@@ -8,73 +8,123 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0001_initial'),
+        ("tenants", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('at', models.DateTimeField(db_index=True)),
-                ('actor', models.CharField(help_text='user:NAME, token:ID, agent:HOSTNAME or system:LOOP', max_length=200)),
-                ('action', models.CharField(max_length=100)),
-                ('object_type', models.CharField(max_length=100)),
-                ('object_id', models.CharField(max_length=64)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('reason', models.TextField(blank=True)),
-                ('request_id', models.CharField(blank=True, max_length=64)),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("at", models.DateTimeField(db_index=True)),
+                (
+                    "actor",
+                    models.CharField(help_text="user:NAME, token:ID, agent:HOSTNAME or system:LOOP", max_length=200),
+                ),
+                ("action", models.CharField(max_length=100)),
+                ("object_type", models.CharField(max_length=100)),
+                ("object_id", models.CharField(max_length=64)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                ("reason", models.TextField(blank=True)),
+                ("request_id", models.CharField(blank=True, max_length=64)),
             ],
             options={
-                'ordering': ['-at', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id', 'at'], name='core_audit_object_idx')],
+                "ordering": ["-at", "-id"],
+                "indexes": [models.Index(fields=["object_type", "object_id", "at"], name="core_audit_object_idx")],
             },
         ),
         migrations.CreateModel(
-            name='IdempotencyRecord',
+            name="IdempotencyRecord",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('scope', models.CharField(help_text='tenant:ID or operator:ID — keys never collide across scopes', max_length=100)),
-                ('key', models.CharField(max_length=255)),
-                ('method', models.CharField(max_length=10)),
-                ('path', models.CharField(max_length=500)),
-                ('body_digest', models.CharField(max_length=64)),
-                ('state', models.CharField(choices=[('in_progress', 'In progress'), ('completed', 'Completed')], default='in_progress', max_length=16)),
-                ('response_status', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('response_body', models.JSONField(blank=True, null=True)),
-                ('response_headers', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "scope",
+                    models.CharField(
+                        help_text="tenant:ID or operator:ID — keys never collide across scopes", max_length=100
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("method", models.CharField(max_length=10)),
+                ("path", models.CharField(max_length=500)),
+                ("body_digest", models.CharField(max_length=64)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("in_progress", "In progress"), ("completed", "Completed")],
+                        default="in_progress",
+                        max_length=16,
+                    ),
+                ),
+                ("response_status", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("response_body", models.JSONField(blank=True, null=True)),
+                ("response_headers", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-created_at'],
-                'constraints': [models.UniqueConstraint(fields=('scope', 'key'), name='core_idempotency_scope_key_unique')],
+                "ordering": ["-created_at"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("scope", "key"), name="core_idempotency_scope_key_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('kind', models.CharField(choices=[('tenant', 'Tenant'), ('operator', 'Operator')], max_length=16)),
-                ('name', models.CharField(blank=True, max_length=100)),
-                ('role', models.CharField(blank=True, choices=[('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], max_length=16)),
-                ('prefix', models.CharField(help_text='first characters of the token, to recognise it', max_length=16)),
-                ('digest', models.CharField(editable=False, max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='tokens', to='tenants.tenant')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("kind", models.CharField(choices=[("tenant", "Tenant"), ("operator", "Operator")], max_length=16)),
+                ("name", models.CharField(blank=True, max_length=100)),
+                (
+                    "role",
+                    models.CharField(
+                        blank=True,
+                        choices=[("admin", "Admin"), ("member", "Member"), ("viewer", "Viewer")],
+                        max_length=16,
+                    ),
+                ),
+                ("prefix", models.CharField(help_text="first characters of the token, to recognise it", max_length=16)),
+                ("digest", models.CharField(editable=False, max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tokens",
+                        to="tenants.tenant",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('kind', 'tenant'), ('tenant__isnull', False), ('user__isnull', True)), models.Q(('kind', 'operator'), ('tenant__isnull', True), ('user__isnull', False)), _connector='OR'), name='core_apitoken_owner_matches_kind')],
+                "ordering": ["-created_at"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("kind", "tenant"), ("tenant__isnull", False), ("user__isnull", True)),
+                            models.Q(("kind", "operator"), ("tenant__isnull", True), ("user__isnull", False)),
+                            _connector="OR",
+                        ),
+                        name="core_apitoken_owner_matches_kind",
+                    )
+                ],
             },
         ),
     ]

@@ -4,20 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('core', '0001_initial'),
+        ("core", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AgentTokenRevocation',
+            name="AgentTokenRevocation",
             fields=[
-                ('node_id', models.UUIDField(primary_key=True, serialize=False)),
-                ('not_before', models.DateTimeField(blank=True, help_text='tokens issued earlier are revoked', null=True)),
-                ('revoked_all', models.BooleanField(default=False, help_text='the node is gone: no token of it works')),
-                ('reason', models.CharField(blank=True, max_length=200)),
-                ('updated_at', models.DateTimeField()),
+                ("node_id", models.UUIDField(primary_key=True, serialize=False)),
+                (
+                    "not_before",
+                    models.DateTimeField(blank=True, help_text="tokens issued earlier are revoked", null=True),
+                ),
+                ("revoked_all", models.BooleanField(default=False, help_text="the node is gone: no token of it works")),
+                ("reason", models.CharField(blank=True, max_length=200)),
+                ("updated_at", models.DateTimeField()),
             ],
         ),
     ]

@@ -1,6 +1,7 @@
 """The named groups of the permission model: operators, billing-admins, read-only
 (core.services.permissions.ROLE_GROUPS). Permissions normally appear after migrate; they
 are created here first so the groups can hold them on a fresh database."""
+
 from django.contrib.auth.management import create_permissions
 from django.db import migrations
 

@@ -4,29 +4,37 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('core', '0003_role_groups'),
+        ("core", "0003_role_groups"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BeatLease',
+            name="BeatLease",
             fields=[
-                ('name', models.CharField(max_length=50, primary_key=True, serialize=False)),
-                ('holder', models.CharField(help_text='host:pid of the beat that schedules', max_length=200)),
-                ('renewed_at', models.DateTimeField()),
-                ('refused_ticks', models.PositiveBigIntegerField(default=0, help_text='ticks other beats declined to schedule')),
+                ("name", models.CharField(max_length=50, primary_key=True, serialize=False)),
+                ("holder", models.CharField(help_text="host:pid of the beat that schedules", max_length=200)),
+                ("renewed_at", models.DateTimeField()),
+                (
+                    "refused_ticks",
+                    models.PositiveBigIntegerField(default=0, help_text="ticks other beats declined to schedule"),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LoopClock',
+            name="LoopClock",
             fields=[
-                ('name', models.CharField(max_length=50, primary_key=True, serialize=False)),
-                ('last_run_at', models.DateTimeField()),
-                ('resumed_at', models.DateTimeField(blank=True, help_text='end of the last detected outage', null=True)),
-                ('last_gap_seconds', models.PositiveIntegerField(default=0, help_text='length of the last detected outage')),
-                ('outages', models.PositiveIntegerField(default=0, help_text='outages detected so far')),
+                ("name", models.CharField(max_length=50, primary_key=True, serialize=False)),
+                ("last_run_at", models.DateTimeField()),
+                (
+                    "resumed_at",
+                    models.DateTimeField(blank=True, help_text="end of the last detected outage", null=True),
+                ),
+                (
+                    "last_gap_seconds",
+                    models.PositiveIntegerField(default=0, help_text="length of the last detected outage"),
+                ),
+                ("outages", models.PositiveIntegerField(default=0, help_text="outages detected so far")),
             ],
         ),
     ]

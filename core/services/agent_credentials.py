@@ -8,6 +8,7 @@ Each node's entry is cached for settings.AGENT_REVOCATION_CACHE_SECONDS; a write
 cached entry at once (in every process when the cache is shared, within that many seconds
 otherwise).
 """
+
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -69,8 +70,10 @@ def revocation_reason(identity: AgentIdentity, *, using: str = "default") -> str
     if entry.revoked_all:
         return f"every agent token of this node is revoked ({entry.reason})"
     if entry.not_before is not None and identity.issued_at < entry.not_before:
-        return (f"this token was replaced: the node was re-keyed at {entry.not_before:%Y-%m-%d %H:%M:%S}Z; "
-                "use the token printed by the latest manage.py create_token --agent HOSTNAME")
+        return (
+            f"this token was replaced: the node was re-keyed at {entry.not_before:%Y-%m-%d %H:%M:%S}Z; "
+            "use the token printed by the latest manage.py create_token --agent HOSTNAME"
+        )
     return None
 
 
@@ -103,8 +106,12 @@ def issue_agent_token(*, node, actor: str) -> str:
     if previous is not None and previous.not_before is not None and issued_at <= previous.not_before:
         issued_at = previous.not_before + timedelta(milliseconds=1)  # two re-keys in one millisecond
     _write(node.pk, not_before=issued_at, revoked_all=False, reason="re-keyed")
-    record_audit(actor=actor, action="token.rekey_agent", target=node,
-                 after={"issued_at": issued_at.isoformat(), "previous_tokens": "revoked"})
+    record_audit(
+        actor=actor,
+        action="token.rekey_agent",
+        target=node,
+        after={"issued_at": issued_at.isoformat(), "previous_tokens": "revoked"},
+    )
     return mint_agent_token(node.pk, issued_at=issued_at)
 
 

@@ -1,4 +1,5 @@
 """The audit trail: every write that matters calls one of these inside its transaction."""
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,9 @@ def actor_label(user=None, *, system: str | None = None) -> str:
     return "anonymous"
 
 
-def record_audit(*, actor: str, action: str, target: models.Model, before: Any = None, after: Any = None, reason: str = "") -> AuditEvent:
+def record_audit(
+    *, actor: str, action: str, target: models.Model, before: Any = None, after: Any = None, reason: str = ""
+) -> AuditEvent:
     return AuditEvent.objects.create(
         at=timezone.now(),
         actor=actor,

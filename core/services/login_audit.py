@@ -1,5 +1,6 @@
 """Sign-ins in the audit trail: every success, failure and lockout (console and admin), with
 the address, so an investigation sees password guessing next to what the account then did."""
+
 from axes.signals import user_locked_out
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_login_failed
@@ -21,10 +22,15 @@ def _address(request) -> str:
 def _record(*, action: str, username: str, user=None, request=None, reason: str = "") -> None:
     username = (username or "")[:MAX_USERNAME_CHARS]
     AuditEvent.objects.create(
-        at=timezone.now(), actor=f"user:{username}" if username else "anonymous", action=action,
-        object_type=get_user_model()._meta.label_lower, object_id=str(user.pk) if user is not None else "",
-        after={"username": username, "address": _address(request)}, reason=reason,
-        request_id=current_request_id())
+        at=timezone.now(),
+        actor=f"user:{username}" if username else "anonymous",
+        action=action,
+        object_type=get_user_model()._meta.label_lower,
+        object_id=str(user.pk) if user is not None else "",
+        after={"username": username, "address": _address(request)},
+        reason=reason,
+        request_id=current_request_id(),
+    )
 
 
 @receiver(user_logged_in)
@@ -42,5 +48,10 @@ def audit_login_failure(sender, credentials, request=None, **kwargs):
 @receiver(user_locked_out)
 def audit_lockout(sender, request, username, ip_address, **kwargs):
     user = get_user_model().objects.filter(username=(username or "")[:MAX_USERNAME_CHARS]).first()
-    _record(action="auth.locked_out", username=username or "", user=user, request=request,
-            reason=f"too many failed sign-ins from {ip_address}")
+    _record(
+        action="auth.locked_out",
+        username=username or "",
+        user=user,
+        request=request,
+        reason=f"too many failed sign-ins from {ip_address}",
+    )

@@ -8,6 +8,7 @@ created by a data migration (core 0003_role_groups) and topped up after every `m
 
 docs/permissions.md shows this table; a test keeps the two in step.
 """
+
 from dataclasses import dataclass
 
 from django.apps import apps
@@ -95,8 +96,10 @@ class PermissionMissing(Refused):
         self.permission = permission
         groups = [g for g, role in ROLE_GROUPS.items() if action in role["actions"]]
         where = f" (the {' or '.join(groups)} group has it)" if groups else ""
-        super().__init__(detail or f"{action} needs the {permission} permission; ask an administrator to grant it"
-                                   f"{where}.", extra={"permission": permission, "action": action})
+        super().__init__(
+            detail or f"{action} needs the {permission} permission; ask an administrator to grant it{where}.",
+            extra={"permission": permission, "action": action},
+        )
 
 
 def permission_for(action: str) -> str:
@@ -106,8 +109,12 @@ def permission_for(action: str) -> str:
 
 
 def has_permission(user, action: str) -> bool:
-    return bool(user is not None and getattr(user, "is_active", False) and getattr(user, "is_staff", False)
-                and user.has_perm(permission_for(action)))
+    return bool(
+        user is not None
+        and getattr(user, "is_active", False)
+        and getattr(user, "is_staff", False)
+        and user.has_perm(permission_for(action))
+    )
 
 
 def require_permission(user, action: str) -> None:
@@ -122,8 +129,9 @@ def sync_role_groups(group_model, permission_model) -> dict[str, int]:
     for name, role in ROLE_GROUPS.items():
         group, _ = group_model.objects.get_or_create(name=name)
         wanted = {permission_for(a) for a in role["actions"]}
-        perms = list(permission_model.objects.filter(content_type__app_label__in=role["view_apps"],
-                                                     codename__startswith="view_"))
+        perms = list(
+            permission_model.objects.filter(content_type__app_label__in=role["view_apps"], codename__startswith="view_")
+        )
         for dotted in sorted(wanted):
             app_label, codename = dotted.split(".", 1)
             perms.extend(permission_model.objects.filter(content_type__app_label=app_label, codename=codename))

@@ -1,5 +1,6 @@
 """Creating and revoking API tokens (tenant and operator). Agent tokens are minted from the
 node id and the signing key; see core.api.agent_tokens."""
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -31,14 +32,17 @@ def issuance_refusal(*, issuer, kind: str, user=None) -> str | None:
     missing = sorted(user.get_all_permissions() - issuer.get_all_permissions())
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        return (f"{user.get_username()} holds permissions you do not ({shown}); a token you issue may not carry "
-                "more than you hold. Ask a superuser.")
+        return (
+            f"{user.get_username()} holds permissions you do not ({shown}); a token you issue may not carry "
+            "more than you hold. Ask a superuser."
+        )
     return None
 
 
 @transaction.atomic
-def create_api_token(*, kind: str, tenant=None, user=None, role: str = "", name: str = "", actor: str,
-                     issuer=None) -> tuple[ApiToken, str]:
+def create_api_token(
+    *, kind: str, tenant=None, user=None, role: str = "", name: str = "", actor: str, issuer=None
+) -> tuple[ApiToken, str]:
     """Returns the token row and its plain value, which is never stored and never shown again.
     With `issuer` (a person minting it in the admin), their rights bound the token's."""
     if issuer is not None:
@@ -52,18 +56,29 @@ def create_api_token(*, kind: str, tenant=None, user=None, role: str = "", name:
             raise ValidationError("A tenant token belongs to its tenant, not to a user; leave the user empty.")
     elif kind == ApiTokenKind.OPERATOR:
         if user is None or not (user.is_staff and user.is_active):
-            raise ValidationError("An operator token needs an active staff user; give the user staff status first "
-                                  "or issue a tenant token instead.")
+            raise ValidationError(
+                "An operator token needs an active staff user; give the user staff status first "
+                "or issue a tenant token instead."
+            )
         if tenant is not None or role:
             raise ValidationError("An operator token belongs to a staff user; leave the tenant and role empty.")
     else:
         raise ValidationError(f"Unknown token kind {kind!r}.")
     plain = generate_plain_token(kind)
-    token = ApiToken.objects.create(kind=kind, tenant=tenant, user=user, role=role, name=name,
-                                    prefix=plain[:10], digest=token_digest(plain))
-    record_audit(actor=actor, action="token.create", target=token,
-                 after={"kind": kind, "tenant": str(tenant.pk) if tenant else None,
-                        "user": user.get_username() if user else None, "role": role})
+    token = ApiToken.objects.create(
+        kind=kind, tenant=tenant, user=user, role=role, name=name, prefix=plain[:10], digest=token_digest(plain)
+    )
+    record_audit(
+        actor=actor,
+        action="token.create",
+        target=token,
+        after={
+            "kind": kind,
+            "tenant": str(tenant.pk) if tenant else None,
+            "user": user.get_username() if user else None,
+            "role": role,
+        },
+    )
     return token, plain
 
 
@@ -80,5 +95,12 @@ def revoke_api_token(*, token: ApiToken, actor: str, reason: str = "") -> ApiTok
 def reissue_api_token(*, token: ApiToken, actor: str, issuer=None) -> tuple[ApiToken, str]:
     """Revoke-and-reissue: tokens are never edited; a new one with the same owner replaces it."""
     revoke_api_token(token=token, actor=actor, reason="reissued")
-    return create_api_token(kind=token.kind, tenant=token.tenant, user=token.user, role=token.role, name=token.name,
-                            actor=actor, issuer=issuer)
+    return create_api_token(
+        kind=token.kind,
+        tenant=token.tenant,
+        user=token.user,
+        role=token.role,
+        name=token.name,
+        actor=actor,
+        issuer=issuer,
+    )

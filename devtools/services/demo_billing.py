@@ -5,6 +5,7 @@ deterministic, so a second run only re-sends duplicates and re-rates the current
 The usage comes as real usage does: each node's events carry the metering grant of its
 allocation and arrive an hour after they end, and the allocation history (past memberships of
 the fleet's first nodes) is recorded, so billing's reconciliation finds nothing to dispute."""
+
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -59,18 +60,30 @@ def _history(tenants: dict, first_hour: datetime, last_hour: datetime) -> dict[t
     """The demo allocations (released) and their nodes' past memberships; returns which fleet node
     ran which workload's n-th node. Without a fleet the usage has no history: billing holds it
     as disputed (which the console's disputes page then shows)."""
-    fleet_nodes = list(Node.objects.order_by("hostname")[:sum(w[3] for w in WORKLOADS)])
+    fleet_nodes = list(Node.objects.order_by("hostname")[: sum(w[3] for w in WORKLOADS)])
     placed = {}
     for slug, name, sku, node_count, _gpus, _busy in WORKLOADS:
-        allocation, _ = Allocation.objects.get_or_create(pk=uuid.uuid5(NAMESPACE, f"{slug}/{name}"), defaults={
-            "tenant": tenants[slug], "name": name, "instance_type": NodeType.objects.get(slug=sku),
-            "node_count": node_count, "state": "released", "activated_at": first_hour, "ended_at": last_hour})
+        allocation, _ = Allocation.objects.get_or_create(
+            pk=uuid.uuid5(NAMESPACE, f"{slug}/{name}"),
+            defaults={
+                "tenant": tenants[slug],
+                "name": name,
+                "instance_type": NodeType.objects.get(slug=sku),
+                "node_count": node_count,
+                "state": "released",
+                "activated_at": first_hour,
+                "ended_at": last_hour,
+            },
+        )
         for n in range(node_count):
             if not fleet_nodes:
                 break
             node = fleet_nodes.pop(0)
-            AllocationNode.objects.get_or_create(allocation=allocation, node=node, defaults={
-                "started_at": first_hour, "ended_at": last_hour, "end_reason": "demo history"})
+            AllocationNode.objects.get_or_create(
+                allocation=allocation,
+                node=node,
+                defaults={"started_at": first_hour, "ended_at": last_hour, "end_reason": "demo history"},
+            )
             placed[(slug, name, n)] = node.pk
     return placed
 
@@ -88,20 +101,35 @@ def _events(tenants: dict, now: datetime) -> dict[uuid.UUID, list[dict]]:
         allocation = uuid.uuid5(NAMESPACE, f"{slug}/{name}")
         for n in range(node_count):
             node = placed.get((slug, name, n)) or uuid.uuid5(NAMESPACE, f"{slug}/{name}/node{n}")
-            grant = sign_grant(MeteringGrant(node_id=node, tenant_id=tenants[slug].pk, allocation_id=allocation,
-                                             sku=sku, gpus=gpus, valid_from=first_hour, valid_until=last_hour))
+            grant = sign_grant(
+                MeteringGrant(
+                    node_id=node,
+                    tenant_id=tenants[slug].pk,
+                    allocation_id=allocation,
+                    sku=sku,
+                    gpus=gpus,
+                    valid_from=first_hour,
+                    valid_until=last_hour,
+                )
+            )
             events = by_node.setdefault(node, [])
             for h in range(hours):
                 if rng.random() > busy:
                     continue
                 start = first_hour + timedelta(hours=h)
-                events.append({
-                    "event_id": f"demo-{allocation}-{n}-{int(start.timestamp())}",
-                    "allocation_id": str(allocation), "tenant_id": str(tenants[slug].pk), "sku": sku,
-                    "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    "end": (start + timedelta(seconds=METER_SECONDS)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    "quantity": str(gpus * METER_SECONDS), "unit": "gpu_second", "grant": grant,
-                })
+                events.append(
+                    {
+                        "event_id": f"demo-{allocation}-{n}-{int(start.timestamp())}",
+                        "allocation_id": str(allocation),
+                        "tenant_id": str(tenants[slug].pk),
+                        "sku": sku,
+                        "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "end": (start + timedelta(seconds=METER_SECONDS)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "quantity": str(gpus * METER_SECONDS),
+                        "unit": "gpu_second",
+                        "grant": grant,
+                    }
+                )
     return by_node
 
 
@@ -112,19 +140,26 @@ def seed_demo_billing(stdout) -> None:
     by_node = _events(tenants, now)
     for node_id, events in by_node.items():
         for i in range(0, len(events), DAY_BATCH):  # a day's events at a time, as a node sends them
-            batch = events[i:i + DAY_BATCH]
+            batch = events[i : i + DAY_BATCH]
             arrived = datetime.fromisoformat(batch[-1]["end"].replace("Z", "+00:00")) + timedelta(hours=1)
             result = ingest_meter_events(node_id=node_id, events=batch, received_at=min(arrived, now))
             accepted, duplicates = accepted + result.accepted, duplicates + result.duplicates
     stdout.write(f"  meter events: {accepted} new, {duplicates} already in the ledger")
     # One provider-caused outage last month: a node of acme's training run was down for 3 hours.
-    outage = (period_of(now - timedelta(days=31)))
+    outage = period_of(now - timedelta(days=31))
     outage_start = datetime(outage.year, outage.month, 12, 9, tzinfo=UTC)
     node_id = next(iter(by_node))
-    record_sla_credit(tenant_id=tenants["acme"].pk, allocation_id=uuid.uuid5(NAMESPACE, "acme/pretrain-70b"),
-                      node_id=node_id, start=outage_start, end=outage_start + timedelta(hours=3), gpus=8,
-                      reason="node pulled for XID 79 (GPU fell off the bus)", incident_id="demo-incident-1",
-                      sku="h100-sxm-8x")
+    record_sla_credit(
+        tenant_id=tenants["acme"].pk,
+        allocation_id=uuid.uuid5(NAMESPACE, "acme/pretrain-70b"),
+        node_id=node_id,
+        start=outage_start,
+        end=outage_start + timedelta(hours=3),
+        gpus=8,
+        reason="node pulled for XID 79 (GPU fell off the bus)",
+        incident_id="demo-incident-1",
+        sku="h100-sxm-8x",
+    )
     current = period_of(now)
     finalized = set(BillingRun.objects.using("ledger").filter(finalize=True).values_list("period", flat=True))
     period = period_of(now - timedelta(days=HISTORY_DAYS))

@@ -1,5 +1,6 @@
 """The demo tenants: `acme` and `globex` with quotas, portal logins and allocations that the
 loops place and the simulated agents bring up (so the demo meters live usage)."""
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -31,10 +32,18 @@ def seed_demo_tenant(stdout) -> None:
             record_audit(actor=ACTOR, action="user.create", target=user, after={"username": username})
         Membership.objects.get_or_create(tenant=tenant, user=user, defaults={"role": TenantRole.ADMIN})
         if created:
-            stdout.write(f"  tenant {slug} created ({max_nodes} nodes per generation); portal login {username} / {DEMO_PASSWORD}")
+            stdout.write(
+                f"  tenant {slug} created ({max_nodes} nodes per generation); portal login {username} / {DEMO_PASSWORD}"
+            )
         if Allocation.objects.filter(tenant=tenant).exists():
             continue
         for alloc_name, instance_type, node_count in allocations:
-            create_allocation(tenant=tenant, name=alloc_name, instance_type=NodeType.objects.get(slug=instance_type),
-                              node_count=node_count, fabric="isolated", actor=ACTOR)
+            create_allocation(
+                tenant=tenant,
+                name=alloc_name,
+                instance_type=NodeType.objects.get(slug=instance_type),
+                node_count=node_count,
+                fabric="isolated",
+                actor=ACTOR,
+            )
             stdout.write(f"  {slug}/{alloc_name}: {node_count} × {instance_type} requested (the loops place it)")

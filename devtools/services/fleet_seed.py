@@ -1,11 +1,12 @@
 """Builds a realistic fleet for the demo and the scale fixture.
 
-Shape (DESIGN.md, issue "Foundation"): H100 nodes of 8 GPUs, two per air-cooled rack (2 ×
+Shape (docs/design, issue "Foundation"): H100 nodes of 8 GPUs, two per air-cooled rack (2 ×
 10.2 kW = 20.4 kW, the Meta 24k-cluster layout cited in generations.csv), one InfiniBand NDR
 fabric domain per 2,048-GPU pod (the two-tier fat-tree maximum in facility.csv), every node
 with its GPUs and drives; plus an empty liquid-cooled hall ready for the next generation.
 Everything is written with bulk inserts so 100,000 GPUs take seconds, not minutes.
 """
+
 import random
 import uuid
 from collections.abc import Callable
@@ -46,9 +47,7 @@ NEW_BUILD_PUE = Decimal("1.20")  # facility.csv pue_new_build 1.1-1.3
 INDUSTRY_PUE = Decimal("1.58")  # facility.csv pue_industry_average
 # DGX H100 layout: 2 OS drives + 8 data drives (self-encrypting). Both models implement NVMe
 # Sanitize (block erase; crypto erase on the SEDs), so each can be purged in place.
-DRIVES = (
-    [("Samsung PM9A3 1.92TB", 1920, False)] * 2 + [("Samsung PM1743 3.84TB", 3840, True)] * 8
-)
+DRIVES = [("Samsung PM9A3 1.92TB", 1920, False)] * 2 + [("Samsung PM1743 3.84TB", 3840, True)] * 8
 BATCH = 5000
 
 
@@ -67,8 +66,14 @@ def _feed_kw(amps: int) -> Decimal:
     return PowerFeed(voltage=415, amperage=amps, three_phase=True, max_utilization_pct=80).available_kw
 
 
-def seed_fleet(*, gpus: int, site_slug: str = "dc1", seed: int = 7, actor: str = "system:seed",
-               progress: Callable[[str], None] = lambda message: None) -> SeedResult:
+def seed_fleet(
+    *,
+    gpus: int,
+    site_slug: str = "dc1",
+    seed: int = 7,
+    actor: str = "system:seed",
+    progress: Callable[[str], None] = lambda message: None,
+) -> SeedResult:
     """Create a fleet of `gpus` GPUs (a multiple of 8) in a new site."""
     if gpus <= 0 or gpus % 8:
         raise ValueError("--gpus must be a positive multiple of 8 (8 GPUs per node)")
@@ -88,14 +93,23 @@ def seed_fleet(*, gpus: int, site_slug: str = "dc1", seed: int = 7, actor: str =
         for h in range(halls_needed):
             pods_here = min(PODS_PER_HALL, pods - h * PODS_PER_HALL)
             racks_here = pods_here * GPUS_PER_POD // 8 // NODES_PER_RACK
-            halls.append(Hall(
-                site=site, name=f"hall-{h + 1}", pue=INDUSTRY_PUE,
-                # the electrical plant was sized for the racks it feeds, with 5 % headroom
-                it_power_budget_kw=(air_rack_kw * racks_here * Decimal("0.95")).quantize(Decimal("1")),
-                grid_columns=16,
-            ))
-        liquid_hall = Hall(site=site, name=f"hall-{halls_needed + 1}", pue=NEW_BUILD_PUE,
-                           it_power_budget_kw=LIQUID_HALL_BUDGET_KW, grid_columns=8)
+            halls.append(
+                Hall(
+                    site=site,
+                    name=f"hall-{h + 1}",
+                    pue=INDUSTRY_PUE,
+                    # the electrical plant was sized for the racks it feeds, with 5 % headroom
+                    it_power_budget_kw=(air_rack_kw * racks_here * Decimal("0.95")).quantize(Decimal("1")),
+                    grid_columns=16,
+                )
+            )
+        liquid_hall = Hall(
+            site=site,
+            name=f"hall-{halls_needed + 1}",
+            pue=NEW_BUILD_PUE,
+            it_power_budget_kw=LIQUID_HALL_BUDGET_KW,
+            grid_columns=8,
+        )
         Hall.objects.bulk_create([*halls, liquid_hall])
         progress(f"site {site.slug}: {len(halls)} air-cooled hall(s) + 1 liquid-ready hall")
 
@@ -106,50 +120,99 @@ def seed_fleet(*, gpus: int, site_slug: str = "dc1", seed: int = 7, actor: str =
             # Scale fixtures mix H100 and H200 pods (same fabric, same generation); the demo is all H100.
             node_type = hopper[1] if pods > 1 and pod % 5 == 4 else hopper[0]
             pod_nodes = min(GPUS_PER_POD // 8, node_count - pod * GPUS_PER_POD // 8)
-            fabric = FabricDomain(site=site, name=f"{site.slug}-ndr-pod{pod + 1:02d}", technology=FabricTechnology.IB_NDR,
-                                  generation=node_type.generation, leaf_count=64, spine_count=32,
-                                  max_endpoints=GPUS_PER_POD, nodes_per_leaf=NODES_PER_SCALABLE_UNIT)
+            fabric = FabricDomain(
+                site=site,
+                name=f"{site.slug}-ndr-pod{pod + 1:02d}",
+                technology=FabricTechnology.IB_NDR,
+                generation=node_type.generation,
+                leaf_count=64,
+                spine_count=32,
+                max_endpoints=GPUS_PER_POD,
+                nodes_per_leaf=NODES_PER_SCALABLE_UNIT,
+            )
             fabrics.append(fabric)
             pod_in_hall = pod % PODS_PER_HALL
             for n in range(pod_nodes):
                 rack_index = (pod_in_hall * GPUS_PER_POD // 8 + n) // NODES_PER_RACK
                 if n % NODES_PER_RACK == 0:
-                    rack = Rack(hall=hall, name=f"{hall.name}-r{rack_index + 1:04d}", row=rack_index // hall.grid_columns,
-                                column=rack_index % hall.grid_columns, u_height=42, rated_power_kw=air_rack_kw,
-                                cooling=Cooling.AIR, cooling_capacity_kw=AIR_RACK_COOLING_KW)
+                    rack = Rack(
+                        hall=hall,
+                        name=f"{hall.name}-r{rack_index + 1:04d}",
+                        row=rack_index // hall.grid_columns,
+                        column=rack_index % hall.grid_columns,
+                        u_height=42,
+                        rated_power_kw=air_rack_kw,
+                        cooling=Cooling.AIR,
+                        cooling_capacity_kw=AIR_RACK_COOLING_KW,
+                    )
                     racks.append(rack)
-                    feeds += [PowerFeed(rack=rack, name=side, voltage=415, amperage=AIR_RACK_FEED_AMPS) for side in "AB"]
+                    feeds += [
+                        PowerFeed(rack=rack, name=side, voltage=415, amperage=AIR_RACK_FEED_AMPS) for side in "AB"
+                    ]
                 global_index = pod * GPUS_PER_POD // 8 + n
-                nodes.append(Node(
-                    id=uuid7(), hostname=f"{site.slug}-gpu{global_index + 1:05d}", serial=f"SN{rng.getrandbits(40):010X}",
-                    rack=rack, u_position=2 + (n % NODES_PER_RACK) * 10, node_type=node_type, fabric_domain=fabric,
-                    leaf_switch=f"pod{pod + 1:02d}-su{n // NODES_PER_SCALABLE_UNIT + 1:02d}",
-                    bmc_address=f"10.{64 + global_index // 65536}.{(global_index // 256) % 256}.{global_index % 256}",
-                    commissioned_on=today - timedelta(days=900 + rng.randint(0, 240)),
-                    lifecycle=Lifecycle.AVAILABLE, power_state=PowerState.ON, health=Health.HEALTHY,
-                ))
+                nodes.append(
+                    Node(
+                        id=uuid7(),
+                        hostname=f"{site.slug}-gpu{global_index + 1:05d}",
+                        serial=f"SN{rng.getrandbits(40):010X}",
+                        rack=rack,
+                        u_position=2 + (n % NODES_PER_RACK) * 10,
+                        node_type=node_type,
+                        fabric_domain=fabric,
+                        leaf_switch=f"pod{pod + 1:02d}-su{n // NODES_PER_SCALABLE_UNIT + 1:02d}",
+                        bmc_address=f"10.{64 + global_index // 65536}.{(global_index // 256) % 256}.{global_index % 256}",
+                        commissioned_on=today - timedelta(days=900 + rng.randint(0, 240)),
+                        lifecycle=Lifecycle.AVAILABLE,
+                        power_state=PowerState.ON,
+                        health=Health.HEALTHY,
+                    )
+                )
         for index in range(LIQUID_POSITIONS):
-            racks.append(Rack(hall=liquid_hall, name=f"{liquid_hall.name}-r{index + 1:04d}", row=index // 8,
-                              column=index % 8, u_height=48, rated_power_kw=LIQUID_RACK_KW, cooling=Cooling.LIQUID,
-                              cooling_capacity_kw=LIQUID_RACK_KW))
+            racks.append(
+                Rack(
+                    hall=liquid_hall,
+                    name=f"{liquid_hall.name}-r{index + 1:04d}",
+                    row=index // 8,
+                    column=index % 8,
+                    u_height=48,
+                    rated_power_kw=LIQUID_RACK_KW,
+                    cooling=Cooling.LIQUID,
+                    cooling_capacity_kw=LIQUID_RACK_KW,
+                )
+            )
         FabricDomain.objects.bulk_create(fabrics)
         Rack.objects.bulk_create(racks, batch_size=BATCH)
         PowerFeed.objects.bulk_create(feeds, batch_size=BATCH)
         progress(f"{len(fabrics)} fabric domain(s), {len(racks)} racks")
         for start in range(0, len(nodes), BATCH):
-            Node.objects.bulk_create(nodes[start:start + BATCH])
+            Node.objects.bulk_create(nodes[start : start + BATCH])
             progress(f"nodes {min(start + BATCH, len(nodes))}/{len(nodes)}")
 
         gpu_rows, drive_rows = [], []
         gpu_total = drive_total = 0
         for i, node in enumerate(nodes):
             for index in range(node.node_type.gpus_per_node):
-                gpu_rows.append(GPU(id=uuid7(), node_id=node.id, index=index,
-                                    uuid=f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}",
-                                    serial=f"{rng.getrandbits(44):013d}"))
+                gpu_rows.append(
+                    GPU(
+                        id=uuid7(),
+                        node_id=node.id,
+                        index=index,
+                        uuid=f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}",
+                        serial=f"{rng.getrandbits(44):013d}",
+                    )
+                )
             for model, capacity, sed in DRIVES:
-                drive_rows.append(Drive(id=uuid7(), node_id=node.id, serial=f"S6{rng.getrandbits(48):012X}", model=model,
-                                        capacity_gb=capacity, self_encrypting=sed, purge_supported=True))
+                drive_rows.append(
+                    Drive(
+                        id=uuid7(),
+                        node_id=node.id,
+                        serial=f"S6{rng.getrandbits(48):012X}",
+                        model=model,
+                        capacity_gb=capacity,
+                        self_encrypting=sed,
+                        purge_supported=True,
+                    )
+                )
             if len(gpu_rows) >= BATCH or i == len(nodes) - 1:
                 GPU.objects.bulk_create(gpu_rows)
                 Drive.objects.bulk_create(drive_rows)
@@ -158,14 +221,35 @@ def seed_fleet(*, gpus: int, site_slug: str = "dc1", seed: int = 7, actor: str =
                 gpu_rows, drive_rows = [], []
                 progress(f"gpus {gpu_total}/{gpus}, drives {drive_total}")
         NodeEvent.objects.bulk_create(
-            [NodeEvent(node_id=node.id, at=now, actor=actor, action="seed", from_state="", to_state=Lifecycle.AVAILABLE,
-                       reason="seeded into service") for node in nodes],
+            [
+                NodeEvent(
+                    node_id=node.id,
+                    at=now,
+                    actor=actor,
+                    action="seed",
+                    from_state="",
+                    to_state=Lifecycle.AVAILABLE,
+                    reason="seeded into service",
+                )
+                for node in nodes
+            ],
             batch_size=BATCH,
         )
-        record_audit(actor=actor, action="fleet.seed", target=site,
-                     after={"gpus": gpus, "nodes": len(nodes), "racks": len(racks)})
-    return SeedResult(site=site, halls=len(halls) + 1, racks=len(racks), nodes=len(nodes), gpus=gpu_total,
-                      drives=drive_total, fabric_domains=len(fabrics))
+        record_audit(
+            actor=actor,
+            action="fleet.seed",
+            target=site,
+            after={"gpus": gpus, "nodes": len(nodes), "racks": len(racks)},
+        )
+    return SeedResult(
+        site=site,
+        halls=len(halls) + 1,
+        racks=len(racks),
+        nodes=len(nodes),
+        gpus=gpu_total,
+        drives=drive_total,
+        fabric_domains=len(fabrics),
+    )
 
 
 def seed_demo_fleet(stdout) -> None:

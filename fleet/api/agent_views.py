@@ -1,4 +1,5 @@
-"""Node agent API: what the node should do now, and what it did (API.md, "Node agent API")."""
+"""Node agent API: what the node should do now, and what it did (docs/api.md, "Node agent API")."""
+
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
@@ -25,8 +26,12 @@ class AgentView(APIView):
     def node(self, request) -> Node:
         node = Node.objects.select_related("node_type").filter(pk=request.user.node_id).first()
         if node is None:
-            raise Problem(404, "unknown_node", "This agent token names a node the control plane does not know; "
-                                               "mint a token for an enrolled node with manage.py create_token --agent HOSTNAME.")
+            raise Problem(
+                404,
+                "unknown_node",
+                "This agent token names a node the control plane does not know; "
+                "mint a token for an enrolled node with manage.py create_token --agent HOSTNAME.",
+            )
         if node.lifecycle in GONE:
             # Also on the revocation list; this holds even if writing that list failed.
             raise exceptions.AuthenticationFailed(f"Revoked agent token: {node.hostname} is {node.lifecycle}.")
@@ -39,15 +44,17 @@ class DesiredStateView(AgentView):
         node = self.node(request)
         live = live_allocation_of_node(node)
         actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
-        return Response({
-            "lifecycle": node.lifecycle,
-            "allocation_id": str(live[0]) if live else None,
-            "tenant_id": str(live[1]) if live else None,
-            "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
-            "sku": node.node_type.slug,
-            "gpus": node.node_type.gpus_per_node,
-            "metering_grants": metering_grants_for_node(node, now=timezone.now()),
-        })
+        return Response(
+            {
+                "lifecycle": node.lifecycle,
+                "allocation_id": str(live[0]) if live else None,
+                "tenant_id": str(live[1]) if live else None,
+                "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
+                "sku": node.node_type.slug,
+                "gpus": node.node_type.gpus_per_node,
+                "metering_grants": metering_grants_for_node(node, now=timezone.now()),
+            }
+        )
 
 
 class ActionResultsView(AgentView):
@@ -57,11 +64,22 @@ class ActionResultsView(AgentView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            recorded = record_action_result(node_id=request.user.node_id, action_id=data["action_id"],
-                                            action=data["action"], status=data["status"], detail=data["detail"],
-                                            output=data["output"], finished_at=data["finished_at"])
+            recorded = record_action_result(
+                node_id=request.user.node_id,
+                action_id=data["action_id"],
+                action=data["action"],
+                status=data["status"],
+                detail=data["detail"],
+                output=data["output"],
+                finished_at=data["finished_at"],
+            )
         except UnknownAction:
-            raise Problem(404, "not_found", "This node has no such action; report results only for actions "
-                                            "listed in its desired state.") from None
-        return Response({"action_id": str(recorded.action.pk), "state": recorded.action.state,
-                         "duplicate": recorded.duplicate}, status=202)
+            raise Problem(
+                404,
+                "not_found",
+                "This node has no such action; report results only for actions listed in its desired state.",
+            ) from None
+        return Response(
+            {"action_id": str(recorded.action.pk), "state": recorded.action.state, "duplicate": recorded.duplicate},
+            status=202,
+        )

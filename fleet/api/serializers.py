@@ -1,4 +1,5 @@
-"""Fleet API shapes (API.md: node agent API and operator API)."""
+"""Fleet API shapes (docs/api.md: node agent API and operator API)."""
+
 from rest_framework import serializers
 
 from fleet.choices import AgentActionState, CustodyKind, SanitizationMethod
@@ -22,8 +23,10 @@ class DesiredActionOut(serializers.Serializer):
 
 
 class MeteringGrantOut(serializers.Serializer):
-    grant = serializers.CharField(help_text="opaque, signed by the billing ledger; send it with every meter event "
-                                            "of this allocation in [valid_from, valid_until)")
+    grant = serializers.CharField(
+        help_text="opaque, signed by the billing ledger; send it with every meter event "
+        "of this allocation in [valid_from, valid_until)"
+    )
     allocation_id = serializers.UUIDField()
     tenant_id = serializers.UUIDField()
     sku = serializers.CharField(help_text="instance-type name")
@@ -97,14 +100,18 @@ class NodeEventOut(serializers.ModelSerializer):
 
 # ---- end of life: sanitisation records, checklist steps, custody
 
+
 class SanitizationRecordIn(serializers.Serializer):
-    method = serializers.ChoiceField(choices=SanitizationMethod.choices,
-                                     help_text="NIST SP 800-88: clear, purge or destroy")
+    method = serializers.ChoiceField(
+        choices=SanitizationMethod.choices, help_text="NIST SP 800-88: clear, purge or destroy"
+    )
     technique = serializers.CharField(max_length=200, help_text="e.g. NVMe sanitize crypto erase, overwrite, shred")
     tool = serializers.CharField(max_length=200)
     verified = serializers.BooleanField()
-    evidence = serializers.CharField(max_length=sanitization.MAX_EVIDENCE_CHARS,
-                                     help_text="what proves it: tool output, verification read-back, photo reference")
+    evidence = serializers.CharField(
+        max_length=sanitization.MAX_EVIDENCE_CHARS,
+        help_text="what proves it: tool output, verification read-back, photo reference",
+    )
 
 
 class SanitizationRecordOut(serializers.Serializer):
@@ -136,11 +143,19 @@ class CustodyTransferIn(serializers.Serializer):
     to_party = serializers.CharField(max_length=200, help_text="buyer, recycler or RMA vendor")
     document_ref = serializers.CharField(max_length=200, help_text="bill of lading, sale contract, certificate")
     at = serializers.DateTimeField(required=False, help_text="when custody passed; now if omitted")
-    kind = serializers.ChoiceField(choices=CustodyKind.choices, default=CustodyKind.DISPOSAL,
-                                   help_text="rma_shipment: the drives ship with the node under the carrier's custody")
+    kind = serializers.ChoiceField(
+        choices=CustodyKind.choices,
+        default=CustodyKind.DISPOSAL,
+        help_text="rma_shipment: the drives ship with the node under the carrier's custody",
+    )
     carrier = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
-    drive_status = DriveStatusIn(many=True, required=False, default=list, max_length=64,
-                                 help_text="rma_shipment: the status of every drive aboard")
+    drive_status = DriveStatusIn(
+        many=True,
+        required=False,
+        default=list,
+        max_length=64,
+        help_text="rma_shipment: the status of every drive aboard",
+    )
 
 
 class DataHandlingOut(serializers.Serializer):
@@ -157,6 +172,7 @@ class DataHandlingOut(serializers.Serializer):
     dispose_missing = serializers.ListField(child=serializers.CharField())
     destination = serializers.CharField(help_text="inside (redeploy, lease: clear) or outside (purge or destroy)")
     inventory_reported_at = serializers.DateTimeField(allow_null=True, help_text="when the agent last counted drives")
-    drives = serializers.ListField(child=serializers.DictField(),
-                                   help_text="every drive: serial, required_method, record_id, ok, problem")
+    drives = serializers.ListField(
+        child=serializers.DictField(), help_text="every drive: serial, required_method, record_id, ok, problem"
+    )
     rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")

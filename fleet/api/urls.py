@@ -1,6 +1,7 @@
 """Fleet API routes. Each app's api/urls.py publishes up to three route lists, mounted by
 config/urls.py: ``urlpatterns`` under /api/v1/ (tenant API), ``ops_urlpatterns`` under
 /api/v1/ops/ (operator API) and ``agent_urlpatterns`` under /api/agent/v1/ (node agent API)."""
+
 from core.api.routes import api_route
 
 from . import agent_views, views
@@ -13,12 +14,16 @@ ops_urlpatterns = [
     api_route(r"nodes/(?P<pk>[^/]+)/events", views.NodeEventsView.as_view(), "ops-node-events"),
     api_route(r"nodes/(?P<pk>[^/]+)/data-handling", views.DataHandling.as_view(), "ops-node-data-handling"),
     api_route(r"nodes/(?P<pk>[^/]+)/bmc-reset", views.BmcReset.as_view(), "ops-node-bmc-reset"),
-    api_route(r"nodes/(?P<pk>[^/]+)/asset-tags-removed", views.AssetTagsRemoved.as_view(),
-              "ops-node-asset-tags-removed"),
+    api_route(
+        r"nodes/(?P<pk>[^/]+)/asset-tags-removed", views.AssetTagsRemoved.as_view(), "ops-node-asset-tags-removed"
+    ),
     api_route(r"nodes/(?P<pk>[^/]+)/custody-transfers", views.CustodyTransfers.as_view(), "ops-node-custody-transfers"),
     api_route(r"nodes/(?P<pk>[^/]+)", views.NodeDetailView.as_view(), "ops-node-detail"),
-    api_route(r"drives/(?P<pk>[^/]+)/sanitization-records", views.SanitizationRecordCreate.as_view(),
-              "ops-drive-sanitization-records"),
+    api_route(
+        r"drives/(?P<pk>[^/]+)/sanitization-records",
+        views.SanitizationRecordCreate.as_view(),
+        "ops-drive-sanitization-records",
+    ),
 ]
 
 agent_urlpatterns = [

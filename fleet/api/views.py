@@ -1,5 +1,6 @@
 """Operator node API: list, detail, actions, events, and the end-of-life checklist (sanitisation
 records, BMC reset, asset tags, custody). The node agent's routes are in agent_views.py."""
+
 from django.db.models import F
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -40,33 +41,43 @@ from .serializers import (
     SanitizationRecordOut,
 )
 
-IDEMPOTENCY_HEADER = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
-                                      description="1-255 printable characters; a retry with the same key and body "
-                                                  "returns the first answer")
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-255 printable characters; a retry with the same key and body returns the first answer",
+)
 
 
 class OpsView(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
 
 
-_FILTER_PARAMS = [OpenApiParameter(name, str, required=False) for name in
-                  ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned", "page_size", "page_token")]
+_FILTER_PARAMS = [
+    OpenApiParameter(name, str, required=False)
+    for name in ("site", "hall", "rack", "generation", "lifecycle", "health", "cordoned", "page_size", "page_token")
+]
 
 
 def _filtered_nodes(params):
     """The node list under NodeFilterSet's validation: a bad filter is 400, never an empty list."""
     filterset = NodeFilterSet(params, queryset=selectors.node_list({}))
     if not filterset.is_valid():
-        raise Problem(400, "validation_error", "Some filters are invalid; see errors.",
-                      errors=filterset.errors_as_list())
+        raise Problem(
+            400, "validation_error", "Some filters are invalid; see errors.", errors=filterset.errors_as_list()
+        )
     return filterset.qs, filterset.normalised()
 
 
 def serialize_nodes(nodes: list[Node]) -> list[dict]:
     """Nodes with their allocation, drives and conditions: a fixed number of queries per page."""
     ids = [n.pk for n in nodes]
-    context = {"allocations": live_allocation_ids(ids), "drives": selectors.drives_for_nodes(ids),
-               "conditions": conditions_for_nodes(ids)}
+    context = {
+        "allocations": live_allocation_ids(ids),
+        "drives": selectors.drives_for_nodes(ids),
+        "conditions": conditions_for_nodes(ids),
+    }
     return NodeOut(nodes, many=True, context=context).data
 
 
@@ -103,8 +114,12 @@ class NodeActionsView(APIView):
         action = request.data.get("action") if isinstance(request.data, dict) else None
         return f"node.{action}" if isinstance(action, str) and action in REGISTRY else None
 
-    @extend_schema(request=NodeActionIn, responses={202: NodeOut}, summary="Run an operator action on a node",
-                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)])
+    @extend_schema(
+        request=NodeActionIn,
+        responses={202: NodeOut},
+        summary="Run an operator action on a node",
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)],
+    )
     def post(self, request, pk):
         key = read_key(request)
         node_id = _node_or_404(pk).pk
@@ -112,18 +127,27 @@ class NodeActionsView(APIView):
         body.is_valid(raise_exception=True)
         action, reason = body.validated_data["action"], body.validated_data["reason"]
         if action not in REGISTRY:
-            raise Problem(400, "validation_error", f"Unknown action {action!r}.",
-                          errors=[{"field": "action", "message": f"one of {', '.join(sorted(REGISTRY))}"}])
+            raise Problem(
+                400,
+                "validation_error",
+                f"Unknown action {action!r}.",
+                errors=[{"field": "action", "message": f"one of {', '.join(sorted(REGISTRY))}"}],
+            )
 
         def perform():
             try:
-                perform_operator_action(node_id=node_id, action=action, actor=request.user.actor, reason=reason,
-                                        user=request.user.user)
+                perform_operator_action(
+                    node_id=node_id, action=action, actor=request.user.actor, reason=reason, user=request.user.user
+                )
             except ExitRefused as exc:
                 raise Problem(409, exc.code, exc.detail, extra={"gate": exc.status.as_dict()}) from None
             except InvalidTransition as exc:
-                raise Problem(409, "invalid_transition", exc.detail,
-                              extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)}) from None
+                raise Problem(
+                    409,
+                    "invalid_transition",
+                    exc.detail,
+                    extra={"lifecycle": exc.from_state, "allowed_actions": _allowed_names(node_id)},
+                ) from None
             except ActionRefused as exc:
                 raise Problem(409, exc.code, exc.detail, extra=exc.extra) from None
             return Response(serialize_nodes([_node_or_404(node_id)])[0], status=202)
@@ -139,25 +163,34 @@ def _allowed_names(node_id) -> list[str]:
 class NodeEventsView(APIView):
     permission_classes = [IsOperator]
 
-    @extend_schema(responses=NodeEventOut(many=True), summary="A node's audit trail, newest first",
-                   parameters=[OpenApiParameter("page_size", int), OpenApiParameter("page_token", str)])
+    @extend_schema(
+        responses=NodeEventOut(many=True),
+        summary="A node's audit trail, newest first",
+        parameters=[OpenApiParameter("page_size", int), OpenApiParameter("page_token", str)],
+    )
     def get(self, request, pk):
         node = _node_or_404(pk)
         # Events are keyed by when they happened; the pager walks (created_at, id) newest first.
         events = NodeEvent.objects.filter(node=node).annotate(created_at=F("at"))
         page = paginate(events, request=request, scope=f"ops:node-events:{node.pk}")
-        return Response({"results": NodeEventOut(page.results, many=True).data,
-                         "next_page_token": page.next_page_token})
+        return Response(
+            {"results": NodeEventOut(page.results, many=True).data, "next_page_token": page.next_page_token}
+        )
 
 
 # ---- end of life: sanitisation records, checklist steps, custody (operator API)
 
+
 class SanitizationRecordCreate(OpsView):
     ops_action = "drive.record_sanitization"
 
-    @extend_schema(operation_id="ops_drive_sanitization_record_create", request=SanitizationRecordIn,
-                   responses={201: SanitizationRecordOut}, parameters=[IDEMPOTENCY_HEADER],
-                   summary="Record a drive's sanitisation (operator-entered, with evidence)")
+    @extend_schema(
+        operation_id="ops_drive_sanitization_record_create",
+        request=SanitizationRecordIn,
+        responses={201: SanitizationRecordOut},
+        parameters=[IDEMPOTENCY_HEADER],
+        summary="Record a drive's sanitisation (operator-entered, with evidence)",
+    )
     def post(self, request, pk):
         key = read_key(request)
         drive = get_object_or_404(Drive.objects.all(), pk=uuid_or_404(pk))
@@ -173,15 +206,25 @@ class SanitizationRecordCreate(OpsView):
 
 def data_handling_body(node: Node) -> dict:
     s = data_handling_status([node.pk])[node.pk]
-    return DataHandlingOut({
-        "node_id": node.pk, "hostname": node.hostname, "lifecycle": node.lifecycle,
-        "drives_total": s.drives_total, "drives_sanitized": s.drives_sanitized, "unsanitized_drives": s.unsanitized,
-        "bmc_reset_at": s.bmc_reset_at, "asset_tags_removed_at": s.asset_tags_removed_at,
-        "custody_transfers": s.custody_transfers, "retire_missing": s.retire_missing,
-        "dispose_missing": s.dispose_missing, "destination": s.gate.destination,
-        "inventory_reported_at": s.gate.inventory_reported_at, "drives": [d.as_dict() for d in s.gate.drives],
-        "rma_gate": gate_status([node.pk], RMA)[node.pk].as_dict(),
-    }).data
+    return DataHandlingOut(
+        {
+            "node_id": node.pk,
+            "hostname": node.hostname,
+            "lifecycle": node.lifecycle,
+            "drives_total": s.drives_total,
+            "drives_sanitized": s.drives_sanitized,
+            "unsanitized_drives": s.unsanitized,
+            "bmc_reset_at": s.bmc_reset_at,
+            "asset_tags_removed_at": s.asset_tags_removed_at,
+            "custody_transfers": s.custody_transfers,
+            "retire_missing": s.retire_missing,
+            "dispose_missing": s.dispose_missing,
+            "destination": s.gate.destination,
+            "inventory_reported_at": s.gate.inventory_reported_at,
+            "drives": [d.as_dict() for d in s.gate.drives],
+            "rma_gate": gate_status([node.pk], RMA)[node.pk].as_dict(),
+        }
+    ).data
 
 
 class NodeChecklistStep(OpsView):
@@ -209,8 +252,13 @@ class NodeChecklistStep(OpsView):
 class BmcReset(NodeChecklistStep):
     ops_action = "node.record_bmc_reset"
 
-    @extend_schema(operation_id="ops_node_bmc_reset", request=ReasonIn, responses={201: DataHandlingOut},
-                   parameters=[IDEMPOTENCY_HEADER], summary="Record that the BMC credentials were reset and its logs cleared")
+    @extend_schema(
+        operation_id="ops_node_bmc_reset",
+        request=ReasonIn,
+        responses={201: DataHandlingOut},
+        parameters=[IDEMPOTENCY_HEADER],
+        summary="Record that the BMC credentials were reset and its logs cleared",
+    )
     def post(self, request, pk):
         return super().post(request, pk)
 
@@ -221,8 +269,13 @@ class BmcReset(NodeChecklistStep):
 class AssetTagsRemoved(NodeChecklistStep):
     ops_action = "node.record_asset_tags_removed"
 
-    @extend_schema(operation_id="ops_node_asset_tags_removed", request=ReasonIn, responses={201: DataHandlingOut},
-                   parameters=[IDEMPOTENCY_HEADER], summary="Record that the node's asset tags were removed")
+    @extend_schema(
+        operation_id="ops_node_asset_tags_removed",
+        request=ReasonIn,
+        responses={201: DataHandlingOut},
+        parameters=[IDEMPOTENCY_HEADER],
+        summary="Record that the node's asset tags were removed",
+    )
     def post(self, request, pk):
         return super().post(request, pk)
 
@@ -234,9 +287,13 @@ class CustodyTransfers(NodeChecklistStep):
     serializer_class = CustodyTransferIn
     ops_action = "node.record_custody_transfer"
 
-    @extend_schema(operation_id="ops_node_custody_transfer_create", request=CustodyTransferIn,
-                   responses={201: DataHandlingOut}, parameters=[IDEMPOTENCY_HEADER],
-                   summary="Record a chain-of-custody transfer (to the buyer or recycler)")
+    @extend_schema(
+        operation_id="ops_node_custody_transfer_create",
+        request=CustodyTransferIn,
+        responses={201: DataHandlingOut},
+        parameters=[IDEMPOTENCY_HEADER],
+        summary="Record a chain-of-custody transfer (to the buyer or recycler)",
+    )
     def post(self, request, pk):
         return super().post(request, pk)
 
@@ -244,13 +301,20 @@ class CustodyTransfers(NodeChecklistStep):
         try:
             sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
         except sanitization.CustodyRefused as exc:
-            raise Problem(409, exc.code, exc.detail,
-                          extra={"drives": [d.as_dict() for d in exc.status.drives] if exc.status else []}) from None
+            raise Problem(
+                409,
+                exc.code,
+                exc.detail,
+                extra={"drives": [d.as_dict() for d in exc.status.drives] if exc.status else []},
+            ) from None
 
 
 class DataHandling(OpsView):
-    @extend_schema(operation_id="ops_node_data_handling", responses={200: DataHandlingOut},
-                   summary="The node's data-handling checklist: drives sanitised, BMC reset, tags, custody")
+    @extend_schema(
+        operation_id="ops_node_data_handling",
+        responses={200: DataHandlingOut},
+        summary="The node's data-handling checklist: drives sanitised, BMC reset, tags, custody",
+    )
     def get(self, request, pk):
         node = get_object_or_404(Node.objects.all(), pk=uuid_or_404(pk))
         return Response(data_handling_body(node))

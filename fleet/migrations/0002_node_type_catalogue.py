@@ -1,4 +1,5 @@
 """Preload the NodeType catalogue from core/reference/generations.csv (sources kept on each row)."""
+
 from django.db import migrations
 
 

@@ -7,32 +7,85 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0002_node_type_catalogue'),
+        ("fleet", "0002_node_type_catalogue"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NodeAgentAction',
+            name="NodeAgentAction",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('action', models.CharField(choices=[('provision', 'Provision'), ('stop', 'Stop tenant workload'), ('wipe', 'Wipe'), ('gpu_reset', 'GPU reset'), ('reboot', 'Power cycle'), ('dcgm_r1', 'DCGM level 1'), ('dcgm_r2', 'DCGM level 2'), ('dcgm_r3', 'DCGM level 3'), ('burn_in', 'Burn-in'), ('sanitize_drive', 'Sanitize drive')], max_length=20)),
-                ('params', models.JSONField(blank=True, default=dict)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='pending', max_length=12)),
-                ('requested_by', models.CharField(max_length=200)),
-                ('reason', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('detail', models.TextField(blank=True)),
-                ('output', models.JSONField(blank=True, default=dict)),
-                ('drive', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='agent_actions', to='fleet.drive')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='agent_actions', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                (
+                    "action",
+                    models.CharField(
+                        choices=[
+                            ("provision", "Provision"),
+                            ("stop", "Stop tenant workload"),
+                            ("wipe", "Wipe"),
+                            ("gpu_reset", "GPU reset"),
+                            ("reboot", "Power cycle"),
+                            ("dcgm_r1", "DCGM level 1"),
+                            ("dcgm_r2", "DCGM level 2"),
+                            ("dcgm_r3", "DCGM level 3"),
+                            ("burn_in", "Burn-in"),
+                            ("sanitize_drive", "Sanitize drive"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("params", models.JSONField(blank=True, default=dict)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=12,
+                    ),
+                ),
+                ("requested_by", models.CharField(max_length=200)),
+                ("reason", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("detail", models.TextField(blank=True)),
+                ("output", models.JSONField(blank=True, default=dict)),
+                (
+                    "drive",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="agent_actions",
+                        to="fleet.drive",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="agent_actions", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at'],
-                'indexes': [models.Index(fields=['node', 'state'], name='fleet_agentaction_node_state')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('drive__isnull', True), ('state', 'pending')), fields=('node', 'action'), name='fleet_agentaction_one_pending_per_kind'), models.UniqueConstraint(condition=models.Q(('drive__isnull', False), ('state', 'pending')), fields=('drive', 'action'), name='fleet_agentaction_one_pending_per_drive')],
+                "ordering": ["created_at"],
+                "indexes": [models.Index(fields=["node", "state"], name="fleet_agentaction_node_state")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("drive__isnull", True), ("state", "pending")),
+                        fields=("node", "action"),
+                        name="fleet_agentaction_one_pending_per_kind",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("drive__isnull", False), ("state", "pending")),
+                        fields=("drive", "action"),
+                        name="fleet_agentaction_one_pending_per_drive",
+                    ),
+                ],
             },
         ),
     ]

@@ -7,37 +7,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_agent_actions'),
+        ("fleet", "0003_agent_actions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='observed_power_w',
-            field=models.IntegerField(blank=True, help_text='whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh', null=True),
+            model_name="node",
+            name="observed_power_w",
+            field=models.IntegerField(
+                blank=True,
+                help_text="whole-node draw the agent last reported (W); trusted while last_heartbeat_at is fresh",
+                null=True,
+            ),
         ),
         migrations.CreateModel(
-            name='FleetSnapshot',
+            name="FleetSnapshot",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('at', models.DateTimeField()),
-                ('resolution', models.CharField(choices=[('5m', '5 minutes'), ('1h', 'Hourly')], max_length=2)),
-                ('generation', models.CharField(max_length=32)),
-                ('nodes', models.PositiveIntegerField(default=0)),
-                ('gpus_total', models.PositiveIntegerField(default=0)),
-                ('gpus_healthy', models.PositiveIntegerField(default=0)),
-                ('gpus_allocated', models.PositiveIntegerField(default=0)),
-                ('gpus_in_repair', models.PositiveIntegerField(default=0)),
-                ('nodes_by_lifecycle', models.JSONField(default=dict, help_text='node count per lifecycle state')),
-                ('power_kw', models.DecimalField(decimal_places=2, default=Decimal('0'), max_digits=11)),
-                ('hall', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='snapshots', to='fleet.hall')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("at", models.DateTimeField()),
+                ("resolution", models.CharField(choices=[("5m", "5 minutes"), ("1h", "Hourly")], max_length=2)),
+                ("generation", models.CharField(max_length=32)),
+                ("nodes", models.PositiveIntegerField(default=0)),
+                ("gpus_total", models.PositiveIntegerField(default=0)),
+                ("gpus_healthy", models.PositiveIntegerField(default=0)),
+                ("gpus_allocated", models.PositiveIntegerField(default=0)),
+                ("gpus_in_repair", models.PositiveIntegerField(default=0)),
+                ("nodes_by_lifecycle", models.JSONField(default=dict, help_text="node count per lifecycle state")),
+                ("power_kw", models.DecimalField(decimal_places=2, default=Decimal("0"), max_digits=11)),
+                (
+                    "hall",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="snapshots", to="fleet.hall"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at'],
-                'indexes': [models.Index(fields=['resolution', 'at'], name='fleet_snapshot_res_at_idx')],
-                'constraints': [models.UniqueConstraint(fields=('resolution', 'at', 'generation', 'hall'), name='fleet_snapshot_point_unique')],
+                "ordering": ["-at"],
+                "indexes": [models.Index(fields=["resolution", "at"], name="fleet_snapshot_res_at_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("resolution", "at", "generation", "hall"), name="fleet_snapshot_point_unique"
+                    )
+                ],
             },
         ),
     ]

@@ -35,94 +35,168 @@ def drop_append_only_triggers(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0004_dashboards'),
+        ("fleet", "0004_dashboards"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NodeDisposal',
+            name="NodeDisposal",
             fields=[
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='disposal', serialize=False, to='fleet.node')),
-                ('bmc_reset_at', models.DateTimeField(blank=True, help_text='BMC credentials reset and logs cleared', null=True)),
-                ('bmc_reset_by', models.CharField(blank=True, max_length=200)),
-                ('asset_tags_removed_at', models.DateTimeField(blank=True, null=True)),
-                ('asset_tags_removed_by', models.CharField(blank=True, max_length=200)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="disposal",
+                        serialize=False,
+                        to="fleet.node",
+                    ),
+                ),
+                (
+                    "bmc_reset_at",
+                    models.DateTimeField(blank=True, help_text="BMC credentials reset and logs cleared", null=True),
+                ),
+                ("bmc_reset_by", models.CharField(blank=True, max_length=200)),
+                ("asset_tags_removed_at", models.DateTimeField(blank=True, null=True)),
+                ("asset_tags_removed_by", models.CharField(blank=True, max_length=200)),
             ],
         ),
         migrations.CreateModel(
-            name='CustodyTransfer',
+            name="CustodyTransfer",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('from_party', models.CharField(max_length=200)),
-                ('to_party', models.CharField(help_text='buyer or recycler', max_length=200)),
-                ('at', models.DateTimeField()),
-                ('document_ref', models.CharField(help_text='bill of lading, sale contract, recycler certificate', max_length=200)),
-                ('recorded_by', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='custody_transfers', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("from_party", models.CharField(max_length=200)),
+                ("to_party", models.CharField(help_text="buyer or recycler", max_length=200)),
+                ("at", models.DateTimeField()),
+                (
+                    "document_ref",
+                    models.CharField(help_text="bill of lading, sale contract, recycler certificate", max_length=200),
+                ),
+                ("recorded_by", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="custody_transfers", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='DispositionAssignment',
+            name="DispositionAssignment",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('option', models.CharField(choices=[('redeploy', 'Redeploy internally'), ('lease', 'Lease as a cheaper SKU'), ('resale', 'Resale'), ('recycle', 'Recycle')], max_length=8)),
-                ('pool', models.CharField(blank=True, max_length=100)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='disposition_assignments', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                (
+                    "option",
+                    models.CharField(
+                        choices=[
+                            ("redeploy", "Redeploy internally"),
+                            ("lease", "Lease as a cheaper SKU"),
+                            ("resale", "Resale"),
+                            ("recycle", "Recycle"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("pool", models.CharField(blank=True, max_length=100)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="disposition_assignments",
+                        to="fleet.node",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='DispositionPlan',
+            name="DispositionPlan",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('name', models.CharField(max_length=200)),
-                ('created_by', models.CharField(max_length=200)),
-                ('inputs', models.JSONField(help_text='selection, demands, horizon, channel, lease cap, assumption overrides')),
-                ('result', models.JSONField(help_text='option values per block, split, reasoning, assumptions with sources')),
-                ('nodes', models.ManyToManyField(related_name='disposition_plans', through='fleet.DispositionAssignment', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=200)),
+                ("created_by", models.CharField(max_length=200)),
+                (
+                    "inputs",
+                    models.JSONField(help_text="selection, demands, horizon, channel, lease cap, assumption overrides"),
+                ),
+                (
+                    "result",
+                    models.JSONField(help_text="option values per block, split, reasoning, assumptions with sources"),
+                ),
+                (
+                    "nodes",
+                    models.ManyToManyField(
+                        related_name="disposition_plans", through="fleet.DispositionAssignment", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AddField(
-            model_name='dispositionassignment',
-            name='plan',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='fleet.dispositionplan'),
+            model_name="dispositionassignment",
+            name="plan",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="assignments", to="fleet.dispositionplan"
+            ),
         ),
         migrations.CreateModel(
-            name='SanitizationRecord',
+            name="SanitizationRecord",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('method', models.CharField(choices=[('clear', 'Clear'), ('purge', 'Purge'), ('destroy', 'Destroy')], max_length=8)),
-                ('technique', models.CharField(help_text='e.g. NVMe sanitize crypto erase, overwrite, shred', max_length=200)),
-                ('tool', models.CharField(max_length=200)),
-                ('verified', models.BooleanField()),
-                ('evidence', models.TextField(blank=True)),
-                ('actor', models.CharField(help_text='operator or agent that performed it', max_length=200)),
-                ('performed_at', models.DateTimeField(db_index=True)),
-                ('source', models.CharField(choices=[('agent', 'Node agent'), ('operator', 'Operator')], max_length=8)),
-                ('drive', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='sanitization_records', to='fleet.drive')),
-                ('node_agent_action', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='sanitization_record', to='fleet.nodeagentaction')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                (
+                    "method",
+                    models.CharField(
+                        choices=[("clear", "Clear"), ("purge", "Purge"), ("destroy", "Destroy")], max_length=8
+                    ),
+                ),
+                (
+                    "technique",
+                    models.CharField(help_text="e.g. NVMe sanitize crypto erase, overwrite, shred", max_length=200),
+                ),
+                ("tool", models.CharField(max_length=200)),
+                ("verified", models.BooleanField()),
+                ("evidence", models.TextField(blank=True)),
+                ("actor", models.CharField(help_text="operator or agent that performed it", max_length=200)),
+                ("performed_at", models.DateTimeField(db_index=True)),
+                ("source", models.CharField(choices=[("agent", "Node agent"), ("operator", "Operator")], max_length=8)),
+                (
+                    "drive",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="sanitization_records",
+                        to="fleet.drive",
+                    ),
+                ),
+                (
+                    "node_agent_action",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="sanitization_record",
+                        to="fleet.nodeagentaction",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['performed_at', 'id'],
+                "ordering": ["performed_at", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='dispositionassignment',
-            constraint=models.UniqueConstraint(fields=('plan', 'node'), name='fleet_disposition_one_per_node'),
+            model_name="dispositionassignment",
+            constraint=models.UniqueConstraint(fields=("plan", "node"), name="fleet_disposition_one_per_node"),
         ),
         migrations.AddIndex(
-            model_name='sanitizationrecord',
-            index=models.Index(fields=['drive', 'verified'], name='fleet_sanrec_drive_verified'),
+            model_name="sanitizationrecord",
+            index=models.Index(fields=["drive", "verified"], name="fleet_sanrec_drive_verified"),
         ),
         migrations.RunPython(add_append_only_triggers, drop_append_only_triggers),
     ]

@@ -7,52 +7,110 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0005_eol'),
+        ("fleet", "0005_eol"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MigrationPlan',
+            name="MigrationPlan",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('name', models.CharField(max_length=100)),
-                ('created_by', models.CharField(help_text='actor who created it (user:NAME or token:ID)', max_length=200)),
-                ('inputs', models.JSONField(help_text='operator parameters and the resolved planner inputs (canonical JSON)')),
-                ('result', models.JSONField(help_text='the serialised plan: verdicts, phases, timeline, naive sequences, fixes')),
-                ('feasible', models.BooleanField()),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('applied', 'Applied')], default='draft', max_length=16)),
-                ('applied_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "created_by",
+                    models.CharField(help_text="actor who created it (user:NAME or token:ID)", max_length=200),
+                ),
+                (
+                    "inputs",
+                    models.JSONField(help_text="operator parameters and the resolved planner inputs (canonical JSON)"),
+                ),
+                (
+                    "result",
+                    models.JSONField(
+                        help_text="the serialised plan: verdicts, phases, timeline, naive sequences, fixes"
+                    ),
+                ),
+                ("feasible", models.BooleanField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("draft", "Draft"), ("applied", "Applied")], default="draft", max_length=16
+                    ),
+                ),
+                ("applied_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='PlannedAction',
+            name="PlannedAction",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('key', models.CharField(help_text='what this action is within its plan (unique per plan)', max_length=200)),
-                ('kind', models.CharField(choices=[('facility_upgrade', 'Facility upgrade'), ('node_intake', 'Node intake'), ('decommission', 'Decommission')], max_length=20)),
-                ('nodes', models.PositiveIntegerField(default=0)),
-                ('gpus', models.PositiveIntegerField(default=0)),
-                ('starts_on', models.DateField()),
-                ('ends_on', models.DateField(help_text='upgrade ready / intake in service / node shipped')),
-                ('detail', models.TextField(blank=True)),
-                ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='planned_actions', to='fleet.node')),
-                ('node_type', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='planned_actions', to='fleet.nodetype')),
-                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='actions', to='fleet.migrationplan')),
-                ('rack', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='planned_actions', to='fleet.rack')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "key",
+                    models.CharField(help_text="what this action is within its plan (unique per plan)", max_length=200),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("facility_upgrade", "Facility upgrade"),
+                            ("node_intake", "Node intake"),
+                            ("decommission", "Decommission"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("nodes", models.PositiveIntegerField(default=0)),
+                ("gpus", models.PositiveIntegerField(default=0)),
+                ("starts_on", models.DateField()),
+                ("ends_on", models.DateField(help_text="upgrade ready / intake in service / node shipped")),
+                ("detail", models.TextField(blank=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="planned_actions",
+                        to="fleet.node",
+                    ),
+                ),
+                (
+                    "node_type",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="planned_actions",
+                        to="fleet.nodetype",
+                    ),
+                ),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="actions", to="fleet.migrationplan"
+                    ),
+                ),
+                (
+                    "rack",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="planned_actions", to="fleet.rack"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['starts_on', 'kind', 'key'],
-                'indexes': [models.Index(fields=['rack', 'starts_on'], name='fleet_plannedaction_rack_idx')],
-                'constraints': [models.UniqueConstraint(fields=('plan', 'key'), name='fleet_plannedaction_plan_key_unique')],
+                "ordering": ["starts_on", "kind", "key"],
+                "indexes": [models.Index(fields=["rack", "starts_on"], name="fleet_plannedaction_rack_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("plan", "key"), name="fleet_plannedaction_plan_key_unique")
+                ],
             },
         ),
     ]

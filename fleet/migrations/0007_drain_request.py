@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0006_migration_plans'),
+        ("fleet", "0006_migration_plans"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='drain_deadline',
+            model_name="node",
+            name="drain_deadline",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='node',
-            name='drain_requested_at',
+            model_name="node",
+            name="drain_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

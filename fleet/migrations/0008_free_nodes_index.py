@@ -4,14 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0007_drain_request'),
+        ("fleet", "0007_drain_request"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='node',
-            index=models.Index(condition=models.Q(('cordoned', False), ('lifecycle', 'available')), fields=['node_type', 'fabric_domain', 'leaf_switch'], name='fleet_node_free_by_type_idx'),
+            model_name="node",
+            index=models.Index(
+                condition=models.Q(("cordoned", False), ("lifecycle", "available")),
+                fields=["node_type", "fabric_domain", "leaf_switch"],
+                name="fleet_node_free_by_type_idx",
+            ),
         ),
     ]

@@ -4,10 +4,9 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("planning", "0001_plans_from_fleet"),
-        ('fleet', '0008_free_nodes_index'),
+        ("fleet", "0008_free_nodes_index"),
     ]
 
     # The plan models moved to the planning app with their tables (db_table); only Django's state changes.
@@ -15,38 +14,38 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[],
             state_operations=[
-            migrations.RemoveField(
-                model_name='dispositionplan',
-                name='nodes',
-            ),
-            migrations.RemoveField(
-                model_name='plannedaction',
-                name='plan',
-            ),
-            migrations.RemoveField(
-                model_name='plannedaction',
-                name='node',
-            ),
-            migrations.RemoveField(
-                model_name='plannedaction',
-                name='node_type',
-            ),
-            migrations.RemoveField(
-                model_name='plannedaction',
-                name='rack',
-            ),
-            migrations.DeleteModel(
-                name='DispositionAssignment',
-            ),
-            migrations.DeleteModel(
-                name='DispositionPlan',
-            ),
-            migrations.DeleteModel(
-                name='MigrationPlan',
-            ),
-            migrations.DeleteModel(
-                name='PlannedAction',
-            ),
+                migrations.RemoveField(
+                    model_name="dispositionplan",
+                    name="nodes",
+                ),
+                migrations.RemoveField(
+                    model_name="plannedaction",
+                    name="plan",
+                ),
+                migrations.RemoveField(
+                    model_name="plannedaction",
+                    name="node",
+                ),
+                migrations.RemoveField(
+                    model_name="plannedaction",
+                    name="node_type",
+                ),
+                migrations.RemoveField(
+                    model_name="plannedaction",
+                    name="rack",
+                ),
+                migrations.DeleteModel(
+                    name="DispositionAssignment",
+                ),
+                migrations.DeleteModel(
+                    name="DispositionPlan",
+                ),
+                migrations.DeleteModel(
+                    name="MigrationPlan",
+                ),
+                migrations.DeleteModel(
+                    name="PlannedAction",
+                ),
             ],
         ),
     ]

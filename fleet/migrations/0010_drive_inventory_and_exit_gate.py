@@ -5,48 +5,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0009_plans_move_to_planning'),
+        ("fleet", "0009_plans_move_to_planning"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NodeDriveInventory',
+            name="NodeDriveInventory",
             fields=[
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='drive_inventory', serialize=False, to='fleet.node')),
-                ('reported_at', models.DateTimeField(help_text='when the agent observed the drives')),
-                ('drives', models.JSONField(default=list, help_text='[{serial, model, capacity_gb, self_encrypting, purge_supported}]')),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="drive_inventory",
+                        serialize=False,
+                        to="fleet.node",
+                    ),
+                ),
+                ("reported_at", models.DateTimeField(help_text="when the agent observed the drives")),
+                (
+                    "drives",
+                    models.JSONField(
+                        default=list, help_text="[{serial, model, capacity_gb, self_encrypting, purge_supported}]"
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='custodytransfer',
-            name='carrier',
-            field=models.CharField(blank=True, help_text='carrier of an RMA shipment', max_length=200),
+            model_name="custodytransfer",
+            name="carrier",
+            field=models.CharField(blank=True, help_text="carrier of an RMA shipment", max_length=200),
         ),
         migrations.AddField(
-            model_name='custodytransfer',
-            name='drive_status',
-            field=models.JSONField(blank=True, default=list, help_text='RMA shipment: [{serial, status}] for every drive shipped'),
+            model_name="custodytransfer",
+            name="drive_status",
+            field=models.JSONField(
+                blank=True, default=list, help_text="RMA shipment: [{serial, status}] for every drive shipped"
+            ),
         ),
         migrations.AddField(
-            model_name='custodytransfer',
-            name='kind',
-            field=models.CharField(choices=[('disposal', 'Disposal (buyer or recycler)'), ('rma_shipment', 'RMA shipment with drives aboard')], default='disposal', max_length=16),
+            model_name="custodytransfer",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("disposal", "Disposal (buyer or recycler)"),
+                    ("rma_shipment", "RMA shipment with drives aboard"),
+                ],
+                default="disposal",
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='drive',
-            name='last_reported_at',
-            field=models.DateTimeField(blank=True, help_text='last time the node agent saw it', null=True),
+            model_name="drive",
+            name="last_reported_at",
+            field=models.DateTimeField(blank=True, help_text="last time the node agent saw it", null=True),
         ),
         migrations.AddField(
-            model_name='drive',
-            name='missing_since',
-            field=models.DateTimeField(blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit", null=True),
+            model_name="drive",
+            name="missing_since",
+            field=models.DateTimeField(
+                blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='drive',
-            name='purge_supported',
-            field=models.BooleanField(default=False, help_text='the drive can be purged in place (NVMe sanitize or cryptographic erase); a drive that cannot must be destroyed before it leaves the organisation'),
+            model_name="drive",
+            name="purge_supported",
+            field=models.BooleanField(
+                default=False,
+                help_text="the drive can be purged in place (NVMe sanitize or cryptographic erase); a drive that cannot must be destroyed before it leaves the organisation",
+            ),
         ),
     ]

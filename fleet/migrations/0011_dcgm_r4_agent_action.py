@@ -4,15 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0010_drive_inventory_and_exit_gate'),
+        ("fleet", "0010_drive_inventory_and_exit_gate"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='nodeagentaction',
-            name='action',
-            field=models.CharField(choices=[('provision', 'Provision'), ('stop', 'Stop tenant workload'), ('wipe', 'Wipe'), ('gpu_reset', 'GPU reset'), ('reboot', 'Power cycle'), ('dcgm_r1', 'DCGM level 1'), ('dcgm_r2', 'DCGM level 2'), ('dcgm_r3', 'DCGM level 3'), ('dcgm_r4', 'DCGM level 4'), ('burn_in', 'Burn-in'), ('sanitize_drive', 'Sanitize drive')], max_length=20),
+            model_name="nodeagentaction",
+            name="action",
+            field=models.CharField(
+                choices=[
+                    ("provision", "Provision"),
+                    ("stop", "Stop tenant workload"),
+                    ("wipe", "Wipe"),
+                    ("gpu_reset", "GPU reset"),
+                    ("reboot", "Power cycle"),
+                    ("dcgm_r1", "DCGM level 1"),
+                    ("dcgm_r2", "DCGM level 2"),
+                    ("dcgm_r3", "DCGM level 3"),
+                    ("dcgm_r4", "DCGM level 4"),
+                    ("burn_in", "Burn-in"),
+                    ("sanitize_drive", "Sanitize drive"),
+                ],
+                max_length=20,
+            ),
         ),
     ]

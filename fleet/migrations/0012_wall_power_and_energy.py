@@ -8,90 +8,148 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0011_dcgm_r4_agent_action'),
+        ("fleet", "0011_dcgm_r4_agent_action"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NodeEnergyCounter',
+            name="NodeEnergyCounter",
             fields=[
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='energy_counter', serialize=False, to='fleet.node')),
-                ('read_at', models.DateTimeField(help_text='when the control plane received these counters')),
-                ('wall_energy_j', models.BigIntegerField(blank=True, help_text="meter's cumulative energy (J)", null=True)),
-                ('wall_source', models.CharField(blank=True, choices=[('bmc', 'BMC'), ('pdu', 'PDU outlet')], max_length=8)),
-                ('gpu_energy_mj', models.JSONField(default=dict, help_text='GPU index → NVML total energy (mJ)')),
-                ('resets', models.PositiveIntegerField(default=0, help_text='counters seen going backwards')),
-                ('last_reset_at', models.DateTimeField(blank=True, null=True)),
-                ('refused', models.PositiveIntegerField(default=0, help_text="readings above the node type's maximum")),
-                ('last_refused_at', models.DateTimeField(blank=True, null=True)),
-                ('last_refused_detail', models.CharField(blank=True, max_length=200)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="energy_counter",
+                        serialize=False,
+                        to="fleet.node",
+                    ),
+                ),
+                ("read_at", models.DateTimeField(help_text="when the control plane received these counters")),
+                (
+                    "wall_energy_j",
+                    models.BigIntegerField(blank=True, help_text="meter's cumulative energy (J)", null=True),
+                ),
+                (
+                    "wall_source",
+                    models.CharField(blank=True, choices=[("bmc", "BMC"), ("pdu", "PDU outlet")], max_length=8),
+                ),
+                ("gpu_energy_mj", models.JSONField(default=dict, help_text="GPU index → NVML total energy (mJ)")),
+                ("resets", models.PositiveIntegerField(default=0, help_text="counters seen going backwards")),
+                ("last_reset_at", models.DateTimeField(blank=True, null=True)),
+                ("refused", models.PositiveIntegerField(default=0, help_text="readings above the node type's maximum")),
+                ("last_refused_at", models.DateTimeField(blank=True, null=True)),
+                ("last_refused_detail", models.CharField(blank=True, max_length=200)),
             ],
         ),
-        migrations.RenameField(model_name='node', old_name='observed_power_w', new_name='gpu_power_w'),
+        migrations.RenameField(model_name="node", old_name="observed_power_w", new_name="gpu_power_w"),
         migrations.AlterField(
-            model_name='node',
-            name='gpu_power_w',
-            field=models.IntegerField(blank=True, help_text="sum of the GPUs' board power at the last heartbeat (W): GPU power, not the node's wall draw", null=True),
+            model_name="node",
+            name="gpu_power_w",
+            field=models.IntegerField(
+                blank=True,
+                help_text="sum of the GPUs' board power at the last heartbeat (W): GPU power, not the node's wall draw",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='node',
-            name='wall_power_at',
-            field=models.DateTimeField(blank=True, help_text='when the control plane received it', null=True),
+            model_name="node",
+            name="wall_power_at",
+            field=models.DateTimeField(blank=True, help_text="when the control plane received it", null=True),
         ),
         migrations.AddField(
-            model_name='node',
-            name='wall_power_source',
-            field=models.CharField(blank=True, choices=[('bmc', 'BMC'), ('pdu', 'PDU outlet')], max_length=8),
+            model_name="node",
+            name="wall_power_source",
+            field=models.CharField(blank=True, choices=[("bmc", "BMC"), ("pdu", "PDU outlet")], max_length=8),
         ),
         migrations.AddField(
-            model_name='node',
-            name='wall_power_w',
-            field=models.IntegerField(blank=True, help_text='wall draw last reported by a meter (W)', null=True),
+            model_name="node",
+            name="wall_power_w",
+            field=models.IntegerField(blank=True, help_text="wall draw last reported by a meter (W)", null=True),
         ),
         migrations.AddField(
-            model_name='site',
-            name='electricity_usd_per_kwh',
-            field=models.DecimalField(decimal_places=5, default=fleet.models.default_electricity_price, help_text='what the site pays per facility kWh; default economics.csv electricity_price', max_digits=8, validators=[django.core.validators.MinValueValidator(Decimal('0'))]),
+            model_name="site",
+            name="electricity_usd_per_kwh",
+            field=models.DecimalField(
+                decimal_places=5,
+                default=fleet.models.default_electricity_price,
+                help_text="what the site pays per facility kWh; default economics.csv electricity_price",
+                max_digits=8,
+                validators=[django.core.validators.MinValueValidator(Decimal("0"))],
+            ),
         ),
         migrations.AddField(
-            model_name='site',
-            name='grid_kg_co2e_per_kwh',
-            field=models.DecimalField(decimal_places=4, default=fleet.models.default_grid_carbon_intensity, help_text='grid carbon intensity; default facility.csv grid_carbon_intensity_us_average', max_digits=6, validators=[django.core.validators.MinValueValidator(Decimal('0'))]),
+            model_name="site",
+            name="grid_kg_co2e_per_kwh",
+            field=models.DecimalField(
+                decimal_places=4,
+                default=fleet.models.default_grid_carbon_intensity,
+                help_text="grid carbon intensity; default facility.csv grid_carbon_intensity_us_average",
+                max_digits=6,
+                validators=[django.core.validators.MinValueValidator(Decimal("0"))],
+            ),
         ),
         migrations.CreateModel(
-            name='NodeEnergyHour',
+            name="NodeEnergyHour",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('hour', models.DateTimeField(help_text='start of the UTC hour')),
-                ('source', models.CharField(choices=[('bmc', 'BMC'), ('pdu', 'PDU outlet'), ('estimate', 'Estimate (GPU power + host share)'), ('rated', 'Rated maximum')], max_length=8)),
-                ('it_energy_j', models.BigIntegerField(default=0, help_text='node wall (IT) energy (J)')),
-                ('gpu_energy_j', models.BigIntegerField(default=0, help_text='of which GPU board energy, where counters say (J)')),
-                ('seconds', models.PositiveIntegerField(default=0, help_text='seconds of the hour the counters cover')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='energy_hours', to='fleet.node')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("hour", models.DateTimeField(help_text="start of the UTC hour")),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("bmc", "BMC"),
+                            ("pdu", "PDU outlet"),
+                            ("estimate", "Estimate (GPU power + host share)"),
+                            ("rated", "Rated maximum"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("it_energy_j", models.BigIntegerField(default=0, help_text="node wall (IT) energy (J)")),
+                (
+                    "gpu_energy_j",
+                    models.BigIntegerField(default=0, help_text="of which GPU board energy, where counters say (J)"),
+                ),
+                ("seconds", models.PositiveIntegerField(default=0, help_text="seconds of the hour the counters cover")),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="energy_hours", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['hour', 'node'], name='fleet_energyhour_hour_idx')],
-                'constraints': [models.UniqueConstraint(fields=('node', 'hour', 'source'), name='fleet_energyhour_unique')],
+                "indexes": [models.Index(fields=["hour", "node"], name="fleet_energyhour_hour_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("node", "hour", "source"), name="fleet_energyhour_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='PowerPoint',
+            name="PowerPoint",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('resolution', models.CharField(choices=[('1m', '1 minute'), ('1h', '1 hour')], max_length=2)),
-                ('at', models.DateTimeField()),
-                ('kw', models.FloatField()),
-                ('kw_max', models.FloatField(help_text='highest minute in the period')),
-                ('source', models.CharField(max_length=8)),
-                ('nodes', models.PositiveSmallIntegerField(default=0)),
-                ('measured_nodes', models.PositiveSmallIntegerField(default=0)),
-                ('rack', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='power_points', to='fleet.rack')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("resolution", models.CharField(choices=[("1m", "1 minute"), ("1h", "1 hour")], max_length=2)),
+                ("at", models.DateTimeField()),
+                ("kw", models.FloatField()),
+                ("kw_max", models.FloatField(help_text="highest minute in the period")),
+                ("source", models.CharField(max_length=8)),
+                ("nodes", models.PositiveSmallIntegerField(default=0)),
+                ("measured_nodes", models.PositiveSmallIntegerField(default=0)),
+                (
+                    "rack",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="power_points", to="fleet.rack"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['resolution', 'at'], name='fleet_powerpoint_res_at_idx')],
-                'constraints': [models.UniqueConstraint(fields=('resolution', 'rack', 'at'), name='fleet_powerpoint_unique')],
+                "indexes": [models.Index(fields=["resolution", "at"], name="fleet_powerpoint_res_at_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("resolution", "rack", "at"), name="fleet_powerpoint_unique")
+                ],
             },
         ),
     ]

@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0013_node_bmc_mac_and_validators'),
+        ("fleet", "0013_node_bmc_mac_and_validators"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='agent_clock_skew_s',
-            field=models.IntegerField(blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)", null=True),
+            model_name="node",
+            name="agent_clock_skew_s",
+            field=models.IntegerField(
+                blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)", null=True
+            ),
         ),
     ]

@@ -5,6 +5,7 @@ through `transition()` and services. The registry of every action is in operator
 "Operator action" is what a person (or the health loop acting for one) asks of a node;
 a work item for the node's agent is a `NodeAgentAction` (fleet/services/agent_work.py).
 """
+
 from typing import ClassVar
 
 from core.errors import Conflict
@@ -43,8 +44,10 @@ class OperatorAction:
         if node.lifecycle in self.allowed_states:
             return None
         allowed = sorted(self.allowed_states)
-        return (f"{self.name} is not allowed while {node.hostname} is {node.lifecycle}; "
-                f"it is allowed from: {', '.join(allowed)}.")
+        return (
+            f"{self.name} is not allowed while {node.hostname} is {node.lifecycle}; "
+            f"it is allowed from: {', '.join(allowed)}."
+        )
 
     def execute(self, node: Node, *, actor: str, reason: str) -> Node:  # pragma: no cover - abstract
         raise NotImplementedError

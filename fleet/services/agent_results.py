@@ -1,4 +1,5 @@
 """Recording what a node's agent reports about the work it was asked to do."""
+
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,12 +22,19 @@ class Recorded:
 
 
 @transaction.atomic
-def record_action_result(*, node_id, action_id, action: str, status: str, detail: str = "",
-                         output: dict | None = None, finished_at: datetime | None = None) -> Recorded:
+def record_action_result(
+    *,
+    node_id,
+    action_id,
+    action: str,
+    status: str,
+    detail: str = "",
+    output: dict | None = None,
+    finished_at: datetime | None = None,
+) -> Recorded:
     """Record an action's outcome once. Agents replay results after outages, so a second
     report of a finished action changes nothing; the reconciler acts on the stored outcome."""
-    row = (NodeAgentAction.objects.select_for_update()
-           .filter(pk=action_id, node_id=node_id, action=action).first())
+    row = NodeAgentAction.objects.select_for_update().filter(pk=action_id, node_id=node_id, action=action).first()
     if row is None:
         raise UnknownAction(action_id)
     if row.state != AgentActionState.PENDING:

@@ -1,4 +1,5 @@
 """Asking a node's agent to do work, and recording what it reports back."""
+
 from collections.abc import Iterable
 
 from django.db import IntegrityError, transaction
@@ -9,8 +10,9 @@ from fleet.models import Node, NodeAgentAction
 
 
 @transaction.atomic
-def request_agent_action(*, node: Node, action: str, actor: str, params: dict | None = None, drive=None,
-                         reason: str = "") -> NodeAgentAction:
+def request_agent_action(
+    *, node: Node, action: str, actor: str, params: dict | None = None, drive=None, reason: str = ""
+) -> NodeAgentAction:
     """Queue `action` for the node's agent, or return the one already pending (idempotent)."""
     pending = NodeAgentAction.objects.filter(node=node, action=action, drive=drive, state=AgentActionState.PENDING)
     existing = pending.first()
@@ -18,21 +20,29 @@ def request_agent_action(*, node: Node, action: str, actor: str, params: dict | 
         return existing
     try:
         with transaction.atomic():
-            return NodeAgentAction.objects.create(node=node, action=action, params=params or {}, drive=drive,
-                                                  requested_by=actor, reason=reason)
+            return NodeAgentAction.objects.create(
+                node=node, action=action, params=params or {}, drive=drive, requested_by=actor, reason=reason
+            )
     except IntegrityError:  # a concurrent request queued it first
         return pending.get()
 
 
 @transaction.atomic(savepoint=False)  # all-or-nothing in the caller's transaction; no extra round trips
-def request_agent_actions(*, nodes: Iterable[Node], action: str, actor: str, params: dict | None = None,
-                          reason: str = "") -> int:
+def request_agent_actions(
+    *, nodes: Iterable[Node], action: str, actor: str, params: dict | None = None, reason: str = ""
+) -> int:
     """Batch form for loops: one query to find what is already pending, one INSERT for the rest."""
     nodes = list(nodes)
-    already = set(NodeAgentAction.objects.filter(node__in=nodes, action=action, drive__isnull=True,
-                                                 state=AgentActionState.PENDING).values_list("node_id", flat=True))
-    rows = [NodeAgentAction(node=n, action=action, params=params or {}, requested_by=actor, reason=reason)
-            for n in nodes if n.pk not in already]
+    already = set(
+        NodeAgentAction.objects.filter(
+            node__in=nodes, action=action, drive__isnull=True, state=AgentActionState.PENDING
+        ).values_list("node_id", flat=True)
+    )
+    rows = [
+        NodeAgentAction(node=n, action=action, params=params or {}, requested_by=actor, reason=reason)
+        for n in nodes
+        if n.pk not in already
+    ]
     NodeAgentAction.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
 

@@ -19,6 +19,7 @@ What the gate asks, per node (NIST SP 800-88 Rev. 1):
 Reads only (a fixed number of queries for any number of nodes); it imports no service so
 that the lifecycle can call it.
 """
+
 from dataclasses import dataclass, field
 
 from django.db.models import Max, Q
@@ -59,9 +60,16 @@ class DriveLine:
     problem: str = ""
 
     def as_dict(self) -> dict:
-        return {"serial": self.serial, "drive_id": self.drive_id, "model": self.model,
-                "required_method": self.required, "record_id": self.record_id, "record_method": self.record_method,
-                "ok": self.ok, "problem": self.problem}
+        return {
+            "serial": self.serial,
+            "drive_id": self.drive_id,
+            "model": self.model,
+            "required_method": self.required,
+            "record_id": self.record_id,
+            "record_method": self.record_method,
+            "ok": self.ok,
+            "problem": self.problem,
+        }
 
 
 @dataclass
@@ -82,10 +90,15 @@ class GateStatus:
         return not self.missing
 
     def as_dict(self) -> dict:
-        return {"exit": self.exit, "destination": self.destination,
-                "inventory_reported_at": self.inventory_reported_at.isoformat() if self.inventory_reported_at else None,
-                "passed": self.passed, "shipped_aboard": self.shipped_aboard, "missing": self.missing,
-                "drives": [d.as_dict() for d in self.drives]}
+        return {
+            "exit": self.exit,
+            "destination": self.destination,
+            "inventory_reported_at": self.inventory_reported_at.isoformat() if self.inventory_reported_at else None,
+            "passed": self.passed,
+            "shipped_aboard": self.shipped_aboard,
+            "missing": self.missing,
+            "drives": [d.as_dict() for d in self.drives],
+        }
 
 
 def destinations(node_ids, exit: str, option: dict | None = None) -> dict:
@@ -102,9 +115,11 @@ def latest_dispositions(node_ids) -> dict:
     """node id → the option of the latest disposition plan that covers it. Read through the
     node's reverse relation so that fleet does not import the planning app."""
     option: dict = {}
-    for node_id, opt in (Node.objects.filter(pk__in=node_ids, disposition_assignments__isnull=False)
-                         .order_by("disposition_assignments__plan__created_at", "disposition_assignments__plan_id")
-                         .values_list("pk", "disposition_assignments__option")):
+    for node_id, opt in (
+        Node.objects.filter(pk__in=node_ids, disposition_assignments__isnull=False)
+        .order_by("disposition_assignments__plan__created_at", "disposition_assignments__plan_id")
+        .values_list("pk", "disposition_assignments__option")
+    ):
         option[node_id] = opt  # the latest plan wins
     return option
 
@@ -123,32 +138,64 @@ def gate_statuses(node_ids, exits) -> dict:
     by_node: dict = {}
     for d in rows:
         by_node.setdefault(d.node_id, {})[d.serial] = d
-    strays = {d.get("serial") for nid, i in inventories.items() for d in (i.drives or [])
-              if d.get("serial") not in by_node.get(nid, {})}
-    elsewhere = dict(Drive.objects.filter(serial__in=strays).exclude(node_id__in=node_ids)
-                     .values_list("serial", "node__hostname")) if strays else {}
+    strays = {
+        d.get("serial")
+        for nid, i in inventories.items()
+        for d in (i.drives or [])
+        if d.get("serial") not in by_node.get(nid, {})
+    }
+    elsewhere = (
+        dict(
+            Drive.objects.filter(serial__in=strays)
+            .exclude(node_id__in=node_ids)
+            .values_list("serial", "node__hostname")
+        )
+        if strays
+        else {}
+    )
     exit_started, last_use = {}, {}
-    for nid, started, used in (NodeEvent.objects.filter(node_id__in=node_ids).values("node_id").annotate(
+    for nid, started, used in (
+        NodeEvent.objects.filter(node_id__in=node_ids)
+        .values("node_id")
+        .annotate(
             started=Max("at", filter=Q(to_state__in=EXIT_PATH_STATES) & ~Q(from_state__in=EXIT_PATH_STATES)),
-            used=Max("at", filter=Q(from_state=L.ACTIVE) & ~Q(to_state=L.ACTIVE)))
-            .values_list("node_id", "started", "used")):
+            used=Max("at", filter=Q(from_state=L.ACTIVE) & ~Q(to_state=L.ACTIVE)),
+        )
+        .values_list("node_id", "started", "used")
+    ):
         exit_started[nid], last_use[nid] = started, used
     records: dict = {}
-    for record in (SanitizationRecord.objects.filter(drive__node_id__in=node_ids, verified=True)
-                   .order_by("performed_at", "id")):
+    for record in SanitizationRecord.objects.filter(drive__node_id__in=node_ids, verified=True).order_by(
+        "performed_at", "id"
+    ):
         records.setdefault(record.drive_id, []).append(record)
     options = latest_dispositions(node_ids) if any(e != RMA for e in exits) else {}
     shipments: dict = {}
     if RMA in exits:
-        for t in CustodyTransfer.objects.filter(node_id__in=node_ids, kind=CustodyKind.RMA_SHIPMENT).order_by("at", "id"):
+        for t in CustodyTransfer.objects.filter(node_id__in=node_ids, kind=CustodyKind.RMA_SHIPMENT).order_by(
+            "at", "id"
+        ):
             shipments[t.node_id] = t  # the latest shipment record wins
-    return {exit: _statuses(node_ids, exit, destinations(node_ids, exit, options), inventories, by_node, elsewhere,
-                            exit_started, last_use, records, shipments if exit == RMA else {})
-            for exit in exits}
+    return {
+        exit: _statuses(
+            node_ids,
+            exit,
+            destinations(node_ids, exit, options),
+            inventories,
+            by_node,
+            elsewhere,
+            exit_started,
+            last_use,
+            records,
+            shipments if exit == RMA else {},
+        )
+        for exit in exits
+    }
 
 
-def _statuses(node_ids, exit, dest, inventories, by_node, elsewhere, exit_started, last_use, records,
-              shipments) -> dict:
+def _statuses(
+    node_ids, exit, dest, inventories, by_node, elsewhere, exit_started, last_use, records, shipments
+) -> dict:
     out = {}
     for nid in node_ids:
         status = GateStatus(exit=exit, destination=dest[nid], inventory_reported_at=None)
@@ -157,8 +204,10 @@ def _statuses(node_ids, exit, dest, inventories, by_node, elsewhere, exit_starte
         mine = by_node.get(nid, {})
         not_before = max([t for t in (exit_started.get(nid), last_use.get(nid)) if t], default=None)
         if inventory is None:
-            status.problems.append("no drive inventory from the node agent: boot the node with its agent running "
-                                   "so it reports the drives it sees, then retry")
+            status.problems.append(
+                "no drive inventory from the node agent: boot the node with its agent running "
+                "so it reports the drives it sees, then retry"
+            )
             reported = {}
         else:
             status.inventory_reported_at = inventory.reported_at
@@ -166,19 +215,29 @@ def _statuses(node_ids, exit, dest, inventories, by_node, elsewhere, exit_starte
             if not_before is not None and inventory.reported_at < not_before:
                 status.problems.append(
                     f"the agent's drive inventory ({inventory.reported_at:%Y-%m-%d %H:%M} UTC) predates the node "
-                    f"leaving service ({not_before:%Y-%m-%d %H:%M} UTC): let the agent report again, then retry")
+                    f"leaving service ({not_before:%Y-%m-%d %H:%M} UTC): let the agent report again, then retry"
+                )
         for serial in sorted(set(reported) - set(mine)):
             where = f"registered to {elsewhere[serial]}" if serial in elsewhere else "no Drive record"
-            status.problems.append(f"the agent reports drive {serial} but the records disagree ({where}): "
-                                   "reconcile the drive records with what the agent found")
+            status.problems.append(
+                f"the agent reports drive {serial} but the records disagree ({where}): "
+                "reconcile the drive records with what the agent found"
+            )
         shipment = shipments.get(nid)
         declared = {}
         if shipment is not None and (not_before is None or shipment.at >= not_before):
-            declared = {str(d.get("serial")): str(d.get("status") or "").strip()
-                        for d in (shipment.drive_status or []) if isinstance(d, dict)}
+            declared = {
+                str(d.get("serial")): str(d.get("status") or "").strip()
+                for d in (shipment.drive_status or [])
+                if isinstance(d, dict)
+            }
         serials = sorted(set(reported) | set(mine))
-        ship_ok = bool(shipment) and bool(declared) and bool(shipment.carrier.strip()) and all(
-            declared.get(s) for s in serials)
+        ship_ok = (
+            bool(shipment)
+            and bool(declared)
+            and bool(shipment.carrier.strip())
+            and all(declared.get(s) for s in serials)
+        )
         status.shipped_aboard = ship_ok
         for serial in serials:
             drive = mine.get(serial)
@@ -190,22 +249,39 @@ def _statuses(node_ids, exit, dest, inventories, by_node, elsewhere, exit_starte
             counting = None
             if drive is not None:
                 for record in reversed(records.get(drive.pk, [])):
-                    if (record.evidence.strip() and METHOD_RANK[record.method] >= METHOD_RANK[required]
-                            and (last_use.get(nid) is None or record.performed_at >= last_use[nid])):
+                    if (
+                        record.evidence.strip()
+                        and METHOD_RANK[record.method] >= METHOD_RANK[required]
+                        and (last_use.get(nid) is None or record.performed_at >= last_use[nid])
+                    ):
                         counting = record
                         break
             problem = ""
             if drive is not None and drive.missing_since is not None and counting is None:
-                problem = (f"drive {serial} is missing from the agent's inventory since "
-                           f"{drive.missing_since:%Y-%m-%d %H:%M} UTC: find it, or record its destruction with evidence")
+                problem = (
+                    f"drive {serial} is missing from the agent's inventory since "
+                    f"{drive.missing_since:%Y-%m-%d %H:%M} UTC: find it, or record its destruction with evidence"
+                )
             elif counting is None and not ship_ok:
-                problem = (f"drive {serial} needs a verified {required} record with evidence"
-                           f"{' made after its last tenant use' if last_use.get(nid) else ''}")
-            status.drives.append(DriveLine(
-                serial=serial, drive_id=str(drive.pk) if drive else None, model=model, required=required,
-                record_id=str(counting.pk) if counting else None, record_method=counting.method if counting else None,
-                ok=not problem, problem=problem))
+                problem = (
+                    f"drive {serial} needs a verified {required} record with evidence"
+                    f"{' made after its last tenant use' if last_use.get(nid) else ''}"
+                )
+            status.drives.append(
+                DriveLine(
+                    serial=serial,
+                    drive_id=str(drive.pk) if drive else None,
+                    model=model,
+                    required=required,
+                    record_id=str(counting.pk) if counting else None,
+                    record_method=counting.method if counting else None,
+                    ok=not problem,
+                    problem=problem,
+                )
+            )
         if shipment is not None and not ship_ok and any(not d.ok for d in status.drives):
-            status.problems.append("the RMA shipment record must name the carrier and declare the status of every "
-                                   f"drive the agent reported ({', '.join(serials) or 'none'})")
+            status.problems.append(
+                "the RMA shipment record must name the carrier and declare the status of every "
+                f"drive the agent reported ({', '.join(serials) or 'none'})"
+            )
     return out

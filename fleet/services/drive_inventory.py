@@ -7,6 +7,7 @@ somewhere); a serial registered to another node is left alone and becomes a disa
 drive gate refuses on. The report itself is kept (NodeDriveInventory) so that the gate can
 tell when the agent last counted and whether the rows still agree with what it counted.
 """
+
 from datetime import datetime
 
 from django.db import transaction
@@ -38,11 +39,18 @@ def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datet
             continue
         row = mine.get(serial)
         if row is None:
-            added.append(Drive(node=node, serial=serial, model=info.get("model") or "unknown",
-                               capacity_gb=info.get("capacity_gb") or 0,
-                               interface=info.get("interface") or DriveInterface.NVME,
-                               self_encrypting=bool(info.get("self_encrypting")),
-                               purge_supported=bool(info.get("purge_supported")), last_reported_at=observed_at))
+            added.append(
+                Drive(
+                    node=node,
+                    serial=serial,
+                    model=info.get("model") or "unknown",
+                    capacity_gb=info.get("capacity_gb") or 0,
+                    interface=info.get("interface") or DriveInterface.NVME,
+                    self_encrypting=bool(info.get("self_encrypting")),
+                    purge_supported=bool(info.get("purge_supported")),
+                    last_reported_at=observed_at,
+                )
+            )
             continue
         if row.missing_since is not None:
             returned.append(serial)
@@ -61,10 +69,12 @@ def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datet
             missing.append(serial)
             changed.append(row)
     Drive.objects.bulk_create(added)
-    Drive.objects.bulk_update(changed, ["last_reported_at", "missing_since", "self_encrypting", "purge_supported",
-                                        "model", "capacity_gb"])
-    NodeDriveInventory.objects.update_or_create(node=node, defaults={"reported_at": observed_at,
-                                                                     "drives": list(reported.values())})
+    Drive.objects.bulk_update(
+        changed, ["last_reported_at", "missing_since", "self_encrypting", "purge_supported", "model", "capacity_gb"]
+    )
+    NodeDriveInventory.objects.update_or_create(
+        node=node, defaults={"reported_at": observed_at, "drives": list(reported.values())}
+    )
     notes = []
     if added:
         notes.append(f"new drive(s) {', '.join(d.serial for d in added)}")
@@ -76,5 +86,9 @@ def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datet
         notes.append(f"drive(s) registered to another node {', '.join(sorted(elsewhere))}")
     if notes:
         record_node_event(node, actor=f"agent:{node.pk}", action="drive_inventory", reason="; ".join(notes))
-    return {"added": [d.serial for d in added], "missing": missing, "returned": returned,
-            "elsewhere": sorted(elsewhere)}
+    return {
+        "added": [d.serial for d in added],
+        "missing": missing,
+        "returned": returned,
+        "elsewhere": sorted(elsewhere),
+    }

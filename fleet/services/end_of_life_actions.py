@@ -1,4 +1,4 @@
-"""End-of-life node actions: sanitize, retire, dispose (API.md `POST /nodes/{id}/actions`).
+"""End-of-life node actions: sanitize, retire, dispose (docs/api.md `POST /nodes/{id}/actions`).
 
 No node leaves before its data is handled. The drive gate (fleet.services.drive_gate, run by
 `transition()` itself for rma, retired and disposed) wants the agent's fresh inventory and,
@@ -6,6 +6,7 @@ for every drive, a verified record with evidence of the method the destination n
 of it `retire` wants the BMC reset and `dispose` the asset tags and the chain of custody.
 Registered with the action framework on app start-up (`fleet.apps`).
 """
+
 from core.services.audit import record_audit
 from fleet.choices import AgentAction, Lifecycle, SanitizationMethod
 from fleet.models import Drive, Node
@@ -40,18 +41,36 @@ class Sanitize(OperatorAction):
 
     def execute(self, node: Node, *, actor: str, reason: str) -> Node:
         if node.lifecycle == Lifecycle.DECOMMISSIONING:
-            node = transition(node, Lifecycle.SANITIZING, actor=actor, action=self.name, reason=reason or SANITIZE_REASON)
+            node = transition(
+                node, Lifecycle.SANITIZING, actor=actor, action=self.name, reason=reason or SANITIZE_REASON
+            )
         gate = gate_status([node.pk], RMA if node.lifecycle == Lifecycle.TRIAGE else RETIRE)[node.pk]
         drives = {str(d.pk): d for d in Drive.objects.filter(node=node, missing_since__isnull=True)}
-        todo = [(drives[line.drive_id], line.required) for line in gate.drives
-                if line.record_id is None and line.drive_id in drives]
-        queued = [request_agent_action(node=node, action=AgentAction.SANITIZE_DRIVE, actor=actor, drive=d,
-                                       params=sanitize_params(d, method), reason=reason or SANITIZE_REASON).pk
-                  for d, method in todo if method in AGENT_METHODS]
+        todo = [
+            (drives[line.drive_id], line.required)
+            for line in gate.drives
+            if line.record_id is None and line.drive_id in drives
+        ]
+        queued = [
+            request_agent_action(
+                node=node,
+                action=AgentAction.SANITIZE_DRIVE,
+                actor=actor,
+                drive=d,
+                params=sanitize_params(d, method),
+                reason=reason or SANITIZE_REASON,
+            ).pk
+            for d, method in todo
+            if method in AGENT_METHODS
+        ]
         to_destroy = [d.serial for d, method in todo if method not in AGENT_METHODS]
-        record_audit(actor=actor, action="node.sanitize", target=node,
-                     after={"destination": gate.destination, "queued_drive_actions": len(queued),
-                            "to_destroy": to_destroy}, reason=reason)
+        record_audit(
+            actor=actor,
+            action="node.sanitize",
+            target=node,
+            after={"destination": gate.destination, "queued_drive_actions": len(queued), "to_destroy": to_destroy},
+            reason=reason,
+        )
         return node
 
 
@@ -73,8 +92,14 @@ class GatedMove(OperatorAction):
             raise self.checklist_refusal(node, status)
         before = node.lifecycle
         node = transition(node, self.to_state, actor=actor, action=self.name, reason=reason)
-        record_audit(actor=actor, action=f"node.{self.name}", target=node, before={"lifecycle": before},
-                     after={"lifecycle": self.to_state}, reason=reason)
+        record_audit(
+            actor=actor,
+            action=f"node.{self.name}",
+            target=node,
+            before={"lifecycle": before},
+            after={"lifecycle": self.to_state},
+            reason=reason,
+        )
         return node
 
 
@@ -92,8 +117,11 @@ class Retire(GatedMove):
             "sanitization_incomplete",
             f"{node.hostname} cannot be retired yet: {'; '.join(status.retire_missing[:5])}. "
             "Run sanitize again or record each drive's sanitisation with evidence, then retry.",
-            extra={"drives": status.unsanitized, "missing": status.retire_missing,
-                   "destination": status.gate.destination},
+            extra={
+                "drives": status.unsanitized,
+                "missing": status.retire_missing,
+                "destination": status.gate.destination,
+            },
         )
 
 
@@ -111,6 +139,8 @@ class Dispose(GatedMove):
             "disposal_incomplete",
             f"{node.hostname} cannot be disposed yet: {'; '.join(status.dispose_missing[:5])}. "
             "Record them (drive sanitisation, asset-tags-removed, custody-transfers), then retry.",
-            extra={"missing": status.dispose_missing,
-                   "drives": [d.as_dict() for d in status.dispose_gate.drives if not d.ok]},
+            extra={
+                "missing": status.dispose_missing,
+                "drives": [d.as_dict() for d in status.dispose_gate.drives if not d.ok],
+            },
         )

@@ -15,6 +15,7 @@ the gap's UTC hours (nothing says how it was distributed inside the gap).
 - Without a meter counter the node's energy is estimated: GPU counter deltas + the type's host
   share × elapsed time (fleet.wall_power), recorded under source `estimate`.
 """
+
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -41,8 +42,16 @@ def _delta(old, new) -> tuple[int, bool]:
     return new - old, False
 
 
-def record_counters(*, node_id, now: datetime, node_kw: Decimal, host_kw: Decimal | None,
-                    wall_energy_j: int | None, wall_source: str, gpu_energy_mj: dict[int, int]) -> str:
+def record_counters(
+    *,
+    node_id,
+    now: datetime,
+    node_kw: Decimal,
+    host_kw: Decimal | None,
+    wall_energy_j: int | None,
+    wall_source: str,
+    gpu_energy_mj: dict[int, int],
+) -> str:
     """Take one heartbeat's counters. Returns what happened: `baseline`, `recorded`, `too_soon`,
     `refused` or `nothing` (no usable counter)."""
     with transaction.atomic():
@@ -50,9 +59,13 @@ def record_counters(*, node_id, now: datetime, node_kw: Decimal, host_kw: Decima
         if state is None:
             try:
                 with transaction.atomic():
-                    NodeEnergyCounter.objects.create(node_id=node_id, read_at=now, wall_energy_j=wall_energy_j,
-                                                     wall_source=wall_source if wall_energy_j is not None else "",
-                                                     gpu_energy_mj={str(k): v for k, v in gpu_energy_mj.items()})
+                    NodeEnergyCounter.objects.create(
+                        node_id=node_id,
+                        read_at=now,
+                        wall_energy_j=wall_energy_j,
+                        wall_source=wall_source if wall_energy_j is not None else "",
+                        gpu_energy_mj={str(k): v for k, v in gpu_energy_mj.items()},
+                    )
             except IntegrityError:
                 pass  # a concurrent heartbeat set the baseline
             return "baseline"
@@ -87,14 +100,19 @@ def record_counters(*, node_id, now: datetime, node_kw: Decimal, host_kw: Decima
         if reset:
             state.resets += 1
             state.last_reset_at = now
-            log.warning("energy counter reset detected on node %s (counter went backwards); crediting the energy "
-                        "since the reset only", node_id)
+            log.warning(
+                "energy counter reset detected on node %s (counter went backwards); crediting the energy "
+                "since the reset only",
+                node_id,
+            )
         limit_j = float(node_kw) * 1000 * elapsed
         if it_j is not None and it_j > limit_j:
             state.refused += 1
             state.last_refused_at = now
-            state.last_refused_detail = (f"{it_j} J in {elapsed:.0f} s is {it_j / elapsed / 1000:.1f} kW, above the "
-                                         f"{node_kw} kW the node type can draw")[:200]
+            state.last_refused_detail = (
+                f"{it_j} J in {elapsed:.0f} s is {it_j / elapsed / 1000:.1f} kW, above the "
+                f"{node_kw} kW the node type can draw"
+            )[:200]
             log.warning("energy reading refused on node %s: %s", node_id, state.last_refused_detail)
             state.save()
             return "refused"
@@ -110,7 +128,9 @@ def record_counters(*, node_id, now: datetime, node_kw: Decimal, host_kw: Decima
 
 def _add(node_id, hour: datetime, source: str, it_j: int, gpu_j: int, seconds: int) -> None:
     updated = NodeEnergyHour.objects.filter(node_id=node_id, hour=hour, source=source).update(
-        it_energy_j=F("it_energy_j") + it_j, gpu_energy_j=F("gpu_energy_j") + gpu_j, seconds=F("seconds") + seconds)
+        it_energy_j=F("it_energy_j") + it_j, gpu_energy_j=F("gpu_energy_j") + gpu_j, seconds=F("seconds") + seconds
+    )
     if not updated:
-        NodeEnergyHour.objects.create(node_id=node_id, hour=hour, source=source, it_energy_j=it_j, gpu_energy_j=gpu_j,
-                                      seconds=seconds)
+        NodeEnergyHour.objects.create(
+            node_id=node_id, hour=hour, source=source, it_energy_j=it_j, gpu_energy_j=gpu_j, seconds=seconds
+        )

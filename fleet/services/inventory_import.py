@@ -16,6 +16,7 @@ Rules:
 - GPUs and drives are added with their node (by hostname), never moved or updated here;
 - every new node gets its `enrol` event, and every write its audit row.
 """
+
 import datetime
 import json
 import os
@@ -113,6 +114,7 @@ class ImportPlan:
 
 # ---- columns ---------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -199,29 +201,59 @@ def _choice(choices) -> Callable:
             if text == str(label).lower():
                 return choice_value
         raise ValueError(f"is not one of {', '.join(choices.values)}")
+
     return parse
 
 
 SPECS: dict[str, tuple[str, list[Column]]] = {
-    "racks": ("name", [
-        Column("name", _text, True), Column("hall", _text, True), Column("row", _int), Column("column", _int),
-        Column("u_height", _int), Column("rated_power_kw", _decimal, True), Column("cooling", _choice(Cooling)),
-        Column("cooling_capacity_kw", _decimal, True),
-    ]),
-    "nodes": ("hostname", [
-        Column("hostname", _text, True), Column("serial", _text, True), Column("rack", _text, True),
-        Column("u_position", _int, True), Column("node_type", _text, True), Column("fabric_domain", _text),
-        Column("leaf_switch", _text), Column("bmc_address", _text), Column("bmc_mac", _text),
-        Column("commissioned_on", _date),
-    ]),
-    "gpus": ("uuid", [
-        Column("node", _text, True), Column("index", _int, True), Column("uuid", _text, True), Column("serial", _text),
-    ]),
-    "drives": ("serial", [
-        Column("node", _text, True), Column("serial", _text, True), Column("model", _text, True),
-        Column("capacity_gb", _int, True), Column("interface", _choice(DriveInterface)),
-        Column("self_encrypting", _bool),
-    ]),
+    "racks": (
+        "name",
+        [
+            Column("name", _text, True),
+            Column("hall", _text, True),
+            Column("row", _int),
+            Column("column", _int),
+            Column("u_height", _int),
+            Column("rated_power_kw", _decimal, True),
+            Column("cooling", _choice(Cooling)),
+            Column("cooling_capacity_kw", _decimal, True),
+        ],
+    ),
+    "nodes": (
+        "hostname",
+        [
+            Column("hostname", _text, True),
+            Column("serial", _text, True),
+            Column("rack", _text, True),
+            Column("u_position", _int, True),
+            Column("node_type", _text, True),
+            Column("fabric_domain", _text),
+            Column("leaf_switch", _text),
+            Column("bmc_address", _text),
+            Column("bmc_mac", _text),
+            Column("commissioned_on", _date),
+        ],
+    ),
+    "gpus": (
+        "uuid",
+        [
+            Column("node", _text, True),
+            Column("index", _int, True),
+            Column("uuid", _text, True),
+            Column("serial", _text),
+        ],
+    ),
+    "drives": (
+        "serial",
+        [
+            Column("node", _text, True),
+            Column("serial", _text, True),
+            Column("model", _text, True),
+            Column("capacity_gb", _int, True),
+            Column("interface", _choice(DriveInterface)),
+            Column("self_encrypting", _bool),
+        ],
+    ),
 }
 REFERENCE_COLUMNS = {"hall", "rack", "node_type", "fabric_domain", "node"}
 UPDATABLE = {"racks", "nodes"}
@@ -243,10 +275,11 @@ def _blank(value) -> bool:
 
 def _chunks(values: list, size: int = CHUNK):
     for start in range(0, len(values), size):
-        yield values[start:start + size]
+        yield values[start : start + size]
 
 
 # ---- planning --------------------------------------------------------------------------------
+
 
 class _Planner:
     def __init__(self, workbook: Workbook, *, allow_updates: set[str], lock: bool):
@@ -275,8 +308,14 @@ class _Planner:
             bad_header = False
             for position, header in enumerate(headers, start=1):
                 if header and header not in known:
-                    self.error(name, 1, header, header, f"unknown column (column {position}); the {name} sheet takes: "
-                                                        f"{', '.join(known)}. Remove or rename it.")
+                    self.error(
+                        name,
+                        1,
+                        header,
+                        header,
+                        f"unknown column (column {position}); the {name} sheet takes: "
+                        f"{', '.join(known)}. Remove or rename it.",
+                    )
                     bad_header = True
             for column in columns:
                 if column.required and column.name not in headers:
@@ -290,7 +329,7 @@ class _Planner:
             rows = []
             for number, cells in sheet.rows:
                 values, raw = {}, {}
-                if len(cells) > len(headers) and any(not _blank(c) for c in cells[len(headers):]):
+                if len(cells) > len(headers) and any(not _blank(c) for c in cells[len(headers) :]):
                     self.error(name, number, "", None, "the row has more cells than the header has columns.")
                 for header, cell in zip(headers, cells):
                     if not header:
@@ -318,7 +357,9 @@ class _Planner:
         for fabric in FabricDomain.objects.select_related("site"):
             self.fabrics[fabric.name].append(fabric)
 
-        rack_names = {v.get("name") for _, v, _ in rows.get("racks", [])} | {v.get("rack") for _, v, _ in rows.get("nodes", [])}
+        rack_names = {v.get("name") for _, v, _ in rows.get("racks", [])} | {
+            v.get("rack") for _, v, _ in rows.get("nodes", [])
+        }
         rack_names.discard(None)
         self.db_racks: dict[str, list[Rack]] = defaultdict(list)
         rack_qs = Rack.objects.select_related("hall__site")
@@ -331,12 +372,18 @@ class _Planner:
         self.rack_occupants: dict = defaultdict(list)  # rack id -> [(node id, hostname, u, height, kw)]
         for chunk in _chunks(rack_ids):
             for node in Node.objects.filter(rack_id__in=chunk).values_list(
-                    "pk", "hostname", "rack_id", "u_position", "node_type__u_height", "node_type__node_kw"):
+                "pk", "hostname", "rack_id", "u_position", "node_type__u_height", "node_type__node_kw"
+            ):
                 self.rack_occupants[node[2]].append((node[0], node[1], node[3], node[4], node[5]))
         hall_ids = {h.pk for hs in self.halls.values() for h in hs}
-        self.grid = {(r["hall_id"], r["row"], r["column"]): r["name"]
-                     for r in Rack.objects.filter(hall_id__in=hall_ids).values("hall_id", "row", "column", "name")} \
-            if rows.get("racks") else {}
+        self.grid = (
+            {
+                (r["hall_id"], r["row"], r["column"]): r["name"]
+                for r in Rack.objects.filter(hall_id__in=hall_ids).values("hall_id", "row", "column", "name")
+            }
+            if rows.get("racks")
+            else {}
+        )
 
         hostnames = {v.get("hostname") for _, v, _ in rows.get("nodes", [])}
         hostnames |= {v.get("node") for s in ("gpus", "drives") for _, v, _ in rows.get(s, [])}
@@ -349,12 +396,17 @@ class _Planner:
         self.allocated_ids = set()
         self.db_gpu_slots = set()
         for chunk in _chunks(node_ids):
-            self.allocated_ids |= set(Node.objects.filter(pk__in=chunk, allocation_memberships__isnull=False,
-                                                          allocation_memberships__ended_at__isnull=True)
-                                      .values_list("pk", flat=True))
+            self.allocated_ids |= set(
+                Node.objects.filter(
+                    pk__in=chunk, allocation_memberships__isnull=False, allocation_memberships__ended_at__isnull=True
+                ).values_list("pk", flat=True)
+            )
             self.db_gpu_slots |= set(GPU.objects.filter(node_id__in=chunk).values_list("node_id", "index"))
-        self.allocated_ids |= {n.pk for n in self.db_nodes.values() if n.lifecycle in (
-            Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)}
+        self.allocated_ids |= {
+            n.pk
+            for n in self.db_nodes.values()
+            if n.lifecycle in (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
+        }
 
         serials = sorted({v.get("serial") for _, v, _ in rows.get("nodes", [])} - {None})
         self.db_node_serials = {}
@@ -367,7 +419,9 @@ class _Planner:
         drive_serials = sorted({v.get("serial") for _, v, _ in rows.get("drives", [])} - {None})
         self.db_drive_serials = {}
         for chunk in _chunks(drive_serials):
-            self.db_drive_serials.update(dict(Drive.objects.filter(serial__in=chunk).values_list("serial", "node__hostname")))
+            self.db_drive_serials.update(
+                dict(Drive.objects.filter(serial__in=chunk).values_list("serial", "node__hostname"))
+            )
 
     # -- step 3: each sheet, in dependency order ------------------------------------------------
     def _field_errors(self, sheet: str, number: int, instance, raw: dict, exclude: set[str]) -> bool:
@@ -385,20 +439,33 @@ class _Planner:
 
     def _duplicate(self, sheet: str, seen: dict, key, number: int, column: str, raw) -> bool:
         if key in seen:
-            self.error(sheet, number, column, raw, f"appears twice in this file (first on row {seen[key]}); "
-                                                   "each row needs its own value.")
+            self.error(
+                sheet,
+                number,
+                column,
+                raw,
+                f"appears twice in this file (first on row {seen[key]}); each row needs its own value.",
+            )
             return True
         seen[key] = number
         return False
 
     def _one(self, candidates: list, sheet, number, column, value, what: str):
         if not candidates:
-            self.error(sheet, number, column, value, f"no {what} has this name; check the spelling or add the {what} first.")
+            self.error(
+                sheet, number, column, value, f"no {what} has this name; check the spelling or add the {what} first."
+            )
             return None
         if len(candidates) > 1:
-            self.error(sheet, number, column, value, f"{len(candidates)} {what}s have this name; write it as site/hall "
-                                                     "to say which." if what == "hall" else
-                       f"{len(candidates)} {what}s have this name in different places; rename one first.")
+            self.error(
+                sheet,
+                number,
+                column,
+                value,
+                f"{len(candidates)} {what}s have this name; write it as site/hall to say which."
+                if what == "hall"
+                else f"{len(candidates)} {what}s have this name in different places; rename one first.",
+            )
             return None
         return candidates[0]
 
@@ -409,22 +476,43 @@ class _Planner:
             name = values.get("name")
             if name is None or self._duplicate("racks", seen, name, number, "name", raw.get("name")):
                 continue
-            hall = self._one(self.halls.get(values["hall"], []), "racks", number, "hall", raw.get("hall"), "hall") \
-                if "hall" in values else None
+            hall = (
+                self._one(self.halls.get(values["hall"], []), "racks", number, "hall", raw.get("hall"), "hall")
+                if "hall" in values
+                else None
+            )
             existing = self.db_racks.get(name, [])
             if existing:
                 rack = existing[0]
                 if "racks" not in self.allow_updates:
-                    self.error("racks", number, "name", raw.get("name"),
-                               f"rack {name} already exists (in {rack.hall}); this import only creates. Choose "
-                               "'update existing rows' to change it, or remove the row.")
+                    self.error(
+                        "racks",
+                        number,
+                        "name",
+                        raw.get("name"),
+                        f"rack {name} already exists (in {rack.hall}); this import only creates. Choose "
+                        "'update existing rows' to change it, or remove the row.",
+                    )
                     continue
                 if hall is not None and hall.pk != rack.hall_id:
-                    self.error("racks", number, "hall", raw.get("hall"),
-                               f"rack {name} is in {rack.hall}; the import does not move racks between halls.")
+                    self.error(
+                        "racks",
+                        number,
+                        "hall",
+                        raw.get("hall"),
+                        f"rack {name} is in {rack.hall}; the import does not move racks between halls.",
+                    )
                     continue
-                self._update("racks", number, name, rack, {k: v for k, v in values.items() if k != "hall"}, raw,
-                             exclude={"hall"}, check=self._rack_update_check)
+                self._update(
+                    "racks",
+                    number,
+                    name,
+                    rack,
+                    {k: v for k, v in values.items() if k != "hall"},
+                    raw,
+                    exclude={"hall"},
+                    check=self._rack_update_check,
+                )
                 self.file_racks[name] = rack
                 continue
             if hall is None:
@@ -434,8 +522,13 @@ class _Planner:
                 continue
             grid_key = (hall.pk, rack.row, rack.column)
             if grid_key in self.grid:
-                self.error("racks", number, "column", raw.get("column"),
-                           f"{hall} already has rack {self.grid[grid_key]} at row {rack.row}, column {rack.column}.")
+                self.error(
+                    "racks",
+                    number,
+                    "column",
+                    raw.get("column"),
+                    f"{hall} already has rack {self.grid[grid_key]} at row {rack.row}, column {rack.column}.",
+                )
                 continue
             self.grid[grid_key] = name
             self.plan.new_racks.append(rack)
@@ -479,7 +572,9 @@ class _Planner:
             if hostname is None or self._duplicate("nodes", seen, hostname, number, "hostname", raw.get("hostname")):
                 continue
             serial = values.get("serial")
-            if serial is not None and self._duplicate("nodes", seen_serials, serial, number, "serial", raw.get("serial")):
+            if serial is not None and self._duplicate(
+                "nodes", seen_serials, serial, number, "serial", raw.get("serial")
+            ):
                 continue
             refs = {}
             if "rack" in values:
@@ -487,11 +582,22 @@ class _Planner:
             if "node_type" in values:
                 refs["node_type"] = self.node_types.get(values["node_type"])
                 if refs["node_type"] is None:
-                    self.error("nodes", number, "node_type", raw.get("node_type"),
-                               f"no node type has this slug; known types: {', '.join(sorted(self.node_types))}.")
+                    self.error(
+                        "nodes",
+                        number,
+                        "node_type",
+                        raw.get("node_type"),
+                        f"no node type has this slug; known types: {', '.join(sorted(self.node_types))}.",
+                    )
             if "fabric_domain" in values:
-                refs["fabric_domain"] = self._one(self.fabrics.get(values["fabric_domain"], []), "nodes", number,
-                                                  "fabric_domain", raw.get("fabric_domain"), "fabric domain")
+                refs["fabric_domain"] = self._one(
+                    self.fabrics.get(values["fabric_domain"], []),
+                    "nodes",
+                    number,
+                    "fabric_domain",
+                    raw.get("fabric_domain"),
+                    "fabric domain",
+                )
             plain = {k: v for k, v in values.items() if k not in REFERENCE_COLUMNS}
             existing = self.db_nodes.get(hostname)
             if existing is not None:
@@ -499,10 +605,17 @@ class _Planner:
                     self._node_update(number, existing, plain, refs, raw, placed)
                 continue
             node = Node(lifecycle=Lifecycle.ENROLLED, **plain)
-            fields_ok = self._field_errors("nodes", number, node, raw, exclude={"rack", "node_type", "fabric_domain", "id"})
+            fields_ok = self._field_errors(
+                "nodes", number, node, raw, exclude={"rack", "node_type", "fabric_domain", "id"}
+            )
             if serial in self.db_node_serials:
-                self.error("nodes", number, "serial", raw.get("serial"),
-                           f"serial already belongs to node {self.db_node_serials[serial]}.")
+                self.error(
+                    "nodes",
+                    number,
+                    "serial",
+                    raw.get("serial"),
+                    f"serial already belongs to node {self.db_node_serials[serial]}.",
+                )
                 continue
             if not fields_ok or any(v is None for v in refs.values()):
                 continue
@@ -516,50 +629,105 @@ class _Planner:
 
     def _node_update(self, number, node: Node, plain: dict, refs: dict, raw: dict, placed) -> None:
         if "nodes" not in self.allow_updates:
-            self.error("nodes", number, "hostname", raw.get("hostname"),
-                       f"node {node.hostname} already exists (in rack {node.rack.name}, {node.lifecycle}); this import "
-                       "only creates. Choose 'update existing rows' to change it, or remove the row.")
+            self.error(
+                "nodes",
+                number,
+                "hostname",
+                raw.get("hostname"),
+                f"node {node.hostname} already exists (in rack {node.rack.name}, {node.lifecycle}); this import "
+                "only creates. Choose 'update existing rows' to change it, or remove the row.",
+            )
             return
         serial = plain.get("serial")
         if serial is not None and self.db_node_serials.get(serial, node.hostname) != node.hostname:
-            self.error("nodes", number, "serial", raw.get("serial"),
-                       f"serial already belongs to node {self.db_node_serials[serial]}.")
+            self.error(
+                "nodes",
+                number,
+                "serial",
+                raw.get("serial"),
+                f"serial already belongs to node {self.db_node_serials[serial]}.",
+            )
             return
         values = {**plain, **refs}
-        locked = {"rack": "rack_id", "u_position": "u_position", "node_type": "node_type_id",
-                  "fabric_domain": "fabric_domain_id", "leaf_switch": "leaf_switch"}
+        locked = {
+            "rack": "rack_id",
+            "u_position": "u_position",
+            "node_type": "node_type_id",
+            "fabric_domain": "fabric_domain_id",
+            "leaf_switch": "leaf_switch",
+        }
         if node.pk in self.allocated_ids:
-            moved = [col for col, attr in locked.items() if col in values and
-                     getattr(values[col], "pk", values[col]) != getattr(node, attr)]
+            moved = [
+                col
+                for col, attr in locked.items()
+                if col in values and getattr(values[col], "pk", values[col]) != getattr(node, attr)
+            ]
             if moved:
                 for col in moved:
-                    self.error("nodes", number, col, raw.get(col),
-                               f"{node.hostname} carries a tenant allocation; its {col} cannot change under it. "
-                               "Drain it first, or leave the cell empty.")
+                    self.error(
+                        "nodes",
+                        number,
+                        col,
+                        raw.get(col),
+                        f"{node.hostname} carries a tenant allocation; its {col} cannot change under it. "
+                        "Drain it first, or leave the cell empty.",
+                    )
                 return
         new_type = refs.get("node_type")
         if new_type is not None and new_type.pk != node.node_type_id:
-            surplus = sum(1 for (node_id, index) in self.db_gpu_slots if node_id == node.pk and index >= new_type.gpus_per_node)
+            surplus = sum(
+                1 for (node_id, index) in self.db_gpu_slots if node_id == node.pk and index >= new_type.gpus_per_node
+            )
             if surplus:
-                self.error("nodes", number, "node_type", raw.get("node_type"),
-                           f"{node.hostname} has {surplus} GPU(s) beyond the {new_type.gpus_per_node} of {new_type.slug}.")
+                self.error(
+                    "nodes",
+                    number,
+                    "node_type",
+                    raw.get("node_type"),
+                    f"{node.hostname} has {surplus} GPU(s) beyond the {new_type.gpus_per_node} of {new_type.slug}.",
+                )
                 return
 
-        self._update("nodes", number, node.hostname, node, values, raw, exclude={"rack", "node_type", "fabric_domain"},
-                     check=lambda row, updated: self._placement(row, updated, placed, exclude_pk=updated.pk))
+        self._update(
+            "nodes",
+            number,
+            node.hostname,
+            node,
+            values,
+            raw,
+            exclude={"rack", "node_type", "fabric_domain"},
+            check=lambda row, updated: self._placement(row, updated, placed, exclude_pk=updated.pk),
+        )
         self.file_nodes[node.hostname] = node
 
     def _placement(self, number: int, node: Node, placed, *, exclude_pk) -> bool:
         rack = node.rack
         rack_key = rack.pk if rack.pk and not rack._state.adding else ("new", rack.name)
-        occupants = [] if rack._state.adding else [
-            (h, u, height, kw) for (pk, h, u, height, kw) in self.rack_occupants.get(rack.pk, []) if pk != exclude_pk]
+        occupants = (
+            []
+            if rack._state.adding
+            else [
+                (h, u, height, kw)
+                for (pk, h, u, height, kw) in self.rack_occupants.get(rack.pk, [])
+                if pk != exclude_pk
+            ]
+        )
         others = occupants + [o for o in placed[rack_key] if o[0] != node.hostname]
-        problems = placement_errors(rack=rack, node_type=node.node_type, u_position=node.u_position,
-                                    fabric_domain=node.fabric_domain, others=others)
+        problems = placement_errors(
+            rack=rack,
+            node_type=node.node_type,
+            u_position=node.u_position,
+            fabric_domain=node.fabric_domain,
+            others=others,
+        )
         for problem in problems:
-            self.error("nodes", number, "u_position" if problem.startswith("U") else "rack",
-                       f"{rack.name} U{node.u_position}", problem)
+            self.error(
+                "nodes",
+                number,
+                "u_position" if problem.startswith("U") else "rack",
+                f"{rack.name} U{node.u_position}",
+                problem,
+            )
         if problems:
             return False
         placed[rack_key].append((node.hostname, node.u_position, node.node_type.u_height, node.node_type.node_kw))
@@ -572,13 +740,24 @@ class _Planner:
         node = self.file_nodes.get(hostname) or self.db_nodes.get(hostname)
         if node is None:
             rejected = any(e.sheet == "nodes" and e.value == _echo(hostname) for e in self.plan.errors)
-            self.error(sheet, number, "node", raw.get("node"),
-                       "this node's own row has errors (see the nodes sheet)." if rejected else
-                       "no node has this hostname, in the inventory or in this file's nodes sheet.")
+            self.error(
+                sheet,
+                number,
+                "node",
+                raw.get("node"),
+                "this node's own row has errors (see the nodes sheet)."
+                if rejected
+                else "no node has this hostname, in the inventory or in this file's nodes sheet.",
+            )
             return None
         if node.pk in self.allocated_ids:
-            self.error(sheet, number, "node", raw.get("node"),
-                       f"{hostname} carries a tenant allocation; its hardware is not changed under it.")
+            self.error(
+                sheet,
+                number,
+                "node",
+                raw.get("node"),
+                f"{hostname} carries a tenant allocation; its hardware is not changed under it.",
+            )
             return None
         return node
 
@@ -592,18 +771,30 @@ class _Planner:
             if node is None or "index" not in values or uuid is None:
                 continue
             if uuid in self.db_gpu_uuids:
-                self.error("gpus", number, "uuid", raw.get("uuid"),
-                           f"this GPU is already in the inventory, in {self.db_gpu_uuids[uuid]}; the import only adds GPUs.")
+                self.error(
+                    "gpus",
+                    number,
+                    "uuid",
+                    raw.get("uuid"),
+                    f"this GPU is already in the inventory, in {self.db_gpu_uuids[uuid]}; the import only adds GPUs.",
+                )
                 continue
             index = values["index"]
             per_node = node.node_type.gpus_per_node
             if index >= per_node:
-                self.error("gpus", number, "index", raw.get("index"),
-                           f"{node.hostname} is a {node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}).")
+                self.error(
+                    "gpus",
+                    number,
+                    "index",
+                    raw.get("index"),
+                    f"{node.hostname} is a {node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}).",
+                )
                 continue
             slot = (node.hostname, index)
             if (node.pk, index) in self.db_gpu_slots:
-                self.error("gpus", number, "index", raw.get("index"), f"{node.hostname} already has a GPU at index {index}.")
+                self.error(
+                    "gpus", number, "index", raw.get("index"), f"{node.hostname} already has a GPU at index {index}."
+                )
                 continue
             if self._duplicate("gpus", slots, slot, number, "index", raw.get("index")):
                 continue
@@ -623,9 +814,14 @@ class _Planner:
             if node is None or serial is None:
                 continue
             if serial in self.db_drive_serials:
-                self.error("drives", number, "serial", raw.get("serial"),
-                           f"this drive is already in the inventory, in {self.db_drive_serials[serial]}; "
-                           "the import only adds drives.")
+                self.error(
+                    "drives",
+                    number,
+                    "serial",
+                    raw.get("serial"),
+                    f"this drive is already in the inventory, in {self.db_drive_serials[serial]}; "
+                    "the import only adds drives.",
+                )
                 continue
             drive = Drive(node=node, **{k: v for k, v in values.items() if k != "node"})
             if not self._field_errors("drives", number, drive, raw, exclude={"node", "id"}):
@@ -669,9 +865,20 @@ def apply_import(workbook: Workbook, *, allow_updates: set[str] = frozenset(), a
                 raise ImportRejected(plan)
             _write(plan, actor=actor)
     except IntegrityError:
-        plan = ImportPlan(errors=[RowError("", 0, "", "", (
-            "The inventory changed while the import ran (another user added a node, rack or serial from this file); "
-            "nothing was imported. Upload the file again to see the current problems."))])
+        plan = ImportPlan(
+            errors=[
+                RowError(
+                    "",
+                    0,
+                    "",
+                    "",
+                    (
+                        "The inventory changed while the import ran (another user added a node, rack or serial from this file); "
+                        "nothing was imported. Upload the file again to see the current problems."
+                    ),
+                )
+            ]
+        )
         raise ImportRejected(plan) from None
     return plan
 
@@ -685,13 +892,28 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
     for instance, fields, diff in plan.updates:
         instance.save(update_fields=[*fields, "updated_at"])
         label = type(instance)._meta.model_name
-        audits.append(AuditEntry(f"{label}.import_update", instance, before={k: a for k, (a, _) in diff.items()},
-                                 after={k: b for k, (_, b) in diff.items()}, reason="admin import"))
+        audits.append(
+            AuditEntry(
+                f"{label}.import_update",
+                instance,
+                before={k: a for k, (a, _) in diff.items()},
+                after={k: b for k, (_, b) in diff.items()},
+                reason="admin import",
+            )
+        )
         if isinstance(instance, Node):
-            events.append(NodeEvent(node_id=instance.pk, at=now, actor=actor, action="inventory_update",
-                                    from_state=instance.lifecycle, to_state=instance.lifecycle,
-                                    reason="admin import: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in diff.items()),
-                                    request_id=request_id))
+            events.append(
+                NodeEvent(
+                    node_id=instance.pk,
+                    at=now,
+                    actor=actor,
+                    action="inventory_update",
+                    from_state=instance.lifecycle,
+                    to_state=instance.lifecycle,
+                    reason="admin import: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in diff.items()),
+                    request_id=request_id,
+                )
+            )
     Node.objects.bulk_create(plan.new_nodes, batch_size=1000)
     GPU.objects.bulk_create(plan.new_gpus, batch_size=2000)
     Drive.objects.bulk_create(plan.new_drives, batch_size=2000)
@@ -702,25 +924,67 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
     for drive in plan.new_drives:
         drives_by_node[drive.node_id].append(drive.serial)
     for rack in plan.new_racks:
-        audits.append(AuditEntry("rack.import_create", rack, after={
-            "name": rack.name, "hall": str(rack.hall), "row": rack.row, "column": rack.column, "u_height": rack.u_height,
-            "rated_power_kw": str(rack.rated_power_kw), "cooling": rack.cooling,
-            "cooling_capacity_kw": str(rack.cooling_capacity_kw)}, reason="admin import"))
+        audits.append(
+            AuditEntry(
+                "rack.import_create",
+                rack,
+                after={
+                    "name": rack.name,
+                    "hall": str(rack.hall),
+                    "row": rack.row,
+                    "column": rack.column,
+                    "u_height": rack.u_height,
+                    "rated_power_kw": str(rack.rated_power_kw),
+                    "cooling": rack.cooling,
+                    "cooling_capacity_kw": str(rack.cooling_capacity_kw),
+                },
+                reason="admin import",
+            )
+        )
     new_ids = set()
     for node in plan.new_nodes:
         new_ids.add(node.pk)
-        events.append(NodeEvent(node_id=node.pk, at=now, actor=actor, action="enrol", from_state="",
-                                to_state=Lifecycle.ENROLLED, reason="enrolled by admin import", request_id=request_id))
-        audits.append(AuditEntry("node.import_create", node, after={
-            "hostname": node.hostname, "serial": node.serial, "rack": node.rack.name, "u_position": node.u_position,
-            "node_type": node.node_type.slug, "fabric_domain": node.fabric_domain.name if node.fabric_domain else None,
-            "bmc_address": node.bmc_address, "gpus": gpus_by_node.get(node.pk, []),
-            "drives": drives_by_node.get(node.pk, [])}, reason="admin import"))
+        events.append(
+            NodeEvent(
+                node_id=node.pk,
+                at=now,
+                actor=actor,
+                action="enrol",
+                from_state="",
+                to_state=Lifecycle.ENROLLED,
+                reason="enrolled by admin import",
+                request_id=request_id,
+            )
+        )
+        audits.append(
+            AuditEntry(
+                "node.import_create",
+                node,
+                after={
+                    "hostname": node.hostname,
+                    "serial": node.serial,
+                    "rack": node.rack.name,
+                    "u_position": node.u_position,
+                    "node_type": node.node_type.slug,
+                    "fabric_domain": node.fabric_domain.name if node.fabric_domain else None,
+                    "bmc_address": node.bmc_address,
+                    "gpus": gpus_by_node.get(node.pk, []),
+                    "drives": drives_by_node.get(node.pk, []),
+                },
+                reason="admin import",
+            )
+        )
     # hardware added to nodes that were already in the inventory
     for node_id in (set(gpus_by_node) | set(drives_by_node)) - new_ids:
         node = next(g.node for g in plan.new_gpus + plan.new_drives if g.node_id == node_id)
-        audits.append(AuditEntry("node.import_hardware", node, after={
-            "gpus": gpus_by_node.get(node_id, []), "drives": drives_by_node.get(node_id, [])}, reason="admin import"))
+        audits.append(
+            AuditEntry(
+                "node.import_hardware",
+                node,
+                after={"gpus": gpus_by_node.get(node_id, []), "drives": drives_by_node.get(node_id, [])},
+                reason="admin import",
+            )
+        )
     NodeEvent.objects.bulk_create(events, batch_size=2000)
     record_audits(actor=actor, entries=audits)
 
@@ -729,6 +993,7 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
 # The previewed bytes are kept server-side (never round-tripped through the browser) under an
 # unguessable id bound to the user; confirming claims them with an atomic rename, so a double
 # submit applies the import once and the second answers that it was already used.
+
 
 def _staging_dir() -> Path:
     path = Path(settings.VAR_DIR) / "admin-imports"
@@ -749,11 +1014,16 @@ def stage_workbook(*, workbook: Workbook, filename: str, user_id, options: dict)
     them against the database but does not parse the spreadsheet a second time."""
     token = secrets.token_urlsafe(24)
     base = _staging_dir() / token
-    sheets = {name: {"headers": sheet.headers, "rows": [[n, [_cell_json(c) for c in cells]] for n, cells in sheet.rows]}
-              for name, sheet in workbook.sheets.items()}
+    sheets = {
+        name: {"headers": sheet.headers, "rows": [[n, [_cell_json(c) for c in cells]] for n, cells in sheet.rows]}
+        for name, sheet in workbook.sheets.items()
+    }
     base.with_suffix(".data").write_text(json.dumps({"sheets": sheets}))
-    base.with_suffix(".json").write_text(json.dumps({"user": str(user_id), "filename": filename, "options": options,
-                                                     "staged_at": timezone.now().isoformat()}))
+    base.with_suffix(".json").write_text(
+        json.dumps(
+            {"user": str(user_id), "filename": filename, "options": options, "staged_at": timezone.now().isoformat()}
+        )
+    )
     _sweep_stale()
     return token
 
@@ -773,8 +1043,10 @@ def claim_staged(*, token: str, user_id) -> tuple[str, Workbook, dict] | None:
         return None
     try:
         stored = json.loads(claimed.read_text())["sheets"]
-        sheets = {name: Sheet(name, sheet["headers"], [(n, cells) for n, cells in sheet["rows"]])
-                  for name, sheet in stored.items()}
+        sheets = {
+            name: Sheet(name, sheet["headers"], [(n, cells) for n, cells in sheet["rows"]])
+            for name, sheet in stored.items()
+        }
         return meta["filename"], Workbook(sheets, []), meta.get("options", {})
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -798,12 +1070,26 @@ def _sweep_stale() -> None:
 
 def record_enrolment(node: Node, *, actor: str, reason: str) -> NodeEvent:
     """A node added one at a time (the admin's add form) gets the same enrol event as an import."""
-    return NodeEvent.objects.create(node=node, at=timezone.now(), actor=actor, action="enrol", from_state="",
-                                    to_state=node.lifecycle, reason=reason, request_id=current_request_id())
+    return NodeEvent.objects.create(
+        node=node,
+        at=timezone.now(),
+        actor=actor,
+        action="enrol",
+        from_state="",
+        to_state=node.lifecycle,
+        reason=reason,
+        request_id=current_request_id(),
+    )
 
 
 def record_inventory_update(node: Node, *, actor: str, changes: dict) -> NodeEvent:
     return NodeEvent.objects.create(
-        node=node, at=timezone.now(), actor=actor, action="inventory_update", from_state=node.lifecycle,
-        to_state=node.lifecycle, reason="admin: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()),
-        request_id=current_request_id())
+        node=node,
+        at=timezone.now(),
+        actor=actor,
+        action="inventory_update",
+        from_state=node.lifecycle,
+        to_state=node.lifecycle,
+        reason="admin: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()),
+        request_id=current_request_id(),
+    )

@@ -6,6 +6,7 @@ same node from the same state — the database settles it), sets or clears the s
 deadline, and writes the node event. `InvalidTransition` carries what *is* allowed so APIs can
 answer `409 invalid_transition` with the reason.
 """
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,7 +26,7 @@ from .drive_gate import EXIT_OF_STATE, gate_status
 # A node in these states has no agent any more: its tokens are revoked when it gets there.
 GONE = frozenset({L.RETIRED, L.DISPOSED})
 
-# from-state → the states it may move to (DESIGN.md, "Node"). Extra edges beyond the design
+# from-state → the states it may move to (docs/design, "Node"). Extra edges beyond the design
 # table are marked with why they exist.
 TRANSITIONS: dict[str, frozenset[str]] = {
     # intake
@@ -33,29 +34,44 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     L.BURN_IN: frozenset({L.AVAILABLE, L.BURN_IN_FAILED}),
     L.BURN_IN_FAILED: frozenset({L.TRIAGE}),
     # tenant use
-    L.AVAILABLE: frozenset({L.PROVISIONING, L.QUARANTINED, L.DECOMMISSIONING,
-                            L.VALIDATING}),  # operator "validate": re-check a suspect idle node
-    L.PROVISIONING: frozenset({L.ACTIVE, L.PROVISION_FAILED,
-                               L.RELEASING,  # cancelled before it became active
-                               L.QUARANTINED}),
-    L.PROVISION_FAILED: frozenset({L.WIPING,  # clean up whatever was half-provisioned
-                                   L.TRIAGE}),
+    L.AVAILABLE: frozenset(
+        {L.PROVISIONING, L.QUARANTINED, L.DECOMMISSIONING, L.VALIDATING}
+    ),  # operator "validate": re-check a suspect idle node
+    L.PROVISIONING: frozenset(
+        {
+            L.ACTIVE,
+            L.PROVISION_FAILED,
+            L.RELEASING,  # cancelled before it became active
+            L.QUARANTINED,
+        }
+    ),
+    L.PROVISION_FAILED: frozenset(
+        {
+            L.WIPING,  # clean up whatever was half-provisioned
+            L.TRIAGE,
+        }
+    ),
     L.ACTIVE: frozenset({L.RELEASING, L.QUARANTINED}),
     L.RELEASING: frozenset({L.WIPING, L.WIPE_FAILED}),  # stop never confirmed → cannot be wiped safely
     L.WIPING: frozenset({L.AVAILABLE, L.WIPE_FAILED}),
-    L.WIPE_FAILED: frozenset({L.WIPING,  # operator retry
-                              L.TRIAGE}),
+    L.WIPE_FAILED: frozenset(
+        {
+            L.WIPING,  # operator retry
+            L.TRIAGE,
+        }
+    ),
     # health
     L.QUARANTINED: frozenset({L.DRAINING, L.TRIAGE}),  # fatal signals skip remediation
     L.DRAINING: frozenset({L.REMEDIATING, L.TRIAGE}),
     L.REMEDIATING: frozenset({L.VALIDATING, L.TRIAGE}),
-    L.VALIDATING: frozenset({L.AVAILABLE, L.TRIAGE,
-                             L.WIPING}),  # passed, but was pulled from a tenant unwiped: wipe first
-    L.TRIAGE: frozenset({L.REPAIR, L.RMA, L.DECOMMISSIONING,
-                         L.VALIDATING}),  # diagnosis found nothing hardware: re-validate
+    L.VALIDATING: frozenset(
+        {L.AVAILABLE, L.TRIAGE, L.WIPING}
+    ),  # passed, but was pulled from a tenant unwiped: wipe first
+    L.TRIAGE: frozenset(
+        {L.REPAIR, L.RMA, L.DECOMMISSIONING, L.VALIDATING}
+    ),  # diagnosis found nothing hardware: re-validate
     L.REPAIR: frozenset({L.BURN_IN}),
-    L.RMA: frozenset({L.DECOMMISSIONING,
-                      L.BURN_IN}),  # replaced hardware comes back through burn-in
+    L.RMA: frozenset({L.DECOMMISSIONING, L.BURN_IN}),  # replaced hardware comes back through burn-in
     # end of life
     L.DECOMMISSIONING: frozenset({L.SANITIZING}),
     L.SANITIZING: frozenset({L.RETIRED}),
@@ -118,11 +134,16 @@ class ExitRefused(InvalidTransition):
     def __init__(self, node: Node, to_state: str, status):
         self.status = status
         missing = status.missing
-        super().__init__(node, to_state, (
-            f"{node.hostname} cannot go to {to_state}: the drive gate is not met ({len(missing)} open: "
-            f"{'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}). Every drive the agent reported needs "
-            f"a verified {', '.join(sorted({d.required for d in status.drives})) or 'sanitisation'} record with "
-            "evidence first."))
+        super().__init__(
+            node,
+            to_state,
+            (
+                f"{node.hostname} cannot go to {to_state}: the drive gate is not met ({len(missing)} open: "
+                f"{'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}). Every drive the agent reported needs "
+                f"a verified {', '.join(sorted({d.required for d in status.drives})) or 'sanitisation'} record with "
+                "evidence first."
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -144,8 +165,16 @@ def _deadline_for(state: str, now):
 
 
 @transaction.atomic
-def transition(node: Node, to_state: str, *, actor: str, action: str, reason: str = "",
-               target_lifecycle: str = "", last_error: str | None = None) -> Node:
+def transition(
+    node: Node,
+    to_state: str,
+    *,
+    actor: str,
+    action: str,
+    reason: str = "",
+    target_lifecycle: str = "",
+    last_error: str | None = None,
+) -> Node:
     """Move one node. Raises InvalidTransition if the table forbids it or the node has moved."""
     from_state = node.lifecycle
     if not can_transition(from_state, to_state):
@@ -155,8 +184,12 @@ def transition(node: Node, to_state: str, *, actor: str, action: str, reason: st
         if not status.passed:
             raise ExitRefused(node, to_state, status)
     now = timezone.now()
-    updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now),
-               "target_lifecycle": target_lifecycle, "updated_at": now}
+    updates = {
+        "lifecycle": to_state,
+        "state_deadline": _deadline_for(to_state, now),
+        "target_lifecycle": target_lifecycle,
+        "updated_at": now,
+    }
     if last_error is not None:
         updates["last_error"] = last_error
     if to_state != from_state:
@@ -167,8 +200,16 @@ def transition(node: Node, to_state: str, *, actor: str, action: str, reason: st
         raise InvalidTransition(node, to_state, f"{node.hostname} changed state concurrently (now {current}); retry.")
     for field, value in updates.items():
         setattr(node, field, value)
-    NodeEvent.objects.create(node=node, at=now, actor=actor, action=action, from_state=from_state, to_state=to_state,
-                             reason=reason, request_id=current_request_id())
+    NodeEvent.objects.create(
+        node=node,
+        at=now,
+        actor=actor,
+        action=action,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason,
+        request_id=current_request_id(),
+    )
     if to_state in GONE:
         _revoke_tokens_on_commit([node], actor=actor, to_state=to_state)
     return node
@@ -179,15 +220,17 @@ def _revoke_tokens_on_commit(nodes: list[Node], *, actor: str, to_state: str) ->
     hiccup must not turn a committed retirement into an error; the control-plane agent routes
     refuse gone nodes anyway, and a gone node gets no new metering grants."""
     for node in nodes:
-        transaction.on_commit(lambda node=node: revoke_node_agent_tokens(node=node, actor=actor,
-                                                                         reason=f"node {to_state}"), robust=True)
+        transaction.on_commit(
+            lambda node=node: revoke_node_agent_tokens(node=node, actor=actor, reason=f"node {to_state}"), robust=True
+        )
 
 
 # No savepoint: the batch is all-or-nothing inside its caller's transaction, and placement calls
 # this on its hot path where each savepoint is two extra round trips.
 @transaction.atomic(savepoint=False)
-def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action: str, reason: str = "",
-                    last_error: str | None = None) -> list[Change]:
+def transition_many(
+    nodes: Iterable[Node], to_state: str, *, actor: str, action: str, reason: str = "", last_error: str | None = None
+) -> list[Change]:
     """Move a batch of nodes (loops): one UPDATE per from-state and one INSERT of events.
 
     Nodes whose current state does not allow the move, or that moved concurrently, are left
@@ -211,8 +254,14 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
     request_id = current_request_id()
     moved_all: set = set()
     for from_state, group in by_state.items():
-        updates = {"lifecycle": to_state, "state_deadline": _deadline_for(to_state, now), "target_lifecycle": "",
-                   "failed_attempts": 0, "next_attempt_at": None, "updated_at": now}
+        updates = {
+            "lifecycle": to_state,
+            "state_deadline": _deadline_for(to_state, now),
+            "target_lifecycle": "",
+            "failed_attempts": 0,
+            "next_attempt_at": None,
+            "updated_at": now,
+        }
         if last_error is not None:
             updates["last_error"] = last_error
         ids = [n.pk for n in group]
@@ -223,19 +272,37 @@ def transition_many(nodes: Iterable[Node], to_state: str, *, actor: str, action:
         for node in group:
             if node.pk in moved:
                 changes.append(Change(node.pk, from_state, to_state))
-                events.append(NodeEvent(node_id=node.pk, at=now, actor=actor, action=action, from_state=from_state,
-                                        to_state=to_state, reason=reason, request_id=request_id))
+                events.append(
+                    NodeEvent(
+                        node_id=node.pk,
+                        at=now,
+                        actor=actor,
+                        action=action,
+                        from_state=from_state,
+                        to_state=to_state,
+                        reason=reason,
+                        request_id=request_id,
+                    )
+                )
                 for field, value in updates.items():
                     setattr(node, field, value)
     NodeEvent.objects.bulk_create(events, batch_size=2000)
     if to_state in GONE:
-        _revoke_tokens_on_commit([n for group in by_state.values() for n in group if n.pk in moved_all],
-                                 actor=actor, to_state=to_state)
+        _revoke_tokens_on_commit(
+            [n for group in by_state.values() for n in group if n.pk in moved_all], actor=actor, to_state=to_state
+        )
     return changes
 
 
 def record_node_event(node: Node, *, actor: str, action: str, reason: str = "") -> NodeEvent:
     """An action that changes no lifecycle (cordon, a flag, an agent result) still leaves a trace."""
-    return NodeEvent.objects.create(node=node, at=timezone.now(), actor=actor, action=action,
-                                    from_state=node.lifecycle, to_state=node.lifecycle, reason=reason,
-                                    request_id=current_request_id())
+    return NodeEvent.objects.create(
+        node=node,
+        at=timezone.now(),
+        actor=actor,
+        action=action,
+        from_state=node.lifecycle,
+        to_state=node.lifecycle,
+        reason=reason,
+        request_id=current_request_id(),
+    )

@@ -3,6 +3,7 @@ repair and decommissioning. Each is a registered `OperatorAction`; `perform_oper
 the node and checks `refusal()` before `execute()` runs. Every action writes a node event and
 an audit row; lifecycle moves go through `transition()`.
 """
+
 from typing import ClassVar
 
 from django.utils import timezone
@@ -23,17 +24,22 @@ _IN_FLEET = frozenset(L.values) - _GONE
 
 
 def _state_snapshot(node: Node) -> dict:
-    return {"lifecycle": node.lifecycle, "cordoned": node.cordoned, "cordon_reason": node.cordon_reason,
-            "attribution": node.attribution,
-            "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None}
+    return {
+        "lifecycle": node.lifecycle,
+        "cordoned": node.cordoned,
+        "cordon_reason": node.cordon_reason,
+        "attribution": node.attribution,
+        "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None,
+    }
 
 
 def _save_flags(node: Node, *, actor: str, action: str, reason: str, before: dict, fields: list[str]) -> Node:
     node.updated_at = timezone.now()
     node.save(update_fields=[*fields, "updated_at"])
     record_node_event(node, actor=actor, action=action, reason=reason)
-    record_audit(actor=actor, action=f"node.{action}", target=node, before=before, after=_state_snapshot(node),
-                 reason=reason)
+    record_audit(
+        actor=actor, action=f"node.{action}", target=node, before=before, after=_state_snapshot(node), reason=reason
+    )
     return node
 
 
@@ -57,12 +63,16 @@ class Cordon(OperatorAction):
 
     def refusal(self, node):
         if node.cordoned and node.lifecycle in self.allowed_states:
-            return f"{node.hostname} is already cordoned ({node.cordon_reason}); uncordon it first to change the reason."
+            return (
+                f"{node.hostname} is already cordoned ({node.cordon_reason}); uncordon it first to change the reason."
+            )
         return super().refusal(node)
 
     def execute(self, node, *, actor, reason):
         before = _state_snapshot(node)
-        return _save_flags(node, actor=actor, action=self.name, reason=reason, before=before, fields=_cordon(node, reason))
+        return _save_flags(
+            node, actor=actor, action=self.name, reason=reason, before=before, fields=_cordon(node, reason)
+        )
 
 
 class Uncordon(OperatorAction):
@@ -81,8 +91,14 @@ class Uncordon(OperatorAction):
         before = _state_snapshot(node)
         node.cordoned, node.cordon_reason, node.attribution = False, "", ""
         node.drain_requested_at = node.drain_deadline = None
-        return _save_flags(node, actor=actor, action=self.name, reason=reason, before=before,
-                           fields=["cordoned", "cordon_reason", "attribution", "drain_requested_at", "drain_deadline"])
+        return _save_flags(
+            node,
+            actor=actor,
+            action=self.name,
+            reason=reason,
+            before=before,
+            fields=["cordoned", "cordon_reason", "attribution", "drain_requested_at", "drain_deadline"],
+        )
 
 
 class Drain(OperatorAction):
@@ -127,8 +143,14 @@ class TransitionAction(OperatorAction):
         transition(node, self.to_state, actor=actor, action=self.name, reason=reason)
         if self.agent_action:
             request_agent_action(node=node, action=self.agent_action, actor=actor, reason=reason)
-        record_audit(actor=actor, action=f"node.{self.name}", target=node, before=before,
-                     after=_state_snapshot(node), reason=reason)
+        record_audit(
+            actor=actor,
+            action=f"node.{self.name}",
+            target=node,
+            before=before,
+            after=_state_snapshot(node),
+            reason=reason,
+        )
         return node
 
 

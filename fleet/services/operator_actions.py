@@ -4,6 +4,7 @@
 `POST /api/v1/ops/nodes/{id}/actions`: it locks the node, checks the action's permission and
 allowed states, and runs it; every action leaves a node event and an audit row.
 """
+
 from django.db import transaction
 
 from core.services.permissions import has_permission, require_permission
@@ -13,8 +14,14 @@ from . import end_of_life_actions, lifecycle_actions
 from .action_base import ActionRefused, OperatorAction
 from .lifecycle import InvalidTransition
 
-__all__ = ["ACTION_CLASSES", "REGISTRY", "ActionRefused", "OperatorAction", "available_actions",
-           "perform_operator_action"]
+__all__ = [
+    "ACTION_CLASSES",
+    "REGISTRY",
+    "ActionRefused",
+    "OperatorAction",
+    "available_actions",
+    "perform_operator_action",
+]
 
 
 # Every operator action, in the order the console shows them. One explicit list: adding an
@@ -61,5 +68,3 @@ def perform_operator_action(*, node_id, action: str, actor: str, reason: str = "
     if refusal is not None:
         raise InvalidTransition(node, action, refusal)
     return handler.execute(node, actor=actor, reason=reason)
-
-

@@ -5,6 +5,7 @@ Points are written from the same selector as the power page (`racks_with_draw`),
 carries the page's source mix; an hour's point is the mean of its minutes, its `kw_max` the
 highest minute, and its source the minutes' source if they all agree, else `mixed`.
 """
+
 from datetime import datetime, timedelta
 
 from django.db.models import Avg, Count, Max, Min
@@ -30,9 +31,20 @@ def _minute(moment: datetime) -> datetime:
 def record_minute(*, now: datetime) -> int:
     """This minute's point for every occupied rack (a second run in the same minute writes nothing)."""
     at = _minute(now)
-    points = [PowerPoint(rack_id=r.pk, resolution=RESOLUTION_MINUTE, at=at, kw=round(r.drawn, 3), kw_max=round(r.drawn, 3),
-                         source=r.sources.source, nodes=r.node_count, measured_nodes=r.sources.measured)
-              for r in racks_with_draw(now=now) if r.node_count]
+    points = [
+        PowerPoint(
+            rack_id=r.pk,
+            resolution=RESOLUTION_MINUTE,
+            at=at,
+            kw=round(r.drawn, 3),
+            kw_max=round(r.drawn, 3),
+            source=r.sources.source,
+            nodes=r.node_count,
+            measured_nodes=r.sources.measured,
+        )
+        for r in racks_with_draw(now=now)
+        if r.node_count
+    ]
     PowerPoint.objects.bulk_create(points, batch_size=BATCH, ignore_conflicts=True)
     return len(points)
 
@@ -45,13 +57,33 @@ def downsample(*, now: datetime) -> int:
         hour = this_hour - back * HOUR
         if PowerPoint.objects.filter(resolution=RESOLUTION_HOUR, at=hour).exists():
             continue
-        rows = (PowerPoint.objects.filter(resolution=RESOLUTION_MINUTE, at__gte=hour, at__lt=hour + HOUR)
-                .values("rack_id").annotate(kw=Avg("kw"), kw_max=Max("kw_max"), lo=Min("source"), hi=Max("source"),
-                                            nodes=Max("nodes"), measured=Min("measured_nodes"), n=Count("id"))
-                .order_by())
-        points = [PowerPoint(rack_id=r["rack_id"], resolution=RESOLUTION_HOUR, at=hour, kw=round(r["kw"], 3),
-                             kw_max=r["kw_max"], source=r["lo"] if r["lo"] == r["hi"] else "mixed",
-                             nodes=r["nodes"], measured_nodes=r["measured"]) for r in rows]
+        rows = (
+            PowerPoint.objects.filter(resolution=RESOLUTION_MINUTE, at__gte=hour, at__lt=hour + HOUR)
+            .values("rack_id")
+            .annotate(
+                kw=Avg("kw"),
+                kw_max=Max("kw_max"),
+                lo=Min("source"),
+                hi=Max("source"),
+                nodes=Max("nodes"),
+                measured=Min("measured_nodes"),
+                n=Count("id"),
+            )
+            .order_by()
+        )
+        points = [
+            PowerPoint(
+                rack_id=r["rack_id"],
+                resolution=RESOLUTION_HOUR,
+                at=hour,
+                kw=round(r["kw"], 3),
+                kw_max=r["kw_max"],
+                source=r["lo"] if r["lo"] == r["hi"] else "mixed",
+                nodes=r["nodes"],
+                measured_nodes=r["measured"],
+            )
+            for r in rows
+        ]
         PowerPoint.objects.bulk_create(points, batch_size=BATCH, ignore_conflicts=True)
         written += len(points)
     return written

@@ -23,6 +23,7 @@ run that dies midway leaves every batch either done or untouched. Queries per ba
 constant: one claim, one read of agent actions, one of live allocations, then one grouped
 write per kind of change.
 """
+
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -55,8 +56,12 @@ STEPS: dict[str, tuple[str, str, int]] = {
     L.RELEASING: (AgentAction.STOP, L.WIPING, 3),
     L.WIPING: (AgentAction.WIPE, L.AVAILABLE, 3),
 }
-FAILURE: dict[str, str] = {L.BURN_IN: L.BURN_IN_FAILED, L.PROVISIONING: L.PROVISION_FAILED,
-                           L.RELEASING: L.WIPE_FAILED, L.WIPING: L.WIPE_FAILED}
+FAILURE: dict[str, str] = {
+    L.BURN_IN: L.BURN_IN_FAILED,
+    L.PROVISIONING: L.PROVISION_FAILED,
+    L.RELEASING: L.WIPE_FAILED,
+    L.WIPING: L.WIPE_FAILED,
+}
 # Sanitizing has a deadline but no failure move (retiring is gated on sanitisation records):
 # past it the node is only flagged with last_error.
 WORKING_STATES = frozenset(STEPS) | frozenset(DEADLINE_FAILURE) | {L.SANITIZING}
@@ -90,8 +95,15 @@ class PassResult:
     skipped: bool = False  # another run held the lock
 
     def as_dict(self) -> dict:
-        return {"claimed": self.claimed, "batches": self.batches, "moved": dict(self.moved), "queued": self.queued,
-                "retried": self.retried, "complete": self.complete, "skipped": self.skipped}
+        return {
+            "claimed": self.claimed,
+            "batches": self.batches,
+            "moved": dict(self.moved),
+            "queued": self.queued,
+            "retried": self.retried,
+            "complete": self.complete,
+            "skipped": self.skipped,
+        }
 
 
 def _entered_at(node: Node) -> datetime | None:
@@ -108,8 +120,16 @@ def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
     qs = Node.objects.filter(due, lifecycle__in=WORKING_STATES).order_by("pk")
     if after_id is not None:
         qs = qs.filter(pk__gt=after_id)
-    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "failed_attempts", "next_attempt_at", "last_error",
-                 "updated_at")
+    qs = qs.only(
+        "pk",
+        "hostname",
+        "lifecycle",
+        "state_deadline",
+        "failed_attempts",
+        "next_attempt_at",
+        "last_error",
+        "updated_at",
+    )
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     return list(qs[:batch_size])
@@ -120,12 +140,16 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
     step_nodes = [n for n in nodes if n.lifecycle in STEPS]
     actions: dict = defaultdict(list)  # node id → its step's actions since it entered the state, oldest first
     if step_nodes:
-        rows = (NodeAgentAction.objects
-                .filter(node_id__in=[n.pk for n in step_nodes], drive__isnull=True,
-                        action__in={STEPS[n.lifecycle][0] for n in step_nodes})
-                .exclude(state=AgentActionState.CANCELLED)
-                .order_by("created_at")
-                .values_list("node_id", "action", "state", "created_at", "finished_at", "detail"))
+        rows = (
+            NodeAgentAction.objects.filter(
+                node_id__in=[n.pk for n in step_nodes],
+                drive__isnull=True,
+                action__in={STEPS[n.lifecycle][0] for n in step_nodes},
+            )
+            .exclude(state=AgentActionState.CANCELLED)
+            .order_by("created_at")
+            .values_list("node_id", "action", "state", "created_at", "finished_at", "detail")
+        )
         for row in rows:
             actions[row[0]].append(row)
     draining = [n.pk for n in nodes if n.lifecycle == L.DRAINING]
@@ -143,9 +167,17 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
             entered = _entered_at(node)
             # This visit's work: anything pending, and results requested or finished since the node
             # entered the state (work queued just before the move, e.g. by placement, counts too).
-            mine = [a for a in actions[node.pk] if a[1] == step and (
-                entered is None or a[2] == AgentActionState.PENDING or a[3] >= entered
-                or (a[4] is not None and a[4] >= entered))]
+            mine = [
+                a
+                for a in actions[node.pk]
+                if a[1] == step
+                and (
+                    entered is None
+                    or a[2] == AgentActionState.PENDING
+                    or a[3] >= entered
+                    or (a[4] is not None and a[4] >= entered)
+                )
+            ]
             if any(a[2] == AgentActionState.SUCCEEDED for a in mine):
                 advance[success].append(node)
                 continue
@@ -178,24 +210,33 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
             advance[L.REMEDIATING].append(node)
 
     for to_state, group in advance.items():
-        changes = transition_many(group, to_state, actor=ACTOR, action="reconcile",
-                                  reason="the agent confirmed the step" if to_state != L.REMEDIATING
-                                  else "the tenant has left the node")
+        changes = transition_many(
+            group,
+            to_state,
+            actor=ACTOR,
+            action="reconcile",
+            reason="the agent confirmed the step" if to_state != L.REMEDIATING else "the tenant has left the node",
+        )
         result.moved[to_state] += len(changes)
         if to_state == L.WIPING and changes:  # start the next step now rather than on the next pass
             moved = {c.node_id for c in changes}
-            result.queued += request_agent_actions(nodes=[n for n in group if n.pk in moved], action=AgentAction.WIPE,
-                                                   actor=ACTOR, reason="tenant workload stopped")
+            result.queued += request_agent_actions(
+                nodes=[n for n in group if n.pk in moved],
+                action=AgentAction.WIPE,
+                actor=ACTOR,
+                reason="tenant workload stopped",
+            )
     for (to_state, error), group in fail.items():
         changes = transition_many(group, to_state, actor=ACTOR, action="reconcile", reason=error, last_error=error)
         result.moved[to_state] += len(changes)
         # The step is abandoned: an agent must not start it after the node was given up on.
-        NodeAgentAction.objects.filter(node_id__in=[c.node_id for c in changes], state=AgentActionState.PENDING,
-                                       drive__isnull=True).update(state=AgentActionState.CANCELLED, finished_at=now,
-                                                                  detail=f"cancelled: {error}")
+        NodeAgentAction.objects.filter(
+            node_id__in=[c.node_id for c in changes], state=AgentActionState.PENDING, drive__isnull=True
+        ).update(state=AgentActionState.CANCELLED, finished_at=now, detail=f"cancelled: {error}")
     for step, group in requeue.items():
-        result.queued += request_agent_actions(nodes=group, action=step, actor=ACTOR,
-                                               reason="reconcile: no pending or finished action for this step")
+        result.queued += request_agent_actions(
+            nodes=group, action=step, actor=ACTOR, reason="reconcile: no pending or finished action for this step"
+        )
     if backing_off:
         Node.objects.bulk_update(backing_off, ["failed_attempts", "next_attempt_at", "last_error"])
     if flagged:
@@ -203,8 +244,9 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
     result.claimed += len(ids)
 
 
-def reconcile_pass(*, batch_size: int = BATCH_SIZE, time_budget_s: float = TIME_BUDGET_S,
-                   now: datetime | None = None, after_batch=None) -> PassResult:
+def reconcile_pass(
+    *, batch_size: int = BATCH_SIZE, time_budget_s: float = TIME_BUDGET_S, now: datetime | None = None, after_batch=None
+) -> PassResult:
     """One pass over every node in a working state, batch by batch (each batch atomic).
     `after_batch(result)` is a hook for tests that kill a run midway."""
     started = time.monotonic()

@@ -4,6 +4,7 @@ Records are evidence: this module only ever creates them (the model refuses upda
 deletes). They come from two places: an operator entering one with evidence, and the node
 agent's `sanitize_drive` results (`record_sanitization_from_agent`).
 """
+
 from datetime import datetime
 
 from django.db import transaction
@@ -31,29 +32,59 @@ class InvalidSanitizationRecord(ValueError):
 
 
 def _record_snapshot(record: SanitizationRecord) -> dict:
-    return {"drive": str(record.drive_id), "method": record.method, "technique": record.technique,
-            "tool": record.tool, "verified": record.verified, "source": record.source}
+    return {
+        "drive": str(record.drive_id),
+        "method": record.method,
+        "technique": record.technique,
+        "tool": record.tool,
+        "verified": record.verified,
+        "source": record.source,
+    }
 
 
 @transaction.atomic
-def record_sanitization(*, drive: Drive, method: str, technique: str, tool: str, verified: bool, evidence: str,
-                        actor: str, source: str = SanitizationSource.OPERATOR,
-                        performed_at: datetime | None = None,
-                        node_agent_action: NodeAgentAction | None = None) -> SanitizationRecord:
+def record_sanitization(
+    *,
+    drive: Drive,
+    method: str,
+    technique: str,
+    tool: str,
+    verified: bool,
+    evidence: str,
+    actor: str,
+    source: str = SanitizationSource.OPERATOR,
+    performed_at: datetime | None = None,
+    node_agent_action: NodeAgentAction | None = None,
+) -> SanitizationRecord:
     """Append one drive's sanitisation record and leave an audit event and a node event."""
     if method not in SanitizationMethod.values:
         raise InvalidSanitizationRecord(f"method must be one of {', '.join(SanitizationMethod.values)}")
     record = SanitizationRecord.objects.create(
-        drive=drive, method=method, technique=technique, tool=tool, verified=verified,
-        evidence=evidence[:MAX_EVIDENCE_CHARS], actor=actor, performed_at=performed_at or timezone.now(),
-        source=source, node_agent_action=node_agent_action,
+        drive=drive,
+        method=method,
+        technique=technique,
+        tool=tool,
+        verified=verified,
+        evidence=evidence[:MAX_EVIDENCE_CHARS],
+        actor=actor,
+        performed_at=performed_at or timezone.now(),
+        source=source,
+        node_agent_action=node_agent_action,
     )
-    record_audit(actor=actor, action="sanitization.record", target=record, after=_record_snapshot(record),
-                 reason=f"{method} of drive {drive.serial}")
+    record_audit(
+        actor=actor,
+        action="sanitization.record",
+        target=record,
+        after=_record_snapshot(record),
+        reason=f"{method} of drive {drive.serial}",
+    )
     node = Node.objects.only("id", "lifecycle", "hostname").get(pk=drive.node_id)
-    record_node_event(node, actor=actor, action="sanitization_record",
-                      reason=f"drive {drive.serial}: {method} ({technique}) "
-                             f"{'verified' if verified else 'NOT verified'}")
+    record_node_event(
+        node,
+        actor=actor,
+        action="sanitization_record",
+        reason=f"drive {drive.serial}: {method} ({technique}) {'verified' if verified else 'NOT verified'}",
+    )
     return record
 
 
@@ -81,10 +112,15 @@ def record_sanitization_from_agent(action: NodeAgentAction) -> SanitizationRecor
     if reported and reported != drive.serial:
         raise InvalidSanitizationRecord(f"the agent reported drive {reported} but the action was for {drive.serial}")
     return record_sanitization(
-        drive=drive, method=payload.get("method", ""), technique=str(payload.get("technique", "")),
-        tool=str(payload.get("tool", "")), verified=payload.get("verified") is True,
-        evidence=str(payload.get("evidence", "")), actor=f"agent:{action.node_id}",
-        source=SanitizationSource.AGENT, performed_at=action.finished_at or timezone.now(),
+        drive=drive,
+        method=payload.get("method", ""),
+        technique=str(payload.get("technique", "")),
+        tool=str(payload.get("tool", "")),
+        verified=payload.get("verified") is True,
+        evidence=str(payload.get("evidence", "")),
+        actor=f"agent:{action.node_id}",
+        source=SanitizationSource.AGENT,
+        performed_at=action.finished_at or timezone.now(),
         node_agent_action=action,
     )
 
@@ -101,9 +137,14 @@ def _stamp_checklist(*, node: Node, field: str, action: str, actor: str, reason:
     setattr(disposal, f"{field}_at", timezone.now())
     setattr(disposal, f"{field}_by", actor)
     disposal.save(update_fields=[f"{field}_at", f"{field}_by"])
-    record_audit(actor=actor, action=f"node.{action}", target=node,
-                 before={f"{field}_at": previous.isoformat() if previous else None},
-                 after={f"{field}_at": getattr(disposal, f"{field}_at").isoformat()}, reason=reason)
+    record_audit(
+        actor=actor,
+        action=f"node.{action}",
+        target=node,
+        before={f"{field}_at": previous.isoformat() if previous else None},
+        after={f"{field}_at": getattr(disposal, f"{field}_at").isoformat()},
+        reason=reason,
+    )
     record_node_event(node, actor=actor, action=action, reason=reason)
     return disposal
 
@@ -111,14 +152,24 @@ def _stamp_checklist(*, node: Node, field: str, action: str, actor: str, reason:
 @transaction.atomic
 def record_bmc_reset(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
     """BMC credentials reset to factory and its logs cleared (part of what must not leave)."""
-    return _stamp_checklist(node=node, field="bmc_reset", action="bmc_reset", actor=actor,
-                            reason=reason or "BMC credentials reset, logs cleared")
+    return _stamp_checklist(
+        node=node,
+        field="bmc_reset",
+        action="bmc_reset",
+        actor=actor,
+        reason=reason or "BMC credentials reset, logs cleared",
+    )
 
 
 @transaction.atomic
 def record_asset_tags_removed(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
-    return _stamp_checklist(node=node, field="asset_tags_removed", action="asset_tags_removed", actor=actor,
-                            reason=reason or "asset tags removed")
+    return _stamp_checklist(
+        node=node,
+        field="asset_tags_removed",
+        action="asset_tags_removed",
+        actor=actor,
+        reason=reason or "asset tags removed",
+    )
 
 
 class CustodyRefused(Exception):
@@ -133,9 +184,18 @@ class CustodyRefused(Exception):
 
 
 @transaction.atomic
-def record_custody_transfer(*, node: Node, from_party: str, to_party: str, document_ref: str, actor: str,
-                            at: datetime | None = None, kind: str = CustodyKind.DISPOSAL, carrier: str = "",
-                            drive_status: list[dict] | None = None) -> CustodyTransfer:
+def record_custody_transfer(
+    *,
+    node: Node,
+    from_party: str,
+    to_party: str,
+    document_ref: str,
+    actor: str,
+    at: datetime | None = None,
+    kind: str = CustodyKind.DISPOSAL,
+    carrier: str = "",
+    drive_status: list[dict] | None = None,
+) -> CustodyTransfer:
     """Hand the node to the next party. A disposal transfer (buyer, recycler) passes the drive
     gate first; an RMA shipment with the drives aboard names the carrier and declares every
     inventoried drive's status instead (the RMA move checks the declaration covers them all)."""
@@ -149,17 +209,40 @@ def record_custody_transfer(*, node: Node, from_party: str, to_party: str, docum
         if undeclared or gate.problems and not gate.drives:
             raise CustodyRefused(
                 f"Declare the status of every drive the agent reported; missing: {', '.join(undeclared) or 'inventory'}.",
-                gate)
+                gate,
+            )
     else:
         gate = gate_status([node.pk], CUSTODY)[node.pk]
         if not gate.passed:
             raise CustodyRefused(f"{node.hostname} cannot leave custody yet: {'; '.join(gate.missing[:5])}.", gate)
-    transfer = CustodyTransfer.objects.create(node=node, from_party=from_party, to_party=to_party, kind=kind,
-                                              carrier=carrier, drive_status=drive_status,
-                                              document_ref=document_ref, at=at or timezone.now(), recorded_by=actor)
-    record_audit(actor=actor, action="node.custody_transfer", target=node,
-                 after={"from": from_party, "to": to_party, "document_ref": document_ref, "kind": kind,
-                        "carrier": carrier, "drive_status": drive_status})
-    record_node_event(node, actor=actor, action="custody_transfer",
-                      reason=f"{from_party} → {to_party} ({document_ref}){f' by {carrier}' if carrier else ''}")
+    transfer = CustodyTransfer.objects.create(
+        node=node,
+        from_party=from_party,
+        to_party=to_party,
+        kind=kind,
+        carrier=carrier,
+        drive_status=drive_status,
+        document_ref=document_ref,
+        at=at or timezone.now(),
+        recorded_by=actor,
+    )
+    record_audit(
+        actor=actor,
+        action="node.custody_transfer",
+        target=node,
+        after={
+            "from": from_party,
+            "to": to_party,
+            "document_ref": document_ref,
+            "kind": kind,
+            "carrier": carrier,
+            "drive_status": drive_status,
+        },
+    )
+    record_node_event(
+        node,
+        actor=actor,
+        action="custody_transfer",
+        reason=f"{from_party} → {to_party} ({document_ref}){f' by {carrier}' if carrier else ''}",
+    )
     return transfer

@@ -4,6 +4,7 @@ Each run records, per (generation, hall), node counts per lifecycle, GPUs total 
 allocated / in repair and drawn kW, at 5-minute and hourly resolution, then prunes what is past
 retention. Snapshots are measurements, not decisions, so they carry no audit rows.
 """
+
 import math
 import random
 from collections.abc import Iterable
@@ -35,17 +36,30 @@ def current_points(*, now: datetime) -> list[dict]:
     gpus = F("node_type__gpus_per_node")
     rows = (
         Node.objects.values(generation=F("node_type__generation"), hall=F("rack__hall_id"), state=F("lifecycle"))
-        .annotate(nodes=Count("id"), gpus=Coalesce(Sum(gpus), 0),
-                  healthy=Coalesce(Sum(gpus, filter=Q(health=Health.HEALTHY)), 0),
-                  power=Coalesce(Sum(drawn_kw_expr(now)), 0.0))
+        .annotate(
+            nodes=Count("id"),
+            gpus=Coalesce(Sum(gpus), 0),
+            healthy=Coalesce(Sum(gpus, filter=Q(health=Health.HEALTHY)), 0),
+            power=Coalesce(Sum(drawn_kw_expr(now)), 0.0),
+        )
         .order_by()
     )
     points: dict[tuple, dict] = {}
     for r in rows:
-        p = points.setdefault((r["generation"], r["hall"]), {
-            "generation": r["generation"], "hall_id": r["hall"], "nodes": 0, "gpus_total": 0, "gpus_healthy": 0,
-            "gpus_allocated": 0, "gpus_in_repair": 0, "nodes_by_lifecycle": {}, "power_kw": 0.0,
-        })
+        p = points.setdefault(
+            (r["generation"], r["hall"]),
+            {
+                "generation": r["generation"],
+                "hall_id": r["hall"],
+                "nodes": 0,
+                "gpus_total": 0,
+                "gpus_healthy": 0,
+                "gpus_allocated": 0,
+                "gpus_in_repair": 0,
+                "nodes_by_lifecycle": {},
+                "power_kw": 0.0,
+            },
+        )
         p["nodes"] += r["nodes"]
         p["gpus_total"] += r["gpus"]
         p["gpus_healthy"] += r["healthy"]
@@ -100,8 +114,10 @@ def backfill_history(*, now: datetime, days: int = 30, seed: int = 11) -> int:
     rng = random.Random(seed)
     points = current_points(now=now)
     rows: list[FleetSnapshot] = []
-    schedule = [(SnapshotResolution.HOURLY, timedelta(hours=1), timedelta(days=days)),
-                (SnapshotResolution.FIVE_MINUTES, FIVE_MINUTES, KEEP_FIVE_MINUTE)]
+    schedule = [
+        (SnapshotResolution.HOURLY, timedelta(hours=1), timedelta(days=days)),
+        (SnapshotResolution.FIVE_MINUTES, FIVE_MINUTES, KEEP_FIVE_MINUTE),
+    ]
     for resolution, step, span in schedule:
         start = _floor(now - span, step)
         moment = start
@@ -114,13 +130,22 @@ def backfill_history(*, now: datetime, days: int = 30, seed: int = 11) -> int:
                 repair = per_node * rng.randint(0, max(1, p["nodes"] // 100))
                 rated_kw_per_node = p["power_kw"] / max(p["nodes"], 1)
                 busy_nodes = allocated // max(per_node, 1)
-                rows.append(FleetSnapshot(
-                    at=moment, resolution=resolution, generation=p["generation"], hall_id=p["hall_id"], nodes=p["nodes"],
-                    gpus_total=total, gpus_healthy=total - repair, gpus_allocated=allocated, gpus_in_repair=repair,
-                    nodes_by_lifecycle={"active": busy_nodes, "available": p["nodes"] - busy_nodes},
-                    # idle nodes draw about 40 % of their rated maximum, busy ones about 85 %
-                    power_kw=round(rated_kw_per_node * (0.85 * busy_nodes + 0.40 * (p["nodes"] - busy_nodes)), 2),
-                ))
+                rows.append(
+                    FleetSnapshot(
+                        at=moment,
+                        resolution=resolution,
+                        generation=p["generation"],
+                        hall_id=p["hall_id"],
+                        nodes=p["nodes"],
+                        gpus_total=total,
+                        gpus_healthy=total - repair,
+                        gpus_allocated=allocated,
+                        gpus_in_repair=repair,
+                        nodes_by_lifecycle={"active": busy_nodes, "available": p["nodes"] - busy_nodes},
+                        # idle nodes draw about 40 % of their rated maximum, busy ones about 85 %
+                        power_kw=round(rated_kw_per_node * (0.85 * busy_nodes + 0.40 * (p["nodes"] - busy_nodes)), 2),
+                    )
+                )
             moment += step
     FleetSnapshot.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BATCH)
     return len(rows)

@@ -1,4 +1,5 @@
 """Small template helpers for fleet pages."""
+
 from django import template
 
 from fleet.choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle

@@ -9,8 +9,10 @@ def make_backend(name: str, **kwargs: object) -> HardwareBackend:
     """Build a backend by name; imports lazily so a node without NVML can still run simulated."""
     if name == "nvml":
         from .nvml import NvmlBackend
+
         return NvmlBackend(**kwargs)  # type: ignore[arg-type]
     if name == "simulated":
         from .simulated import SimulatedHardware
+
         return SimulatedHardware(**kwargs)  # type: ignore[arg-type]
     raise ValueError(f"unknown hardware backend {name!r}")

@@ -9,23 +9,50 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-# Exactly the keys of a heartbeat `gpus[]` item (API.md, "Node agent API").
+# Exactly the keys of a heartbeat `gpus[]` item (docs/api.md, "Node agent API").
 GPU_FIELDS = (
-    "index", "uuid", "temperature_c", "power_w", "utilization_pct", "memory_used_mb",
-    "ecc_sbe", "ecc_dbe", "retired_pages", "row_remap_pending", "row_remap_failed",
-    "xid_errors", "nvlink_down", "recovery_action", "throttle_reasons", "slowdown_temp_c",
-    "nvlink_errors_1h", "energy_mj",
+    "index",
+    "uuid",
+    "temperature_c",
+    "power_w",
+    "utilization_pct",
+    "memory_used_mb",
+    "ecc_sbe",
+    "ecc_dbe",
+    "retired_pages",
+    "row_remap_pending",
+    "row_remap_failed",
+    "xid_errors",
+    "nvlink_down",
+    "recovery_action",
+    "throttle_reasons",
+    "slowdown_temp_c",
+    "nvlink_errors_1h",
+    "energy_mj",
 )
 
 
 def blank_gpu(index: int, uuid: str) -> dict[str, Any]:
     """A GPU entry with counters at zero and unknown readings as None."""
     return {
-        "index": index, "uuid": uuid, "temperature_c": None, "power_w": None,
-        "utilization_pct": None, "memory_used_mb": None, "ecc_sbe": 0, "ecc_dbe": 0,
-        "retired_pages": 0, "row_remap_pending": False, "row_remap_failed": False,
-        "xid_errors": [], "nvlink_down": 0, "recovery_action": None, "throttle_reasons": None,
-        "slowdown_temp_c": None, "nvlink_errors_1h": None, "energy_mj": None,
+        "index": index,
+        "uuid": uuid,
+        "temperature_c": None,
+        "power_w": None,
+        "utilization_pct": None,
+        "memory_used_mb": None,
+        "ecc_sbe": 0,
+        "ecc_dbe": 0,
+        "retired_pages": 0,
+        "row_remap_pending": False,
+        "row_remap_failed": False,
+        "xid_errors": [],
+        "nvlink_down": 0,
+        "recovery_action": None,
+        "throttle_reasons": None,
+        "slowdown_temp_c": None,
+        "nvlink_errors_1h": None,
+        "energy_mj": None,
     }
 
 
@@ -71,15 +98,17 @@ def nvme_capabilities(id_ctrl: dict[str, Any]) -> tuple[bool, bool]:
 
 def _id_ctrl(device: str) -> dict[str, Any]:
     try:
-        done = subprocess.run(["nvme", "id-ctrl", device, "-o", "json"], capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["nvme", "id-ctrl", device, "-o", "json"], capture_output=True, text=True, timeout=10, check=False
+        )
         return json.loads(done.stdout) if done.returncode == 0 else {}
     except (OSError, ValueError, subprocess.SubprocessError):
         return {}
 
 
-def nvme_drives(sys_block: Path = Path("/sys/block"),
-                id_ctrl: Callable[[str], dict[str, Any]] = _id_ctrl) -> list[dict[str, Any]]:
+def nvme_drives(
+    sys_block: Path = Path("/sys/block"), id_ctrl: Callable[[str], dict[str, Any]] = _id_ctrl
+) -> list[dict[str, Any]]:
     """NVMe namespaces from sysfs, e.g. {"device": "/dev/nvme0n1", "serial": "S6...", "model": "...",
     "capacity_gb": 3840, "self_encrypting": True, "purge_supported": True}. Capabilities come
     from the controller's identify data; a drive that cannot be asked reads as neither."""
@@ -89,14 +118,16 @@ def nvme_drives(sys_block: Path = Path("/sys/block"),
         sectors = _read(entry / "size")
         controller = f"/dev/{device.resolve().name}" if device.exists() else f"/dev/{entry.name}"
         sed, purge = nvme_capabilities(id_ctrl(controller))
-        drives.append({
-            "device": f"/dev/{entry.name}",
-            "serial": _read(device / "serial"),
-            "model": _read(device / "model"),
-            "capacity_gb": int(sectors) * 512 // 10**9 if sectors.isdigit() else 0,
-            "self_encrypting": sed,
-            "purge_supported": purge,
-        })
+        drives.append(
+            {
+                "device": f"/dev/{entry.name}",
+                "serial": _read(device / "serial"),
+                "model": _read(device / "model"),
+                "capacity_gb": int(sectors) * 512 // 10**9 if sectors.isdigit() else 0,
+                "self_encrypting": sed,
+                "purge_supported": purge,
+            }
+        )
     return drives
 
 
@@ -118,8 +149,9 @@ class CounterWindow:
         return value - samples[0][1]
 
 
-def ib_ports(sys_ib: Path = Path("/sys/class/infiniband"), window: CounterWindow | None = None,
-             now: float = 0.0) -> list[dict[str, Any]]:
+def ib_ports(
+    sys_ib: Path = Path("/sys/class/infiniband"), window: CounterWindow | None = None, now: float = 0.0
+) -> list[dict[str, Any]]:
     """Every InfiniBand port's state and its link-down and symbol-error counts over the window."""
     window = window or CounterWindow()
     ports = []

@@ -71,8 +71,12 @@ def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
     return gpu
 
 
-NVLINK_ERROR_FIELDS = ("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-                       "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
+NVLINK_ERROR_FIELDS = (
+    "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+)
 
 
 class NvmlBackend:
@@ -120,8 +124,9 @@ class NvmlBackend:
             raw = self._read(handle)
             raw["xids"] = self._pending_xids.pop(index, [])
             if raw.get("nvlink_error_total") is not None:
-                raw["nvlink_errors_1h"] = self.counters.increase(f"gpu{index}:nvlink", time.monotonic(),
-                                                                 raw["nvlink_error_total"])
+                raw["nvlink_errors_1h"] = self.counters.increase(
+                    f"gpu{index}:nvlink", time.monotonic(), raw["nvlink_error_total"]
+                )
             result.append(telemetry_from_nvml(index, raw))
         return result
 
@@ -129,11 +134,17 @@ class NvmlBackend:
         n = self.nvml
         util = self._maybe(n.nvmlDeviceGetUtilizationRates, handle)
         memory = self._maybe(n.nvmlDeviceGetMemoryInfo, handle)
-        ecc = [self._maybe(n.nvmlDeviceGetTotalEccErrors, handle, kind, n.NVML_VOLATILE_ECC)
-               for kind in (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)]
-        retired = [self._maybe(n.nvmlDeviceGetRetiredPages, handle, cause) or []
-                   for cause in (n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
-                                 n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)]
+        ecc = [
+            self._maybe(n.nvmlDeviceGetTotalEccErrors, handle, kind, n.NVML_VOLATILE_ECC)
+            for kind in (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        ]
+        retired = [
+            self._maybe(n.nvmlDeviceGetRetiredPages, handle, cause) or []
+            for cause in (
+                n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+            )
+        ]
         return {
             "uuid": self._maybe(n.nvmlDeviceGetUUID, handle),
             "temperature_c": self._maybe(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
@@ -145,14 +156,16 @@ class NvmlBackend:
             "ecc_uncorrected": ecc[1],
             "retired_pages": retired,
             "remapped_rows": self._maybe(n.nvmlDeviceGetRemappedRows, handle),
-            "nvlink_states": [self._maybe(n.nvmlDeviceGetNvLinkState, handle, link)
-                              for link in range(n.NVML_NVLINK_MAX_LINKS)],
+            "nvlink_states": [
+                self._maybe(n.nvmlDeviceGetNvLinkState, handle, link) for link in range(n.NVML_NVLINK_MAX_LINKS)
+            ],
             "recovery_action": self._field(handle, getattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)),
             "throttle_reasons": self._optional("nvmlDeviceGetCurrentClocksEventReasons", handle)
             if hasattr(n, "nvmlDeviceGetCurrentClocksEventReasons")
             else self._optional("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
-            "slowdown_temp_c": self._optional("nvmlDeviceGetTemperatureThreshold", handle,
-                                              getattr(n, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)),
+            "slowdown_temp_c": self._optional(
+                "nvmlDeviceGetTemperatureThreshold", handle, getattr(n, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)
+            ),
             "nvlink_error_total": self._nvlink_errors(handle),
         }
 
@@ -187,8 +200,11 @@ class NvmlBackend:
 
     def _soft_errors(self) -> tuple[type[Exception], ...]:
         n = self.nvml
-        return tuple(getattr(n, name) for name in ("NVMLError_NotSupported", "NVMLError_InvalidArgument",
-                                                   "NVMLError_NotFound") if hasattr(n, name))
+        return tuple(
+            getattr(n, name)
+            for name in ("NVMLError_NotSupported", "NVMLError_InvalidArgument", "NVMLError_NotFound")
+            if hasattr(n, name)
+        )
 
     def _register_xid_events(self) -> Any:
         n = self.nvml
@@ -224,5 +240,7 @@ class NvmlBackend:
 
 
 def _unavailable(reason: str) -> str:
-    return (f"NVML is not available on this machine: {reason}. "
-            "Use --backend simulated to run without GPUs, or install the NVIDIA driver.")
+    return (
+        f"NVML is not available on this machine: {reason}. "
+        "Use --backend simulated to run without GPUs, or install the NVIDIA driver."
+    )

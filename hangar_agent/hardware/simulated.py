@@ -32,9 +32,16 @@ FACILITY_CSV = REFERENCE_CSV.with_name("facility.csv")
 # repository); same values as the CSV rows they are named after.
 FALLBACK_RATE_PER_NODE_DAY = 0.0038
 FALLBACK_CAUSE_MIX = {
-    "gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,
-    "host_maintenance": 7.6, "sram": 4.5, "gpu_system_processor": 4.1, "nic": 1.7,
-    "silent_data_corruption": 1.4, "gpu_thermal": 1.4,
+    "gpu": 30.1,
+    "hbm3": 17.2,
+    "software": 12.9,
+    "network_switch_cable": 8.4,
+    "host_maintenance": 7.6,
+    "sram": 4.5,
+    "gpu_system_processor": 4.1,
+    "nic": 1.7,
+    "silent_data_corruption": 1.4,
+    "gpu_thermal": 1.4,
 }
 GPUS_PER_NODE_OF_RATE = 8  # interruptions_per_node_day is "derived from Llama 3 figures (8 GPUs per node)"
 FALLBACK_DCGM_SECONDS = {"dcgm_r1": 30.0, "dcgm_r2": 120.0, "dcgm_r3": 900.0}
@@ -53,8 +60,11 @@ PROFILES = {
 # The host's share of a node's draw at full load (CPUs, NVSwitches, NICs, fans, supply losses):
 # facility.csv host_kw_max_* rows, read when the file is there; these are the same values.
 # The share is per 8-GPU DGX; a node with fewer GPUs (an NVL72 compute tray) gets its pro rata part.
-HOST_SHARE_ROWS = {"ampere": "host_kw_max_dgx_a100", "hopper": "host_kw_max_dgx_h100",
-                   "blackwell": "host_kw_max_dgx_b200"}
+HOST_SHARE_ROWS = {
+    "ampere": "host_kw_max_dgx_a100",
+    "hopper": "host_kw_max_dgx_h100",
+    "blackwell": "host_kw_max_dgx_b200",
+}
 # B300 has no facility.csv row: derived the same way, generations.csv's 14.5 kW minus 8 GPUs at
 # the 1,100 W this simulator draws for them when busy.
 FALLBACK_HOST_KW = {"ampere": 3.3, "hopper": 4.6, "blackwell": 6.3, "blackwell-ultra": 5.7}
@@ -100,12 +110,16 @@ def load_reliability(path: str | Path | None = None) -> ReliabilityReference:
         return _reference(FALLBACK_RATE_PER_NODE_DAY, FALLBACK_CAUSE_MIX, FALLBACK_DCGM_SECONDS)
     with open(source, newline="") as fh:
         rows = {row["parameter"]: row["value"] for row in csv.DictReader(fh)}
-    mix = {name.removeprefix("llama3_cause_"): float(value)
-           for name, value in rows.items() if name.startswith("llama3_cause_")}
+    mix = {
+        name.removeprefix("llama3_cause_"): float(value)
+        for name, value in rows.items()
+        if name.startswith("llama3_cause_")
+    }
     if not mix or "interruptions_per_node_day" not in rows:
         raise ValueError(f"{source} lacks llama3_cause_* or interruptions_per_node_day rows")
-    return _reference(float(rows["interruptions_per_node_day"]), mix,
-                      parse_dcgm_levels(rows.get("dcgm_diag_levels", "")))
+    return _reference(
+        float(rows["interruptions_per_node_day"]), mix, parse_dcgm_levels(rows.get("dcgm_diag_levels", ""))
+    )
 
 
 def parse_dcgm_levels(text: str) -> dict[str, float]:
@@ -151,8 +165,18 @@ class FaultProcess:
 
 # ---- scripted scenarios -------------------------------------------------------------
 
-FAULT_KINDS = ("xid", "cause", "nvlink_down", "row_remap_pending", "row_remap_failed", "ecc_sbe",
-               "ecc_dbe", "ib_link", "nccl_allreduce", "heartbeat_loss")
+FAULT_KINDS = (
+    "xid",
+    "cause",
+    "nvlink_down",
+    "row_remap_pending",
+    "row_remap_failed",
+    "ecc_sbe",
+    "ecc_dbe",
+    "ib_link",
+    "nccl_allreduce",
+    "heartbeat_loss",
+)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -187,9 +211,11 @@ def parse_scenario(spec: str | list[dict[str, Any]]) -> list[ScriptedFault]:
         ib_link fail at 90s
         heartbeat_loss for 10m at 1h
     """
-    items = spec if isinstance(spec, list) else [_parse_line(line) for line in
-                                                  re.split(r"[;\n]", spec)
-                                                  if line.split("#")[0].strip()]
+    items = (
+        spec
+        if isinstance(spec, list)
+        else [_parse_line(line) for line in re.split(r"[;\n]", spec) if line.split("#")[0].strip()]
+    )
     return sorted((_fault(item) for item in items), key=lambda f: f.at)
 
 
@@ -244,6 +270,7 @@ def _fault(item: dict[str, Any]) -> ScriptedFault:
 
 # ---- the simulated node ----------------------------------------------------------------
 
+
 @dataclass
 class _GpuState:
     uuid: str
@@ -262,12 +289,21 @@ class _GpuState:
 class SimulatedHardware:
     """A node's GPUs, drives and links, driven by the time the agent passes to `advance`."""
 
-    def __init__(self, *, rng: Random | None = None, start: datetime | None = None,
-                 generation: str = "hopper", gpu_count: int = 8, speed: float = 1.0,
-                 hostname: str | None = None, scenario: str | list[dict[str, Any]] | None = None,
-                 random_faults: bool = True, reference: ReliabilityReference | None = None,
-                 drives: list[dict[str, Any]] | None = None,
-                 counter_file: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rng: Random | None = None,
+        start: datetime | None = None,
+        generation: str = "hopper",
+        gpu_count: int = 8,
+        speed: float = 1.0,
+        hostname: str | None = None,
+        scenario: str | list[dict[str, Any]] | None = None,
+        random_faults: bool = True,
+        reference: ReliabilityReference | None = None,
+        drives: list[dict[str, Any]] | None = None,
+        counter_file: str | Path | None = None,
+    ) -> None:
         if generation not in PROFILES:
             raise ValueError(f"unknown generation {generation!r}; known: {', '.join(PROFILES)}")
         self.rng = rng or Random()
@@ -283,13 +319,25 @@ class SimulatedHardware:
         self._gpu_count = gpu_count
         self.gpu_energy_mj = [0.0] * gpu_count
         self._load_counters()
-        self.gpu_state = [_GpuState(uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}")
-                          for _ in range(gpu_count)]
+        self.gpu_state = [
+            _GpuState(uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}") for _ in range(gpu_count)
+        ]
         # The drives the node was enrolled with (serial, model, capacity_gb, self_encrypting,
         # purge_supported) when the simulator knows them; else a boot and a scratch drive.
-        self.drive_inventory = [dict(d) for d in drives] if drives else [
-            {"serial": f"SIM{self.rng.getrandbits(40):012X}", "model": "SIM NVMe 3.84TB", "capacity_gb": 3840,
-             "self_encrypting": i == 0, "purge_supported": True} for i in range(2)]
+        self.drive_inventory = (
+            [dict(d) for d in drives]
+            if drives
+            else [
+                {
+                    "serial": f"SIM{self.rng.getrandbits(40):012X}",
+                    "model": "SIM NVMe 3.84TB",
+                    "capacity_gb": 3840,
+                    "self_encrypting": i == 0,
+                    "purge_supported": True,
+                }
+                for i in range(2)
+            ]
+        )
         self.serials = [d["serial"] for d in self.drive_inventory]
         self.allocated = False
         self.offline_until: datetime | None = None
@@ -300,8 +348,9 @@ class SimulatedHardware:
         self.now = start
         self.process = FaultProcess(self.rng, self.reference, gpu_count) if random_faults else None
         self.next_random_fault: datetime | None = None
-        self.script = [f for f in parse_scenario(scenario or [])
-                       if f.node is None or hostname is None or f.node == hostname]
+        self.script = [
+            f for f in parse_scenario(scenario or []) if f.node is None or hostname is None or f.node == hostname
+        ]
         if start is not None:
             self._arm(start)
 
@@ -348,7 +397,7 @@ class SimulatedHardware:
             saved = json.loads(self.counter_file.read_text())
             self.wall_energy_j = float(saved["wall_energy_j"])
             gpus = [float(v) for v in saved["gpu_energy_mj"]]
-            self.gpu_energy_mj = (gpus + [0.0] * self._gpu_count)[:self._gpu_count]
+            self.gpu_energy_mj = (gpus + [0.0] * self._gpu_count)[: self._gpu_count]
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable: the counters start again, and the control plane sees a reset
 
@@ -386,11 +435,18 @@ class SimulatedHardware:
                 temperature_c=self.rng.randint(65, 80) if busy else self.rng.randint(30, 40),
                 power_w=round(self.rng.uniform(*(self.busy_w if busy else self.idle_w)), 1),
                 utilization_pct=self.rng.randint(85, 100) if busy else 0,
-                memory_used_mb=(self.rng.randint(int(self.memory_mb * 0.7), int(self.memory_mb * 0.95))
-                                if busy else self.rng.randint(0, 600)),
-                ecc_sbe=state.ecc_sbe, ecc_dbe=state.ecc_dbe, retired_pages=state.retired_pages,
-                row_remap_pending=state.row_remap_pending, row_remap_failed=state.row_remap_failed,
-                xid_errors=state.xids, nvlink_down=state.nvlink_down,
+                memory_used_mb=(
+                    self.rng.randint(int(self.memory_mb * 0.7), int(self.memory_mb * 0.95))
+                    if busy
+                    else self.rng.randint(0, 600)
+                ),
+                ecc_sbe=state.ecc_sbe,
+                ecc_dbe=state.ecc_dbe,
+                retired_pages=state.retired_pages,
+                row_remap_pending=state.row_remap_pending,
+                row_remap_failed=state.row_remap_failed,
+                xid_errors=state.xids,
+                nvlink_down=state.nvlink_down,
                 throttle_reasons=0x40 if state.thermal_fault else 0,
                 energy_mj=int(self.gpu_energy_mj[index]),
             )
@@ -404,18 +460,31 @@ class SimulatedHardware:
         return [{"device": f"/dev/nvme{i}n1", **d} for i, d in enumerate(self.drive_inventory)]
 
     def ib_ports(self) -> list[dict[str, Any]]:
-        down = self.nic_failed or (self.ib_fail_until is not None and self.now is not None
-                                   and self.now < self.ib_fail_until)
-        return [{"port": "mlx5_0/1", "state": "1: DOWN" if down else "4: ACTIVE",
-                 "link_downed_1h": 1 if down else 0, "symbol_errors_1h": 0}]
+        down = self.nic_failed or (
+            self.ib_fail_until is not None and self.now is not None and self.now < self.ib_fail_until
+        )
+        return [
+            {
+                "port": "mlx5_0/1",
+                "state": "1: DOWN" if down else "4: ACTIVE",
+                "link_downed_1h": 1 if down else 0,
+                "symbol_errors_1h": 0,
+            }
+        ]
 
     def health_checks(self) -> list[dict[str, Any]]:
         ib_down = self.nic_failed or (self.ib_fail_until is not None and self.now < self.ib_fail_until)
         return [
-            {"name": "ib_link", "status": "fail" if ib_down else "pass",
-             "detail": "mlx5_0/1: DOWN" if ib_down else "8 ports active"},
-            {"name": "nccl_allreduce", "status": "fail" if self.sdc else "pass",
-             "detail": "allreduce result mismatch on rank 3" if self.sdc else "bus bandwidth nominal"},
+            {
+                "name": "ib_link",
+                "status": "fail" if ib_down else "pass",
+                "detail": "mlx5_0/1: DOWN" if ib_down else "8 ports active",
+            },
+            {
+                "name": "nccl_allreduce",
+                "status": "fail" if self.sdc else "pass",
+                "detail": "allreduce result mismatch on rank 3" if self.sdc else "bus bandwidth nominal",
+            },
             {"name": "nvme_smart", "status": "pass", "detail": f"{len(self.serials)} drives healthy"},
         ]
 

@@ -25,15 +25,19 @@ def parse_smi_xml(text: str | bytes) -> list[dict[str, Any]]:
 def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
     gpu = blank_gpu(index, _text(node, "uuid") or "")
     gpu["temperature_c"] = _int(_text(node, "temperature/gpu_temp"))
-    power = _number(_text(node, "gpu_power_readings/power_draw")
-                    or _text(node, "gpu_power_readings/instant_power_draw")
-                    or _text(node, "power_readings/power_draw"))
+    power = _number(
+        _text(node, "gpu_power_readings/power_draw")
+        or _text(node, "gpu_power_readings/instant_power_draw")
+        or _text(node, "power_readings/power_draw")
+    )
     gpu["power_w"] = round(power, 1) if power is not None else None
     gpu["utilization_pct"] = _int(_text(node, "utilization/gpu_util"))
     gpu["memory_used_mb"] = _int(_text(node, "fb_memory_usage/used"))
     gpu["ecc_sbe"], gpu["ecc_dbe"] = _ecc(node.find("ecc_errors/volatile"))
-    gpu["retired_pages"] = sum(_int(_text(node, f"retired_pages/{kind}/retired_count")) or 0
-                               for kind in ("multiple_single_bit_retirement", "double_bit_retirement"))
+    gpu["retired_pages"] = sum(
+        _int(_text(node, f"retired_pages/{kind}/retired_count")) or 0
+        for kind in ("multiple_single_bit_retirement", "double_bit_retirement")
+    )
     gpu["row_remap_pending"] = _yes(_text(node, "remapped_rows/remapped_row_pending"))
     gpu["row_remap_failed"] = _yes(_text(node, "remapped_rows/remapped_row_failure"))
     gpu["slowdown_temp_c"] = _int(_text(node, "temperature/gpu_temp_slow_threshold"))
@@ -51,8 +55,7 @@ def _ecc(volatile: ET.Element | None) -> tuple[int, int]:
     if volatile is None:
         return 0, 0
     if volatile.find("single_bit") is not None:
-        return (_int(_text(volatile, "single_bit/total")) or 0,
-                _int(_text(volatile, "double_bit/total")) or 0)
+        return (_int(_text(volatile, "single_bit/total")) or 0, _int(_text(volatile, "double_bit/total")) or 0)
     sbe = dbe = 0
     for child in volatile:
         value = _int(child.text) or 0

@@ -1,4 +1,4 @@
-"""Node agent telemetry: heartbeats and health reports (API.md, agent API)."""
+"""Node agent telemetry: heartbeats and health reports (docs/api.md, agent API)."""
 
 from datetime import datetime
 
@@ -23,8 +23,17 @@ from health.choices import CheckName, CheckStatus
 from health.policy import AGENT_CLOCK_SKEW_LIMIT
 from health.services.ingest import ClockSkewed, UnknownNode, ingest_health_report, ingest_heartbeat
 
-GPU_INT_FIELDS = ("index", "ecc_sbe", "ecc_dbe", "retired_pages", "nvlink_down", "memory_used_mb",
-                  "recovery_action", "throttle_reasons", "nvlink_errors_1h")
+GPU_INT_FIELDS = (
+    "index",
+    "ecc_sbe",
+    "ecc_dbe",
+    "retired_pages",
+    "nvlink_down",
+    "memory_used_mb",
+    "recovery_action",
+    "throttle_reasons",
+    "nvlink_errors_1h",
+)
 # NVML reports remapped rows as counts, nvidia-smi as Yes/No: accept a flag or a count.
 GPU_FLAG_FIELDS = ("row_remap_pending", "row_remap_failed")
 GPU_NUMBER_FIELDS = ("temperature_c", "power_w", "utilization_pct", "slowdown_temp_c")
@@ -68,8 +77,12 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
             errors.append({"field": f"gpus.{i}.{name}", "message": "true/false or a non-negative count."})
     for name in GPU_NUMBER_FIELDS:
         value = gpu.get(name)
-        if value is not None and not ((type(value) is int or type(value) is float) and -MAX_READING <= value <= MAX_READING):
-            errors.append({"field": f"gpus.{i}.{name}", "message": f"A number between -{MAX_READING} and {MAX_READING}."})
+        if value is not None and not (
+            (type(value) is int or type(value) is float) and -MAX_READING <= value <= MAX_READING
+        ):
+            errors.append(
+                {"field": f"gpus.{i}.{name}", "message": f"A number between -{MAX_READING} and {MAX_READING}."}
+            )
     energy = gpu.get("energy_mj")
     if energy is not None and not (type(energy) is int and 0 <= energy <= MAX_COUNTER):
         errors.append({"field": f"gpus.{i}.energy_mj", "message": f"A whole number of mJ from 0 to {MAX_COUNTER}."})
@@ -159,7 +172,9 @@ def _drive_errors(drives, errors: list[dict]) -> None:
             continue
         serial = drive.get("serial")
         if not (isinstance(serial, str) and 0 < len(serial.strip()) <= 64 and serial.isprintable()):
-            errors.append({"field": f"drives.{i}.serial", "message": "The drive's serial: 1 to 64 printable characters."})
+            errors.append(
+                {"field": f"drives.{i}.serial", "message": "The drive's serial: 1 to 64 printable characters."}
+            )
         elif serial in seen:
             errors.append({"field": f"drives.{i}.serial", "message": "Duplicate serial."})
         else:
@@ -188,8 +203,12 @@ def _parse_report(body) -> tuple[datetime | None, list[dict], list[dict] | None]
     checks = body.get("checks", [] if drives is not None else None)
     # A report carries checks, a drive inventory, or both.
     if not isinstance(checks, list) or len(checks) > 50 or (not checks and drives is None):
-        errors.append({"field": "checks", "message": "A list of up to 50 check objects (at least one unless the "
-                                                     "report carries `drives`)."})
+        errors.append(
+            {
+                "field": "checks",
+                "message": "A list of up to 50 check objects (at least one unless the report carries `drives`).",
+            }
+        )
         raise _invalid(errors)
     for i, check in enumerate(checks):
         if not isinstance(check, dict):
@@ -207,7 +226,7 @@ def _parse_report(body) -> tuple[datetime | None, list[dict], list[dict] | None]
 
 
 class GpuTelemetrySchema(serializers.Serializer):
-    """One GPU in a heartbeat (API.md). `xid_errors` are the XIDs seen since the previous heartbeat."""
+    """One GPU in a heartbeat (docs/api.md). `xid_errors` are the XIDs seen since the previous heartbeat."""
 
     index = serializers.IntegerField(min_value=0)
     uuid = serializers.CharField(required=False)
@@ -222,16 +241,25 @@ class GpuTelemetrySchema(serializers.Serializer):
     row_remap_failed = serializers.JSONField(required=False, help_text="true/false or a count")
     xid_errors = serializers.ListField(child=serializers.IntegerField(), required=False)
     nvlink_down = serializers.IntegerField(required=False, allow_null=True)
-    recovery_action = serializers.IntegerField(required=False, allow_null=True,
-                                               help_text="NVML GPU recovery action: 0 none, 1 GPU reset, 2 node reboot, "
-                                                         "3 drain P2P, 4 drain and reset, 5 recover IMEX domain, "
-                                                         "6 bus reset, 7 system reboot")
+    recovery_action = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="NVML GPU recovery action: 0 none, 1 GPU reset, 2 node reboot, "
+        "3 drain P2P, 4 drain and reset, 5 recover IMEX domain, "
+        "6 bus reset, 7 system reboot",
+    )
     throttle_reasons = serializers.IntegerField(required=False, allow_null=True, help_text="NVML clock event bitmask")
     slowdown_temp_c = serializers.FloatField(required=False, allow_null=True, help_text="the GPU's slowdown threshold")
-    nvlink_errors_1h = serializers.IntegerField(required=False, allow_null=True,
-                                                help_text="NVLink replay+recovery+CRC errors over the last hour")
-    energy_mj = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=MAX_COUNTER,
-                                         help_text="NVML total energy consumption since the driver loaded (mJ, cumulative)")
+    nvlink_errors_1h = serializers.IntegerField(
+        required=False, allow_null=True, help_text="NVLink replay+recovery+CRC errors over the last hour"
+    )
+    energy_mj = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_COUNTER,
+        help_text="NVML total energy consumption since the driver loaded (mJ, cumulative)",
+    )
 
 
 class IbPortSchema(serializers.Serializer):
@@ -247,9 +275,13 @@ class WallPowerSchema(serializers.Serializer):
 
     watts = serializers.FloatField(required=False, min_value=0, max_value=MAX_READING)
     source = serializers.ChoiceField(choices=WALL_SOURCES)
-    energy_j = serializers.IntegerField(required=False, min_value=0, max_value=MAX_COUNTER,
-                                        help_text="the meter's cumulative energy counter (J); the agent integrates "
-                                                  "the meter's power into one when the BMC keeps none")
+    energy_j = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_COUNTER,
+        help_text="the meter's cumulative energy counter (J); the agent integrates "
+        "the meter's power into one when the BMC keeps none",
+    )
 
 
 class HeartbeatSchema(serializers.Serializer):
@@ -281,8 +313,9 @@ class DriveInventorySchema(serializers.Serializer):
 class HealthReportSchema(serializers.Serializer):
     observed_at = serializers.DateTimeField()
     checks = CheckSchema(many=True, required=False)
-    drives = DriveInventorySchema(many=True, required=False,
-                                  help_text="every drive the agent sees; reconciled with the node's drive records")
+    drives = DriveInventorySchema(
+        many=True, required=False, help_text="every drive the agent sees; reconciled with the node's drive records"
+    )
 
 
 AGENT_ERRORS = problems(400, 401, 403, 404, 415)
@@ -304,8 +337,15 @@ def _unknown_node() -> Problem:
 def heartbeat(request):
     power_state, gpus, ib_ports, wall, observed_at = _parse_heartbeat(request.data)
     try:
-        ingest_heartbeat(node_id=request.user.node_id, power_state=power_state, gpus=gpus, now=timezone.now(),
-                         ib_ports=ib_ports, wall_power=wall, observed_at=observed_at)
+        ingest_heartbeat(
+            node_id=request.user.node_id,
+            power_state=power_state,
+            gpus=gpus,
+            now=timezone.now(),
+            ib_ports=ib_ports,
+            wall_power=wall,
+            observed_at=observed_at,
+        )
     except UnknownNode:
         raise _unknown_node() from None
     return Response(status=202)
@@ -323,8 +363,9 @@ def health_reports(request):
     observed_at, checks, drives = _parse_report(request.data)
     now = timezone.now()
     try:
-        ingest_health_report(node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now,
-                             drives=drives)
+        ingest_health_report(
+            node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now, drives=drives
+        )
     except UnknownNode:
         raise _unknown_node() from None
     except ClockSkewed as exc:

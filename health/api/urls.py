@@ -1,4 +1,5 @@
 """Health API routes: incidents for operators, heartbeats and health reports from node agents."""
+
 from core.api.routes import api_route
 
 from . import agent_views, views

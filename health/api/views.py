@@ -1,4 +1,4 @@
-"""Operator API: incidents with their timeline (API.md, `GET /incidents`, `GET /incidents/{id}`)."""
+"""Operator API: incidents with their timeline (docs/api.md, `GET /incidents`, `GET /incidents/{id}`)."""
 
 from django.db.models import Prefetch
 from drf_spectacular.utils import (

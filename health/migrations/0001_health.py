@@ -7,119 +7,269 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0005_eol'),
-        ('tenants', '0002_allocations'),
+        ("fleet", "0005_eol"),
+        ("tenants", "0002_allocations"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Incident',
+            name="Incident",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('title', models.CharField(max_length=200)),
-                ('opened_by', models.CharField(choices=[('policy', 'Health policy'), ('operator', 'Operator')], max_length=8)),
-                ('state', models.CharField(choices=[('open', 'Open'), ('stabilised', 'Stabilised'), ('diagnosed', 'Diagnosed'), ('repaired', 'Repaired'), ('closed', 'Closed')], db_index=True, default='open', max_length=12)),
-                ('severity', models.CharField(choices=[('info', 'Info'), ('warn', 'Warn'), ('reset', 'GPU reset'), ('reboot', 'Power cycle'), ('fatal', 'Fatal')], max_length=8)),
-                ('signals', models.JSONField(blank=True, default=list, help_text='the signals that opened it')),
-                ('opened_at', models.DateTimeField()),
-                ('closed_at', models.DateTimeField(blank=True, null=True)),
-                ('impact_gpu_hours', models.DecimalField(blank=True, decimal_places=2, max_digits=12, null=True)),
-                ('cause', models.TextField(blank=True)),
-                ('attribution', models.CharField(blank=True, choices=[('provider', 'Provider'), ('tenant', 'Tenant'), ('node', 'Node')], max_length=16)),
-                ('nodes', models.ManyToManyField(related_name='incidents', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("title", models.CharField(max_length=200)),
+                (
+                    "opened_by",
+                    models.CharField(choices=[("policy", "Health policy"), ("operator", "Operator")], max_length=8),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open"),
+                            ("stabilised", "Stabilised"),
+                            ("diagnosed", "Diagnosed"),
+                            ("repaired", "Repaired"),
+                            ("closed", "Closed"),
+                        ],
+                        db_index=True,
+                        default="open",
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "severity",
+                    models.CharField(
+                        choices=[
+                            ("info", "Info"),
+                            ("warn", "Warn"),
+                            ("reset", "GPU reset"),
+                            ("reboot", "Power cycle"),
+                            ("fatal", "Fatal"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("signals", models.JSONField(blank=True, default=list, help_text="the signals that opened it")),
+                ("opened_at", models.DateTimeField()),
+                ("closed_at", models.DateTimeField(blank=True, null=True)),
+                ("impact_gpu_hours", models.DecimalField(blank=True, decimal_places=2, max_digits=12, null=True)),
+                ("cause", models.TextField(blank=True)),
+                (
+                    "attribution",
+                    models.CharField(
+                        blank=True,
+                        choices=[("provider", "Provider"), ("tenant", "Tenant"), ("node", "Node")],
+                        max_length=16,
+                    ),
+                ),
+                ("nodes", models.ManyToManyField(related_name="incidents", to="fleet.node")),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='IncidentEvent',
+            name="IncidentEvent",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('at', models.DateTimeField()),
-                ('step', models.CharField(choices=[('detect', 'Detect'), ('stabilise', 'Stabilise'), ('diagnose', 'Diagnose'), ('repair', 'Repair'), ('return', 'Return'), ('note', 'Note'), ('close', 'Close')], max_length=10)),
-                ('actor', models.CharField(max_length=200)),
-                ('detail', models.TextField(blank=True)),
-                ('incident', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='health.incident')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("at", models.DateTimeField()),
+                (
+                    "step",
+                    models.CharField(
+                        choices=[
+                            ("detect", "Detect"),
+                            ("stabilise", "Stabilise"),
+                            ("diagnose", "Diagnose"),
+                            ("repair", "Repair"),
+                            ("return", "Return"),
+                            ("note", "Note"),
+                            ("close", "Close"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
+                ("actor", models.CharField(max_length=200)),
+                ("detail", models.TextField(blank=True)),
+                (
+                    "incident",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="health.incident"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='IncidentImpact',
+            name="IncidentImpact",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('gpus', models.PositiveSmallIntegerField()),
-                ('start', models.DateTimeField()),
-                ('end', models.DateTimeField(blank=True, null=True)),
-                ('credited', models.BooleanField(default=False)),
-                ('allocation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='incident_impacts', to='tenants.allocation')),
-                ('incident', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='impacts', to='health.incident')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='incident_impacts', to='fleet.node')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='incident_impacts', to='tenants.tenant')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("gpus", models.PositiveSmallIntegerField()),
+                ("start", models.DateTimeField()),
+                ("end", models.DateTimeField(blank=True, null=True)),
+                ("credited", models.BooleanField(default=False)),
+                (
+                    "allocation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="incident_impacts",
+                        to="tenants.allocation",
+                    ),
+                ),
+                (
+                    "incident",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="impacts", to="health.incident"
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="incident_impacts", to="fleet.node"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="incident_impacts",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['start'],
+                "ordering": ["start"],
             },
         ),
         migrations.CreateModel(
-            name='Condition',
+            name="Condition",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('gpu_index', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('signal', models.CharField(max_length=40)),
-                ('severity', models.CharField(choices=[('info', 'Info'), ('warn', 'Warn'), ('reset', 'GPU reset'), ('reboot', 'Power cycle'), ('fatal', 'Fatal')], max_length=8)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('cleared', 'Cleared')], default='active', max_length=8)),
-                ('first_seen', models.DateTimeField()),
-                ('last_seen', models.DateTimeField()),
-                ('count', models.PositiveIntegerField(default=1)),
-                ('detail', models.CharField(blank=True, max_length=300)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='conditions', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("gpu_index", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("signal", models.CharField(max_length=40)),
+                (
+                    "severity",
+                    models.CharField(
+                        choices=[
+                            ("info", "Info"),
+                            ("warn", "Warn"),
+                            ("reset", "GPU reset"),
+                            ("reboot", "Power cycle"),
+                            ("fatal", "Fatal"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("cleared", "Cleared")], default="active", max_length=8
+                    ),
+                ),
+                ("first_seen", models.DateTimeField()),
+                ("last_seen", models.DateTimeField()),
+                ("count", models.PositiveIntegerField(default=1)),
+                ("detail", models.CharField(blank=True, max_length=300)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="conditions", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node_id', 'gpu_index', 'signal'],
-                'indexes': [models.Index(fields=['node', 'status', 'severity'], name='health_condition_node_active')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('gpu_index__isnull', False)), fields=('node', 'gpu_index', 'signal'), name='health_condition_gpu_unique'), models.UniqueConstraint(condition=models.Q(('gpu_index__isnull', True)), fields=('node', 'signal'), name='health_condition_node_unique')],
+                "ordering": ["node_id", "gpu_index", "signal"],
+                "indexes": [models.Index(fields=["node", "status", "severity"], name="health_condition_node_active")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("gpu_index__isnull", False)),
+                        fields=("node", "gpu_index", "signal"),
+                        name="health_condition_gpu_unique",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("gpu_index__isnull", True)),
+                        fields=("node", "signal"),
+                        name="health_condition_node_unique",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ConditionEvent',
+            name="ConditionEvent",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('gpu_index', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('signal', models.CharField(max_length=40)),
-                ('severity', models.CharField(choices=[('info', 'Info'), ('warn', 'Warn'), ('reset', 'GPU reset'), ('reboot', 'Power cycle'), ('fatal', 'Fatal')], max_length=8)),
-                ('kind', models.CharField(choices=[('raised', 'Raised'), ('cleared', 'Cleared')], max_length=8)),
-                ('at', models.DateTimeField(db_index=True)),
-                ('detail', models.CharField(blank=True, max_length=300)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='condition_events', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("gpu_index", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("signal", models.CharField(max_length=40)),
+                (
+                    "severity",
+                    models.CharField(
+                        choices=[
+                            ("info", "Info"),
+                            ("warn", "Warn"),
+                            ("reset", "GPU reset"),
+                            ("reboot", "Power cycle"),
+                            ("fatal", "Fatal"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("kind", models.CharField(choices=[("raised", "Raised"), ("cleared", "Cleared")], max_length=8)),
+                ("at", models.DateTimeField(db_index=True)),
+                ("detail", models.CharField(blank=True, max_length=300)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="condition_events", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at'],
-                'indexes': [models.Index(fields=['node', 'signal', '-at'], name='health_condevent_node_sig')],
+                "ordering": ["-at"],
+                "indexes": [models.Index(fields=["node", "signal", "-at"], name="health_condevent_node_sig")],
             },
         ),
         migrations.CreateModel(
-            name='HealthCheckResult',
+            name="HealthCheckResult",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('name', models.CharField(choices=[('dcgm_r1', 'DCGM level 1'), ('dcgm_r2', 'DCGM level 2'), ('dcgm_r3', 'DCGM level 3'), ('nccl_allreduce', 'NCCL all-reduce'), ('ib_link', 'InfiniBand link'), ('nvme_smart', 'NVMe SMART'), ('burn_in', 'Burn-in')], max_length=20)),
-                ('status', models.CharField(choices=[('pass', 'Pass'), ('warn', 'Warn'), ('fail', 'Fail')], max_length=4)),
-                ('detail', models.TextField(blank=True)),
-                ('observed_at', models.DateTimeField()),
-                ('received_at', models.DateTimeField(auto_now_add=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='check_results', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                (
+                    "name",
+                    models.CharField(
+                        choices=[
+                            ("dcgm_r1", "DCGM level 1"),
+                            ("dcgm_r2", "DCGM level 2"),
+                            ("dcgm_r3", "DCGM level 3"),
+                            ("nccl_allreduce", "NCCL all-reduce"),
+                            ("ib_link", "InfiniBand link"),
+                            ("nvme_smart", "NVMe SMART"),
+                            ("burn_in", "Burn-in"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(choices=[("pass", "Pass"), ("warn", "Warn"), ("fail", "Fail")], max_length=4),
+                ),
+                ("detail", models.TextField(blank=True)),
+                ("observed_at", models.DateTimeField()),
+                ("received_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="check_results", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-observed_at'],
-                'indexes': [models.Index(fields=['node', '-observed_at'], name='health_check_node_at')],
+                "ordering": ["-observed_at"],
+                "indexes": [models.Index(fields=["node", "-observed_at"], name="health_check_node_at")],
             },
         ),
     ]

@@ -4,30 +4,71 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('health', '0001_health'),
+        ("health", "0001_health"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='condition',
-            name='severity',
-            field=models.CharField(choices=[('info', 'Info'), ('warn', 'Warn'), ('reset', 'GPU reset'), ('reboot', 'Power cycle'), ('repair', 'Repair ticket'), ('fatal', 'Fatal')], max_length=8),
+            model_name="condition",
+            name="severity",
+            field=models.CharField(
+                choices=[
+                    ("info", "Info"),
+                    ("warn", "Warn"),
+                    ("reset", "GPU reset"),
+                    ("reboot", "Power cycle"),
+                    ("repair", "Repair ticket"),
+                    ("fatal", "Fatal"),
+                ],
+                max_length=8,
+            ),
         ),
         migrations.AlterField(
-            model_name='conditionevent',
-            name='severity',
-            field=models.CharField(choices=[('info', 'Info'), ('warn', 'Warn'), ('reset', 'GPU reset'), ('reboot', 'Power cycle'), ('repair', 'Repair ticket'), ('fatal', 'Fatal')], max_length=8),
+            model_name="conditionevent",
+            name="severity",
+            field=models.CharField(
+                choices=[
+                    ("info", "Info"),
+                    ("warn", "Warn"),
+                    ("reset", "GPU reset"),
+                    ("reboot", "Power cycle"),
+                    ("repair", "Repair ticket"),
+                    ("fatal", "Fatal"),
+                ],
+                max_length=8,
+            ),
         ),
         migrations.AlterField(
-            model_name='healthcheckresult',
-            name='name',
-            field=models.CharField(choices=[('dcgm_r1', 'DCGM level 1'), ('dcgm_r2', 'DCGM level 2'), ('dcgm_r3', 'DCGM level 3'), ('dcgm_r4', 'DCGM level 4'), ('nccl_allreduce', 'NCCL all-reduce'), ('ib_link', 'InfiniBand link'), ('nvme_smart', 'NVMe SMART'), ('burn_in', 'Burn-in')], max_length=20),
+            model_name="healthcheckresult",
+            name="name",
+            field=models.CharField(
+                choices=[
+                    ("dcgm_r1", "DCGM level 1"),
+                    ("dcgm_r2", "DCGM level 2"),
+                    ("dcgm_r3", "DCGM level 3"),
+                    ("dcgm_r4", "DCGM level 4"),
+                    ("nccl_allreduce", "NCCL all-reduce"),
+                    ("ib_link", "InfiniBand link"),
+                    ("nvme_smart", "NVMe SMART"),
+                    ("burn_in", "Burn-in"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='incident',
-            name='severity',
-            field=models.CharField(choices=[('info', 'Info'), ('warn', 'Warn'), ('reset', 'GPU reset'), ('reboot', 'Power cycle'), ('repair', 'Repair ticket'), ('fatal', 'Fatal')], max_length=8),
+            model_name="incident",
+            name="severity",
+            field=models.CharField(
+                choices=[
+                    ("info", "Info"),
+                    ("warn", "Warn"),
+                    ("reset", "GPU reset"),
+                    ("reboot", "Power cycle"),
+                    ("repair", "Repair ticket"),
+                    ("fatal", "Fatal"),
+                ],
+                max_length=8,
+            ),
         ),
     ]

@@ -6,30 +6,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0012_wall_power_and_energy'),
-        ('health', '0002_dcgm_r4_and_repair_severity'),
+        ("fleet", "0012_wall_power_and_energy"),
+        ("health", "0002_dcgm_r4_and_repair_severity"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RackPowerCondition',
+            name="RackPowerCondition",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('cleared', 'Cleared')], default='active', max_length=8)),
-                ('over_since', models.DateTimeField(help_text='first minute of the run above usable kW')),
-                ('opened_at', models.DateTimeField()),
-                ('cleared_at', models.DateTimeField(blank=True, null=True)),
-                ('usable_kw', models.DecimalField(decimal_places=2, max_digits=9)),
-                ('peak_kw', models.FloatField()),
-                ('source', models.CharField(help_text='how the draw was known (bmc, pdu, estimate, rated, mixed)', max_length=8)),
-                ('incident', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='rack_power_conditions', to='health.incident')),
-                ('rack', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='power_conditions', to='fleet.rack')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("cleared", "Cleared")], default="active", max_length=8
+                    ),
+                ),
+                ("over_since", models.DateTimeField(help_text="first minute of the run above usable kW")),
+                ("opened_at", models.DateTimeField()),
+                ("cleared_at", models.DateTimeField(blank=True, null=True)),
+                ("usable_kw", models.DecimalField(decimal_places=2, max_digits=9)),
+                ("peak_kw", models.FloatField()),
+                (
+                    "source",
+                    models.CharField(
+                        help_text="how the draw was known (bmc, pdu, estimate, rated, mixed)", max_length=8
+                    ),
+                ),
+                (
+                    "incident",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="rack_power_conditions",
+                        to="health.incident",
+                    ),
+                ),
+                (
+                    "rack",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="power_conditions", to="fleet.rack"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-opened_at'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('status', 'active')), fields=('rack',), name='health_rackpower_one_active')],
+                "ordering": ["-opened_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("status", "active")), fields=("rack",), name="health_rackpower_one_active"
+                    )
+                ],
             },
         ),
     ]

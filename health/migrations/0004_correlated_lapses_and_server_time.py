@@ -6,67 +6,116 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0008_free_nodes_index'),
-        ('health', '0003_rack_power_condition'),
+        ("fleet", "0008_free_nodes_index"),
+        ("health", "0003_rack_power_condition"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='healthcheckresult',
-            name='refused',
-            field=models.CharField(blank=True, help_text='why the gate ignores this result (e.g. clock_skew); kept for inspection', max_length=40),
+            model_name="healthcheckresult",
+            name="refused",
+            field=models.CharField(
+                blank=True,
+                help_text="why the gate ignores this result (e.g. clock_skew); kept for inspection",
+                max_length=40,
+            ),
         ),
         migrations.AddField(
-            model_name='incident',
-            name='likely_cause',
+            model_name="incident",
+            name="likely_cause",
             field=models.CharField(blank=True, max_length=300),
         ),
         migrations.AddField(
-            model_name='incident',
-            name='paged_at',
-            field=models.DateTimeField(blank=True, help_text='when on-call was paged (once per incident)', null=True),
+            model_name="incident",
+            name="paged_at",
+            field=models.DateTimeField(blank=True, help_text="when on-call was paged (once per incident)", null=True),
         ),
         migrations.AddField(
-            model_name='incident',
-            name='scope',
-            field=models.CharField(choices=[('node', 'Node'), ('leaf', 'Leaf switch'), ('rack', 'Rack (PDU or top-of-rack switch)'), ('site', 'Site (network or control plane lost the fleet)'), ('control_plane', 'Control plane outage')], db_index=True, default='node', max_length=16),
+            model_name="incident",
+            name="scope",
+            field=models.CharField(
+                choices=[
+                    ("node", "Node"),
+                    ("leaf", "Leaf switch"),
+                    ("rack", "Rack (PDU or top-of-rack switch)"),
+                    ("site", "Site (network or control plane lost the fleet)"),
+                    ("control_plane", "Control plane outage"),
+                ],
+                db_index=True,
+                default="node",
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='incident',
-            name='scope_key',
-            field=models.CharField(blank=True, help_text='which leaf, rack or site', max_length=200),
+            model_name="incident",
+            name="scope_key",
+            field=models.CharField(blank=True, help_text="which leaf, rack or site", max_length=200),
         ),
         migrations.AlterField(
-            model_name='healthcheckresult',
-            name='observed_at',
+            model_name="healthcheckresult",
+            name="observed_at",
             field=models.DateTimeField(help_text="the agent's clock"),
         ),
         migrations.AlterField(
-            model_name='healthcheckresult',
-            name='received_at',
+            model_name="healthcheckresult",
+            name="received_at",
             field=models.DateTimeField(auto_now_add=True, help_text="the server's clock: what the gate compares"),
         ),
         migrations.AlterField(
-            model_name='incidentevent',
-            name='step',
-            field=models.CharField(choices=[('detect', 'Detect'), ('stabilise', 'Stabilise'), ('diagnose', 'Diagnose'), ('repair', 'Repair'), ('return', 'Return'), ('page', 'Page'), ('note', 'Note'), ('close', 'Close')], max_length=10),
+            model_name="incidentevent",
+            name="step",
+            field=models.CharField(
+                choices=[
+                    ("detect", "Detect"),
+                    ("stabilise", "Stabilise"),
+                    ("diagnose", "Diagnose"),
+                    ("repair", "Repair"),
+                    ("return", "Return"),
+                    ("page", "Page"),
+                    ("note", "Note"),
+                    ("close", "Close"),
+                ],
+                max_length=10,
+            ),
         ),
         migrations.CreateModel(
-            name='LapseHold',
+            name="LapseHold",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('held_at', models.DateTimeField()),
-                ('silent_since', models.DateTimeField(help_text="the node's last heartbeat when it was held")),
-                ('returned_at', models.DateTimeField(blank=True, help_text='heartbeats flowed again', null=True)),
-                ('released_at', models.DateTimeField(blank=True, help_text='handed back to per-node judgement (its group came back, it did not)', null=True)),
-                ('incident', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='holds', to='health.incident')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='lapse_holds', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("held_at", models.DateTimeField()),
+                ("silent_since", models.DateTimeField(help_text="the node's last heartbeat when it was held")),
+                ("returned_at", models.DateTimeField(blank=True, help_text="heartbeats flowed again", null=True)),
+                (
+                    "released_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="handed back to per-node judgement (its group came back, it did not)",
+                        null=True,
+                    ),
+                ),
+                (
+                    "incident",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="holds", to="health.incident"
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="lapse_holds", to="fleet.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['held_at', 'id'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('released_at__isnull', True), ('returned_at__isnull', True)), fields=('node',), name='health_one_open_lapse_hold_per_node')],
+                "ordering": ["held_at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("released_at__isnull", True), ("returned_at__isnull", True)),
+                        fields=("node",),
+                        name="health_one_open_lapse_hold_per_node",
+                    )
+                ],
             },
         ),
     ]

@@ -4,6 +4,7 @@ Callers hand in what they observed for many nodes at once; this costs one SELECT
 existing rows plus at most one bulk INSERT, one bulk UPDATE and one INSERT of history,
 whatever the number of nodes or GPUs.
 """
+
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -17,8 +18,9 @@ Key = tuple[int | None, str]  # (gpu_index or None for the node, signal)
 
 
 @transaction.atomic
-def apply_observations(*, observed: dict, now: datetime, clear_absent: dict | None = None,
-                       load_signals: Iterable[str] | None = None) -> int:
+def apply_observations(
+    *, observed: dict, now: datetime, clear_absent: dict | None = None, load_signals: Iterable[str] | None = None
+) -> int:
     """Record `observed` ({node_id: {(gpu, signal): detail}}) and clear, per node, the active
     conditions whose signal is in `clear_absent[node_id]` but was not observed.
 
@@ -41,8 +43,17 @@ def apply_observations(*, observed: dict, now: datetime, clear_absent: dict | No
             severity = severity_for(signal)
             row = existing.get((node_id, gpu, signal))
             if row is None:
-                new_rows.append(Condition(node_id=node_id, gpu_index=gpu, signal=signal, severity=severity,
-                                          first_seen=now, last_seen=now, detail=detail[:300]))
+                new_rows.append(
+                    Condition(
+                        node_id=node_id,
+                        gpu_index=gpu,
+                        signal=signal,
+                        severity=severity,
+                        first_seen=now,
+                        last_seen=now,
+                        detail=detail[:300],
+                    )
+                )
             elif row.status == ConditionStatus.CLEARED:
                 row.status, row.first_seen, row.last_seen, row.count = ConditionStatus.ACTIVE, now, now, 1
                 row.severity, row.detail = severity, detail[:300]
@@ -54,21 +65,42 @@ def apply_observations(*, observed: dict, now: datetime, clear_absent: dict | No
                 row.detail = detail[:300]
                 changed.append(row)
                 continue
-            history.append(ConditionEvent(node_id=node_id, gpu_index=gpu, signal=signal, severity=severity,
-                                          kind=ConditionEventKind.RAISED, at=now, detail=detail[:300]))
+            history.append(
+                ConditionEvent(
+                    node_id=node_id,
+                    gpu_index=gpu,
+                    signal=signal,
+                    severity=severity,
+                    kind=ConditionEventKind.RAISED,
+                    at=now,
+                    detail=detail[:300],
+                )
+            )
     for (node_id, gpu, signal), row in existing.items():
-        if (row.status == ConditionStatus.ACTIVE and signal in clear_absent.get(node_id, ())
-                and (gpu, signal) not in observed.get(node_id, {})):
+        if (
+            row.status == ConditionStatus.ACTIVE
+            and signal in clear_absent.get(node_id, ())
+            and (gpu, signal) not in observed.get(node_id, {})
+        ):
             row.status = ConditionStatus.CLEARED
             row.last_seen = now
             changed.append(row)
-            history.append(ConditionEvent(node_id=node_id, gpu_index=gpu, signal=signal, severity=row.severity,
-                                          kind=ConditionEventKind.CLEARED, at=now))
+            history.append(
+                ConditionEvent(
+                    node_id=node_id,
+                    gpu_index=gpu,
+                    signal=signal,
+                    severity=row.severity,
+                    kind=ConditionEventKind.CLEARED,
+                    at=now,
+                )
+            )
     if new_rows:
         Condition.objects.bulk_create(new_rows, batch_size=2000)
     if changed:
-        Condition.objects.bulk_update(changed, ["status", "severity", "first_seen", "last_seen", "count", "detail"],
-                                      batch_size=1000)
+        Condition.objects.bulk_update(
+            changed, ["status", "severity", "first_seen", "last_seen", "count", "detail"], batch_size=1000
+        )
     if history:
         ConditionEvent.objects.bulk_create(history, batch_size=2000)
     return sum(1 for e in history if e.kind == ConditionEventKind.RAISED)
@@ -78,11 +110,27 @@ def apply_observations(*, observed: dict, now: datetime, clear_absent: dict | No
 def clear_node_conditions(*, node_ids: list, now: datetime) -> int:
     """A node passed the gate: everything it was pulled for is resolved. Level signals come
     back with the next heartbeat if they are still true."""
-    rows = list(Condition.objects.filter(node_id__in=node_ids, status=ConditionStatus.ACTIVE)
-                .values_list("node_id", "gpu_index", "signal", "severity"))
+    rows = list(
+        Condition.objects.filter(node_id__in=node_ids, status=ConditionStatus.ACTIVE).values_list(
+            "node_id", "gpu_index", "signal", "severity"
+        )
+    )
     Condition.objects.filter(node_id__in=node_ids, status=ConditionStatus.ACTIVE).update(
-        status=ConditionStatus.CLEARED, last_seen=now)
+        status=ConditionStatus.CLEARED, last_seen=now
+    )
     ConditionEvent.objects.bulk_create(
-        [ConditionEvent(node_id=n, gpu_index=g, signal=s, severity=sev, kind=ConditionEventKind.CLEARED, at=now,
-                        detail="cleared: node passed validation") for n, g, s, sev in rows], batch_size=2000)
+        [
+            ConditionEvent(
+                node_id=n,
+                gpu_index=g,
+                signal=s,
+                severity=sev,
+                kind=ConditionEventKind.CLEARED,
+                at=now,
+                detail="cleared: node passed validation",
+            )
+            for n, g, s, sev in rows
+        ],
+        batch_size=2000,
+    )
     return len(rows)

@@ -4,6 +4,7 @@ for the next idle moment, and the NVLink domain of rack-scale systems held as on
 Each step is level-triggered (it looks at conditions and lifecycle now and moves only what is
 not yet where the policy wants it) and costs a fixed number of batched queries.
 """
+
 import logging
 from datetime import datetime
 
@@ -25,26 +26,41 @@ logger = logging.getLogger(__name__)
 IDLE_DIAG_CORDON = "diagnostics at idle"
 DOMAIN_HOLD = "NVLink domain held"
 # A tray in one of these states was pulled by the health path; its domain stays held meanwhile.
-PULLED_STATES = (Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING, Lifecycle.VALIDATING,
-                 Lifecycle.TRIAGE, Lifecycle.REPAIR, Lifecycle.RMA)
+PULLED_STATES = (
+    Lifecycle.QUARANTINED,
+    Lifecycle.DRAINING,
+    Lifecycle.REMEDIATING,
+    Lifecycle.VALIDATING,
+    Lifecycle.TRIAGE,
+    Lifecycle.REPAIR,
+    Lifecycle.RMA,
+)
 
 
 def escalate_thermal(now: datetime) -> int:
     """thermal_slowdown active for the whole window → thermal_throttle (warn); it clears when
     the slowdown does. Returns how many were raised."""
     sustained: dict = {}
-    for node_id, gpu, first_seen in (Condition.objects.filter(signal="thermal_slowdown", status=ConditionStatus.ACTIVE)
-                                     .values_list("node_id", "gpu_index", "first_seen")):
+    for node_id, gpu, first_seen in Condition.objects.filter(
+        signal="thermal_slowdown", status=ConditionStatus.ACTIVE
+    ).values_list("node_id", "gpu_index", "first_seen"):
         if first_seen <= now - THERMAL_WINDOW:
             minutes = int((now - first_seen).total_seconds() // 60)
             sustained.setdefault(node_id, {})[(gpu, "thermal_throttle")] = f"thermal slowdown for {minutes} min"
-    throttled = set(Condition.objects.filter(signal="thermal_throttle", status=ConditionStatus.ACTIVE)
-                    .values_list("node_id", flat=True))
+    throttled = set(
+        Condition.objects.filter(signal="thermal_throttle", status=ConditionStatus.ACTIVE).values_list(
+            "node_id", flat=True
+        )
+    )
     nodes = set(sustained) | throttled
     if not nodes:
         return 0
-    return apply_observations(observed=sustained, now=now, clear_absent={n: frozenset({"thermal_throttle"}) for n in nodes},
-                              load_signals=["thermal_throttle"])
+    return apply_observations(
+        observed=sustained,
+        now=now,
+        clear_absent={n: frozenset({"thermal_throttle"}) for n in nodes},
+        load_signals=["thermal_throttle"],
+    )
 
 
 def queue_idle_diagnostics(now: datetime, actor: str) -> dict:
@@ -54,37 +70,55 @@ def queue_idle_diagnostics(now: datetime, actor: str) -> dict:
     from tenants.models import AllocationNode
 
     live = AllocationNode.objects.filter(node=OuterRef("node_id"), ended_at__isnull=True)
-    wanted = list(Condition.objects.filter(signal__in=list(IDLE_DIAGNOSTIC_SIGNALS), status=ConditionStatus.ACTIVE,
-                                           node__lifecycle=Lifecycle.AVAILABLE)
-                  .exclude(Exists(live)).values_list("node_id", "signal", "first_seen"))
+    wanted = list(
+        Condition.objects.filter(
+            signal__in=list(IDLE_DIAGNOSTIC_SIGNALS), status=ConditionStatus.ACTIVE, node__lifecycle=Lifecycle.AVAILABLE
+        )
+        .exclude(Exists(live))
+        .values_list("node_id", "signal", "first_seen")
+    )
     queued = passed = 0
     for signal, check in IDLE_DIAGNOSTIC_SIGNALS.items():
         since = {n: at for n, s, at in wanted if s == signal}
         if not since:
             continue
         asked = {}
-        for node_id, created in (NodeAgentAction.objects.filter(node_id__in=list(since), action=check)
-                                 .exclude(state=AgentActionState.CANCELLED).values_list("node_id", "created_at")):
+        for node_id, created in (
+            NodeAgentAction.objects.filter(node_id__in=list(since), action=check)
+            .exclude(state=AgentActionState.CANCELLED)
+            .values_list("node_id", "created_at")
+        ):
             if created >= since[node_id]:
                 asked[node_id] = min(created, asked.get(node_id, created))
         todo = [n for n in since if n not in asked]
         if todo:
             nodes = list(Node.objects.filter(pk__in=todo, lifecycle=Lifecycle.AVAILABLE))
-            queued += request_agent_actions(nodes=nodes, action=check, actor=actor,
-                                            reason=f"{signal}: {check} at next idle (health policy)")
+            queued += request_agent_actions(
+                nodes=nodes, action=check, actor=actor, reason=f"{signal}: {check} at next idle (health policy)"
+            )
             Node.objects.filter(pk__in=[n.pk for n in nodes], cordoned=False).update(
-                cordoned=True, cordon_reason=f"{IDLE_DIAG_CORDON}: {check} for {signal}", attribution=Attribution.PROVIDER)
+                cordoned=True,
+                cordon_reason=f"{IDLE_DIAG_CORDON}: {check} for {signal}",
+                attribution=Attribution.PROVIDER,
+            )
             for node in nodes:
-                record_node_event(node, actor=actor, action="health_idle_diagnostic",
-                                  reason=f"{signal}: {check} queued at idle; cordoned while it runs")
-        passes = HealthCheckResult.objects.filter(node_id__in=list(asked), name=check, status=CheckStatus.PASS) \
-            .values_list("node_id", "observed_at")
+                record_node_event(
+                    node,
+                    actor=actor,
+                    action="health_idle_diagnostic",
+                    reason=f"{signal}: {check} queued at idle; cordoned while it runs",
+                )
+        passes = HealthCheckResult.objects.filter(
+            node_id__in=list(asked), name=check, status=CheckStatus.PASS
+        ).values_list("node_id", "observed_at")
         done = sorted({n for n, at in passes if at >= asked[n]}, key=str)
         if done:
             Condition.objects.filter(node_id__in=done, signal=signal, status=ConditionStatus.ACTIVE).update(
-                status=ConditionStatus.CLEARED, last_seen=now)
+                status=ConditionStatus.CLEARED, last_seen=now
+            )
             Node.objects.filter(pk__in=done, cordon_reason__startswith=IDLE_DIAG_CORDON).update(
-                cordoned=False, cordon_reason="", attribution="")
+                cordoned=False, cordon_reason="", attribution=""
+            )
             passed += len(done)
     return {"idle_diagnostics_queued": queued, "idle_diagnostics_passed": passed}
 
@@ -98,28 +132,45 @@ def hold_nvlink_domains(now: datetime, actor: str) -> dict:
     """On rack-scale systems (NVL72) the NVLink domain is the unit: a tray pulled for a GPU or
     NVLink signal holds every other tray of its rack (cordoned, on the same incident, tenants
     moved off as a unit); the hold is released when no tray of the domain is pulled any more."""
-    pulled = list(Node.objects.filter(node_type__rack_kw__isnull=False, lifecycle__in=PULLED_STATES)
-                  .filter(Exists(Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE,
-                                                          signal__in=list(DOMAIN_SIGNALS))))
-                  .only("id", "hostname", "rack_id", "node_type_id"))
+    pulled = list(
+        Node.objects.filter(node_type__rack_kw__isnull=False, lifecycle__in=PULLED_STATES)
+        .filter(
+            Exists(
+                Condition.objects.filter(
+                    node=OuterRef("pk"), status=ConditionStatus.ACTIVE, signal__in=list(DOMAIN_SIGNALS)
+                )
+            )
+        )
+        .only("id", "hostname", "rack_id", "node_type_id")
+    )
     faulty = {}
     for node in pulled:
         faulty.setdefault(_domain_key(node), node)
-    held_now = list(Node.objects.filter(node_type__rack_kw__isnull=False, cordon_reason__startswith=DOMAIN_HOLD)
-                    .only("id", "hostname", "rack_id", "node_type_id", "lifecycle"))
+    held_now = list(
+        Node.objects.filter(node_type__rack_kw__isnull=False, cordon_reason__startswith=DOMAIN_HOLD).only(
+            "id", "hostname", "rack_id", "node_type_id", "lifecycle"
+        )
+    )
     release = [n for n in held_now if _domain_key(n) not in faulty and n.lifecycle not in PULLED_STATES]
     if release:
         Node.objects.filter(pk__in=[n.pk for n in release]).update(cordoned=False, cordon_reason="", attribution="")
         for node in release:
-            record_node_event(node, actor=actor, action="health_domain_release",
-                              reason="NVLink domain released: no tray of the domain is pulled any more")
+            record_node_event(
+                node,
+                actor=actor,
+                action="health_domain_release",
+                reason="NVLink domain released: no tray of the domain is pulled any more",
+            )
     if not faulty:
         return {"domains_held": 0, "trays_held": 0, "domains_released": len({_domain_key(n) for n in release})}
     racks = {k[0] for k in faulty}
-    peers = [n for n in Node.objects.filter(rack_id__in=racks, node_type__rack_kw__isnull=False)
-             .exclude(lifecycle__in=(*PULLED_STATES, Lifecycle.RETIRED, Lifecycle.DISPOSED))
-             .select_related("node_type")
-             if _domain_key(n) in faulty and not (n.cordoned and n.cordon_reason.startswith(DOMAIN_HOLD))]
+    peers = [
+        n
+        for n in Node.objects.filter(rack_id__in=racks, node_type__rack_kw__isnull=False)
+        .exclude(lifecycle__in=(*PULLED_STATES, Lifecycle.RETIRED, Lifecycle.DISPOSED))
+        .select_related("node_type")
+        if _domain_key(n) in faulty and not (n.cordoned and n.cordon_reason.startswith(DOMAIN_HOLD))
+    ]
     incidents = open_incidents_by_node([n.pk for n in faulty.values()])
     links = []
     for node in peers:
@@ -134,12 +185,21 @@ def hold_nvlink_domains(now: datetime, actor: str) -> dict:
     for cause in faulty.values():
         held = [n.hostname for n in peers if _domain_key(n) == _domain_key(cause)]
         if held:
-            record_step(node_ids=[cause.pk], step=IncidentStep.STABILISE, actor=actor, now=now,
-                        detail=f"NVLink domain of rack {cause.rack_id} held: {len(held)} more tray(s) cordoned")
+            record_step(
+                node_ids=[cause.pk],
+                step=IncidentStep.STABILISE,
+                actor=actor,
+                now=now,
+                detail=f"NVLink domain of rack {cause.rack_id} held: {len(held)} more tray(s) cordoned",
+            )
     moved = _move_tenants_off(peers, actor)
     Incident.objects.filter(pk__in=set(incidents.values())).update(updated_at=now)
-    return {"domains_held": len(faulty), "trays_held": len(peers), "tenant_trays_moved": moved,
-            "domains_released": len({_domain_key(n) for n in release})}
+    return {
+        "domains_held": len(faulty),
+        "trays_held": len(peers),
+        "tenant_trays_moved": moved,
+        "domains_released": len({_domain_key(n) for n in release}),
+    }
 
 
 def _move_tenants_off(trays: list[Node], actor: str) -> int:
@@ -150,13 +210,19 @@ def _move_tenants_off(trays: list[Node], actor: str) -> int:
 
     moved = 0
     for membership in AllocationNode.objects.filter(node__in=trays, ended_at__isnull=True).select_related(
-            "allocation", "node"):
+        "allocation", "node"
+    ):
         try:
             with transaction.atomic():
-                replace_node(allocation=membership.allocation, node=membership.node, actor=actor,
-                             reason=f"{DOMAIN_HOLD}: the allocation leaves the domain as a unit")
+                replace_node(
+                    allocation=membership.allocation,
+                    node=membership.node,
+                    actor=actor,
+                    reason=f"{DOMAIN_HOLD}: the allocation leaves the domain as a unit",
+                )
             moved += 1
         except Exception:  # the hold must stand even when placing a replacement fails
-            logger.exception("moving allocation %s off held tray %s failed", membership.allocation_id,
-                             membership.node_id)
+            logger.exception(
+                "moving allocation %s off held tray %s failed", membership.allocation_id, membership.node_id
+            )
     return moved

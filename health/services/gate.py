@@ -98,8 +98,9 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
             passed.append(node)
     flapping = _flapping({n.pk: n.lifecycle for n in passed}, now)
     accepted = [n for n in passed if n.pk not in flapping]
-    to_triage = [n for n in failed if n.lifecycle == Lifecycle.VALIDATING] + \
-        [n for n in passed if n.pk in flapping and n.lifecycle == Lifecycle.VALIDATING]
+    to_triage = [n for n in failed if n.lifecycle == Lifecycle.VALIDATING] + [
+        n for n in passed if n.pk in flapping and n.lifecycle == Lifecycle.VALIDATING
+    ]
     burn_failed = [n for n in failed if n.lifecycle == Lifecycle.BURN_IN]
     burn_flapping = [n for n in passed if n.pk in flapping and n.lifecycle == Lifecycle.BURN_IN]
 
@@ -144,15 +145,25 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
             state=IncidentState.REPAIRED,
         )
         settle_credits(node_ids=returned_ids, end=now, actor=actor)
-    transition_many(burn_failed, Lifecycle.BURN_IN_FAILED, actor=actor, action="health_burn_in_failed",
-                    reason="failed a burn-in check")
+    transition_many(
+        burn_failed,
+        Lifecycle.BURN_IN_FAILED,
+        actor=actor,
+        action="health_burn_in_failed",
+        reason="failed a burn-in check",
+    )
     # A burn-in that passes after failing twice in the window is not accepted unattended: the
     # node waits in burn_in_failed for an operator, with the failures on its trail.
     for node in burn_flapping:
-        transition_many([node], Lifecycle.BURN_IN_FAILED, actor=actor, action=FLAP_ACTION,
-                        reason=f"passed burn-in after failing it {flapping[node.pk]} times in {FLAP_WINDOW.days} days: "
-                               "an operator decides (triage → repair, RMA or validate)",
-                        last_error="flapping burn-in: operator decision required")
+        transition_many(
+            [node],
+            Lifecycle.BURN_IN_FAILED,
+            actor=actor,
+            action=FLAP_ACTION,
+            reason=f"passed burn-in after failing it {flapping[node.pk]} times in {FLAP_WINDOW.days} days: "
+            "an operator decides (triage → repair, RMA or validate)",
+            last_error="flapping burn-in: operator decision required",
+        )
     triaged = _triage(to_triage, flapping=flapping, now=now, actor=actor)
     return {"passed": len(returned_ids), "failed": len(failed), "flapping": len(flapping), "rma": triaged}
 
@@ -178,8 +189,10 @@ def _checks_requested(nodes: list[Node]) -> dict:
 
 FLAP_ACTION = "health_flapping"
 # A failed run of each gated state, as the trail records it.
-FAILED_RUN = {Lifecycle.VALIDATING: (Lifecycle.VALIDATING, Lifecycle.TRIAGE),
-              Lifecycle.BURN_IN: (Lifecycle.BURN_IN, Lifecycle.BURN_IN_FAILED)}
+FAILED_RUN = {
+    Lifecycle.VALIDATING: (Lifecycle.VALIDATING, Lifecycle.TRIAGE),
+    Lifecycle.BURN_IN: (Lifecycle.BURN_IN, Lifecycle.BURN_IN_FAILED),
+}
 
 
 def _flapping(lifecycle_by_node: dict, now: datetime) -> dict:
@@ -188,15 +201,18 @@ def _flapping(lifecycle_by_node: dict, now: datetime) -> dict:
     if not lifecycle_by_node:
         return {}
     since = {n: now - FLAP_WINDOW for n in lifecycle_by_node}
-    for node_id, at in (NodeEvent.objects.filter(node_id__in=list(lifecycle_by_node), action=FLAP_ACTION,
-                                                 at__gte=now - FLAP_WINDOW).values_list("node_id", "at")):
+    for node_id, at in NodeEvent.objects.filter(
+        node_id__in=list(lifecycle_by_node), action=FLAP_ACTION, at__gte=now - FLAP_WINDOW
+    ).values_list("node_id", "at"):
         since[node_id] = max(since[node_id], at)
     failures: dict = {}
-    for node_id, from_state, to_state, at in (NodeEvent.objects.filter(node_id__in=list(lifecycle_by_node),
-                                                                        at__gte=now - FLAP_WINDOW,
-                                                                        from_state__in=list(FAILED_RUN))
-                                              .exclude(action=FLAP_ACTION)
-                                              .values_list("node_id", "from_state", "to_state", "at")):
+    for node_id, from_state, to_state, at in (
+        NodeEvent.objects.filter(
+            node_id__in=list(lifecycle_by_node), at__gte=now - FLAP_WINDOW, from_state__in=list(FAILED_RUN)
+        )
+        .exclude(action=FLAP_ACTION)
+        .values_list("node_id", "from_state", "to_state", "at")
+    ):
         if (from_state, to_state) == FAILED_RUN.get(lifecycle_by_node[node_id]) and at > since[node_id]:
             failures[node_id] = failures.get(node_id, 0) + 1
     return {n: c for n, c in failures.items() if c >= FLAP_FAILURES}
@@ -208,11 +224,22 @@ def _triage(nodes: list[Node], *, flapping: set, now: datetime, actor: str) -> i
         return 0
     flappers = [n for n in nodes if n.pk in flapping]
     failures = [n for n in nodes if n.pk not in flapping]
-    transition_many(failures, Lifecycle.TRIAGE, actor=actor, action="health_validation_failed",
-                    reason="failed a validation check", last_error="failed the validation gate")
-    transition_many(flappers, Lifecycle.TRIAGE, actor=actor, action=FLAP_ACTION,
-                    reason=f"failed validation {FLAP_FAILURES} times in {FLAP_WINDOW.days} days; not accepted again",
-                    last_error="flapping: not accepted on a third validation pass")
+    transition_many(
+        failures,
+        Lifecycle.TRIAGE,
+        actor=actor,
+        action="health_validation_failed",
+        reason="failed a validation check",
+        last_error="failed the validation gate",
+    )
+    transition_many(
+        flappers,
+        Lifecycle.TRIAGE,
+        actor=actor,
+        action=FLAP_ACTION,
+        reason=f"failed validation {FLAP_FAILURES} times in {FLAP_WINDOW.days} days; not accepted again",
+        last_error="flapping: not accepted on a third validation pass",
+    )
     ids = [n.pk for n in nodes]
     record_step(
         node_ids=ids,

@@ -1,5 +1,6 @@
 """Incidents: opened by the policy (one per pulled node) or by an operator; a timeline of
 detect, stabilise, diagnose, repair, return; SLA credits for provider-attributed time."""
+
 import logging
 from datetime import datetime
 from decimal import Decimal
@@ -33,8 +34,9 @@ def open_incidents_by_node(node_ids) -> dict:
 
 
 @transaction.atomic
-def open_policy_incidents(*, nodes: list[Node], severity: str, signals_by_node: dict, now: datetime,
-                          actor: str) -> dict:
+def open_policy_incidents(
+    *, nodes: list[Node], severity: str, signals_by_node: dict, now: datetime, actor: str
+) -> dict:
     """One incident per node that has none open. Returns {node_id: incident}."""
     already = open_incidents_by_node([n.pk for n in nodes])
     created: dict = {}
@@ -42,14 +44,28 @@ def open_policy_incidents(*, nodes: list[Node], severity: str, signals_by_node: 
         if node.pk in already:
             continue
         signals = sorted(signals_by_node.get(node.pk, []))
-        created[node.pk] = Incident(title=f"{node.hostname}: {', '.join(signals)}", opened_by=IncidentOpener.POLICY,
-                                    severity=severity, signals=signals, opened_at=now,
-                                    attribution=Attribution.PROVIDER)
+        created[node.pk] = Incident(
+            title=f"{node.hostname}: {', '.join(signals)}",
+            opened_by=IncidentOpener.POLICY,
+            severity=severity,
+            signals=signals,
+            opened_at=now,
+            attribution=Attribution.PROVIDER,
+        )
     Incident.objects.bulk_create(created.values())
     NodeNodes.objects.bulk_create([NodeNodes(incident_id=inc.pk, node_id=node_id) for node_id, inc in created.items()])
-    IncidentEvent.objects.bulk_create([
-        IncidentEvent(incident=inc, at=now, step=IncidentStep.DETECT, actor=actor,
-                      detail=f"health policy ({severity}): {', '.join(inc.signals)}") for inc in created.values()])
+    IncidentEvent.objects.bulk_create(
+        [
+            IncidentEvent(
+                incident=inc,
+                at=now,
+                step=IncidentStep.DETECT,
+                actor=actor,
+                detail=f"health policy ({severity}): {', '.join(inc.signals)}",
+            )
+            for inc in created.values()
+        ]
+    )
     return created
 
 
@@ -59,11 +75,13 @@ def record_step(*, node_ids, step: str, detail: str, actor: str, now: datetime, 
     by_node = open_incidents_by_node(node_ids)
     if not by_node:
         return 0
-    IncidentEvent.objects.bulk_create([IncidentEvent(incident_id=inc, at=now, step=step, actor=actor, detail=detail)
-                                       for inc in set(by_node.values())])
+    IncidentEvent.objects.bulk_create(
+        [IncidentEvent(incident_id=inc, at=now, step=step, actor=actor, detail=detail) for inc in set(by_node.values())]
+    )
     if state:
         Incident.objects.filter(pk__in=set(by_node.values())).exclude(state=IncidentState.CLOSED).update(
-            state=state, updated_at=now)
+            state=state, updated_at=now
+        )
     return len(by_node)
 
 
@@ -72,14 +90,20 @@ def _gpus_back_at(impacts) -> dict:
     pull), from tenancy's membership history (one query). The credit window ends there."""
     if not impacts:
         return {}
-    placed = list(AllocationNode.objects.filter(allocation_id__in={i.allocation_id for i in impacts},
-                                                role=AllocationNodeRole.REPLACEMENT,
-                                                started_at__gte=min(i.start for i in impacts))
-                  .order_by("started_at").values_list("allocation_id", "started_at"))
+    placed = list(
+        AllocationNode.objects.filter(
+            allocation_id__in={i.allocation_id for i in impacts},
+            role=AllocationNodeRole.REPLACEMENT,
+            started_at__gte=min(i.start for i in impacts),
+        )
+        .order_by("started_at")
+        .values_list("allocation_id", "started_at")
+    )
     out = {}
     for impact in impacts:
-        out[impact.pk] = next((at for allocation_id, at in placed
-                               if allocation_id == impact.allocation_id and at >= impact.start), None)
+        out[impact.pk] = next(
+            (at for allocation_id, at in placed if allocation_id == impact.allocation_id and at >= impact.start), None
+        )
     return out
 
 
@@ -97,17 +121,32 @@ def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
         impact.end = impact.end or (min(replaced, end) if replaced else end)
     for impact in impacts:
         if impact.end > impact.start:
-            record_sla_credit(tenant_id=impact.tenant_id, allocation_id=impact.allocation_id, node_id=impact.node_id,
-                              start=impact.start, end=impact.end, gpus=impact.gpus,
-                              attribution=impact.incident.attribution or Attribution.PROVIDER,
-                              reason="provider-attributed node outage (health policy)", incident_id=impact.incident_id)
+            record_sla_credit(
+                tenant_id=impact.tenant_id,
+                allocation_id=impact.allocation_id,
+                node_id=impact.node_id,
+                start=impact.start,
+                end=impact.end,
+                gpus=impact.gpus,
+                attribution=impact.incident.attribution or Attribution.PROVIDER,
+                reason="provider-attributed node outage (health policy)",
+                incident_id=impact.incident_id,
+            )
         impact.credited = True
     IncidentImpact.objects.bulk_update(impacts, ["end", "credited"])
-    IncidentEvent.objects.bulk_create([
-        IncidentEvent(incident_id=i.incident_id, at=end, step=IncidentStep.RETURN, actor=actor,
-                      detail=f"SLA window closed: {i.gpus} GPUs from {i.start:%Y-%m-%d %H:%M:%S.%f} to "
-                             f"{i.end:%Y-%m-%d %H:%M:%S.%f} UTC, credited under the SLA policy")
-        for i in impacts])
+    IncidentEvent.objects.bulk_create(
+        [
+            IncidentEvent(
+                incident_id=i.incident_id,
+                at=end,
+                step=IncidentStep.RETURN,
+                actor=actor,
+                detail=f"SLA window closed: {i.gpus} GPUs from {i.start:%Y-%m-%d %H:%M:%S.%f} to "
+                f"{i.end:%Y-%m-%d %H:%M:%S.%f} UTC, credited under the SLA policy",
+            )
+            for i in impacts
+        ]
+    )
     return len(impacts)
 
 
@@ -120,13 +159,18 @@ def _returned_through_gate(node_ids) -> bool:
     """Every node is in RMA, or is available and its last move into available came from validating."""
     nodes = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "lifecycle"))
     last_entry = {}
-    for node_id, from_state in (NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.AVAILABLE)
-                                .exclude(from_state=Lifecycle.AVAILABLE).order_by("at")
-                                .values_list("node_id", "from_state")):
+    for node_id, from_state in (
+        NodeEvent.objects.filter(node_id__in=node_ids, to_state=Lifecycle.AVAILABLE)
+        .exclude(from_state=Lifecycle.AVAILABLE)
+        .order_by("at")
+        .values_list("node_id", "from_state")
+    ):
         last_entry[node_id] = from_state
-    return all(state == Lifecycle.RMA or (state == Lifecycle.AVAILABLE
-                                          and last_entry.get(node_id) in (Lifecycle.VALIDATING, Lifecycle.BURN_IN))
-               for node_id, state in nodes.items())
+    return all(
+        state == Lifecycle.RMA
+        or (state == Lifecycle.AVAILABLE and last_entry.get(node_id) in (Lifecycle.VALIDATING, Lifecycle.BURN_IN))
+        for node_id, state in nodes.items()
+    )
 
 
 @transaction.atomic
@@ -159,9 +203,19 @@ def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution
         incident.state = IncidentState.CLOSED
         incident.closed_at = now
     incident.save()
-    IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.CLOSE if close else IncidentStep.NOTE,
-                                 actor=actor, detail=f"postmortem: {cause}" if cause else "postmortem updated")
-    record_audit(actor=actor, action="incident.close" if close else "incident.postmortem", target=incident,
-                 before=before, after={"cause": cause, "attribution": attribution, "state": incident.state},
-                 reason=cause)
+    IncidentEvent.objects.create(
+        incident=incident,
+        at=now,
+        step=IncidentStep.CLOSE if close else IncidentStep.NOTE,
+        actor=actor,
+        detail=f"postmortem: {cause}" if cause else "postmortem updated",
+    )
+    record_audit(
+        actor=actor,
+        action="incident.close" if close else "incident.postmortem",
+        target=incident,
+        before=before,
+        after={"cause": cause, "attribution": attribution, "state": incident.state},
+        reason=cause,
+    )
     return incident

@@ -3,6 +3,7 @@
 A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node
 (which also says whether a level condition is active), and writes only when something changed.
 """
+
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,12 +65,16 @@ def clock_skew_seconds(observed_at: datetime | None, now: datetime) -> int | Non
 
 def _shape(node_id) -> _NodeShape:
     if node_id not in _node_shapes:
-        row = Node.objects.filter(pk=node_id).values_list(
-            "node_type__gpus_per_node", "node_type__node_kw", "node_type__gpu_model").first()
+        row = (
+            Node.objects.filter(pk=node_id)
+            .values_list("node_type__gpus_per_node", "node_type__node_kw", "node_type__gpu_model")
+            .first()
+        )
         if row is None:
             raise UnknownNode(node_id)
-        _node_shapes[node_id] = _NodeShape(gpus=row[0], node_kw=row[1], host_kw=host_share_kw().get(row[2]),
-                                           slowdown_c=slowdown_temp_c(row[2] or ""))
+        _node_shapes[node_id] = _NodeShape(
+            gpus=row[0], node_kw=row[1], host_kw=host_share_kw().get(row[2]), slowdown_c=slowdown_temp_c(row[2] or "")
+        )
     return _node_shapes[node_id]
 
 
@@ -90,8 +95,9 @@ def _thermal(gpu: dict, sku_slowdown_c: int | None) -> str | None:
     return None
 
 
-def heartbeat_signals(gpus: list[dict], expected: int | None, *, sku_slowdown_c: int | None = None,
-                      ib_ports: list[dict] | None = None) -> dict:
+def heartbeat_signals(
+    gpus: list[dict], expected: int | None, *, sku_slowdown_c: int | None = None, ib_ports: list[dict] | None = None
+) -> dict:
     """The policy's heartbeat signals: {(gpu_index | None, signal): detail}."""
     found: dict = {}
     for port in ib_ports or ():
@@ -137,14 +143,16 @@ def _heartbeat_sql() -> str:
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
     counter_table = NodeEnergyCounter._meta.db_table
-    return (f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
-            f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s), "
-            f"wall_power_w = CASE WHEN %s THEN %s ELSE wall_power_w END, "
-            f"wall_power_source = CASE WHEN %s THEN %s ELSE wall_power_source END, "
-            f"wall_power_at = CASE WHEN %s THEN %s ELSE wall_power_at END WHERE id = %s "
-            f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
-            f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels})), "
-            f"(SELECT read_at FROM {counter_table} WHERE {counter_table}.node_id = {node_table}.id)")
+    return (
+        f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
+        f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s), "
+        f"wall_power_w = CASE WHEN %s THEN %s ELSE wall_power_w END, "
+        f"wall_power_source = CASE WHEN %s THEN %s ELSE wall_power_source END, "
+        f"wall_power_at = CASE WHEN %s THEN %s ELSE wall_power_at END WHERE id = %s "
+        f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
+        f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels})), "
+        f"(SELECT read_at FROM {counter_table} WHERE {counter_table}.node_id = {node_table}.id)"
+    )
 
 
 _UPDATE_NODE = _heartbeat_sql()
@@ -156,8 +164,13 @@ def _believable_wall_watts(node_id, wall_power: dict | None, shape: _NodeShape) 
         return None
     watts = round(wall_power["watts"])
     if watts > shape.node_kw * 1000:
-        log.warning("wall power reading refused on node %s: %s W from %s is above the type's %s kW maximum",
-                    node_id, watts, wall_power.get("source"), shape.node_kw)
+        log.warning(
+            "wall power reading refused on node %s: %s W from %s is above the type's %s kW maximum",
+            node_id,
+            watts,
+            wall_power.get("source"),
+            shape.node_kw,
+        )
         return None
     return watts
 
@@ -172,9 +185,16 @@ def _counter_due(read_at, now: datetime) -> bool:
     return now - read_at >= INTEGRATE_EVERY
 
 
-def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: datetime,
-                     ib_ports: list[dict] | None = None, wall_power: dict | None = None,
-                     observed_at: datetime | None = None) -> None:
+def ingest_heartbeat(
+    *,
+    node_id,
+    power_state: str,
+    gpus: list[dict],
+    now: datetime,
+    ib_ports: list[dict] | None = None,
+    wall_power: dict | None = None,
+    observed_at: datetime | None = None,
+) -> None:
     """The common case (nothing wrong, nothing to clear, counters integrated under a minute ago)
     is one statement of fixed SQL: it is the hottest path in the control plane (every node, every 10 s).
     The server's `now` is what the lease reads; the agent's `observed_at` only measures its clock skew."""
@@ -186,10 +206,22 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
     at = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(_UPDATE_NODE, [at, power_state, round(sum(power)) if power else None,
-                                      clock_skew_seconds(observed_at, now),
-                                      has_wall, wall_watts, has_wall, wall_power["source"] if has_wall else "",
-                                      has_wall, at, db_id])
+        cursor.execute(
+            _UPDATE_NODE,
+            [
+                at,
+                power_state,
+                round(sum(power)) if power else None,
+                clock_skew_seconds(observed_at, now),
+                has_wall,
+                wall_watts,
+                has_wall,
+                wall_power["source"] if has_wall else "",
+                has_wall,
+                at,
+                db_id,
+            ],
+        )
         row = cursor.fetchone()
     if row is None:
         _node_shapes.pop(node_id, None)
@@ -197,16 +229,23 @@ def ingest_heartbeat(*, node_id, power_state: str, gpus: list[dict], now: dateti
     gpu_counters = {g["index"]: g["energy_mj"] for g in gpus if g.get("energy_mj") is not None}
     wall_counter = (wall_power or {}).get("energy_j")
     if (gpu_counters or wall_counter is not None) and _counter_due(row[1], now):
-        record_counters(node_id=node_id, now=now, node_kw=shape.node_kw, host_kw=shape.host_kw,
-                        wall_energy_j=wall_counter, wall_source=(wall_power or {}).get("source", ""),
-                        gpu_energy_mj=gpu_counters)
+        record_counters(
+            node_id=node_id,
+            now=now,
+            node_kw=shape.node_kw,
+            host_kw=shape.host_kw,
+            wall_energy_j=wall_counter,
+            wall_source=(wall_power or {}).get("source", ""),
+            gpu_energy_mj=gpu_counters,
+        )
     if not signals and not row[0]:
         return
     apply_observations(observed={node_id: signals}, now=now, clear_absent={node_id: HEARTBEAT_LEVEL_SIGNALS})
 
 
-def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime,
-                         drives: list[dict] | None = None) -> int:
+def ingest_health_report(
+    *, node_id, observed_at: datetime, checks: list[dict], now: datetime, drives: list[dict] | None = None
+) -> int:
     """Store the results (and the drive inventory) and apply them. A report stamped outside
     ±AGENT_CLOCK_SKEW_LIMIT of its receipt is kept for inspection, marked `clock_skew`, and
     changes nothing, its drive inventory included (ClockSkewed)."""
@@ -215,24 +254,43 @@ def ingest_health_report(*, node_id, observed_at: datetime, checks: list[dict], 
         with transaction.atomic():
             if not Node.objects.filter(pk=node_id).update(agent_clock_skew_s=skew):
                 raise UnknownNode(node_id)
-            HealthCheckResult.objects.bulk_create([
-                HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], refused="clock_skew",
-                                  detail=(c.get("detail") or "")[:2000], observed_at=observed_at)
-                for c in checks])
+            HealthCheckResult.objects.bulk_create(
+                [
+                    HealthCheckResult(
+                        node_id=node_id,
+                        name=c["name"],
+                        status=c["status"],
+                        refused="clock_skew",
+                        detail=(c.get("detail") or "")[:2000],
+                        observed_at=observed_at,
+                    )
+                    for c in checks
+                ]
+            )
         raise ClockSkewed(skew)
     return _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now, drives=drives)
 
 
 @transaction.atomic
-def _apply_report(*, node_id, observed_at: datetime, checks: list[dict], now: datetime,
-                  drives: list[dict] | None = None) -> int:
+def _apply_report(
+    *, node_id, observed_at: datetime, checks: list[dict], now: datetime, drives: list[dict] | None = None
+) -> int:
     if not Node.objects.filter(pk=node_id).exists():
         raise UnknownNode(node_id)
     if drives is not None:
         reconcile_drive_inventory(node_id=node_id, drives=drives, observed_at=observed_at, now=now)
-    HealthCheckResult.objects.bulk_create([
-        HealthCheckResult(node_id=node_id, name=c["name"], status=c["status"], detail=c.get("detail") or "",
-                          observed_at=observed_at) for c in checks])
+    HealthCheckResult.objects.bulk_create(
+        [
+            HealthCheckResult(
+                node_id=node_id,
+                name=c["name"],
+                status=c["status"],
+                detail=c.get("detail") or "",
+                observed_at=observed_at,
+            )
+            for c in checks
+        ]
+    )
     observed: dict = {}
     clears: set[str] = set()
     for check in checks:

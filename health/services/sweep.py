@@ -228,16 +228,38 @@ def _apply_policy(now: datetime) -> dict:
         members = [n for n in group if n in pulled]
         open_policy_incidents(nodes=members, severity=severity, signals_by_node=signals_by_node, now=now, actor=ACTOR)
     fatal = [n for n in pulled if decisions[n.pk][0] in TO_TRIAGE]
-    transition_many(fatal, Lifecycle.TRIAGE, actor=ACTOR, action="health_triage",
-                    reason="health signal that needs hands (fatal, or a repair ticket)")
+    transition_many(
+        fatal,
+        Lifecycle.TRIAGE,
+        actor=ACTOR,
+        action="health_triage",
+        reason="health signal that needs hands (fatal, or a repair ticket)",
+    )
     tickets = [n for n in pulled if decisions[n.pk][0] == S.REPAIR]
     if tickets:
-        record_step(node_ids=[n.pk for n in tickets], step=IncidentStep.DIAGNOSE, actor=ACTOR, now=now,
-                    state=IncidentState.DIAGNOSED, detail=REPAIR_TICKET)
-    transition_many([n for n in pulled if n not in fatal], Lifecycle.DRAINING, actor=ACTOR, action="health_drain",
-                    reason="draining after quarantine")
-    record_step(node_ids=[n.pk for n in pulled], step=IncidentStep.STABILISE, actor=ACTOR, now=now,
-                state=IncidentState.STABILISED, detail="quarantined and cordoned (attribution: provider)")
+        record_step(
+            node_ids=[n.pk for n in tickets],
+            step=IncidentStep.DIAGNOSE,
+            actor=ACTOR,
+            now=now,
+            state=IncidentState.DIAGNOSED,
+            detail=REPAIR_TICKET,
+        )
+    transition_many(
+        [n for n in pulled if n not in fatal],
+        Lifecycle.DRAINING,
+        actor=ACTOR,
+        action="health_drain",
+        reason="draining after quarantine",
+    )
+    record_step(
+        node_ids=[n.pk for n in pulled],
+        step=IncidentStep.STABILISE,
+        actor=ACTOR,
+        now=now,
+        state=IncidentState.STABILISED,
+        detail="quarantined and cordoned (attribution: provider)",
+    )
     if fatal:
         record_step(
             node_ids=[n.pk for n in fatal],

@@ -4,6 +4,7 @@ The request is ``PlanParametersSerializer`` (planning.inputs): the same
 validation the console form uses. The response describes the stored plan; the weekly
 timelines are plain JSON arrays of points.
 """
+
 from decimal import Decimal
 
 from rest_framework import serializers
@@ -22,12 +23,16 @@ class VerdictsSerializer(serializers.Serializer):
     min_capacity_perf = serializers.FloatField()
     largest_job_runnable_always = serializers.BooleanField()
     trough_gpu_days = serializers.IntegerField(help_text="GPU-days below the floor")
-    naive_trough_gpu_days = serializers.DictField(child=serializers.IntegerField(),
-                                                  help_text="GPU-days below the floor per naive sequence")
+    naive_trough_gpu_days = serializers.DictField(
+        child=serializers.IntegerField(), help_text="GPU-days below the floor per naive sequence"
+    )
     # required=False: plans stored before these existed do not have them.
-    trough_perf_days = serializers.FloatField(required=False, help_text="H100-equivalent-days below the normalised floor")
-    naive_trough_perf_days = serializers.DictField(child=serializers.FloatField(), required=False,
-                                                   help_text="the same per naive sequence, against the same floor")
+    trough_perf_days = serializers.FloatField(
+        required=False, help_text="H100-equivalent-days below the normalised floor"
+    )
+    naive_trough_perf_days = serializers.DictField(
+        child=serializers.FloatField(), required=False, help_text="the same per naive sequence, against the same floor"
+    )
     old_fleet_retired = serializers.BooleanField(required=False, help_text="every old rack drained within the horizon")
 
 
@@ -41,7 +46,9 @@ class PositionVerdictSerializer(serializers.Serializer):
 
 
 class PhaseSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["facility_prep", "land", "burn_in", "cut_over", "drain", "sanitise", "ship"])
+    kind = serializers.ChoiceField(
+        choices=["facility_prep", "land", "burn_in", "cut_over", "drain", "sanitise", "ship"]
+    )
     start = serializers.DateField()
     end = serializers.DateField()
     position_ids = serializers.ListField(child=serializers.CharField())
@@ -119,13 +126,25 @@ class PlanResultSerializer(serializers.Serializer):
 
 class MigrationPlanSerializer(serializers.ModelSerializer):
     result = PlanResultSerializer()
-    inputs = serializers.JSONField(help_text="{parameters: the complete operator parameters, resolved: the planner inputs}")
+    inputs = serializers.JSONField(
+        help_text="{parameters: the complete operator parameters, resolved: the planner inputs}"
+    )
     actions = serializers.SerializerMethodField(help_text="scheduled actions per kind (after apply)")
 
     class Meta:
         model = MigrationPlan
-        fields = ["id", "name", "created_by", "created_at", "status", "applied_at", "feasible", "actions",
-                  "inputs", "result"]
+        fields = [
+            "id",
+            "name",
+            "created_by",
+            "created_at",
+            "status",
+            "applied_at",
+            "feasible",
+            "actions",
+            "inputs",
+            "result",
+        ]
         read_only_fields = fields
 
     def get_actions(self, obj) -> dict[str, int]:
@@ -134,28 +153,34 @@ class MigrationPlanSerializer(serializers.ModelSerializer):
 
 # ---- disposition plans
 
+
 class SelectionIn(serializers.Serializer):
     generation = serializers.CharField(required=False, allow_blank=True, default="", help_text="e.g. hopper")
     gpu_model = serializers.CharField(required=False, allow_blank=True, default="", help_text="e.g. H100")
     hall_id = serializers.UUIDField(required=False, allow_null=True, default=None)
-    min_age_years = serializers.DecimalField(max_digits=5, decimal_places=2, required=False, allow_null=True,
-                                             default=None, min_value=Decimal(0))
+    min_age_years = serializers.DecimalField(
+        max_digits=5, decimal_places=2, required=False, allow_null=True, default=None, min_value=Decimal(0)
+    )
     node_ids = serializers.ListField(child=serializers.UUIDField(), required=False, default=list, max_length=200_000)
     migration_plan_id = serializers.UUIDField(required=False, allow_null=True, default=None)
 
     def validate(self, attrs):
-        if not any(attrs.get(k) for k in ("generation", "gpu_model", "hall_id", "node_ids", "migration_plan_id")) \
-                and attrs.get("min_age_years") is None:
-            raise serializers.ValidationError("select nodes by generation, gpu_model, hall_id, min_age_years, "
-                                              "node_ids or migration_plan_id")
+        if (
+            not any(attrs.get(k) for k in ("generation", "gpu_model", "hall_id", "node_ids", "migration_plan_id"))
+            and attrs.get("min_age_years") is None
+        ):
+            raise serializers.ValidationError(
+                "select nodes by generation, gpu_model, hall_id, min_age_years, node_ids or migration_plan_id"
+            )
         return attrs
 
 
 class DemandIn(serializers.Serializer):
     pool = serializers.CharField(max_length=100, help_text="internal pool, e.g. inference")
     nodes_wanted = serializers.IntegerField(min_value=1)
-    value_per_gpu_hour = serializers.DecimalField(max_digits=8, decimal_places=4, min_value=Decimal(0),
-                                                  help_text="USD per GPU-hour the pool's work is worth")
+    value_per_gpu_hour = serializers.DecimalField(
+        max_digits=8, decimal_places=4, min_value=Decimal(0), help_text="USD per GPU-hour the pool's work is worth"
+    )
     utilisation = serializers.DecimalField(max_digits=4, decimal_places=3, min_value=Decimal(0), max_value=Decimal(1))
     horizon_months = serializers.IntegerField(min_value=1, max_value=120)
 
@@ -168,18 +193,25 @@ class DispositionPlanIn(serializers.Serializer):
     channel = serializers.ChoiceField(choices=disposition.CHANNELS, default="broker")
     lease_cap_nodes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
     rank_with_freed_power = serializers.BooleanField(
-        default=False, help_text="rank options by cash + freed power (default: by cash; freed power shown apart)")
+        default=False, help_text="rank options by cash + freed power (default: by cash; freed power shown apart)"
+    )
     lease_on_demand = serializers.BooleanField(
-        default=False, help_text="lease billed per used hour (utilisation applies); default: a contract billed every hour")
+        default=False,
+        help_text="lease billed per used hour (utilisation applies); default: a contract billed every hour",
+    )
     assumption_overrides = serializers.DictField(
-        child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)), required=False,
-        default=dict, help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE))
+        child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)),
+        required=False,
+        default=dict,
+        help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE),
+    )
 
     def validate_assumption_overrides(self, value):
         unknown = sorted(set(value) - set(disposition.OVERRIDABLE))
         if unknown:
-            raise serializers.ValidationError(f"unknown assumptions {', '.join(unknown)}; "
-                                              f"overridable: {', '.join(disposition.OVERRIDABLE)}")
+            raise serializers.ValidationError(
+                f"unknown assumptions {', '.join(unknown)}; overridable: {', '.join(disposition.OVERRIDABLE)}"
+            )
         return value
 
     def validate_demands(self, value):
@@ -195,11 +227,14 @@ class DispositionPlanOut(serializers.Serializer):
     created_by = serializers.CharField()
     created_at = serializers.DateTimeField()
     inputs = serializers.JSONField()
-    result = serializers.JSONField(help_text="split, option_returns, total_return, freed_power_value, allocations, "
-                                             "blocks (option values per block), reasoning, assumptions (with sources)")
+    result = serializers.JSONField(
+        help_text="split, option_returns, total_return, freed_power_value, allocations, "
+        "blocks (option values per block), reasoning, assumptions (with sources)"
+    )
 
 
 # ---- capacity plans
+
 
 class ModelIn(serializers.Serializer):
     name = serializers.CharField(max_length=100)
@@ -220,12 +255,24 @@ class ModelIn(serializers.Serializer):
 class ForecastMonthIn(serializers.Serializer):
     month = serializers.DateField(help_text="first day of the month")
     requests_per_s = serializers.FloatField(min_value=0, max_value=1e9, required=False, allow_null=True, default=None)
-    tokens_per_s = serializers.FloatField(min_value=0, max_value=1e12, required=False, allow_null=True, default=None,
-                                          help_text="output tokens per second (instead of requests_per_s)")
+    tokens_per_s = serializers.FloatField(
+        min_value=0,
+        max_value=1e12,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="output tokens per second (instead of requests_per_s)",
+    )
     prompt_tokens = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
     output_tokens = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
-    tpot_ms_target = serializers.FloatField(min_value=0.1, max_value=100_000, required=False, allow_null=True,
-                                            default=None, help_text="latency target: ms per output token")
+    tpot_ms_target = serializers.FloatField(
+        min_value=0.1,
+        max_value=100_000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="latency target: ms per output token",
+    )
     concurrent_sequences_per_replica = serializers.IntegerField(min_value=1, max_value=100_000, default=64)
 
     def validate(self, attrs):
@@ -243,15 +290,26 @@ class MeasuredIn(serializers.Serializer):
 
 class CapacityPlanIn(serializers.Serializer):
     name = serializers.CharField(max_length=200)
-    model_name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="",
-                                       help_text="a reference model (models.csv), or give model")
+    model_name = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="a reference model (models.csv), or give model",
+    )
     model = ModelIn(required=False)
     forecast = ForecastMonthIn(many=True, allow_empty=False, max_length=120)
     target_gpu_model = serializers.CharField(max_length=100, default="GB200-NVL72")
-    gpu_models = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list,
-                                       max_length=20, help_text="other generations to size for comparison")
-    measured = serializers.DictField(child=MeasuredIn(), required=False, default=dict,
-                                     help_text="GPU model -> operator-measured operating point")
+    gpu_models = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        default=list,
+        max_length=20,
+        help_text="other generations to size for comparison",
+    )
+    measured = serializers.DictField(
+        child=MeasuredIn(), required=False, default=dict, help_text="GPU model -> operator-measured operating point"
+    )
     racks_per_unit = serializers.IntegerField(min_value=1, max_value=1000, default=8)
 
     def validate(self, attrs):

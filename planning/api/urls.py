@@ -1,4 +1,5 @@
 """Planning API routes (operator API only; see fleet/api/urls.py for the three route lists)."""
+
 from core.api.routes import api_route
 
 from . import views
@@ -12,7 +13,10 @@ ops_urlpatterns = [
     api_route(r"disposition-plans", views.DispositionPlans.as_view(), "ops-disposition-plans"),
     api_route(r"disposition-plans/(?P<pk>[^/]+)", views.DispositionPlanDetail.as_view(), "ops-disposition-plan"),
     api_route(r"capacity-plans", views.CapacityPlans.as_view(), "ops-capacity-plans"),
-    api_route(r"capacity-plans/(?P<pk>[^/]+)/migration-plan", views.CapacityPlanToMigration.as_view(),
-              "ops-capacity-plan-to-migration"),
+    api_route(
+        r"capacity-plans/(?P<pk>[^/]+)/migration-plan",
+        views.CapacityPlanToMigration.as_view(),
+        "ops-capacity-plan-to-migration",
+    ),
     api_route(r"capacity-plans/(?P<pk>[^/]+)", views.CapacityPlanDetail.as_view(), "ops-capacity-plan"),
 ]

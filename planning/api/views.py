@@ -1,4 +1,5 @@
 """Operator API for plans: migration plans (create idempotently, read, apply) and disposition plans."""
+
 import json
 
 from django.db.models import Count
@@ -29,8 +30,13 @@ from .serializers import (
     MigrationPlanSerializer,
 )
 
-IDEMPOTENCY_KEY = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
-                                   description="1-255 printable characters; a retry with the same key replays the answer")
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-255 printable characters; a retry with the same key replays the answer",
+)
 PROBLEM = OpenApiResponse(ProblemSerializer, description="problem+json")
 
 
@@ -51,7 +57,8 @@ class MigrationPlanCollection(APIView):
     @extend_schema(
         operation_id="ops_migration_plans_create",
         summary="Plan a generation migration over the inventory",
-        request=PlanParametersSerializer, parameters=[IDEMPOTENCY_KEY],
+        request=PlanParametersSerializer,
+        parameters=[IDEMPOTENCY_KEY],
         responses={201: MigrationPlanSerializer, 400: PROBLEM, 401: PROBLEM, 403: PROBLEM, 409: PROBLEM, 422: PROBLEM},
     )
     def post(self, request):
@@ -61,7 +68,9 @@ class MigrationPlanCollection(APIView):
             try:
                 plan = create_plan(parameters=request.data, actor=request.user.actor)
             except PlanInputError as exc:
-                raise Problem(400, "validation_error", "Some fields are invalid; see errors.", errors=exc.errors) from exc
+                raise Problem(
+                    400, "validation_error", "Some fields are invalid; see errors.", errors=exc.errors
+                ) from exc
             return Response(_body(plan), status=201, headers={"Location": f"/api/v1/ops/migration-plans/{plan.id}"})
 
         return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
@@ -70,8 +79,11 @@ class MigrationPlanCollection(APIView):
 class MigrationPlanDetail(APIView):
     permission_classes = [IsOperator]
 
-    @extend_schema(operation_id="ops_migration_plans_retrieve", summary="A stored migration plan",
-                   responses={200: MigrationPlanSerializer, 401: PROBLEM, 403: PROBLEM, 404: PROBLEM})
+    @extend_schema(
+        operation_id="ops_migration_plans_retrieve",
+        summary="A stored migration plan",
+        responses={200: MigrationPlanSerializer, 401: PROBLEM, 403: PROBLEM, 404: PROBLEM},
+    )
     def get(self, request, pk):
         plan = MigrationPlan.objects.filter(pk=uuid_or_404(pk)).first()
         if plan is None:
@@ -84,7 +96,9 @@ class MigrationPlanApply(APIView):
     ops_action = "migration_plan.apply"
 
     @extend_schema(
-        operation_id="ops_migration_plans_apply", request=None, parameters=[IDEMPOTENCY_KEY],
+        operation_id="ops_migration_plans_apply",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY],
         summary="Schedule the plan's upgrades, node intakes and decommissions in the inventory (idempotent)",
         responses={200: MigrationPlanSerializer, 400: PROBLEM, 401: PROBLEM, 403: PROBLEM, 404: PROBLEM, 409: PROBLEM},
     )
@@ -106,6 +120,7 @@ class MigrationPlanApply(APIView):
 
 # ---- disposition plans
 
+
 def plan_body(plan: DispositionPlan) -> dict:
     data = DispositionPlanOut(plan).data
     data["result"] = {k: v for k, v in plan.result.items() if k != "figures"}  # figures are for the console
@@ -116,29 +131,49 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
     """Shared by the API and the console form: validated input → stored plan (SelectionError → 400)."""
     sel = data["selection"]
     selection = disposition.Selection(
-        generation=sel["generation"], gpu_model=sel["gpu_model"], hall_id=str(sel["hall_id"] or ""),
-        min_age_years=sel["min_age_years"], node_ids=[str(i) for i in sel["node_ids"]],
-        migration_plan_id=str(sel["migration_plan_id"] or ""))
+        generation=sel["generation"],
+        gpu_model=sel["gpu_model"],
+        hall_id=str(sel["hall_id"] or ""),
+        min_age_years=sel["min_age_years"],
+        node_ids=[str(i) for i in sel["node_ids"]],
+        migration_plan_id=str(sel["migration_plan_id"] or ""),
+    )
     demands = [InternalDemand(**d) for d in data["demands"]]
     inputs = json.loads(json.dumps(data, default=str))  # UUIDs and Decimals as strings
     try:
         return disposition.create_disposition_plan(
-            name=data["name"], selection=selection, demands=demands, horizon_months=data["horizon_months"],
-            channel=data["channel"], lease_cap_nodes=data["lease_cap_nodes"],
-            overrides=data["assumption_overrides"], actor=actor, inputs=inputs,
-            rank_with_freed_power=data["rank_with_freed_power"], lease_on_demand=data["lease_on_demand"])
+            name=data["name"],
+            selection=selection,
+            demands=demands,
+            horizon_months=data["horizon_months"],
+            channel=data["channel"],
+            lease_cap_nodes=data["lease_cap_nodes"],
+            overrides=data["assumption_overrides"],
+            actor=actor,
+            inputs=inputs,
+            rank_with_freed_power=data["rank_with_freed_power"],
+            lease_on_demand=data["lease_on_demand"],
+        )
     except disposition.SelectionError as exc:
-        raise Problem(400, "validation_error", "The selection cannot be planned; see errors.",
-                      errors=[{"field": "selection", "message": str(exc)}]) from exc
+        raise Problem(
+            400,
+            "validation_error",
+            "The selection cannot be planned; see errors.",
+            errors=[{"field": "selection", "message": str(exc)}],
+        ) from exc
 
 
 class DispositionPlans(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
     ops_action = "disposition_plan.create"
 
-    @extend_schema(operation_id="ops_disposition_plan_create", request=DispositionPlanIn,
-                   responses={201: DispositionPlanOut}, parameters=[IDEMPOTENCY_KEY],
-                   summary="Value outgoing nodes and recommend a split (redeploy, lease, resale, recycle)")
+    @extend_schema(
+        operation_id="ops_disposition_plan_create",
+        request=DispositionPlanIn,
+        responses={201: DispositionPlanOut},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Value outgoing nodes and recommend a split (redeploy, lease, resale, recycle)",
+    )
     def post(self, request):
         key = read_key(request)
         body = DispositionPlanIn(data=request.data)
@@ -146,8 +181,11 @@ class DispositionPlans(APIView):
 
         def perform():
             plan = create_plan_from(body.validated_data, actor=request.user.actor)
-            return Response(plan_body(plan), status=status.HTTP_201_CREATED,
-                            headers={"Location": f"/api/v1/ops/disposition-plans/{plan.pk}"})
+            return Response(
+                plan_body(plan),
+                status=status.HTTP_201_CREATED,
+                headers={"Location": f"/api/v1/ops/disposition-plans/{plan.pk}"},
+            )
 
         return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
 
@@ -155,17 +193,28 @@ class DispositionPlans(APIView):
 class DispositionPlanDetail(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
 
-    @extend_schema(operation_id="ops_disposition_plan_get", responses={200: DispositionPlanOut},
-                   summary="A disposition plan with its split, option values, reasoning and assumptions")
+    @extend_schema(
+        operation_id="ops_disposition_plan_get",
+        responses={200: DispositionPlanOut},
+        summary="A disposition plan with its split, option values, reasoning and assumptions",
+    )
     def get(self, request, pk):
         plan = get_object_or_404(DispositionPlan.objects.all(), pk=uuid_or_404(pk))
         return Response(plan_body(plan))
 
 
 def capacity_body(plan: CapacityPlan) -> dict:
-    return CapacityPlanOut({"id": plan.id, "name": plan.name, "created_by": plan.created_by,
-                            "created_at": plan.created_at, "inputs": plan.inputs, "result": plan.result,
-                            "migration_plan_id": plan.migration_plan_id}).data
+    return CapacityPlanOut(
+        {
+            "id": plan.id,
+            "name": plan.name,
+            "created_by": plan.created_by,
+            "created_at": plan.created_at,
+            "inputs": plan.inputs,
+            "result": plan.result,
+            "migration_plan_id": plan.migration_plan_id,
+        }
+    ).data
 
 
 def create_capacity_from(data: dict, *, actor: str) -> CapacityPlan:
@@ -173,17 +222,25 @@ def create_capacity_from(data: dict, *, actor: str) -> CapacityPlan:
     try:
         return capacity.create_capacity_plan(data=data, actor=actor)
     except capacity.CapacityInputError as exc:
-        raise Problem(400, "validation_error", "The capacity plan cannot be sized; see errors.",
-                      errors=[{"field": "non_field_errors", "message": str(exc)}]) from exc
+        raise Problem(
+            400,
+            "validation_error",
+            "The capacity plan cannot be sized; see errors.",
+            errors=[{"field": "non_field_errors", "message": str(exc)}],
+        ) from exc
 
 
 class CapacityPlans(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
     ops_action = "capacity_plan.create"
 
-    @extend_schema(operation_id="ops_capacity_plan_create", request=CapacityPlanIn,
-                   responses={201: CapacityPlanOut, 400: PROBLEM}, parameters=[IDEMPOTENCY_KEY],
-                   summary="Size GPUs, racks and kW per generation from a traffic forecast and a model")
+    @extend_schema(
+        operation_id="ops_capacity_plan_create",
+        request=CapacityPlanIn,
+        responses={201: CapacityPlanOut, 400: PROBLEM},
+        parameters=[IDEMPOTENCY_KEY],
+        summary="Size GPUs, racks and kW per generation from a traffic forecast and a model",
+    )
     def post(self, request):
         key = read_key(request, required=True)
         body = CapacityPlanIn(data=request.data)
@@ -191,8 +248,11 @@ class CapacityPlans(APIView):
 
         def perform():
             plan = create_capacity_from(body.validated_data, actor=request.user.actor)
-            return Response(capacity_body(plan), status=status.HTTP_201_CREATED,
-                            headers={"Location": f"/api/v1/ops/capacity-plans/{plan.pk}"})
+            return Response(
+                capacity_body(plan),
+                status=status.HTTP_201_CREATED,
+                headers={"Location": f"/api/v1/ops/capacity-plans/{plan.pk}"},
+            )
 
         return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
 
@@ -200,8 +260,11 @@ class CapacityPlans(APIView):
 class CapacityPlanDetail(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
 
-    @extend_schema(operation_id="ops_capacity_plan_get", responses={200: CapacityPlanOut, 404: PROBLEM},
-                   summary="A capacity plan with its needs per month and generation, gap and deliveries")
+    @extend_schema(
+        operation_id="ops_capacity_plan_get",
+        responses={200: CapacityPlanOut, 404: PROBLEM},
+        summary="A capacity plan with its needs per month and generation, gap and deliveries",
+    )
     def get(self, request, pk):
         plan = get_object_or_404(CapacityPlan.objects.all(), pk=uuid_or_404(pk))
         return Response(capacity_body(plan))
@@ -213,23 +276,32 @@ def migration_from_capacity(plan_id, *, actor: str) -> MigrationPlan:
     except capacity.CapacityInputError as exc:
         raise Problem(409, "no_gap", str(exc)) from exc
     except PlanInputError as exc:
-        raise Problem(400, "validation_error", "The gap cannot be planned here; see errors.", errors=exc.errors) from exc
+        raise Problem(
+            400, "validation_error", "The gap cannot be planned here; see errors.", errors=exc.errors
+        ) from exc
 
 
 class CapacityPlanToMigration(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
     ops_action = "capacity_plan.to_migration"
 
-    @extend_schema(operation_id="ops_capacity_plan_to_migration", request=None, parameters=[IDEMPOTENCY_KEY],
-                   responses={201: MigrationPlanSerializer, 404: PROBLEM, 409: PROBLEM},
-                   summary="Turn the capacity plan's gap into a migration plan's deliveries")
+    @extend_schema(
+        operation_id="ops_capacity_plan_to_migration",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: MigrationPlanSerializer, 404: PROBLEM, 409: PROBLEM},
+        summary="Turn the capacity plan's gap into a migration plan's deliveries",
+    )
     def post(self, request, pk):
         key = read_key(request, required=True)
         plan = get_object_or_404(CapacityPlan.objects.all(), pk=uuid_or_404(pk))
 
         def perform():
             migration = migration_from_capacity(plan.pk, actor=request.user.actor)
-            return Response(_body(migration), status=status.HTTP_201_CREATED,
-                            headers={"Location": f"/api/v1/ops/migration-plans/{migration.pk}"})
+            return Response(
+                _body(migration),
+                status=status.HTTP_201_CREATED,
+                headers={"Location": f"/api/v1/ops/migration-plans/{migration.pk}"},
+            )
 
         return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)

@@ -66,9 +66,15 @@ def reference_models() -> dict[str, ModelSpec]:
     with MODELS_CSV.open(newline="", encoding="utf-8") as handle:
         return {
             row["model"]: ModelSpec(
-                row["model"], float(row["total_params_b"]), float(row["active_params_b"]), int(row["layers"]),
-                int(row["kv_heads"]), int(row["head_dim"]), int(row["bytes_per_element"]),
-                int(row["context_tokens"]), f"models.csv: {row['source']}",
+                row["model"],
+                float(row["total_params_b"]),
+                float(row["active_params_b"]),
+                int(row["layers"]),
+                int(row["kv_heads"]),
+                int(row["head_dim"]),
+                int(row["bytes_per_element"]),
+                int(row["context_tokens"]),
+                f"models.csv: {row['source']}",
             )
             for row in csv.DictReader(handle)
         }
@@ -160,8 +166,12 @@ def gpus_per_replica(model: ModelSpec, gpu_model: str, concurrent: int, sequence
     return 0
 
 
-def plan_capacity(model: ModelSpec, forecast: tuple[ForecastMonth, ...], gpu_models: tuple[str, ...] | None = None,
-                  measured_tokens_per_s: dict[str, tuple[int, float]] | None = None) -> CapacityResult:
+def plan_capacity(
+    model: ModelSpec,
+    forecast: tuple[ForecastMonth, ...],
+    gpu_models: tuple[str, ...] | None = None,
+    measured_tokens_per_s: dict[str, tuple[int, float]] | None = None,
+) -> CapacityResult:
     """GPUs, racks and kW per month and generation. ``measured_tokens_per_s`` maps a GPU model to
     (GPUs per replica, tokens/s per replica) the operator measured; it replaces the reference point."""
     ref = parameter("reference_tokens_per_s_llama2_70b_8x_h100")
@@ -174,8 +184,10 @@ def plan_capacity(model: ModelSpec, forecast: tuple[ForecastMonth, ...], gpu_mod
         demand = month.demand_tokens_per_s
         needs, notes = [], []
         if month.tpot_ms_target is not None and month.tpot_ms_target < ref_tpot and not measured:
-            notes.append(f"latency target {month.tpot_ms_target:g} ms per output token is tighter than the reference "
-                         f"point's {ref_tpot:g} ms: measure tokens/s per replica at your target and give it")
+            notes.append(
+                f"latency target {month.tpot_ms_target:g} ms per output token is tighter than the reference "
+                f"point's {ref_tpot:g} ms: measure tokens/s per replica at your target and give it"
+            )
         for gpu_model in models:
             row = reference_generation(gpu_model)
             gpus_rack, rack_kw, _, _ = _gen_figures(gpu_model)
@@ -183,35 +195,63 @@ def plan_capacity(model: ModelSpec, forecast: tuple[ForecastMonth, ...], gpu_mod
                 n, per_replica = measured[gpu_model]
                 source = "operator measurement"
             else:
-                n = gpus_per_replica(model, gpu_model, month.concurrent_sequences_per_replica,
-                                     month.sequence_tokens(model.context_tokens))
+                n = gpus_per_replica(
+                    model,
+                    gpu_model,
+                    month.concurrent_sequences_per_replica,
+                    month.sequence_tokens(model.context_tokens),
+                )
                 if n == 0:
                     notes.append(f"{gpu_model}: {model.name} does not fit one NVLink domain; not planned")
                     continue
-                per_replica = (float(ref.low) * (ref_params / model.active_params_b) * float(row.inference_vs_h100)
-                               * n / REFERENCE_GPUS)
-                source = (f"{ref.value} {ref.unit} x {ref_params:g}B / {model.active_params_b:g}B active x "
-                          f"{row.inference_vs_h100} (inference_vs_h100) x {n}/{REFERENCE_GPUS} GPUs")
+                per_replica = (
+                    float(ref.low)
+                    * (ref_params / model.active_params_b)
+                    * float(row.inference_vs_h100)
+                    * n
+                    / REFERENCE_GPUS
+                )
+                source = (
+                    f"{ref.value} {ref.unit} x {ref_params:g}B / {model.active_params_b:g}B active x "
+                    f"{row.inference_vs_h100} (inference_vs_h100) x {n}/{REFERENCE_GPUS} GPUs"
+                )
             replicas = math.ceil(demand / per_replica - 1e-9) if demand > 0 else 0
             gpus = replicas * n
             racks = math.ceil(gpus / gpus_rack) if gpus else 0
-            needs.append(GenerationNeed(gpu_model, row.generation, n, round(per_replica, 3), source, replicas, gpus,
-                                        racks, round(racks * rack_kw, 3), gpus_rack))
+            needs.append(
+                GenerationNeed(
+                    gpu_model,
+                    row.generation,
+                    n,
+                    round(per_replica, 3),
+                    source,
+                    replicas,
+                    gpus,
+                    racks,
+                    round(racks * rack_kw, 3),
+                    gpus_rack,
+                )
+            )
         months.append(MonthPlan(month.month, round(demand, 3), tuple(needs), tuple(notes)))
     assumptions = (
         ("reference throughput", f"{ref.value} {ref.unit}", ref.source),
         ("reference model", f"{ref_params:g}B active", parameter("reference_model_active_params_b").source),
-        ("reference latency", parameter("reference_latency_llama2_70b_server").value,
-         parameter("reference_latency_llama2_70b_server").source),
+        (
+            "reference latency",
+            parameter("reference_latency_llama2_70b_server").value,
+            parameter("reference_latency_llama2_70b_server").source,
+        ),
         ("hbm_usable_fraction", parameter("hbm_usable_fraction").value, parameter("hbm_usable_fraction").source),
         ("model", model.name, model.source),
     )
-    return CapacityResult(model, model.kv_bytes_per_token, round(model.weight_bytes / 1e9, 3), tuple(months),
-                          assumptions)
+    return CapacityResult(
+        model, model.kv_bytes_per_token, round(model.weight_bytes / 1e9, 3), tuple(months), assumptions
+    )
 
 
-def gap_deliveries(result: CapacityResult, gpu_model: str, existing_gpus: int, racks_per_unit: int = 8,
-                   lead_weeks: int = 0) -> list[dict]:
+def gap_deliveries(
+    result: CapacityResult, gpu_model: str, existing_gpus: int, racks_per_unit: int = 8, lead_weeks: int = 0
+) -> list[dict]:
     """Migration-plan deliveries that keep ``gpu_model`` capacity at each month's need: whole
     scalable units of ``racks_per_unit`` racks, arriving on the first day of the month that needs them."""
     have_racks = None
@@ -225,7 +265,13 @@ def gap_deliveries(result: CapacityResult, gpu_model: str, existing_gpus: int, r
         have = have_racks or 0
         if racks > have:
             units = math.ceil((racks - have) / racks_per_unit)
-            deliveries.append({"date": month.month.isoformat(), "scalable_units": units, "racks_per_unit": racks_per_unit,
-                               "label": f"capacity {month.month:%Y-%m}"})
+            deliveries.append(
+                {
+                    "date": month.month.isoformat(),
+                    "scalable_units": units,
+                    "racks_per_unit": racks_per_unit,
+                    "label": f"capacity {month.month:%Y-%m}",
+                }
+            )
             have_racks = have + units * racks_per_unit
     return deliveries

@@ -371,8 +371,7 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
     )
 
     sources["months_until_sale"] = (
-        f"assumption: {_MONTHS_UNTIL_SALE} months from decision to sale "
-        "(drain, sanitise, list, ship)"
+        f"assumption: {_MONTHS_UNTIL_SALE} months from decision to sale (drain, sanitise, list, ship)"
     )
 
     electricity = Decimal(econ["electricity_price"]["value"])
@@ -386,9 +385,7 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         f"assumption: {_SANITISATION_PER_DRIVE} USD per drive for a NIST SP 800-88 "
         "purge or destroy with verification and record, labour included"
     )
-    sources["logistics_cost_per_node"] = (
-        f"assumption: {_LOGISTICS_PER_NODE} USD per node to de-rack, pack and ship"
-    )
+    sources["logistics_cost_per_node"] = f"assumption: {_LOGISTICS_PER_NODE} USD per node to de-rack, pack and ship"
     sources["operations_cost_per_node_month"] = (
         f"assumption: {_OPERATIONS_PER_NODE_MONTH} USD per node-month for remote hands, "
         "monitoring and support share of a node kept in service"
@@ -397,9 +394,7 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         f"assumption: {_SPACE_PER_RACK_MONTH} USD per rack-month of floor and cooling "
         "plant, energy excluded (energy is priced separately)"
     )
-    sources["recycle_value_per_node"] = (
-        f"assumption: {_RECYCLE_PER_NODE} USD per node from an e-waste recycler"
-    )
+    sources["recycle_value_per_node"] = f"assumption: {_RECYCLE_PER_NODE} USD per node from an e-waste recycler"
 
     # Freed power: the wholesale rent of a kilowatt, i.e. what the kW is worth to whoever gets it.
     # Not new hardware's margin in it: that needs the new hardware's capex, which selling the
@@ -561,7 +556,9 @@ def _keep_option(
     return OptionValue(option, ranked, margin, Decimal(0), residual, freed, service, cash)
 
 
-def _leave_option(option: Option, proceeds: Decimal, block: OutgoingBlock, a: Assumptions, horizon: Decimal) -> OptionValue:
+def _leave_option(
+    option: Option, proceeds: Decimal, block: OutgoingBlock, a: Assumptions, horizon: Decimal
+) -> OptionValue:
     freed = _freed_value(block, a, Decimal(0), horizon)
     ranked = proceeds + freed if a.rank_with_freed_power else proceeds
     return OptionValue(option, ranked, Decimal(0), proceeds, Decimal(0), freed, Decimal(0), proceeds)
@@ -590,9 +587,7 @@ def value_options(
     redeploy = None
     if demand is not None:
         revenue = demand.value_per_gpu_hour * demand.utilisation * gpu_hours
-        redeploy = _keep_option(
-            Option.REDEPLOY, block, a, horizon, Decimal(demand.horizon_months), revenue, channel
-        )
+        redeploy = _keep_option(Option.REDEPLOY, block, a, horizon, Decimal(demand.horizon_months), revenue, channel)
     billed = a.lease_utilisation if a.lease_on_demand else Decimal(1)
     lease_revenue = lease_price_per_gpu_hour(block, a) * billed * gpu_hours
     lease = _keep_option(Option.LEASE, block, a, horizon, horizon, lease_revenue, channel)
@@ -687,7 +682,10 @@ def recommend_split(
     lease_left = lease_cap_nodes
     order = sorted(
         range(len(blocks)),
-        key=lambda i: (-(external[i].lease.return_per_node - _best((external[i].resale, external[i].recycle)).return_per_node), i),
+        key=lambda i: (
+            -(external[i].lease.return_per_node - _best((external[i].resale, external[i].recycle)).return_per_node),
+            i,
+        ),
     )
     for i in order:
         if remaining[i] == 0:
@@ -708,8 +706,11 @@ def recommend_split(
         remaining[i] -= take
         allocations.append(Allocation(blocks[i].label, Option.LEASE, None, take, lease))
         price = lease_price_per_gpu_hour(blocks[i], a)
-        billing = (f"{a.lease_utilisation:.0%} utilisation (on demand)" if a.lease_on_demand
-                   else "a contract billed every hour")
+        billing = (
+            f"{a.lease_utilisation:.0%} utilisation (on demand)"
+            if a.lease_on_demand
+            else "a contract billed every hour"
+        )
         reasoning.append(
             f"Lease {take} nodes of {blocks[i].label} as a cheaper SKU at "
             f"{to_cents(price)} USD/GPU-h on {billing}: "
@@ -729,7 +730,11 @@ def recommend_split(
         resale, recycle = external[i].resale, external[i].recycle
         chosen, other = (resale, recycle) if _best((resale, recycle)) is resale else (recycle, resale)
         allocations.append(Allocation(block.label, chosen.option, None, remaining[i], chosen))
-        verb = f"Sell {remaining[i]} nodes of {block.label} via {channel}" if chosen is resale else f"Recycle {remaining[i]} nodes of {block.label}"
+        verb = (
+            f"Sell {remaining[i]} nodes of {block.label} via {channel}"
+            if chosen is resale
+            else f"Recycle {remaining[i]} nodes of {block.label}"
+        )
         reasoning.append(
             f"{verb}: {usd(chosen.cash)}/node cash {horizon_text} "
             f"(opportunity, apart: {usd(chosen.freed_power_value)} of reused power) "

@@ -402,8 +402,11 @@ class Timeline:
 
     def first_week_holding(self, floor_gpus: int, floor_perf: float | None) -> TimelinePoint | None:
         return next(
-            (p for p in self.points
-             if p.total_gpus >= floor_gpus and (floor_perf is None or p.perf_total >= floor_perf - 1e-6)),
+            (
+                p
+                for p in self.points
+                if p.total_gpus >= floor_gpus and (floor_perf is None or p.perf_total >= floor_perf - 1e-6)
+            ),
             None,
         )
 
@@ -554,10 +557,14 @@ class _Facility:
         foot = parameter("rack_footprint")
         assert air.high is not None and door.high is not None and residual.high is not None and foot.low is not None
         return cls(
-            float(air.high), f"air_cooled_rack_limit_max {air.value} kW: {air.source}",
-            float(door.high), f"rear_door_hx_rack_range {door.value} kW: {door.source}",
-            float(residual.high), f"high end of liquid_rack_residual_air_fraction {residual.value}: {residual.source}",
-            float(foot.low), f"rack_footprint {foot.value} m2: {foot.source}",
+            float(air.high),
+            f"air_cooled_rack_limit_max {air.value} kW: {air.source}",
+            float(door.high),
+            f"rear_door_hx_rack_range {door.value} kW: {door.source}",
+            float(residual.high),
+            f"high end of liquid_rack_residual_air_fraction {residual.value}: {residual.source}",
+            float(foot.low),
+            f"rack_footprint {foot.value} m2: {foot.source}",
         )
 
 
@@ -598,7 +605,9 @@ class _Context:
 
 
 def _kind_ok(spec: NodeTypeSpec, cooling: str) -> bool:
-    return spec.cooling == "air-or-liquid" or (cooling in _AIR_POSITIONS if spec.cooling == "air" else cooling == "liquid")
+    return spec.cooling == "air-or-liquid" or (
+        cooling in _AIR_POSITIONS if spec.cooling == "air" else cooling == "liquid"
+    )
 
 
 def _checks(spec: NodeTypeSpec, cooling: str, power_kw: float, cooling_kw: float, fac: _Facility) -> list[str]:
@@ -612,9 +621,13 @@ def _checks(spec: NodeTypeSpec, cooling: str, power_kw: float, cooling_kw: float
     if need > cooling_kw + _EPS:
         failed.append(f"needs {_kw(need)} kW cooling, the position has {_kw(cooling_kw)} kW")
     if cooling == "air" and need > fac.air_limit_kw + _EPS:
-        failed.append(f"{_kw(need)} kW is over the air-cooled rack limit of {_kw(fac.air_limit_kw)} kW ({fac.air_limit_source})")
+        failed.append(
+            f"{_kw(need)} kW is over the air-cooled rack limit of {_kw(fac.air_limit_kw)} kW ({fac.air_limit_source})"
+        )
     if cooling == "rear_door" and need > fac.rear_door_limit_kw + _EPS:
-        failed.append(f"{_kw(need)} kW is over the rear-door limit of {_kw(fac.rear_door_limit_kw)} kW ({fac.rear_door_source})")
+        failed.append(
+            f"{_kw(need)} kW is over the rear-door limit of {_kw(fac.rear_door_limit_kw)} kW ({fac.rear_door_source})"
+        )
     if cooling == "liquid" and spec.cooling == "liquid":
         _, air = _heat_split(spec, need, fac)
         if air > fac.air_limit_kw + _EPS:
@@ -634,8 +647,10 @@ def _static_notes(spec: NodeTypeSpec, hall: Hall | None, fac: _Facility) -> tupl
         notes.append(f"residual air heat {_kw(air)} kW ({fac.residual_source})")
     if hall is not None and hall.floor_load_kpa is not None and spec.rack_weight_kg is not None:
         kpa = spec.rack_weight_kg * _G / 1000 / fac.footprint_m2
-        text = (f"floor loading {kpa:.1f} kPa ({_kw(spec.rack_weight_kg)} kg on {fac.footprint_m2:g} m2) "
-                f"against the hall's {hall.floor_load_kpa:g} kPa")
+        text = (
+            f"floor loading {kpa:.1f} kPa ({_kw(spec.rack_weight_kg)} kg on {fac.footprint_m2:g} m2) "
+            f"against the hall's {hall.floor_load_kpa:g} kPa"
+        )
         (refusals if kpa > hall.floor_load_kpa + _EPS else notes).append(text)
     elif spec.rack_weight_kg is None:
         notes.append("floor loading not checked: no rack weight for this node type")
@@ -647,8 +662,10 @@ def _static_notes(spec: NodeTypeSpec, hall: Hall | None, fac: _Facility) -> tupl
             notes.append("CDU capacity not checked: give the hall's CDU units and kW per unit")
         else:
             liquid, _ = _heat_split(spec, need, fac)
-            text = (f"hall CDUs {hall.cdu_units} x {_kw(hall.cdu_unit_kw or 0)} kW, N+1: {_kw(usable)} kW usable, "
-                    f"shared; this rack needs {_kw(liquid)} kW of it")
+            text = (
+                f"hall CDUs {hall.cdu_units} x {_kw(hall.cdu_unit_kw or 0)} kW, N+1: {_kw(usable)} kW usable, "
+                f"shared; this rack needs {_kw(liquid)} kW of it"
+            )
             (refusals if liquid > usable + _EPS else notes).append(text)
     return notes, refusals
 
@@ -661,8 +678,9 @@ def _position_verdict(spec: NodeTypeSpec, pos: Position, hall: Hall | None, fac:
     tail = "; ".join(notes)
     now = _checks(spec, pos.cooling, pos.power_kw, pos.cooling_kw, fac)
     if refusals:
-        return PositionVerdict(pos.id, pos.hall_id, pos.rack, "never", None,
-                               f"{needs}; {has}: refused: " + "; ".join(refusals + now))
+        return PositionVerdict(
+            pos.id, pos.hall_id, pos.rack, "never", None, f"{needs}; {has}: refused: " + "; ".join(refusals + now)
+        )
     if not now:
         return PositionVerdict(pos.id, pos.hall_id, pos.rack, "ok_now", None, f"ok now: {needs}; {has}; {tail}")
     up = pos.upgrade
@@ -678,7 +696,11 @@ def _position_verdict(spec: NodeTypeSpec, pos: Position, hall: Hall | None, fac:
             )
             return PositionVerdict(pos.id, pos.hall_id, pos.rack, "after_upgrade", up.ready, reason)
         return PositionVerdict(
-            pos.id, pos.hall_id, pos.rack, "never", None,
+            pos.id,
+            pos.hall_id,
+            pos.rack,
+            "never",
+            None,
             f"{needs}; {has}, {_kw(cooling_after)} kW {up.cooling_after} after {up.kind}: refused: " + "; ".join(after),
         )
     return PositionVerdict(pos.id, pos.hall_id, pos.rack, "never", None, f"{needs}; {has}: refused: " + "; ".join(now))
@@ -691,10 +713,14 @@ def _context(inputs: PlanInputs) -> _Context:
         deadline = burn_in_deadline()
         burn_in_days = max(1, math.ceil(deadline / timedelta(days=1)))
         row = parameter("burn_in_deadline")
-        assumptions.append(Assumption(
-            "burn_in_days", str(burn_in_days), "days",
-            f"burn_in_deadline {row.value} {row.unit}, the lifecycle's burn-in deadline too: {row.source}",
-        ))
+        assumptions.append(
+            Assumption(
+                "burn_in_days",
+                str(burn_in_days),
+                "days",
+                f"burn_in_deadline {row.value} {row.unit}, the lifecycle's burn-in deadline too: {row.source}",
+            )
+        )
     else:
         burn_in_days = inputs.burn_in_days
         assumptions.append(Assumption("burn_in_days", str(burn_in_days), "days", "operator input"))
@@ -716,8 +742,11 @@ def _context(inputs: PlanInputs) -> _Context:
     assumptions.append(Assumption("power_margin", f"{inputs.power_margin:.0%}", "of hall IT budget", "operator policy"))
     fac = _Facility.load()
     assumptions.append(Assumption("air_rack_limit", _kw(fac.air_limit_kw), "kW", fac.air_limit_source))
-    assumptions.append(Assumption("residual_air_fraction", f"{fac.residual_air_fraction:g}", "of a liquid rack's heat",
-                                  fac.residual_source))
+    assumptions.append(
+        Assumption(
+            "residual_air_fraction", f"{fac.residual_air_fraction:g}", "of a liquid rack's heat", fac.residual_source
+        )
+    )
     cdu = parameter("cdu_redundancy")
     assumptions.append(Assumption("cdu_redundancy", cdu.value, cdu.unit, cdu.source))
     assumptions.append(Assumption("rack_footprint", f"{fac.footprint_m2:g}", "m2", fac.footprint_source))
@@ -726,11 +755,21 @@ def _context(inputs: PlanInputs) -> _Context:
     for spec in seen_specs.values():
         power = _kw(spec.rack_power_kw(spec.nodes_per_rack))
         assumptions.append(Assumption(f"rack_kw[{spec.name}]", power, "kW", spec.source))
-        assumptions.append(Assumption(f"perf_per_gpu[{spec.name}]", f"{spec.perf_per_gpu:g}",
-                                      f"H100-equivalent ({inputs.workload})", spec.perf_source))
+        assumptions.append(
+            Assumption(
+                f"perf_per_gpu[{spec.name}]",
+                f"{spec.perf_per_gpu:g}",
+                f"H100-equivalent ({inputs.workload})",
+                spec.perf_source,
+            )
+        )
         if spec.rack_weight_kg is not None:
-            assumptions.append(Assumption(f"rack_weight[{spec.name}]", _kw(spec.rack_weight_kg), "kg", spec.weight_source))
-    upgrades = {(p.upgrade.kind, p.upgrade.lead_time_days, p.upgrade.lead_time_source) for p in inputs.positions if p.upgrade}
+            assumptions.append(
+                Assumption(f"rack_weight[{spec.name}]", _kw(spec.rack_weight_kg), "kg", spec.weight_source)
+            )
+    upgrades = {
+        (p.upgrade.kind, p.upgrade.lead_time_days, p.upgrade.lead_time_source) for p in inputs.positions if p.upgrade
+    }
     for kind, days, source in sorted(upgrades):
         assumptions.append(Assumption(f"lead_time[{kind}]", str(days), "days", source))
     start = inputs.start
@@ -745,9 +784,14 @@ def _context(inputs: PlanInputs) -> _Context:
             seen = memo[key] = _position_verdict(inputs.target, pos, halls.get(pos.hall_id), fac)
             verdict_list.append(seen)
         else:
-            verdict_list.append(dataclasses.replace(
-                seen, position_id=pos.id, rack=pos.rack,
-                reason=seen.reason.replace(f"position {seen.rack} is", f"position {pos.rack} is", 1)))
+            verdict_list.append(
+                dataclasses.replace(
+                    seen,
+                    position_id=pos.id,
+                    rack=pos.rack,
+                    reason=seen.reason.replace(f"position {seen.rack} is", f"position {pos.rack} is", 1),
+                )
+            )
     verdicts = tuple(verdict_list)
     eligible: dict[str, int | None] = {}
     for v in verdicts:
@@ -964,8 +1008,11 @@ def _simulate(ctx: _Context, policy: str) -> _Run:
         add_load(pos.hall_id, target, rack.power_kw, week, H)
         service = week + ctx.service_weeks
         if service <= week:
-            floors.add(target.generation, rack.nodes * target.gpus_per_node,
-                       rack.nodes * target.gpus_per_node * target.perf_per_gpu)
+            floors.add(
+                target.generation,
+                rack.nodes * target.gpus_per_node,
+                rack.nodes * target.gpus_per_node * target.perf_per_gpu,
+            )
         elif service < H:
             service_add[service].append(rack)
 
@@ -1001,8 +1048,11 @@ def _simulate(ctx: _Context, policy: str) -> _Run:
     for w in range(H):
         eligible_untaken += eligible_from.get(w, 0)
         for rack in service_add.pop(w, ()):
-            floors.add(target.generation, rack.nodes * target.gpus_per_node,
-                       rack.nodes * target.gpus_per_node * target.perf_per_gpu)
+            floors.add(
+                target.generation,
+                rack.nodes * target.gpus_per_node,
+                rack.nodes * target.gpus_per_node * target.perf_per_gpu,
+            )
         if policy == DECOMMISSION_FIRST and w == 0:
             for rack in old:
                 drain(rack, 0)
@@ -1198,8 +1248,10 @@ def _naive(ctx: _Context, name: str) -> NaiveSequence:
     low_perf = min(p.perf_total for p in timeline.points)
     stranded = sum(1 for r in run.new if r.land_week is None)
     if ctx.floor_perf is not None:
-        notes = [f"capacity falls to {low_perf:,.0f} {ctx.perf_unit} ({low.total_gpus:,} GPUs); "
-                 f"{trough_perf:,.0f} {ctx.perf_unit}-days below the floor"]
+        notes = [
+            f"capacity falls to {low_perf:,.0f} {ctx.perf_unit} ({low.total_gpus:,} GPUs); "
+            f"{trough_perf:,.0f} {ctx.perf_unit}-days below the floor"
+        ]
     else:
         notes = [f"capacity falls to {low.total_gpus:,} GPUs on {low.date}; {trough:,} GPU-days below the floor"]
     if stranded:
@@ -1255,13 +1307,9 @@ def _fabric_notes(ctx: _Context, timeline: Timeline) -> tuple[str, ...]:
                 f"fabric (or a third tier), so the pools are separate"
             )
         else:
-            notes.append(
-                f"{target.name} can join the existing {fabric} fabric ({peak:,} endpoints at the peak)"
-            )
+            notes.append(f"{target.name} can join the existing {fabric} fabric ({peak:,} endpoints at the peak)")
     gens = sorted(timeline.points[0].gpus_by_generation)
-    pools = ", ".join(
-        f"{g} up to {max(p.gpus_by_generation[g] for p in timeline.points):,} GPUs" for g in gens
-    )
+    pools = ", ".join(f"{g} up to {max(p.gpus_by_generation[g] for p in timeline.points):,} GPUs" for g in gens)
     notes.append(f"jobs never span generations; largest pool per generation: {pools}")
     if target.rack_scale:
         notes.append(f"{target.name}: NVLink domain of {target.gpus_per_rack} GPUs per rack")
@@ -1432,7 +1480,8 @@ def plan_migration(inputs: PlanInputs) -> MigrationPlanResult:
     )
     verdicts = Verdicts(
         facility_first_ok=all(
-            ctx.eligible_week[r.position.id] is not None and (ctx.eligible_week[r.position.id] or 0) <= (r.land_week or 0)
+            ctx.eligible_week[r.position.id] is not None
+            and (ctx.eligible_week[r.position.id] or 0) <= (r.land_week or 0)
             for r in run.new
             if r.position is not None
         ),

@@ -7,11 +7,10 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0008_free_nodes_index'),
+        ("fleet", "0008_free_nodes_index"),
     ]
 
     # The tables already exist (created by fleet migrations 0005 and 0006); only Django's state changes.
@@ -19,94 +18,212 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[],
             state_operations=[
-            migrations.CreateModel(
-                name='MigrationPlan',
-                fields=[
-                    ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                    ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                    ('updated_at', models.DateTimeField(auto_now=True)),
-                    ('name', models.CharField(max_length=100)),
-                    ('created_by', models.CharField(help_text='actor who created it (user:NAME or token:ID)', max_length=200)),
-                    ('inputs', models.JSONField(help_text='operator parameters and the resolved planner inputs (canonical JSON)')),
-                    ('result', models.JSONField(help_text='the serialised plan: verdicts, phases, timeline, naive sequences, fixes')),
-                    ('feasible', models.BooleanField()),
-                    ('status', models.CharField(choices=[('draft', 'Draft'), ('applied', 'Applied')], default='draft', max_length=16)),
-                    ('applied_at', models.DateTimeField(blank=True, null=True)),
-                ],
-                options={
-                    'db_table': 'fleet_migrationplan',
-                    'ordering': ['-created_at', '-id'],
-                },
-            ),
-            migrations.CreateModel(
-                name='DispositionAssignment',
-                fields=[
-                    ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                    ('option', models.CharField(choices=[('redeploy', 'Redeploy internally'), ('lease', 'Lease as a cheaper SKU'), ('resale', 'Resale'), ('recycle', 'Recycle')], max_length=8)),
-                    ('pool', models.CharField(blank=True, max_length=100)),
-                    ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='disposition_assignments', to='fleet.node')),
-                ],
-                options={
-                    'db_table': 'fleet_dispositionassignment',
-                },
-            ),
-            migrations.CreateModel(
-                name='DispositionPlan',
-                fields=[
-                    ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                    ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                    ('updated_at', models.DateTimeField(auto_now=True)),
-                    ('name', models.CharField(max_length=200)),
-                    ('created_by', models.CharField(max_length=200)),
-                    ('inputs', models.JSONField(help_text='selection, demands, horizon, channel, lease cap, assumption overrides')),
-                    ('result', models.JSONField(help_text='option values per block, split, reasoning, assumptions with sources')),
-                    ('nodes', models.ManyToManyField(related_name='disposition_plans', through='planning.DispositionAssignment', to='fleet.node')),
-                ],
-                options={
-                    'db_table': 'fleet_dispositionplan',
-                    'ordering': ['-created_at'],
-                },
-            ),
-            migrations.AddField(
-                model_name='dispositionassignment',
-                name='plan',
-                field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='planning.dispositionplan'),
-            ),
-            migrations.CreateModel(
-                name='PlannedAction',
-                fields=[
-                    ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                    ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                    ('updated_at', models.DateTimeField(auto_now=True)),
-                    ('key', models.CharField(help_text='what this action is within its plan (unique per plan)', max_length=200)),
-                    ('kind', models.CharField(choices=[('facility_upgrade', 'Facility upgrade'), ('node_intake', 'Node intake'), ('decommission', 'Decommission')], max_length=20)),
-                    ('nodes', models.PositiveIntegerField(default=0)),
-                    ('gpus', models.PositiveIntegerField(default=0)),
-                    ('starts_on', models.DateField()),
-                    ('ends_on', models.DateField(help_text='upgrade ready / intake in service / node shipped')),
-                    ('detail', models.TextField(blank=True)),
-                    ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='planned_actions', to='fleet.node')),
-                    ('node_type', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='planned_actions', to='fleet.nodetype')),
-                    ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='actions', to='planning.migrationplan')),
-                    ('rack', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='planned_actions', to='fleet.rack')),
-                ],
-                options={
-                    'db_table': 'fleet_plannedaction',
-                    'ordering': ['starts_on', 'kind', 'key'],
-                },
-            ),
-            migrations.AddConstraint(
-                model_name='dispositionassignment',
-                constraint=models.UniqueConstraint(fields=('plan', 'node'), name='fleet_disposition_one_per_node'),
-            ),
-            migrations.AddIndex(
-                model_name='plannedaction',
-                index=models.Index(fields=['rack', 'starts_on'], name='fleet_plannedaction_rack_idx'),
-            ),
-            migrations.AddConstraint(
-                model_name='plannedaction',
-                constraint=models.UniqueConstraint(fields=('plan', 'key'), name='fleet_plannedaction_plan_key_unique'),
-            ),
+                migrations.CreateModel(
+                    name="MigrationPlan",
+                    fields=[
+                        (
+                            "id",
+                            models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False),
+                        ),
+                        ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                        ("updated_at", models.DateTimeField(auto_now=True)),
+                        ("name", models.CharField(max_length=100)),
+                        (
+                            "created_by",
+                            models.CharField(help_text="actor who created it (user:NAME or token:ID)", max_length=200),
+                        ),
+                        (
+                            "inputs",
+                            models.JSONField(
+                                help_text="operator parameters and the resolved planner inputs (canonical JSON)"
+                            ),
+                        ),
+                        (
+                            "result",
+                            models.JSONField(
+                                help_text="the serialised plan: verdicts, phases, timeline, naive sequences, fixes"
+                            ),
+                        ),
+                        ("feasible", models.BooleanField()),
+                        (
+                            "status",
+                            models.CharField(
+                                choices=[("draft", "Draft"), ("applied", "Applied")], default="draft", max_length=16
+                            ),
+                        ),
+                        ("applied_at", models.DateTimeField(blank=True, null=True)),
+                    ],
+                    options={
+                        "db_table": "fleet_migrationplan",
+                        "ordering": ["-created_at", "-id"],
+                    },
+                ),
+                migrations.CreateModel(
+                    name="DispositionAssignment",
+                    fields=[
+                        (
+                            "id",
+                            models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False),
+                        ),
+                        (
+                            "option",
+                            models.CharField(
+                                choices=[
+                                    ("redeploy", "Redeploy internally"),
+                                    ("lease", "Lease as a cheaper SKU"),
+                                    ("resale", "Resale"),
+                                    ("recycle", "Recycle"),
+                                ],
+                                max_length=8,
+                            ),
+                        ),
+                        ("pool", models.CharField(blank=True, max_length=100)),
+                        (
+                            "node",
+                            models.ForeignKey(
+                                on_delete=django.db.models.deletion.PROTECT,
+                                related_name="disposition_assignments",
+                                to="fleet.node",
+                            ),
+                        ),
+                    ],
+                    options={
+                        "db_table": "fleet_dispositionassignment",
+                    },
+                ),
+                migrations.CreateModel(
+                    name="DispositionPlan",
+                    fields=[
+                        (
+                            "id",
+                            models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False),
+                        ),
+                        ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                        ("updated_at", models.DateTimeField(auto_now=True)),
+                        ("name", models.CharField(max_length=200)),
+                        ("created_by", models.CharField(max_length=200)),
+                        (
+                            "inputs",
+                            models.JSONField(
+                                help_text="selection, demands, horizon, channel, lease cap, assumption overrides"
+                            ),
+                        ),
+                        (
+                            "result",
+                            models.JSONField(
+                                help_text="option values per block, split, reasoning, assumptions with sources"
+                            ),
+                        ),
+                        (
+                            "nodes",
+                            models.ManyToManyField(
+                                related_name="disposition_plans",
+                                through="planning.DispositionAssignment",
+                                to="fleet.node",
+                            ),
+                        ),
+                    ],
+                    options={
+                        "db_table": "fleet_dispositionplan",
+                        "ordering": ["-created_at"],
+                    },
+                ),
+                migrations.AddField(
+                    model_name="dispositionassignment",
+                    name="plan",
+                    field=models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="assignments",
+                        to="planning.dispositionplan",
+                    ),
+                ),
+                migrations.CreateModel(
+                    name="PlannedAction",
+                    fields=[
+                        (
+                            "id",
+                            models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False),
+                        ),
+                        ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                        ("updated_at", models.DateTimeField(auto_now=True)),
+                        (
+                            "key",
+                            models.CharField(
+                                help_text="what this action is within its plan (unique per plan)", max_length=200
+                            ),
+                        ),
+                        (
+                            "kind",
+                            models.CharField(
+                                choices=[
+                                    ("facility_upgrade", "Facility upgrade"),
+                                    ("node_intake", "Node intake"),
+                                    ("decommission", "Decommission"),
+                                ],
+                                max_length=20,
+                            ),
+                        ),
+                        ("nodes", models.PositiveIntegerField(default=0)),
+                        ("gpus", models.PositiveIntegerField(default=0)),
+                        ("starts_on", models.DateField()),
+                        ("ends_on", models.DateField(help_text="upgrade ready / intake in service / node shipped")),
+                        ("detail", models.TextField(blank=True)),
+                        (
+                            "node",
+                            models.ForeignKey(
+                                blank=True,
+                                null=True,
+                                on_delete=django.db.models.deletion.PROTECT,
+                                related_name="planned_actions",
+                                to="fleet.node",
+                            ),
+                        ),
+                        (
+                            "node_type",
+                            models.ForeignKey(
+                                blank=True,
+                                null=True,
+                                on_delete=django.db.models.deletion.PROTECT,
+                                related_name="planned_actions",
+                                to="fleet.nodetype",
+                            ),
+                        ),
+                        (
+                            "plan",
+                            models.ForeignKey(
+                                on_delete=django.db.models.deletion.CASCADE,
+                                related_name="actions",
+                                to="planning.migrationplan",
+                            ),
+                        ),
+                        (
+                            "rack",
+                            models.ForeignKey(
+                                on_delete=django.db.models.deletion.PROTECT,
+                                related_name="planned_actions",
+                                to="fleet.rack",
+                            ),
+                        ),
+                    ],
+                    options={
+                        "db_table": "fleet_plannedaction",
+                        "ordering": ["starts_on", "kind", "key"],
+                    },
+                ),
+                migrations.AddConstraint(
+                    model_name="dispositionassignment",
+                    constraint=models.UniqueConstraint(fields=("plan", "node"), name="fleet_disposition_one_per_node"),
+                ),
+                migrations.AddIndex(
+                    model_name="plannedaction",
+                    index=models.Index(fields=["rack", "starts_on"], name="fleet_plannedaction_rack_idx"),
+                ),
+                migrations.AddConstraint(
+                    model_name="plannedaction",
+                    constraint=models.UniqueConstraint(
+                        fields=("plan", "key"), name="fleet_plannedaction_plan_key_unique"
+                    ),
+                ),
             ],
         ),
     ]

@@ -6,26 +6,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('planning', '0001_plans_from_fleet'),
+        ("planning", "0001_plans_from_fleet"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CapacityPlan',
+            name="CapacityPlan",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('name', models.CharField(max_length=200)),
-                ('created_by', models.CharField(max_length=200)),
-                ('inputs', models.JSONField(help_text='model, forecast months, target GPU model, measured operating points')),
-                ('result', models.JSONField(help_text='per month and generation: replicas, GPUs, racks, kW; gap; deliveries')),
-                ('migration_plan', models.ForeignKey(blank=True, help_text='the migration plan made from its gap', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='capacity_plans', to='planning.migrationplan')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=200)),
+                ("created_by", models.CharField(max_length=200)),
+                (
+                    "inputs",
+                    models.JSONField(help_text="model, forecast months, target GPU model, measured operating points"),
+                ),
+                (
+                    "result",
+                    models.JSONField(help_text="per month and generation: replicas, GPUs, racks, kW; gap; deliveries"),
+                ),
+                (
+                    "migration_plan",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="the migration plan made from its gap",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="capacity_plans",
+                        to="planning.migrationplan",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
     ]

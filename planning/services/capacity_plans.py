@@ -1,4 +1,5 @@
 """Capacity plans: size the fleet from a forecast and turn the gap into a migration plan's deliveries."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -29,12 +30,22 @@ def _model(data: dict) -> cp.ModelSpec:
     if data.get("model_name"):
         spec = cp.reference_models().get(data["model_name"])
         if spec is None:
-            raise CapacityInputError(f"no reference model {data['model_name']!r}; known: "
-                                     f"{', '.join(cp.reference_models())}, or give the model's figures")
+            raise CapacityInputError(
+                f"no reference model {data['model_name']!r}; known: "
+                f"{', '.join(cp.reference_models())}, or give the model's figures"
+            )
         return spec
     m = data["model"]
-    return cp.ModelSpec(m["name"], m["total_params_b"], m["active_params_b"], m["layers"], m["kv_heads"],
-                        m["head_dim"], m["bytes_per_element"], m["context_tokens"])
+    return cp.ModelSpec(
+        m["name"],
+        m["total_params_b"],
+        m["active_params_b"],
+        m["layers"],
+        m["kv_heads"],
+        m["head_dim"],
+        m["bytes_per_element"],
+        m["context_tokens"],
+    )
 
 
 def _json(value):
@@ -64,16 +75,31 @@ def create_capacity_plan(*, data: dict, actor: str) -> CapacityPlan:
     gap = []
     for month in result.months:
         need = next((n for n in month.needs if n.gpu_model == target), None)
-        gap.append({"month": month.month.isoformat(), "needed_gpus": need.gpus if need else None,
-                    "current_gpus": existing, "gap_gpus": max(0, need.gpus - existing) if need else None})
+        gap.append(
+            {
+                "month": month.month.isoformat(),
+                "needed_gpus": need.gpus if need else None,
+                "current_gpus": existing,
+                "gap_gpus": max(0, need.gpus - existing) if need else None,
+            }
+        )
     body = {
-        "model": asdict(result.model), "kv_bytes_per_token": result.kv_bytes_per_token, "weight_gb": result.weight_gb,
-        "months": _json([asdict(m) for m in result.months]), "target_gpu_model": target, "gap": gap,
-        "deliveries": deliveries, "assumptions": [list(a) for a in result.assumptions],
+        "model": asdict(result.model),
+        "kv_bytes_per_token": result.kv_bytes_per_token,
+        "weight_gb": result.weight_gb,
+        "months": _json([asdict(m) for m in result.months]),
+        "target_gpu_model": target,
+        "gap": gap,
+        "deliveries": deliveries,
+        "assumptions": [list(a) for a in result.assumptions],
     }
     record = CapacityPlan.objects.create(name=data["name"], created_by=actor, inputs=_json(data), result=body)
-    record_audit(actor=actor, action="capacity_plan.create", target=record,
-                 after={"name": record.name, "deliveries": len(deliveries)})
+    record_audit(
+        actor=actor,
+        action="capacity_plan.create",
+        target=record,
+        after={"name": record.name, "deliveries": len(deliveries)},
+    )
     return record
 
 
@@ -91,11 +117,18 @@ def migration_plan_from_gap(*, plan_id, actor: str) -> MigrationPlan:
         raise CapacityInputError(f"no node type in the catalogue runs {record.result['target_gpu_model']}")
     start = min(date.fromisoformat(d["date"]) for d in deliveries)
     monday = start.fromordinal(start.toordinal() - start.weekday())
-    migration = create_plan(parameters={"name": f"From capacity plan {record.name}"[:100], "start": monday.isoformat(),
-                                        "target_node_type": node_type.slug, "deliveries": deliveries},
-                            actor=actor)
+    migration = create_plan(
+        parameters={
+            "name": f"From capacity plan {record.name}"[:100],
+            "start": monday.isoformat(),
+            "target_node_type": node_type.slug,
+            "deliveries": deliveries,
+        },
+        actor=actor,
+    )
     record.migration_plan = migration
     record.save(update_fields=["migration_plan", "updated_at"])
-    record_audit(actor=actor, action="capacity_plan.to_migration", target=record,
-                 after={"migration_plan": str(migration.id)})
+    record_audit(
+        actor=actor, action="capacity_plan.to_migration", target=record, after={"migration_plan": str(migration.id)}
+    )
     return migration

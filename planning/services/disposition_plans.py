@@ -4,6 +4,7 @@ The valuation itself is pure (`disposition_valuation`); this module turns the in
 `OutgoingBlock`s, applies the plan's assumption overrides to the reference defaults, and stores
 what `recommend_split` answers together with a per-node assignment.
 """
+
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -40,8 +41,7 @@ CHANNELS = ("broker", "auction", "distressed")
 # Nodes already on their way out or gone cannot be planned again.
 EXCLUDED_STATES = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
 # Scalar Decimal assumptions an operator may override per plan (mappings stay as referenced).
-OVERRIDABLE = tuple(f.name for f in dataclasses.fields(Assumptions)
-                    if f.type in (Decimal, "Decimal"))
+OVERRIDABLE = tuple(f.name for f in dataclasses.fields(Assumptions) if f.type in (Decimal, "Decimal"))
 DAYS_PER_YEAR = Decimal("365.25")
 
 
@@ -105,11 +105,13 @@ def power_reuse_of(plan: MigrationPlan, *, start: date, horizon_months: int) -> 
     kw_months = reuse.kw_months(start, horizon_months)
     first = reuse.first_reuse()
     return {
-        "migration_plan_id": str(plan.id), "freed_kw": round(freed, 1),
+        "migration_plan_id": str(plan.id),
+        "freed_kw": round(freed, 1),
         "peak_reused_kw": round(max(reuse.reused_kw, default=0.0), 1),
         "reused_kw_months": round(kw_months, 1),
         "kw_months_per_kw": round(kw_months / freed, 4) if freed > 0 else 0.0,
-        "first_reuse": first.isoformat() if first else None, "from": start.isoformat(),
+        "first_reuse": first.isoformat() if first else None,
+        "from": start.isoformat(),
         "months": horizon_months,
     }
 
@@ -153,9 +155,12 @@ def build_blocks(nodes: list[dict], drives_per_node: dict) -> tuple[list[Outgoin
         ages = [_age_years(n["commissioned_on"], today) for n in group]
         racks = len({n["rack_id"] for n in group})
         block = OutgoingBlock(
-            generation=group[0]["node_type__generation"], gpu_model=gpu_model,
-            gpus_per_node=group[0]["node_type__gpus_per_node"], nodes=len(group),
-            age_years=(sum(ages) / len(ages)).quantize(Decimal("0.01")), hall=hall,
+            generation=group[0]["node_type__generation"],
+            gpu_model=gpu_model,
+            gpus_per_node=group[0]["node_type__gpus_per_node"],
+            nodes=len(group),
+            age_years=(sum(ages) / len(ages)).quantize(Decimal("0.01")),
+            hall=hall,
             nodes_per_rack=max(1, -(-len(group) // racks)),
             drives_per_node=max((drives_per_node.get(n["id"], 0) for n in group), default=0),
         )
@@ -169,10 +174,16 @@ def _money(x: Decimal) -> str:
 
 
 def _option_json(v: OptionValue) -> dict:
-    return {"option": v.option.value, "return_per_node": _money(v.return_per_node),
-            "operating_margin": _money(v.operating_margin), "disposal_proceeds": _money(v.disposal_proceeds),
-            "residual_value": _money(v.residual_value), "freed_power_value": _money(v.freed_power_value),
-            "service_months": str(v.service_months), "cash": _money(v.cash)}
+    return {
+        "option": v.option.value,
+        "return_per_node": _money(v.return_per_node),
+        "operating_margin": _money(v.operating_margin),
+        "disposal_proceeds": _money(v.disposal_proceeds),
+        "residual_value": _money(v.residual_value),
+        "freed_power_value": _money(v.freed_power_value),
+        "service_months": str(v.service_months),
+        "cash": _money(v.cash),
+    }
 
 
 def _assumptions_json(a: Assumptions) -> list[dict]:
@@ -187,45 +198,76 @@ def _assumptions_json(a: Assumptions) -> list[dict]:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    return [{"name": f.name, "value": plain(getattr(a, f.name)), "source": a.sources.get(f.name, "")}
-            for f in dataclasses.fields(a) if f.name != "sources"]
+    return [
+        {"name": f.name, "value": plain(getattr(a, f.name)), "source": a.sources.get(f.name, "")}
+        for f in dataclasses.fields(a)
+        if f.name != "sources"
+    ]
 
 
 @transaction.atomic
-def create_disposition_plan(*, name: str, selection: Selection, demands: list[InternalDemand], horizon_months: int,
-                            channel: str = "broker", lease_cap_nodes: int | None = None,
-                            overrides: dict[str, Decimal] | None = None, actor: str,
-                            inputs: dict | None = None, rank_with_freed_power: bool = False,
-                            lease_on_demand: bool = False) -> DispositionPlan:
+def create_disposition_plan(
+    *,
+    name: str,
+    selection: Selection,
+    demands: list[InternalDemand],
+    horizon_months: int,
+    channel: str = "broker",
+    lease_cap_nodes: int | None = None,
+    overrides: dict[str, Decimal] | None = None,
+    actor: str,
+    inputs: dict | None = None,
+    rank_with_freed_power: bool = False,
+    lease_on_demand: bool = False,
+) -> DispositionPlan:
     """Value the selected nodes, store the plan, its result and one assignment per node.
 
     With a linked migration plan, freed power is valued from that plan's reuse of it (once, from
     when it is reused, capped at what it reuses); without one it is worth nothing here."""
     if channel not in CHANNELS:
         raise SelectionError(f"channel must be one of {', '.join(CHANNELS)}")
-    assumptions = dataclasses.replace(default_assumptions(), rank_with_freed_power=rank_with_freed_power,
-                                      lease_on_demand=lease_on_demand)
+    assumptions = dataclasses.replace(
+        default_assumptions(), rank_with_freed_power=rank_with_freed_power, lease_on_demand=lease_on_demand
+    )
     reuse = None
     if selection.migration_plan_id:
-        reuse = power_reuse_of(_migration_plan(str(selection.migration_plan_id)), start=timezone.now().date(),
-                               horizon_months=horizon_months)
+        reuse = power_reuse_of(
+            _migration_plan(str(selection.migration_plan_id)),
+            start=timezone.now().date(),
+            horizon_months=horizon_months,
+        )
         sources = dict(assumptions.sources)
         sources["freed_kw_months_per_kw"] = (
             f"migration plan {reuse['migration_plan_id']}: {reuse['reused_kw_months']:,} reused kW-months over "
             f"{horizon_months} months from {reuse['from']} (first reuse {reuse['first_reuse']}) / "
-            f"{reuse['freed_kw']:,} kW its drains free")
-        assumptions = dataclasses.replace(assumptions, freed_kw_months_per_kw=Decimal(str(reuse["kw_months_per_kw"])),
-                                          sources=sources)
+            f"{reuse['freed_kw']:,} kW its drains free"
+        )
+        assumptions = dataclasses.replace(
+            assumptions, freed_kw_months_per_kw=Decimal(str(reuse["kw_months_per_kw"])), sources=sources
+        )
     assumptions = apply_overrides(assumptions, overrides or {})
-    nodes = list(select_nodes(selection).values("id", "hostname", "rack_id", "commissioned_on", "rack__hall__name",
-                                                "node_type__gpu_model", "node_type__generation",
-                                                "node_type__gpus_per_node"))
+    nodes = list(
+        select_nodes(selection).values(
+            "id",
+            "hostname",
+            "rack_id",
+            "commissioned_on",
+            "rack__hall__name",
+            "node_type__gpu_model",
+            "node_type__generation",
+            "node_type__gpus_per_node",
+        )
+    )
     if not nodes:
         raise SelectionError("the selection matches no node that can still be disposed of; widen it")
     for n in nodes:
         n["hall"] = n.pop("rack__hall__name")
-    drive_counts = dict(Drive.objects.filter(node_id__in=[n["id"] for n in nodes]).values("node_id")
-                        .annotate(n=Count("id")).values_list("node_id", "n"))
+    drive_counts = dict(
+        Drive.objects.filter(node_id__in=[n["id"] for n in nodes])
+        .values("node_id")
+        .annotate(n=Count("id"))
+        .values_list("node_id", "n")
+    )
     blocks, members = build_blocks(nodes, drive_counts)
     recommendation = recommend_split(blocks, demands, assumptions, horizon_months, channel, lease_cap_nodes)
 
@@ -237,33 +279,56 @@ def create_disposition_plan(*, name: str, selection: Selection, demands: list[In
         for d in demands:
             values = value_options(block, d, assumptions, horizon_months, channel)
             redeploy[d.pool] = _option_json(values.redeploy)
-        best_demand = max(demands, key=lambda d: value_options(block, d, assumptions, horizon_months, channel)
-                          .redeploy.return_per_node, default=None)
+        best_demand = max(
+            demands,
+            key=lambda d: value_options(block, d, assumptions, horizon_months, channel).redeploy.return_per_node,
+            default=None,
+        )
         chart_values = value_options(block, best_demand, assumptions, horizon_months, channel)
-        figures["returns"].append({"block": block.label,
-                                   "figure": json.loads(return_per_node_figure(chart_values, horizon_months).to_json())})
-        block_rows.append({
-            "label": block.label, "generation": block.generation, "gpu_model": block.gpu_model,
-            "gpus_per_node": block.gpus_per_node, "nodes": block.nodes, "age_years": str(block.age_years),
-            "hall": block.hall, "drives_per_node": block.drives_per_node,
-            "options": {o.value: _option_json(getattr(external, o.value)) for o in OPTION_ORDER if o.value != "redeploy"},
-            "redeploy": redeploy,
-        })
+        figures["returns"].append(
+            {"block": block.label, "figure": json.loads(return_per_node_figure(chart_values, horizon_months).to_json())}
+        )
+        block_rows.append(
+            {
+                "label": block.label,
+                "generation": block.generation,
+                "gpu_model": block.gpu_model,
+                "gpus_per_node": block.gpus_per_node,
+                "nodes": block.nodes,
+                "age_years": str(block.age_years),
+                "hall": block.hall,
+                "drives_per_node": block.drives_per_node,
+                "options": {
+                    o.value: _option_json(getattr(external, o.value)) for o in OPTION_ORDER if o.value != "redeploy"
+                },
+                "redeploy": redeploy,
+            }
+        )
     allocations = []
     freed_by_option = {o.value: Decimal(0) for o in OPTION_ORDER}
     assignments = []
     cursor = {label: 0 for label in members}
     for al in recommendation.allocations:
-        ids = members[al.block_label][cursor[al.block_label]:cursor[al.block_label] + al.nodes]
+        ids = members[al.block_label][cursor[al.block_label] : cursor[al.block_label] + al.nodes]
         cursor[al.block_label] += al.nodes
         freed_by_option[al.option.value] += al.value.freed_power_value * al.nodes
-        allocations.append({"block": al.block_label, "option": al.option.value, "pool": al.pool, "nodes": al.nodes,
-                            "return_per_node": _money(al.value.return_per_node), "total": _money(al.total_return),
-                            "cash": _money(al.value.cash * al.nodes),
-                            "freed_power_value": _money(al.value.freed_power_value * al.nodes)})
+        allocations.append(
+            {
+                "block": al.block_label,
+                "option": al.option.value,
+                "pool": al.pool,
+                "nodes": al.nodes,
+                "return_per_node": _money(al.value.return_per_node),
+                "total": _money(al.total_return),
+                "cash": _money(al.value.cash * al.nodes),
+                "freed_power_value": _money(al.value.freed_power_value * al.nodes),
+            }
+        )
         assignments.extend((node_id, al.option.value, al.pool or "") for node_id in ids)
     result = {
-        "horizon_months": horizon_months, "channel": channel, "currency": "USD",
+        "horizon_months": horizon_months,
+        "channel": channel,
+        "currency": "USD",
         "node_count": len(nodes),
         "split": {o.value: recommendation.node_counts[o] for o in OPTION_ORDER},
         "option_returns": {o.value: _money(recommendation.option_returns[o]) for o in OPTION_ORDER},
@@ -275,13 +340,21 @@ def create_disposition_plan(*, name: str, selection: Selection, demands: list[In
         "power_reuse": reuse,
         "freed_power_value": {k: _money(v) for k, v in freed_by_option.items()},
         "freed_power_value_per_kw_month": _money(assumptions.freed_power_value_per_kw_month),
-        "allocations": allocations, "blocks": block_rows, "reasoning": list(recommendation.reasoning),
-        "assumptions": _assumptions_json(assumptions), "figures": figures,
+        "allocations": allocations,
+        "blocks": block_rows,
+        "reasoning": list(recommendation.reasoning),
+        "assumptions": _assumptions_json(assumptions),
+        "figures": figures,
     }
     plan = DispositionPlan.objects.create(name=name, created_by=actor, inputs=inputs or {}, result=result)
     DispositionAssignment.objects.bulk_create(
         [DispositionAssignment(plan=plan, node_id=nid, option=opt, pool=pool) for nid, opt, pool in assignments],
-        batch_size=2000)
-    record_audit(actor=actor, action="disposition_plan.create", target=plan,
-                 after={"nodes": len(nodes), "split": result["split"], "total_return": result["total_return"]})
+        batch_size=2000,
+    )
+    record_audit(
+        actor=actor,
+        action="disposition_plan.create",
+        target=plan,
+        after={"nodes": len(nodes), "split": result["split"], "total_return": result["total_return"]},
+    )
     return plan

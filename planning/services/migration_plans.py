@@ -1,4 +1,5 @@
 """Creating and applying stored migration plans (the writes around the pure planner)."""
+
 from __future__ import annotations
 
 from datetime import date, timedelta
@@ -34,11 +35,18 @@ def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
     except ValueError as exc:  # the planner refuses inputs it cannot place (e.g. nodes that do not fit)
         raise PlanInputError([{"field": "non_field_errors", "message": str(exc)}]) from exc
     record = MigrationPlan.objects.create(
-        name=params["name"], created_by=actor, feasible=plan.feasible,
-        inputs={"parameters": params, "resolved": inputs_to_json(inputs)}, result=plan_to_json(plan),
+        name=params["name"],
+        created_by=actor,
+        feasible=plan.feasible,
+        inputs={"parameters": params, "resolved": inputs_to_json(inputs)},
+        result=plan_to_json(plan),
     )
-    record_audit(actor=actor, action="migration_plan.create", target=record,
-                 after={"name": record.name, "feasible": plan.feasible, "headline": plan.headline})
+    record_audit(
+        actor=actor,
+        action="migration_plan.create",
+        target=record,
+        after={"name": record.name, "feasible": plan.feasible, "headline": plan.headline},
+    )
     return record
 
 
@@ -71,42 +79,81 @@ def apply_plan(*, plan_id: UUID, actor: str) -> tuple[MigrationPlan, int]:
         if phase["kind"] != "facility_prep":
             continue
         for pid in phase["position_ids"]:
-            actions.append(PlannedAction(
-                plan=record, key=f"upgrade:{pid}", kind=PlannedAction.Kind.FACILITY_UPGRADE, rack=racks[pid],
-                starts_on=phase["start"], ends_on=phase["end"],
-                detail=f"{upgrades[pid]['kind']}: {upgrades[pid]['lead_time_source']}"))
+            actions.append(
+                PlannedAction(
+                    plan=record,
+                    key=f"upgrade:{pid}",
+                    kind=PlannedAction.Kind.FACILITY_UPGRADE,
+                    rack=racks[pid],
+                    starts_on=phase["start"],
+                    ends_on=phase["end"],
+                    detail=f"{upgrades[pid]['kind']}: {upgrades[pid]['lead_time_source']}",
+                )
+            )
     for placement in result["placements"]:
         pid = placement["position_id"]
         nodes = placement["nodes"]
-        actions.append(PlannedAction(
-            plan=record, key=f"intake:{placement['rack_id']}", kind=PlannedAction.Kind.NODE_INTAKE, rack=racks[pid],
-            node_type=target, nodes=nodes, gpus=nodes * target.gpus_per_node,
-            starts_on=placement["land"], ends_on=placement["in_service"],
-            detail=f"land {nodes} {target.slug} nodes, burn in, cut over; in service {placement['in_service']}"))
-    drains = {pid: date.fromisoformat(ph["start"]) for ph in result["phases"] if ph["kind"] == "drain"
-              for pid in ph["position_ids"]}
+        actions.append(
+            PlannedAction(
+                plan=record,
+                key=f"intake:{placement['rack_id']}",
+                kind=PlannedAction.Kind.NODE_INTAKE,
+                rack=racks[pid],
+                node_type=target,
+                nodes=nodes,
+                gpus=nodes * target.gpus_per_node,
+                starts_on=placement["land"],
+                ends_on=placement["in_service"],
+                detail=f"land {nodes} {target.slug} nodes, burn in, cut over; in service {placement['in_service']}",
+            )
+        )
+    drains = {
+        pid: date.fromisoformat(ph["start"])
+        for ph in result["phases"]
+        if ph["kind"] == "drain"
+        for pid in ph["position_ids"]
+    }
     release = timedelta(days=params["drain_days"] + params["sanitise_days"] + params["ship_days"])
-    old_nodes = (Node.objects.filter(rack_id__in=list(drains)).exclude(lifecycle__in=GONE)
-                 .exclude(node_type=target).select_related("node_type").order_by("hostname"))
+    old_nodes = (
+        Node.objects.filter(rack_id__in=list(drains))
+        .exclude(lifecycle__in=GONE)
+        .exclude(node_type=target)
+        .select_related("node_type")
+        .order_by("hostname")
+    )
     for node in old_nodes:
         start = drains[str(node.rack_id)]
-        actions.append(PlannedAction(
-            plan=record, key=f"decommission:{node.id}", kind=PlannedAction.Kind.DECOMMISSION,
-            rack=racks[str(node.rack_id)], node=node, node_type=node.node_type, nodes=1,
-            gpus=node.node_type.gpus_per_node, starts_on=start, ends_on=start + release,
-            detail=f"drain {params['drain_days']} d, sanitise {params['sanitise_days']} d (NIST SP 800-88), "
-                   f"ship {params['ship_days']} d"))
+        actions.append(
+            PlannedAction(
+                plan=record,
+                key=f"decommission:{node.id}",
+                kind=PlannedAction.Kind.DECOMMISSION,
+                rack=racks[str(node.rack_id)],
+                node=node,
+                node_type=node.node_type,
+                nodes=1,
+                gpus=node.node_type.gpus_per_node,
+                starts_on=start,
+                ends_on=start + release,
+                detail=f"drain {params['drain_days']} d, sanitise {params['sanitise_days']} d (NIST SP 800-88), "
+                f"ship {params['ship_days']} d",
+            )
+        )
     PlannedAction.objects.bulk_create(actions, ignore_conflicts=True, batch_size=2000)
     before = {"status": record.status}
     record.status = MigrationPlan.Status.APPLIED
     record.applied_at = timezone.now()
     record.save(update_fields=["status", "applied_at", "updated_at"])
     counts = {k: sum(1 for a in actions if a.kind == k) for k in PlannedAction.Kind.values}
-    record_audit(actor=actor, action="migration_plan.apply", target=record, before=before,
-                 after={"status": record.status, "actions": counts},
-                 reason="scheduled the plan's facility upgrades, node intakes and decommissions")
+    record_audit(
+        actor=actor,
+        action="migration_plan.apply",
+        target=record,
+        before=before,
+        after={"status": record.status, "actions": counts},
+        reason="scheduled the plan's facility upgrades, node intakes and decommissions",
+    )
     return record, len(actions)
-
 
 
 def seed_demo_plan(stdout) -> None:

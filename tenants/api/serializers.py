@@ -1,4 +1,5 @@
-"""Tenant API shapes (API.md, "Tenant API")."""
+"""Tenant API shapes (docs/api.md, "Tenant API")."""
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -39,9 +40,23 @@ class AllocationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Allocation
-        fields = ["id", "name", "instance_type", "generation", "node_count", "fabric", "fabric_partition", "state",
-                  "degraded", "nodes", "created_at", "updated_at", "cancel_requested_at", "ended_at",
-                  "failure_reason"]
+        fields = [
+            "id",
+            "name",
+            "instance_type",
+            "generation",
+            "node_count",
+            "fabric",
+            "fabric_partition",
+            "state",
+            "degraded",
+            "nodes",
+            "created_at",
+            "updated_at",
+            "cancel_requested_at",
+            "ended_at",
+            "failure_reason",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(AllocationNodeSerializer(many=True))
@@ -50,8 +65,9 @@ class AllocationSerializer(serializers.ModelSerializer):
         if members is None:
             members = allocation.memberships.filter(ended_at__isnull=True).select_related("node__node_type")
         # Plain dicts: a nested serializer per row doubles the cost of a 50-row page.
-        return [{"id": str(m.node_id), "hostname": m.node.hostname, "gpus": m.node.node_type.gpus_per_node}
-                for m in members]
+        return [
+            {"id": str(m.node_id), "hostname": m.node.hostname, "gpus": m.node.node_type.gpus_per_node} for m in members
+        ]
 
 
 class AllocationListSerializer(serializers.Serializer):
@@ -120,8 +136,9 @@ class VolumeListSerializer(serializers.Serializer):
 class VolumeCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     size_gb = serializers.IntegerField(min_value=1, max_value=1_000_000)
-    export_partition = serializers.CharField(required=False, allow_null=True, max_length=64,
-                                             help_text="id of one of your fabric partitions")
+    export_partition = serializers.CharField(
+        required=False, allow_null=True, max_length=64, help_text="id of one of your fabric partitions"
+    )
 
 
 class TenantSerializer(serializers.Serializer):

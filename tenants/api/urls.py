@@ -1,4 +1,5 @@
-"""Tenant API routes (/api/v1/, API.md "Tenant API")."""
+"""Tenant API routes (/api/v1/, docs/api.md "Tenant API")."""
+
 from core.api.routes import api_route
 
 from . import views

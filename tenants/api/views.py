@@ -1,5 +1,6 @@
 """Tenant API views (thin: selectors read, services write). Every lookup is scoped to the
 caller's tenant, so another tenant's object is answered exactly like a missing one: 404."""
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
@@ -47,8 +48,9 @@ class TenantView(APIView):
 
     def page(self, queryset, serializer_class, *, filters: dict | None = None) -> Response:
         page = paginate(queryset, request=self.request, scope=self.scope, filters=filters)
-        return Response({"results": serializer_class(page.results, many=True).data,
-                         "next_page_token": page.next_page_token})
+        return Response(
+            {"results": serializer_class(page.results, many=True).data, "next_page_token": page.next_page_token}
+        )
 
 
 def _valid(serializer_class, data):
@@ -58,20 +60,31 @@ def _valid(serializer_class, data):
 
 
 class InstanceTypeList(TenantView):
-    @extend_schema(operation_id="instance_types_list", tags=["instance types"],
-                   responses={200: s.InstanceTypeListSerializer, **READ_ERRORS},
-                   description="What can be rented now, with the price per GPU-hour and the nodes free to place.")
+    @extend_schema(
+        operation_id="instance_types_list",
+        tags=["instance types"],
+        responses={200: s.InstanceTypeListSerializer, **READ_ERRORS},
+        description="What can be rented now, with the price per GPU-hour and the nodes free to place.",
+    )
     def get(self, request):
-        return Response({"results": s.InstanceTypeSerializer(instance_types(current_prices()), many=True).data,
-                         "next_page_token": None})
+        return Response(
+            {
+                "results": s.InstanceTypeSerializer(instance_types(current_prices()), many=True).data,
+                "next_page_token": None,
+            }
+        )
 
 
 class AllocationCollection(TenantView):
-    @extend_schema(operation_id="allocations_list", tags=["allocations"],
-                   parameters=[*PAGE_PARAMETERS,
-                               OpenApiParameter("state", str, enum=[c for c, _ in s.AllocationState.choices],
-                                                required=False)],
-                   responses={200: s.AllocationListSerializer, **READ_ERRORS})
+    @extend_schema(
+        operation_id="allocations_list",
+        tags=["allocations"],
+        parameters=[
+            *PAGE_PARAMETERS,
+            OpenApiParameter("state", str, enum=[c for c, _ in s.AllocationState.choices], required=False),
+        ],
+        responses={200: s.AllocationListSerializer, **READ_ERRORS},
+    )
     def get(self, request):
         filters = _valid(s.AllocationFilterSerializer, request.query_params)
         queryset = allocations_for(self.tenant)
@@ -79,28 +92,44 @@ class AllocationCollection(TenantView):
             queryset = queryset.filter(state=filters["state"])
         return self.page(queryset, s.AllocationSerializer, filters=filters)
 
-    @extend_schema(operation_id="allocations_create", tags=["allocations"], parameters=[IDEMPOTENCY_KEY],
-                   request=s.AllocationCreateSerializer,
-                   responses={202: s.AllocationSerializer, **WRITE_ERRORS},
-                   description="Ask for `node_count` whole nodes of one instance type; placed by the allocation loop.")
+    @extend_schema(
+        operation_id="allocations_create",
+        tags=["allocations"],
+        parameters=[IDEMPOTENCY_KEY],
+        request=s.AllocationCreateSerializer,
+        responses={202: s.AllocationSerializer, **WRITE_ERRORS},
+        description="Ask for `node_count` whole nodes of one instance type; placed by the allocation loop.",
+    )
     def post(self, request):
         key = read_key(request)
 
         def perform():
             data = _valid(s.AllocationCreateSerializer, request.data)
-            allocation = create_allocation(tenant=self.tenant, name=data["name"], instance_type=data["instance_type"],
-                                           node_count=data["node_count"], fabric=data["fabric"],
-                                           actor=request.user.actor, idempotency_key=key)
+            allocation = create_allocation(
+                tenant=self.tenant,
+                name=data["name"],
+                instance_type=data["instance_type"],
+                node_count=data["node_count"],
+                fabric=data["fabric"],
+                actor=request.user.actor,
+                idempotency_key=key,
+            )
             allocation = allocations_for(self.tenant).get(pk=allocation.pk)
-            return Response(s.AllocationSerializer(allocation).data, status=202,
-                            headers={"Location": ALLOCATION_PATH.format(allocation.pk)})
+            return Response(
+                s.AllocationSerializer(allocation).data,
+                status=202,
+                headers={"Location": ALLOCATION_PATH.format(allocation.pk)},
+            )
 
         return idempotent_create(request, scope=self.scope, key=key, perform=perform)
 
 
 class AllocationDetail(TenantView):
-    @extend_schema(operation_id="allocations_retrieve", tags=["allocations"],
-                   responses={200: s.AllocationSerializer, **READ_ERRORS})
+    @extend_schema(
+        operation_id="allocations_retrieve",
+        tags=["allocations"],
+        responses={200: s.AllocationSerializer, **READ_ERRORS},
+    )
     def get(self, request, pk):
         allocation = allocations_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
         if allocation is None:
@@ -109,9 +138,14 @@ class AllocationDetail(TenantView):
 
 
 class AllocationCancel(TenantView):
-    @extend_schema(operation_id="allocations_cancel", tags=["allocations"], parameters=[OPTIONAL_IDEMPOTENCY_KEY],
-                   request=None, responses={200: s.AllocationSerializer, 202: s.AllocationSerializer, **WRITE_ERRORS},
-                   description="Record the intent to cancel (202); a terminal allocation answers 200 unchanged.")
+    @extend_schema(
+        operation_id="allocations_cancel",
+        tags=["allocations"],
+        parameters=[OPTIONAL_IDEMPOTENCY_KEY],
+        request=None,
+        responses={200: s.AllocationSerializer, 202: s.AllocationSerializer, **WRITE_ERRORS},
+        description="Record the intent to cancel (202); a terminal allocation answers 200 unchanged.",
+    )
     def post(self, request, pk):
         allocation = allocations_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
         if allocation is None:
@@ -127,36 +161,58 @@ class AllocationCancel(TenantView):
 
 
 class FabricPartitionCollection(TenantView):
-    @extend_schema(operation_id="fabric_partitions_list", tags=["fabric partitions"], parameters=PAGE_PARAMETERS,
-                   responses={200: s.FabricPartitionListSerializer, **READ_ERRORS})
+    @extend_schema(
+        operation_id="fabric_partitions_list",
+        tags=["fabric partitions"],
+        parameters=PAGE_PARAMETERS,
+        responses={200: s.FabricPartitionListSerializer, **READ_ERRORS},
+    )
     def get(self, request):
         return self.page(partitions_for(self.tenant), s.FabricPartitionSerializer)
 
-    @extend_schema(operation_id="fabric_partitions_create", tags=["fabric partitions"], parameters=[IDEMPOTENCY_KEY],
-                   request=s.FabricPartitionCreateSerializer,
-                   responses={201: s.FabricPartitionSerializer, **WRITE_ERRORS},
-                   description="Your partition in one fabric domain (one per domain; isolated allocations use it).")
+    @extend_schema(
+        operation_id="fabric_partitions_create",
+        tags=["fabric partitions"],
+        parameters=[IDEMPOTENCY_KEY],
+        request=s.FabricPartitionCreateSerializer,
+        responses={201: s.FabricPartitionSerializer, **WRITE_ERRORS},
+        description="Your partition in one fabric domain (one per domain; isolated allocations use it).",
+    )
     def post(self, request):
         key = read_key(request)
 
         def perform():
             data = _valid(s.FabricPartitionCreateSerializer, request.data)
             try:
-                partition = create_partition(tenant=self.tenant, fabric_domain=data["fabric_domain"], name=data["name"],
-                                             actor=request.user.actor, idempotency_key=key)
+                partition = create_partition(
+                    tenant=self.tenant,
+                    fabric_domain=data["fabric_domain"],
+                    name=data["name"],
+                    actor=request.user.actor,
+                    idempotency_key=key,
+                )
             except PartitionExists as exists:
-                raise Problem(409, "partition_exists",
-                              f"You already have partition {exists.partition.pk} in {data['fabric_domain'].name}; "
-                              "use it (GET /api/v1/fabric-partitions).") from None
-            return Response(s.FabricPartitionSerializer(partition).data, status=201,
-                            headers={"Location": f"/api/v1/fabric-partitions/{partition.pk}"})
+                raise Problem(
+                    409,
+                    "partition_exists",
+                    f"You already have partition {exists.partition.pk} in {data['fabric_domain'].name}; "
+                    "use it (GET /api/v1/fabric-partitions).",
+                ) from None
+            return Response(
+                s.FabricPartitionSerializer(partition).data,
+                status=201,
+                headers={"Location": f"/api/v1/fabric-partitions/{partition.pk}"},
+            )
 
         return idempotent_create(request, scope=self.scope, key=key, perform=perform)
 
 
 class FabricPartitionDetail(TenantView):
-    @extend_schema(operation_id="fabric_partitions_retrieve", tags=["fabric partitions"],
-                   responses={200: s.FabricPartitionSerializer, **READ_ERRORS})
+    @extend_schema(
+        operation_id="fabric_partitions_retrieve",
+        tags=["fabric partitions"],
+        responses={200: s.FabricPartitionSerializer, **READ_ERRORS},
+    )
     def get(self, request, pk):
         partition = partitions_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
         if partition is None:
@@ -165,14 +221,23 @@ class FabricPartitionDetail(TenantView):
 
 
 class VolumeCollection(TenantView):
-    @extend_schema(operation_id="volumes_list", tags=["volumes"], parameters=PAGE_PARAMETERS,
-                   responses={200: s.VolumeListSerializer, **READ_ERRORS})
+    @extend_schema(
+        operation_id="volumes_list",
+        tags=["volumes"],
+        parameters=PAGE_PARAMETERS,
+        responses={200: s.VolumeListSerializer, **READ_ERRORS},
+    )
     def get(self, request):
         return self.page(volumes_for(self.tenant), s.VolumeSerializer)
 
-    @extend_schema(operation_id="volumes_create", tags=["volumes"], parameters=[IDEMPOTENCY_KEY],
-                   request=s.VolumeCreateSerializer, responses={201: s.VolumeSerializer, **WRITE_ERRORS},
-                   description="A volume, exported only to your own partition (another tenant's id is 404).")
+    @extend_schema(
+        operation_id="volumes_create",
+        tags=["volumes"],
+        parameters=[IDEMPOTENCY_KEY],
+        request=s.VolumeCreateSerializer,
+        responses={201: s.VolumeSerializer, **WRITE_ERRORS},
+        description="A volume, exported only to your own partition (another tenant's id is 404).",
+    )
     def post(self, request):
         key = read_key(request)
 
@@ -180,20 +245,34 @@ class VolumeCollection(TenantView):
             data = _valid(s.VolumeCreateSerializer, request.data)
             partition = None
             if data.get("export_partition"):
-                partition = partitions_for(self.tenant).filter(pk=parse_uuid(data["export_partition"])).first() \
-                    if parse_uuid(data["export_partition"]) else None
+                partition = (
+                    partitions_for(self.tenant).filter(pk=parse_uuid(data["export_partition"])).first()
+                    if parse_uuid(data["export_partition"])
+                    else None
+                )
                 if partition is None:
-                    raise Problem(404, "not_found", "No such fabric partition. GET /api/v1/fabric-partitions lists yours.")
-            volume = create_volume(tenant=self.tenant, name=data["name"], size_gb=data["size_gb"],
-                                   export_partition=partition, actor=request.user.actor, idempotency_key=key)
-            return Response(s.VolumeSerializer(volume).data, status=201,
-                            headers={"Location": f"/api/v1/volumes/{volume.pk}"})
+                    raise Problem(
+                        404, "not_found", "No such fabric partition. GET /api/v1/fabric-partitions lists yours."
+                    )
+            volume = create_volume(
+                tenant=self.tenant,
+                name=data["name"],
+                size_gb=data["size_gb"],
+                export_partition=partition,
+                actor=request.user.actor,
+                idempotency_key=key,
+            )
+            return Response(
+                s.VolumeSerializer(volume).data, status=201, headers={"Location": f"/api/v1/volumes/{volume.pk}"}
+            )
 
         return idempotent_create(request, scope=self.scope, key=key, perform=perform)
 
 
 class VolumeDetail(TenantView):
-    @extend_schema(operation_id="volumes_retrieve", tags=["volumes"], responses={200: s.VolumeSerializer, **READ_ERRORS})
+    @extend_schema(
+        operation_id="volumes_retrieve", tags=["volumes"], responses={200: s.VolumeSerializer, **READ_ERRORS}
+    )
     def get(self, request, pk):
         volume = volumes_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
         if volume is None:
@@ -205,5 +284,14 @@ class CurrentTenant(TenantView):
     @extend_schema(operation_id="tenant_retrieve", tags=["tenant"], responses={200: s.TenantSerializer, **READ_ERRORS})
     def get(self, request):
         quota, usage = quota_and_usage(self.tenant)
-        return Response(s.TenantSerializer({"id": self.tenant.pk, "slug": self.tenant.slug, "name": self.tenant.name,
-                                            "quota": quota, "usage_now": usage}).data)
+        return Response(
+            s.TenantSerializer(
+                {
+                    "id": self.tenant.pk,
+                    "slug": self.tenant.slug,
+                    "name": self.tenant.name,
+                    "quota": quota,
+                    "usage_now": usage,
+                }
+            ).data
+        )

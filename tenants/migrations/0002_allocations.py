@@ -7,58 +7,129 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_agent_actions'),
-        ('tenants', '0001_initial'),
+        ("fleet", "0003_agent_actions"),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Allocation',
+            name="Allocation",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('name', models.CharField(max_length=100)),
-                ('node_count', models.PositiveSmallIntegerField()),
-                ('fabric', models.CharField(choices=[('isolated', 'Isolated partition'), ('none', 'No fabric')], default='isolated', max_length=16)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('provisioning', 'Provisioning'), ('active', 'Active'), ('releasing', 'Releasing'), ('released', 'Released'), ('cancelled', 'Cancelled'), ('failed', 'Failed')], db_index=True, default='pending', max_length=16)),
-                ('degraded', models.BooleanField(default=False, help_text='a node was pulled for health; replacement pending')),
-                ('idempotency_key', models.CharField(blank=True, help_text='the key of the request that created it', max_length=255)),
-                ('cancel_requested_at', models.DateTimeField(blank=True, null=True)),
-                ('state_deadline', models.DateTimeField(blank=True, null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('failure_reason', models.TextField(blank=True)),
-                ('fabric_domain', models.ForeignKey(blank=True, help_text='where it was placed', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='allocations', to='fleet.fabricdomain')),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='allocations', to='fleet.nodetype')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='allocations', to='tenants.tenant')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=100)),
+                ("node_count", models.PositiveSmallIntegerField()),
+                (
+                    "fabric",
+                    models.CharField(
+                        choices=[("isolated", "Isolated partition"), ("none", "No fabric")],
+                        default="isolated",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("provisioning", "Provisioning"),
+                            ("active", "Active"),
+                            ("releasing", "Releasing"),
+                            ("released", "Released"),
+                            ("cancelled", "Cancelled"),
+                            ("failed", "Failed"),
+                        ],
+                        db_index=True,
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "degraded",
+                    models.BooleanField(default=False, help_text="a node was pulled for health; replacement pending"),
+                ),
+                (
+                    "idempotency_key",
+                    models.CharField(blank=True, help_text="the key of the request that created it", max_length=255),
+                ),
+                ("cancel_requested_at", models.DateTimeField(blank=True, null=True)),
+                ("state_deadline", models.DateTimeField(blank=True, null=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("failure_reason", models.TextField(blank=True)),
+                (
+                    "fabric_domain",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="where it was placed",
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="allocations",
+                        to="fleet.fabricdomain",
+                    ),
+                ),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="allocations", to="fleet.nodetype"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="allocations", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='AllocationNode',
+            name="AllocationNode",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('role', models.CharField(choices=[('original', 'Original'), ('replacement', 'Replacement')], default='original', max_length=16)),
-                ('started_at', models.DateTimeField()),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('end_reason', models.CharField(blank=True, max_length=200)),
-                ('allocation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='tenants.allocation')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='allocation_memberships', to='fleet.node')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("original", "Original"), ("replacement", "Replacement")],
+                        default="original",
+                        max_length=16,
+                    ),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("end_reason", models.CharField(blank=True, max_length=200)),
+                (
+                    "allocation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="memberships", to="tenants.allocation"
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="allocation_memberships",
+                        to="fleet.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['started_at'],
+                "ordering": ["started_at"],
             },
         ),
         migrations.AddIndex(
-            model_name='allocation',
-            index=models.Index(fields=['tenant', '-created_at', '-id'], name='tenants_alloc_tenant_page'),
+            model_name="allocation",
+            index=models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_alloc_tenant_page"),
         ),
         migrations.AddConstraint(
-            model_name='allocationnode',
-            constraint=models.UniqueConstraint(condition=models.Q(('ended_at__isnull', True)), fields=('node',), name='tenants_node_in_one_live_allocation'),
+            model_name="allocationnode",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("ended_at__isnull", True)),
+                fields=("node",),
+                name="tenants_node_in_one_live_allocation",
+            ),
         ),
     ]

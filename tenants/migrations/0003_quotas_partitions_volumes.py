@@ -7,115 +7,176 @@ import core.ids
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_agent_actions'),
-        ('tenants', '0002_allocations'),
+        ("fleet", "0003_agent_actions"),
+        ("tenants", "0002_allocations"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Quota',
+            name="Quota",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('generation', models.CharField(max_length=32)),
-                ('max_nodes', models.PositiveIntegerField()),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("generation", models.CharField(max_length=32)),
+                ("max_nodes", models.PositiveIntegerField()),
             ],
             options={
-                'ordering': ['tenant__slug', 'generation'],
+                "ordering": ["tenant__slug", "generation"],
             },
         ),
         migrations.CreateModel(
-            name='Volume',
+            name="Volume",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('name', models.CharField(max_length=100)),
-                ('size_gb', models.PositiveIntegerField()),
-                ('idempotency_key', models.CharField(blank=True, max_length=255)),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=100)),
+                ("size_gb", models.PositiveIntegerField()),
+                ("idempotency_key", models.CharField(blank=True, max_length=255)),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='allocation',
-            name='activated_at',
-            field=models.DateTimeField(blank=True, help_text='when it first became active', null=True),
+            model_name="allocation",
+            name="activated_at",
+            field=models.DateTimeField(blank=True, help_text="when it first became active", null=True),
         ),
         migrations.AddField(
-            model_name='allocationnode',
-            name='wiped_at',
-            field=models.DateTimeField(blank=True, help_text='when the node was seen wiped after leaving; unwiped nodes are never re-placed', null=True),
+            model_name="allocationnode",
+            name="wiped_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="when the node was seen wiped after leaving; unwiped nodes are never re-placed",
+                null=True,
+            ),
         ),
         migrations.CreateModel(
-            name='FabricPartition',
+            name="FabricPartition",
             fields=[
-                ('id', models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('kind', models.CharField(choices=[('ib_pkey', 'InfiniBand partition key'), ('nvlink', 'NVLink partition')], max_length=8)),
-                ('partition_key', models.PositiveIntegerField(help_text='IB P_Key (0x0001-0x7ffe) or NVLink partition id')),
-                ('name', models.CharField(max_length=100)),
-                ('state', models.CharField(choices=[('active', 'Active'), ('deleted', 'Deleted')], default='active', max_length=12)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255)),
-                ('fabric_domain', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='partitions', to='fleet.fabricdomain')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='fabric_partitions', to='tenants.tenant')),
+                ("id", models.UUIDField(default=core.ids.uuid7, editable=False, primary_key=True, serialize=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("ib_pkey", "InfiniBand partition key"), ("nvlink", "NVLink partition")], max_length=8
+                    ),
+                ),
+                (
+                    "partition_key",
+                    models.PositiveIntegerField(help_text="IB P_Key (0x0001-0x7ffe) or NVLink partition id"),
+                ),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("active", "Active"), ("deleted", "Deleted")], default="active", max_length=12
+                    ),
+                ),
+                ("idempotency_key", models.CharField(blank=True, max_length=255)),
+                (
+                    "fabric_domain",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="partitions", to="fleet.fabricdomain"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="fabric_partitions",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='allocation',
-            name='fabric_partition',
-            field=models.ForeignKey(blank=True, help_text='isolated allocations only', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='allocations', to='tenants.fabricpartition'),
+            model_name="allocation",
+            name="fabric_partition",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="isolated allocations only",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="allocations",
+                to="tenants.fabricpartition",
+            ),
         ),
         migrations.AddField(
-            model_name='allocationnode',
-            name='fabric_partition',
-            field=models.ForeignKey(blank=True, help_text="the partition key programmed on this node's fabric ports", null=True, on_delete=django.db.models.deletion.PROTECT, related_name='node_memberships', to='tenants.fabricpartition'),
+            model_name="allocationnode",
+            name="fabric_partition",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the partition key programmed on this node's fabric ports",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="node_memberships",
+                to="tenants.fabricpartition",
+            ),
         ),
         migrations.AddIndex(
-            model_name='allocationnode',
-            index=models.Index(condition=models.Q(('ended_at__isnull', False), ('wiped_at__isnull', True)), fields=['node'], name='tenants_allocnode_unwiped'),
+            model_name="allocationnode",
+            index=models.Index(
+                condition=models.Q(("ended_at__isnull", False), ("wiped_at__isnull", True)),
+                fields=["node"],
+                name="tenants_allocnode_unwiped",
+            ),
         ),
         migrations.AddField(
-            model_name='quota',
-            name='tenant',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='quotas', to='tenants.tenant'),
+            model_name="quota",
+            name="tenant",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="quotas", to="tenants.tenant"
+            ),
         ),
         migrations.AddField(
-            model_name='volume',
-            name='export_partition',
-            field=models.ForeignKey(blank=True, help_text='the only partition it is exported to', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='volumes', to='tenants.fabricpartition'),
+            model_name="volume",
+            name="export_partition",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the only partition it is exported to",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="volumes",
+                to="tenants.fabricpartition",
+            ),
         ),
         migrations.AddField(
-            model_name='volume',
-            name='tenant',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='volumes', to='tenants.tenant'),
+            model_name="volume",
+            name="tenant",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="volumes", to="tenants.tenant"
+            ),
         ),
         migrations.AddIndex(
-            model_name='fabricpartition',
-            index=models.Index(fields=['tenant', '-created_at', '-id'], name='tenants_partition_page'),
+            model_name="fabricpartition",
+            index=models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_partition_page"),
         ),
         migrations.AddConstraint(
-            model_name='fabricpartition',
-            constraint=models.UniqueConstraint(fields=('fabric_domain', 'partition_key'), name='tenants_partition_key_unique'),
+            model_name="fabricpartition",
+            constraint=models.UniqueConstraint(
+                fields=("fabric_domain", "partition_key"), name="tenants_partition_key_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='fabricpartition',
-            constraint=models.UniqueConstraint(fields=('tenant', 'fabric_domain'), name='tenants_partition_one_per_domain'),
+            model_name="fabricpartition",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "fabric_domain"), name="tenants_partition_one_per_domain"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='quota',
-            constraint=models.UniqueConstraint(fields=('tenant', 'generation'), name='tenants_quota_unique'),
+            model_name="quota",
+            constraint=models.UniqueConstraint(fields=("tenant", "generation"), name="tenants_quota_unique"),
         ),
         migrations.AddIndex(
-            model_name='volume',
-            index=models.Index(fields=['tenant', '-created_at', '-id'], name='tenants_volume_page'),
+            model_name="volume",
+            index=models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_volume_page"),
         ),
     ]

@@ -12,8 +12,9 @@ EXISTING_MAX_GB = 100_000
 def give_existing_tenants_the_default(apps, schema_editor):
     Tenant = apps.get_model("tenants", "Tenant")
     StorageQuota = apps.get_model("tenants", "StorageQuota")
-    StorageQuota.objects.bulk_create([StorageQuota(tenant=t, max_volumes=EXISTING_MAX_VOLUMES, max_gb=EXISTING_MAX_GB)
-                                      for t in Tenant.objects.all()])
+    StorageQuota.objects.bulk_create(
+        [StorageQuota(tenant=t, max_volumes=EXISTING_MAX_VOLUMES, max_gb=EXISTING_MAX_GB) for t in Tenant.objects.all()]
+    )
 
 
 class Migration(migrations.Migration):
@@ -28,8 +29,12 @@ class Migration(migrations.Migration):
                 ("updated_at", models.DateTimeField(auto_now=True)),
                 ("max_volumes", models.PositiveIntegerField()),
                 ("max_gb", models.PositiveBigIntegerField(help_text="total size_gb of all the tenant's volumes")),
-                ("tenant", models.OneToOneField(on_delete=django.db.models.deletion.CASCADE,
-                                                related_name="storage_quota", to="tenants.tenant")),
+                (
+                    "tenant",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="storage_quota", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={"abstract": False},
         ),

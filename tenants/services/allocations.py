@@ -2,6 +2,7 @@
 
 `transition_allocation()` is the only way an allocation's `state` changes.
 """
+
 from datetime import timedelta
 
 from django.db import transaction
@@ -44,15 +45,18 @@ class InvalidAllocationTransition(Exception):
     pass
 
 
-
 def _snapshot(allocation: Allocation) -> dict:
-    return {"state": allocation.state, "degraded": allocation.degraded,
-            "cancel_requested_at": allocation.cancel_requested_at.isoformat() if allocation.cancel_requested_at else None}
+    return {
+        "state": allocation.state,
+        "degraded": allocation.degraded,
+        "cancel_requested_at": allocation.cancel_requested_at.isoformat() if allocation.cancel_requested_at else None,
+    }
 
 
 @transaction.atomic
-def transition_allocation(allocation: Allocation, to_state: str, *, actor: str, reason: str = "",
-                          failure_reason: str = "") -> Allocation:
+def transition_allocation(
+    allocation: Allocation, to_state: str, *, actor: str, reason: str = "", failure_reason: str = ""
+) -> Allocation:
     """Move one allocation along the table with a compare-and-set UPDATE; audited."""
     from_state = allocation.state
     if to_state not in ALLOCATION_TRANSITIONS[from_state]:
@@ -71,8 +75,14 @@ def transition_allocation(allocation: Allocation, to_state: str, *, actor: str, 
     before = _snapshot(allocation)
     for field, value in updates.items():
         setattr(allocation, field, value)
-    record_audit(actor=actor, action=f"allocation.{to_state}", target=allocation, before=before,
-                 after=_snapshot(allocation), reason=reason or failure_reason)
+    record_audit(
+        actor=actor,
+        action=f"allocation.{to_state}",
+        target=allocation,
+        before=before,
+        after=_snapshot(allocation),
+        reason=reason or failure_reason,
+    )
     return allocation
 
 
@@ -81,14 +91,25 @@ def quota_for(tenant: Tenant, generation: str) -> int:
 
 
 def nodes_held(tenant: Tenant, generation: str) -> int:
-    return (Allocation.objects.filter(tenant=tenant, instance_type__generation=generation)
-            .exclude(state__in=TERMINAL_ALLOCATION_STATES)
-            .aggregate(n=Sum("node_count"))["n"] or 0)
+    return (
+        Allocation.objects.filter(tenant=tenant, instance_type__generation=generation)
+        .exclude(state__in=TERMINAL_ALLOCATION_STATES)
+        .aggregate(n=Sum("node_count"))["n"]
+        or 0
+    )
 
 
 @transaction.atomic
-def create_allocation(*, tenant: Tenant, name: str, instance_type: NodeType, node_count: int, fabric: str,
-                      actor: str, idempotency_key: str = "") -> Allocation:
+def create_allocation(
+    *,
+    tenant: Tenant,
+    name: str,
+    instance_type: NodeType,
+    node_count: int,
+    fabric: str,
+    actor: str,
+    idempotency_key: str = "",
+) -> Allocation:
     """A pending allocation, after the quota and a capacity check now.
 
     The tenant row is locked so concurrent creates cannot both squeeze under the quota.
@@ -100,17 +121,28 @@ def create_allocation(*, tenant: Tenant, name: str, instance_type: NodeType, nod
     if held + node_count > limit:
         raise QuotaExceeded(
             f"Your quota is {limit} {generation} node(s) at once and {held} are held; "
-            f"ask for at most {max(limit - held, 0)} or cancel an allocation first.")
+            f"ask for at most {max(limit - held, 0)} or cancel an allocation first."
+        )
     if not domain_can_hold(instance_type=instance_type, node_count=node_count):
         raise InsufficientCapacity(
             f"No single fabric domain has {node_count} free {instance_type.slug} node(s) now; "
-            "ask for fewer nodes or retry later (GET /api/v1/instance-types shows availability).")
+            "ask for fewer nodes or retry later (GET /api/v1/instance-types shows availability)."
+        )
     allocation = Allocation.objects.create(
-        tenant=tenant, name=name, instance_type=instance_type, node_count=node_count,
-        fabric=fabric or FabricMode.ISOLATED, idempotency_key=idempotency_key,
-        state_deadline=timezone.now() + PENDING_TIMEOUT)
-    record_audit(actor=actor, action="allocation.create", target=allocation,
-                 after={"instance_type": instance_type.slug, "node_count": node_count, "fabric": allocation.fabric})
+        tenant=tenant,
+        name=name,
+        instance_type=instance_type,
+        node_count=node_count,
+        fabric=fabric or FabricMode.ISOLATED,
+        idempotency_key=idempotency_key,
+        state_deadline=timezone.now() + PENDING_TIMEOUT,
+    )
+    record_audit(
+        actor=actor,
+        action="allocation.create",
+        target=allocation,
+        after={"instance_type": instance_type.slug, "node_count": node_count, "fabric": allocation.fabric},
+    )
     return allocation
 
 
@@ -124,6 +156,12 @@ def request_cancel(*, allocation: Allocation, actor: str, reason: str = "") -> t
         before = _snapshot(locked)
         locked.cancel_requested_at = timezone.now()
         locked.save(update_fields=["cancel_requested_at", "updated_at"])
-        record_audit(actor=actor, action="allocation.cancel_requested", target=locked, before=before,
-                     after=_snapshot(locked), reason=reason)
+        record_audit(
+            actor=actor,
+            action="allocation.cancel_requested",
+            target=locked,
+            before=before,
+            after=_snapshot(locked),
+            reason=reason,
+        )
     return locked, False

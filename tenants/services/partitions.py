@@ -1,4 +1,5 @@
 """Fabric partitions: one key per tenant per fabric domain, unique in the domain (DB constraints)."""
+
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
@@ -24,8 +25,9 @@ def _kind(domain: FabricDomain) -> str:
 
 
 @transaction.atomic
-def create_partition(*, tenant: Tenant, fabric_domain: FabricDomain, name: str, actor: str,
-                     idempotency_key: str = "") -> FabricPartition:
+def create_partition(
+    *, tenant: Tenant, fabric_domain: FabricDomain, name: str, actor: str, idempotency_key: str = ""
+) -> FabricPartition:
     """A new partition with the next free key of the domain; two racing creators are settled by
     the unique (domain, key) and (tenant, domain) constraints."""
     existing = FabricPartition.objects.filter(tenant=tenant, fabric_domain=fabric_domain).first()
@@ -38,16 +40,25 @@ def create_partition(*, tenant: Tenant, fabric_domain: FabricDomain, name: str, 
             raise ValueError(f"fabric domain {fabric_domain.name} has no free partition key")
         try:
             with transaction.atomic():
-                partition = FabricPartition.objects.create(tenant=tenant, fabric_domain=fabric_domain,
-                                                           kind=_kind(fabric_domain), partition_key=key, name=name,
-                                                           idempotency_key=idempotency_key)
+                partition = FabricPartition.objects.create(
+                    tenant=tenant,
+                    fabric_domain=fabric_domain,
+                    kind=_kind(fabric_domain),
+                    partition_key=key,
+                    name=name,
+                    idempotency_key=idempotency_key,
+                )
         except IntegrityError:
             existing = FabricPartition.objects.filter(tenant=tenant, fabric_domain=fabric_domain).first()
             if existing:
                 raise PartitionExists(existing) from None
             continue  # another tenant took this key; take the next
-        record_audit(actor=actor, action="fabric_partition.create", target=partition,
-                     after={"fabric_domain": fabric_domain.name, "partition_key": key, "kind": partition.kind})
+        record_audit(
+            actor=actor,
+            action="fabric_partition.create",
+            target=partition,
+            after={"fabric_domain": fabric_domain.name, "partition_key": key, "kind": partition.kind},
+        )
         return partition
     raise IntegrityError("could not allocate a partition key after 20 attempts")
 
@@ -59,7 +70,8 @@ def partition_for_allocation(*, tenant: Tenant, fabric_domain_id, actor: str) ->
         return existing
     fabric_domain = FabricDomain.objects.get(pk=fabric_domain_id)
     try:
-        return create_partition(tenant=tenant, fabric_domain=fabric_domain,
-                                name=f"{tenant.slug}-{fabric_domain.name}", actor=actor)
+        return create_partition(
+            tenant=tenant, fabric_domain=fabric_domain, name=f"{tenant.slug}-{fabric_domain.name}", actor=actor
+        )
     except PartitionExists as exists:
         return exists.partition

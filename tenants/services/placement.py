@@ -1,6 +1,6 @@
 """Placing an allocation on whole nodes.
 
-Rules (API.md): every node of one allocation has the same instance type (hence generation)
+Rules (docs/api.md): every node of one allocation has the same instance type (hence generation)
 and sits in one fabric domain; only uncordoned, `available`, healthy nodes are used, degraded
 ones last; nodes that left a tenant and were not seen wiped since are never used. Within a
 domain the nodes under the fewest leaf switches win (one leaf if one can hold them all, the
@@ -11,6 +11,7 @@ Concurrency is settled by the database: candidate rows are locked with
 nodes; the partial unique index on AllocationNode forbids a node in two live allocations
 whatever happens; and the lifecycle compare-and-set refuses a node that moved.
 """
+
 from collections import defaultdict
 
 from django.db import IntegrityError, connection, transaction
@@ -38,8 +39,9 @@ class InsufficientCapacity(Conflict):
 def placeable_nodes(*, instance_type: NodeType | None = None):
     """Nodes a new allocation may use now."""
     unwiped = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=False, wiped_at__isnull=True)
-    qs = Node.objects.filter(lifecycle=Lifecycle.AVAILABLE, cordoned=False, health__in=PLACEABLE_HEALTH,
-                             fabric_domain__isnull=False).exclude(Exists(unwiped))
+    qs = Node.objects.filter(
+        lifecycle=Lifecycle.AVAILABLE, cordoned=False, health__in=PLACEABLE_HEALTH, fabric_domain__isnull=False
+    ).exclude(Exists(unwiped))
     if instance_type is not None:
         qs = qs.filter(node_type=instance_type)
     return qs
@@ -85,8 +87,11 @@ def _lock(ids: list):
 
 
 def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> list[Node] | None:
-    candidates = list(placeable_nodes(instance_type=instance_type).filter(fabric_domain_id=domain_id)
-                      .values_list("id", "leaf_switch", "health"))
+    candidates = list(
+        placeable_nodes(instance_type=instance_type)
+        .filter(fabric_domain_id=domain_id)
+        .values_list("id", "leaf_switch", "health")
+    )
     if len(candidates) < node_count:
         return None
     locked = _lock(choose_nodes(candidates, node_count))
@@ -103,8 +108,15 @@ def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> lis
     return locked if len(locked) == node_count else None
 
 
-def claim_nodes(*, allocation: Allocation, instance_type: NodeType, node_count: int, actor: str,
-                role: str = AllocationNodeRole.ORIGINAL, fabric_domain_id=None) -> list[Node]:
+def claim_nodes(
+    *,
+    allocation: Allocation,
+    instance_type: NodeType,
+    node_count: int,
+    actor: str,
+    role: str = AllocationNodeRole.ORIGINAL,
+    fabric_domain_id=None,
+) -> list[Node]:
     """Claim `node_count` nodes in one domain for `allocation`: membership rows, nodes
     available→provisioning, `provision` queued. All or nothing (raises InsufficientCapacity):
     each domain is tried in its own transaction (a savepoint inside a caller's)."""
@@ -120,23 +132,43 @@ def claim_nodes(*, allocation: Allocation, instance_type: NodeType, node_count: 
                     continue
                 partition = None
                 if allocation.fabric == FabricMode.ISOLATED:
-                    partition = partition_for_allocation(tenant=allocation.tenant, fabric_domain_id=domain_id,
-                                                         actor=actor)
+                    partition = partition_for_allocation(
+                        tenant=allocation.tenant, fabric_domain_id=domain_id, actor=actor
+                    )
                 now = timezone.now()
-                AllocationNode.objects.bulk_create([
-                    AllocationNode(allocation=allocation, node=n, role=role, started_at=now, fabric_partition=partition)
-                    for n in nodes])
-                changes = transition_many(nodes, Lifecycle.PROVISIONING, actor=actor, action="provision",
-                                          reason=f"placed in allocation {allocation.pk}")
+                AllocationNode.objects.bulk_create(
+                    [
+                        AllocationNode(
+                            allocation=allocation, node=n, role=role, started_at=now, fabric_partition=partition
+                        )
+                        for n in nodes
+                    ]
+                )
+                changes = transition_many(
+                    nodes,
+                    Lifecycle.PROVISIONING,
+                    actor=actor,
+                    action="provision",
+                    reason=f"placed in allocation {allocation.pk}",
+                )
                 if len(changes) != node_count:
                     raise IntegrityError("a chosen node moved while being placed")
-                params = {"allocation_id": str(allocation.pk), "tenant_id": str(allocation.tenant_id),
-                          "partition_key": partition.partition_key if partition else None}
-                request_agent_actions(nodes=nodes, action=AgentAction.PROVISION, actor=actor, params=params,
-                                      reason=f"allocation {allocation.pk}")
+                params = {
+                    "allocation_id": str(allocation.pk),
+                    "tenant_id": str(allocation.tenant_id),
+                    "partition_key": partition.partition_key if partition else None,
+                }
+                request_agent_actions(
+                    nodes=nodes,
+                    action=AgentAction.PROVISION,
+                    actor=actor,
+                    params=params,
+                    reason=f"allocation {allocation.pk}",
+                )
                 if role == AllocationNodeRole.ORIGINAL:
-                    Allocation.objects.filter(pk=allocation.pk).update(fabric_domain_id=domain_id,
-                                                                       fabric_partition=partition)
+                    Allocation.objects.filter(pk=allocation.pk).update(
+                        fabric_domain_id=domain_id, fabric_partition=partition
+                    )
                     allocation.fabric_domain_id = domain_id
                     allocation.fabric_partition = partition
                 return nodes
@@ -147,5 +179,6 @@ def claim_nodes(*, allocation: Allocation, instance_type: NodeType, node_count: 
 
 def place_allocation(allocation: Allocation, *, actor: str = "system:allocation-loop") -> list[Node]:
     """Place a pending allocation on `node_count` nodes of its instance type in one domain."""
-    return claim_nodes(allocation=allocation, instance_type=allocation.instance_type,
-                       node_count=allocation.node_count, actor=actor)
+    return claim_nodes(
+        allocation=allocation, instance_type=allocation.instance_type, node_count=allocation.node_count, actor=actor
+    )

@@ -1,5 +1,6 @@
 """Tenant volumes, exported only to the tenant's own partition, within the tenant's storage
 quota (count and total GB)."""
+
 from django.db import transaction
 from django.db.models import Count, Sum
 
@@ -21,8 +22,15 @@ def storage_held(tenant: Tenant) -> tuple[int, int]:
 
 
 @transaction.atomic
-def create_volume(*, tenant: Tenant, name: str, size_gb: int, export_partition: FabricPartition | None,
-                  actor: str, idempotency_key: str = "") -> Volume:
+def create_volume(
+    *,
+    tenant: Tenant,
+    name: str,
+    size_gb: int,
+    export_partition: FabricPartition | None,
+    actor: str,
+    idempotency_key: str = "",
+) -> Volume:
     if export_partition is not None and export_partition.tenant_id != tenant.pk:
         # Callers look partitions up within the tenant; this guards the invariant itself.
         raise ValueError("a volume can only be exported to its own tenant's partition")
@@ -32,16 +40,28 @@ def create_volume(*, tenant: Tenant, name: str, size_gb: int, export_partition: 
     max_volumes, max_gb = (quota.max_volumes, quota.max_gb) if quota else (0, 0)
     volumes, gb = storage_held(tenant)
     if volumes + 1 > max_volumes:
-        raise StorageQuotaExceeded(f"Your storage quota is {max_volumes} volume(s) and you hold {volumes}; "
-                                   "ask your provider for a larger quota.",
-                                   extra={"quota": {"max_volumes": max_volumes, "volumes": volumes}})
+        raise StorageQuotaExceeded(
+            f"Your storage quota is {max_volumes} volume(s) and you hold {volumes}; "
+            "ask your provider for a larger quota.",
+            extra={"quota": {"max_volumes": max_volumes, "volumes": volumes}},
+        )
     if gb + size_gb > max_gb:
-        raise StorageQuotaExceeded(f"Your storage quota is {max_gb} GB and you hold {gb} GB; ask for at most "
-                                   f"{max(max_gb - gb, 0)} GB or ask your provider for a larger quota.",
-                                   extra={"quota": {"max_gb": max_gb, "gb": gb}})
-    volume = Volume.objects.create(tenant=tenant, name=name, size_gb=size_gb, export_partition=export_partition,
-                                   idempotency_key=idempotency_key)
-    record_audit(actor=actor, action="volume.create", target=volume,
-                 after={"name": name, "size_gb": size_gb,
-                        "export_partition": str(export_partition.pk) if export_partition else None})
+        raise StorageQuotaExceeded(
+            f"Your storage quota is {max_gb} GB and you hold {gb} GB; ask for at most "
+            f"{max(max_gb - gb, 0)} GB or ask your provider for a larger quota.",
+            extra={"quota": {"max_gb": max_gb, "gb": gb}},
+        )
+    volume = Volume.objects.create(
+        tenant=tenant, name=name, size_gb=size_gb, export_partition=export_partition, idempotency_key=idempotency_key
+    )
+    record_audit(
+        actor=actor,
+        action="volume.create",
+        target=volume,
+        after={
+            "name": name,
+            "size_gb": size_gb,
+            "export_partition": str(export_partition.pk) if export_partition else None,
+        },
+    )
     return volume

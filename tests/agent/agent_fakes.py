@@ -16,8 +16,12 @@ class FakeControlPlane:
 
     def __init__(self) -> None:
         self.down = False
-        self.desired: dict[str, Any] = {"lifecycle": "available", "allocation_id": None,
-                                        "tenant_id": None, "actions": []}
+        self.desired: dict[str, Any] = {
+            "lifecycle": "available",
+            "allocation_id": None,
+            "tenant_id": None,
+            "actions": [],
+        }
         self.heartbeats: list[dict[str, Any]] = []
         self.health_reports: list[dict[str, Any]] = []
         self.action_results: list[dict[str, Any]] = []
@@ -61,6 +65,9 @@ class FakeControlPlane:
                 accepted += 1
                 self.ledger[event["event_id"]] = event
                 self.received_ids.append(event["event_id"])
-        rejected = [{"event_id": e["event_id"], "code": self.rejected_ids_with_code, "detail": "test"}
-                    for e in events] if self.rejected_ids_with_code else []
+        rejected = (
+            [{"event_id": e["event_id"], "code": self.rejected_ids_with_code, "detail": "test"} for e in events]
+            if self.rejected_ids_with_code
+            else []
+        )
         return {"accepted": accepted, "duplicates": duplicates, "rejected": rejected}

@@ -15,12 +15,16 @@ from hangar_agent.spool import Spool
 
 
 def make_agent(cp: FakeControlPlane, spool: Spool | None = None, scenario: str | None = None) -> Agent:
-    hardware = SimulatedHardware(rng=Random(7), start=T0, random_faults=False, scenario=scenario,
-                                 speed=10.0)
+    hardware = SimulatedHardware(rng=Random(7), start=T0, random_faults=False, scenario=scenario, speed=10.0)
     config = AgentConfig(url="http://cp", token="t", backend="simulated", sku="h100-sxm-8x")
-    return Agent(config=config, transport=cp, hardware=hardware,
-                 executors=simulated_executors(hardware, Random(8)), spool=spool or Spool(":memory:"),
-                 rng=Random(9))
+    return Agent(
+        config=config,
+        transport=cp,
+        hardware=hardware,
+        executors=simulated_executors(hardware, Random(8)),
+        spool=spool or Spool(":memory:"),
+        rng=Random(9),
+    )
 
 
 def run(agent: Agent, seconds: int, start: int = 0) -> None:
@@ -30,15 +34,24 @@ def run(agent: Agent, seconds: int, start: int = 0) -> None:
 
 def test_stop_then_wipe_run_once_each_in_order() -> None:
     cp = FakeControlPlane()
-    cp.desired = {"lifecycle": "releasing", "allocation_id": "alc_1", "tenant_id": "ten_1",
-                  "actions": [{"id": "act_stop", "action": "stop", "params": {"allocation_id": "alc_1"}},
-                              {"id": "act_wipe", "action": "wipe", "params": {}}]}
+    cp.desired = {
+        "lifecycle": "releasing",
+        "allocation_id": "alc_1",
+        "tenant_id": "ten_1",
+        "actions": [
+            {"id": "act_stop", "action": "stop", "params": {"allocation_id": "alc_1"}},
+            {"id": "act_wipe", "action": "wipe", "params": {}},
+        ],
+    }
     agent = make_agent(cp)
     run(agent, 120)
     assert [(r["action_id"], r["action"], r["status"]) for r in cp.action_results] == [
-        ("act_stop", "stop", "succeeded"), ("act_wipe", "wipe", "succeeded")]
-    assert all(set(r) == {"action_id", "action", "status", "detail", "output", "finished_at"}
-               for r in cp.action_results)
+        ("act_stop", "stop", "succeeded"),
+        ("act_wipe", "wipe", "succeeded"),
+    ]
+    assert all(
+        set(r) == {"action_id", "action", "status", "detail", "output", "finished_at"} for r in cp.action_results
+    )
     assert cp.action_results[0]["finished_at"] <= cp.action_results[1]["finished_at"]
     run(agent, 60, start=120)  # desired-state still lists both: nothing re-runs
     assert len(cp.action_results) == 2
@@ -55,15 +68,18 @@ def test_heartbeat_shape_and_xid_reported_once() -> None:
     assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports", "wall_power"}
     assert hb["wall_power"]["source"] == "bmc" and hb["wall_power"]["energy_j"] >= 0
     assert hb["observed_at"].endswith("Z") and len(hb["gpus"]) == 8
-    xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"]
-            if g["xid_errors"]]
+    xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"] if g["xid_errors"]]
     assert len(xids) == 1 and xids[0][1:] == (3, [13])
 
 
 def test_dcgm_failure_is_reported_as_health_and_result() -> None:
     cp = FakeControlPlane()
-    cp.desired = {"lifecycle": "validating", "allocation_id": None, "tenant_id": None,
-                  "actions": [{"id": "act_r3", "action": "dcgm_r3", "params": {}}]}
+    cp.desired = {
+        "lifecycle": "validating",
+        "allocation_id": None,
+        "tenant_id": None,
+        "actions": [{"id": "act_r3", "action": "dcgm_r3", "params": {}}],
+    }
     agent = make_agent(cp, scenario="row_remap_failed on gpu 2 at 0s")
     run(agent, 120)
     [res] = cp.action_results
@@ -92,20 +108,39 @@ def test_unknown_action_fails_cleanly() -> None:
     assert cp.action_results[0]["status"] == "failed"
 
 
-GRANT = {"grant": "hgm1.opaque.sig", "allocation_id": "alc_1", "tenant_id": "ten_1", "sku": "a100-sxm-8x", "gpus": 8,
-         "valid_from": "2026-11-29T19:00:00Z", "valid_until": "2026-11-30T02:00:00Z"}
+GRANT = {
+    "grant": "hgm1.opaque.sig",
+    "allocation_id": "alc_1",
+    "tenant_id": "ten_1",
+    "sku": "a100-sxm-8x",
+    "gpus": 8,
+    "valid_from": "2026-11-29T19:00:00Z",
+    "valid_until": "2026-11-30T02:00:00Z",
+}
 
 
 def test_every_meter_event_carries_the_grant_even_after_the_allocation_ends() -> None:
     cp = FakeControlPlane()
-    cp.desired = {"lifecycle": "active", "allocation_id": "alc_1", "tenant_id": "ten_1", "actions": [],
-                  "sku": "h100-sxm-8x", "gpus": 8, "metering_grants": [GRANT]}
+    cp.desired = {
+        "lifecycle": "active",
+        "allocation_id": "alc_1",
+        "tenant_id": "ten_1",
+        "actions": [],
+        "sku": "h100-sxm-8x",
+        "gpus": 8,
+        "metering_grants": [GRANT],
+    }
     agent = make_agent(cp)
     run(agent, 150)
     # released: desired-state no longer lists the allocation or its grant; the last partial
     # interval is still sent with the grant that covered it
-    cp.desired = {"lifecycle": "releasing", "allocation_id": None, "tenant_id": None, "actions": [],
-                  "metering_grants": []}
+    cp.desired = {
+        "lifecycle": "releasing",
+        "allocation_id": None,
+        "tenant_id": None,
+        "actions": [],
+        "metering_grants": [],
+    }
     run(agent, 120, start=150)
     events = list(cp.ledger.values())
     assert len(events) >= 3
@@ -116,8 +151,13 @@ def test_every_meter_event_carries_the_grant_even_after_the_allocation_ends() ->
 def test_events_outside_every_grant_are_sent_with_the_newest_one_and_refusals_are_logged(caplog) -> None:
     cp = FakeControlPlane()
     expired = {**GRANT, "valid_until": "2026-11-29T20:01:00Z"}
-    cp.desired = {"lifecycle": "active", "allocation_id": "alc_1", "tenant_id": "ten_1", "actions": [],
-                  "metering_grants": [expired]}
+    cp.desired = {
+        "lifecycle": "active",
+        "allocation_id": "alc_1",
+        "tenant_id": "ten_1",
+        "actions": [],
+        "metering_grants": [expired],
+    }
     cp.rejected_ids_with_code = "outside_grant"
     agent = make_agent(cp)
     with caplog.at_level("WARNING"):

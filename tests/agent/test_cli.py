@@ -28,8 +28,19 @@ def test_nvml_backend_without_gpu_exits_with_clear_message(capsys, tmp_path) -> 
         pass
     else:
         pytest.skip("this machine has NVML")
-    code = main(["--url", "http://127.0.0.1:9", "--token", "t", "--backend", "nvml",
-                 "--spool", str(tmp_path / "s.db"), "--once"])
+    code = main(
+        [
+            "--url",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+            "--backend",
+            "nvml",
+            "--spool",
+            str(tmp_path / "s.db"),
+            "--once",
+        ]
+    )
     assert code != 0
     assert "NVML is not available on this machine" in capsys.readouterr().err
 
@@ -48,8 +59,7 @@ def test_once_against_fake_server(tmp_path) -> None:
 
         def do_GET(self) -> None:
             seen.append(("GET", self.path, self.headers["Authorization"], {}))
-            self._reply(200, {"lifecycle": "available", "allocation_id": None, "tenant_id": None,
-                              "actions": []})
+            self._reply(200, {"lifecycle": "available", "allocation_id": None, "tenant_id": None, "actions": []})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -64,8 +74,19 @@ def test_once_against_fake_server(tmp_path) -> None:
     config = tmp_path / "agent.toml"
     config.write_text(f'url = "http://127.0.0.1:{server.server_port}"\nseed = 1\n')
     try:
-        code = main(["--config", str(config), "--token", "agt_1", "--backend", "simulated",
-                     "--spool", str(tmp_path / "s.db"), "--once"])
+        code = main(
+            [
+                "--config",
+                str(config),
+                "--token",
+                "agt_1",
+                "--backend",
+                "simulated",
+                "--spool",
+                str(tmp_path / "s.db"),
+                "--once",
+            ]
+        )
     finally:
         server.shutdown()
     assert code == 0

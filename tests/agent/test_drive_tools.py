@@ -1,5 +1,6 @@
 """The agent's drive tools: identify capabilities, the counter window, and the erase
 verification that samples the whole device (start, end and random offsets)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -57,8 +58,16 @@ def test_identify_data_gives_sed_and_purge_capability(tmp_path: Path) -> None:
     (namespace / "device" / "serial").write_text("S6XNNA0T\n")
     (namespace / "device" / "model").write_text("SAMSUNG MZQL23T8HCLS\n")
     drives = nvme_drives(tmp_path, id_ctrl=lambda device: {"fna": 0x4, "sanicap": 0x3})
-    assert drives == [{"device": "/dev/nvme0n1", "serial": "S6XNNA0T", "model": "SAMSUNG MZQL23T8HCLS",
-                       "capacity_gb": 3840, "self_encrypting": True, "purge_supported": True}]
+    assert drives == [
+        {
+            "device": "/dev/nvme0n1",
+            "serial": "S6XNNA0T",
+            "model": "SAMSUNG MZQL23T8HCLS",
+            "capacity_gb": 3840,
+            "self_encrypting": True,
+            "purge_supported": True,
+        }
+    ]
 
 
 def test_link_counters_count_flaps_between_samples_over_the_window(tmp_path: Path) -> None:
@@ -84,5 +93,7 @@ def test_the_health_report_carries_the_drive_inventory() -> None:
     run(agent, 400)
     reports = [r for r in cp.health_reports if "drives" in r]
     assert reports and {d["serial"] for d in reports[-1]["drives"]} == {d["serial"] for d in agent.hardware.drives()}
-    assert all(set(d) == {"serial", "model", "capacity_gb", "self_encrypting", "purge_supported"}
-               for d in reports[-1]["drives"])
+    assert all(
+        set(d) == {"serial", "model", "capacity_gb", "self_encrypting", "purge_supported"}
+        for d in reports[-1]["drives"]
+    )

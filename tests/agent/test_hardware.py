@@ -33,12 +33,24 @@ def test_nvml_mapping_of_recorded_values() -> None:
     gpu = telemetry_from_nvml(3, RECORDED)
     assert tuple(gpu) == GPU_FIELDS
     assert gpu == {
-        "index": 3, "uuid": "GPU-0d1e2f3a-4b5c-6d7e-8f9a-0b1c2d3e4f04", "temperature_c": 71,
-        "power_w": 653.4, "utilization_pct": 98, "memory_used_mb": 71239, "ecc_sbe": 3, "ecc_dbe": 1,
-        "retired_pages": 0, "row_remap_pending": True, "row_remap_failed": False,
-        "xid_errors": [48, 63], "nvlink_down": 1,
+        "index": 3,
+        "uuid": "GPU-0d1e2f3a-4b5c-6d7e-8f9a-0b1c2d3e4f04",
+        "temperature_c": 71,
+        "power_w": 653.4,
+        "utilization_pct": 98,
+        "memory_used_mb": 71239,
+        "ecc_sbe": 3,
+        "ecc_dbe": 1,
+        "retired_pages": 0,
+        "row_remap_pending": True,
+        "row_remap_failed": False,
+        "xid_errors": [48, 63],
+        "nvlink_down": 1,
         # an H100 on driver 550 exposes no recovery action field; the rest were not recorded
-        "recovery_action": None, "throttle_reasons": None, "slowdown_temp_c": None, "nvlink_errors_1h": None,
+        "recovery_action": None,
+        "throttle_reasons": None,
+        "slowdown_temp_c": None,
+        "nvlink_errors_1h": None,
         "energy_mj": None,
     }
 
@@ -49,10 +61,19 @@ def test_nvml_total_energy_is_reported_as_a_cumulative_counter() -> None:
 
 
 def test_nvml_mapping_of_unsupported_queries() -> None:
-    gpu = telemetry_from_nvml(0, {"uuid": "GPU-x", "temperature_c": 40, "power_mw": None,
-                                  "utilization_pct": None, "ecc_corrected": None,
-                                  "remapped_rows": None, "nvlink_states": [None] * 18,
-                                  "retired_pages": [[0x1000, 0x2000], [0x3000]]})
+    gpu = telemetry_from_nvml(
+        0,
+        {
+            "uuid": "GPU-x",
+            "temperature_c": 40,
+            "power_mw": None,
+            "utilization_pct": None,
+            "ecc_corrected": None,
+            "remapped_rows": None,
+            "nvlink_states": [None] * 18,
+            "retired_pages": [[0x1000, 0x2000], [0x3000]],
+        },
+    )
     assert gpu["power_w"] is None and gpu["ecc_sbe"] == 0 and gpu["nvlink_down"] == 0
     assert gpu["retired_pages"] == 3 and gpu["row_remap_pending"] is False
 
@@ -78,6 +99,7 @@ def fake_pynvml(xid_events: list[tuple[int, int]]) -> SimpleNamespace:
             if handle == 1:
                 raise _NotSupported("Not Supported")
             return value
+
         return read
 
     def wait(event_set, timeout_ms):
@@ -88,13 +110,21 @@ def fake_pynvml(xid_events: list[tuple[int, int]]) -> SimpleNamespace:
         return SimpleNamespace(device=index, eventData=xid)
 
     return SimpleNamespace(
-        NVMLError=_NVMLError, NVMLError_NotSupported=_NotSupported, NVMLError_Timeout=_Timeout,
-        NVML_VOLATILE_ECC=0, NVML_MEMORY_ERROR_TYPE_CORRECTED=0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVMLError=_NVMLError,
+        NVMLError_NotSupported=_NotSupported,
+        NVMLError_Timeout=_Timeout,
+        NVML_VOLATILE_ECC=0,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
         NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS=0,
-        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1, NVML_TEMPERATURE_GPU=0,
-        NVML_NVLINK_MAX_LINKS=4, nvmlEventTypeXidCriticalError=8,
-        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetIndex=lambda h: h,
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_NVLINK_MAX_LINKS=4,
+        nvmlEventTypeXidCriticalError=8,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetIndex=lambda h: h,
         nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
         nvmlDeviceGetTemperature=lambda h, s: 35,
         nvmlDeviceGetPowerUsage=lambda h: 75123,
@@ -105,7 +135,8 @@ def fake_pynvml(xid_events: list[tuple[int, int]]) -> SimpleNamespace:
         nvmlDeviceGetRetiredPages=not_supported_on_1([]),
         nvmlDeviceGetRemappedRows=not_supported_on_1((0, 0, 0, 0)),
         nvmlDeviceGetNvLinkState=lambda h, link: 1,
-        nvmlEventSetCreate=lambda: "set", nvmlDeviceRegisterEvents=lambda h, t, s: None,
+        nvmlEventSetCreate=lambda: "set",
+        nvmlDeviceRegisterEvents=lambda h, t, s: None,
         nvmlEventSetWait=wait,
     )
 
@@ -123,8 +154,11 @@ def test_nvml_backend_reads_and_drains_xid_events_once() -> None:
 def test_nvml_unavailable_has_a_clear_message() -> None:
     def boom():
         raise _NVMLError("NVML Shared Library Not Found")
-    with pytest.raises(NvmlUnavailable, match="NVML is not available on this machine: NVML Shared "
-                                                "Library Not Found. Use --backend simulated"):
+
+    with pytest.raises(
+        NvmlUnavailable,
+        match="NVML is not available on this machine: NVML Shared Library Not Found. Use --backend simulated",
+    ):
         NvmlBackend(nvml=SimpleNamespace(nvmlInit=boom, NVMLError=_NVMLError))
 
 
@@ -133,11 +167,24 @@ def test_parse_recorded_nvidia_smi_xml() -> None:
     assert len(gpus) == 8
     assert all(tuple(g) == GPU_FIELDS for g in gpus)
     assert gpus[0] == {
-        "index": 0, "uuid": "GPU-3f1c2a8e-8b4d-2c71-9e0a-5d6f7b8c9d01", "temperature_c": 68,
-        "power_w": 652.3, "utilization_pct": 97, "memory_used_mb": 71234, "ecc_sbe": 0, "ecc_dbe": 0,
-        "retired_pages": 0, "row_remap_pending": False, "row_remap_failed": False,
-        "xid_errors": [], "nvlink_down": 0, "recovery_action": None, "throttle_reasons": 0,
-        "slowdown_temp_c": 89, "nvlink_errors_1h": None, "energy_mj": None,
+        "index": 0,
+        "uuid": "GPU-3f1c2a8e-8b4d-2c71-9e0a-5d6f7b8c9d01",
+        "temperature_c": 68,
+        "power_w": 652.3,
+        "utilization_pct": 97,
+        "memory_used_mb": 71234,
+        "ecc_sbe": 0,
+        "ecc_dbe": 0,
+        "retired_pages": 0,
+        "row_remap_pending": False,
+        "row_remap_failed": False,
+        "xid_errors": [],
+        "nvlink_down": 0,
+        "recovery_action": None,
+        "throttle_reasons": 0,
+        "slowdown_temp_c": 89,
+        "nvlink_errors_1h": None,
+        "energy_mj": None,
     }
     assert gpus[7]["utilization_pct"] == 0 and gpus[7]["power_w"] == 78.8
     assert gpus[2]["ecc_sbe"] == 3

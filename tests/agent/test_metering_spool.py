@@ -47,8 +47,15 @@ def test_unobserved_time_is_not_billed() -> None:
 
 def _agent(spool: Spool, cp: FakeControlPlane) -> Agent:
     hardware = SimulatedHardware(rng=Random(1), start=T0, random_faults=False)
-    config = AgentConfig(url="http://cp", token="t", backend="simulated", meter_interval=60,
-                         sku="h100-sxm-8x", backoff_base=1, backoff_cap=30)
+    config = AgentConfig(
+        url="http://cp",
+        token="t",
+        backend="simulated",
+        meter_interval=60,
+        sku="h100-sxm-8x",
+        backoff_base=1,
+        backoff_cap=30,
+    )
     return Agent(config=config, transport=cp, hardware=hardware, executors={}, spool=spool, rng=Random(2))
 
 
@@ -88,6 +95,6 @@ def test_refused_event_is_parked_and_does_not_block(tmp_path) -> None:
     cp.reject_ids = {queued[3]}
     cp.down = False
     agent.tick(T0 + timedelta(seconds=900))
-    assert cp.received_ids[:len(queued) - 1] == [i for i in queued if i != queued[3]]
+    assert cp.received_ids[: len(queued) - 1] == [i for i in queued if i != queued[3]]
     [(parked, reason)] = agent.spool.dead_letters()
     assert parked.payload["event_id"] == queued[3] and "422" in reason

@@ -17,9 +17,18 @@ from hangar_agent.hardware.simulated import (
 )
 
 # The published Llama 3 table (reliability.csv), % of the 419 unexpected interruptions.
-PUBLISHED = {"gpu": 30.1, "hbm3": 17.2, "software": 12.9, "network_switch_cable": 8.4,
-             "host_maintenance": 7.6, "sram": 4.5, "gpu_system_processor": 4.1, "nic": 1.7,
-             "silent_data_corruption": 1.4, "gpu_thermal": 1.4}
+PUBLISHED = {
+    "gpu": 30.1,
+    "hbm3": 17.2,
+    "software": 12.9,
+    "network_switch_cable": 8.4,
+    "host_maintenance": 7.6,
+    "sram": 4.5,
+    "gpu_system_processor": 4.1,
+    "nic": 1.7,
+    "silent_data_corruption": 1.4,
+    "gpu_thermal": 1.4,
+}
 LLAMA3_GPUS, LLAMA3_DAYS, LLAMA3_UNEXPECTED = 16_384, 54, 419
 
 
@@ -30,8 +39,10 @@ def test_reference_is_read_from_csv_without_renormalising() -> None:
     expected["other"] = 1 - sum(expected.values())  # what the table leaves unnamed
     assert ref.cause_mix == pytest.approx(expected)
     assert ref.cause_mix["gpu"] == pytest.approx(0.301)  # as published, not 30.1/87.9
-    gpu_share = sum(ref.cause_mix[c] for c in ("gpu", "hbm3", "sram", "gpu_system_processor",
-                                               "silent_data_corruption", "gpu_thermal"))
+    gpu_share = sum(
+        ref.cause_mix[c]
+        for c in ("gpu", "hbm3", "sram", "gpu_system_processor", "silent_data_corruption", "gpu_thermal")
+    )
     assert gpu_share == pytest.approx(0.587)  # the paper's "GPU issues: 58.7%"
     assert ref.dcgm_seconds == {"dcgm_r1": 30.0, "dcgm_r2": 120.0, "dcgm_r3": 900.0}
 
@@ -123,12 +134,14 @@ def test_scenario_dsl_and_list_forms() -> None:
         ScriptedFault(at=3600, fault="heartbeat_loss", duration=600),
     ]
     assert parse_scenario([{"at": 30, "node": "host-001", "fault": "xid", "xid": 79, "gpu": 3}]) == [
-        ScriptedFault(at=30, fault="xid", xid=79, gpu=3, node="host-001")]
+        ScriptedFault(at=30, fault="xid", xid=79, gpu=3, node="host-001")
+    ]
     with pytest.raises(ValueError):
         parse_scenario("melt gpu 3 at 30s")
 
 
 # ---- the simulated node's wall power and energy counters -------------------------------------
+
 
 def _node(tmp_path=None, start=None, **kw):
     from datetime import datetime
@@ -136,8 +149,13 @@ def _node(tmp_path=None, start=None, **kw):
     from hangar_agent.hardware.simulated import SimulatedHardware
 
     start = start or datetime(2026, 11, 2, tzinfo=UTC)
-    return SimulatedHardware(rng=Random(7), start=start, random_faults=False,
-                             counter_file=(tmp_path / "counters.json") if tmp_path else None, **kw), start
+    return SimulatedHardware(
+        rng=Random(7),
+        start=start,
+        random_faults=False,
+        counter_file=(tmp_path / "counters.json") if tmp_path else None,
+        **kw,
+    ), start
 
 
 def test_a_256_node_h100_hall_reads_between_0_8_and_2_6_mw_for_its_load() -> None:

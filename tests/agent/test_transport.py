@@ -19,9 +19,12 @@ from hangar_agent.transport import (
 )
 
 
-@given(attempt=st.integers(min_value=0, max_value=10_000),
-       base=st.floats(min_value=0.001, max_value=10), cap=st.floats(min_value=10, max_value=3600),
-       seed=st.integers(min_value=0, max_value=2**32))
+@given(
+    attempt=st.integers(min_value=0, max_value=10_000),
+    base=st.floats(min_value=0.001, max_value=10),
+    cap=st.floats(min_value=10, max_value=3600),
+    seed=st.integers(min_value=0, max_value=2**32),
+)
 def test_backoff_is_capped_full_jitter(attempt: int, base: float, cap: float, seed: int) -> None:
     delay = backoff_delay(attempt, base=base, cap=cap, rng=Random(seed))
     assert 0 <= delay <= min(cap, base * 2.0 ** min(attempt, 60))
@@ -43,22 +46,25 @@ class FakeSession:
 
 def transport(replies: list, attempts: int = 3) -> tuple[AgentTransport, FakeSession]:
     session = FakeSession(replies)
-    return AgentTransport("http://cp/", "tok", session=session, max_attempts=attempts,
-                          sleep=lambda s: None, rng=Random(0)), session
+    return AgentTransport(
+        "http://cp/", "tok", session=session, max_attempts=attempts, sleep=lambda s: None, rng=Random(0)
+    ), session
 
 
 def test_retries_retryable_failures_then_succeeds() -> None:
-    t, session = transport([requests.ConnectionError("refused"), (503, {}), (429, {}),
-                            (202, {"accepted": 1, "duplicates": 0})], attempts=4)
+    t, session = transport(
+        [requests.ConnectionError("refused"), (503, {}), (429, {}), (202, {"accepted": 1, "duplicates": 0})], attempts=4
+    )
     assert t.meter_events([{"event_id": "e"}]) == {"accepted": 1, "duplicates": 0}
     method, url, kwargs = session.calls[-1]
     assert (method, url) == ("POST", "http://cp/api/agent/v1/meter-events")
     assert kwargs["headers"]["Authorization"] == "Bearer tok" and kwargs["timeout"]
 
 
-@pytest.mark.parametrize(("status", "error"), [(409, RetryableError), (500, RetryableError),
-                                               (422, PermanentError), (400, PermanentError),
-                                               (401, AuthError)])
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(409, RetryableError), (500, RetryableError), (422, PermanentError), (400, PermanentError), (401, AuthError)],
+)
 def test_error_classes(status: int, error: type) -> None:
     t, _ = transport([(status, {"code": "x"})], attempts=1)
     with pytest.raises(error):

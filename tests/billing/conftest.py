@@ -1,5 +1,6 @@
 """Billing fixtures: tenants with API clients, an agent client, a meter-event factory, and the
 metering grants and allocation history real usage comes with."""
+
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -25,8 +26,16 @@ def allocation_of(tenant_id) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"allocation-of:{tenant_id}")
 
 
-def make_event(*, tenant_id, allocation_id=None, start: datetime, seconds: int = 60, gpus: int = 8,
-               sku: str = "h100-sxm-8x", event_id: str | None = None) -> dict:
+def make_event(
+    *,
+    tenant_id,
+    allocation_id=None,
+    start: datetime,
+    seconds: int = 60,
+    gpus: int = 8,
+    sku: str = "h100-sxm-8x",
+    event_id: str | None = None,
+) -> dict:
     return {
         "event_id": event_id or str(uuid.uuid4()),
         "allocation_id": str(allocation_id or allocation_of(tenant_id)),
@@ -41,9 +50,15 @@ def make_event(*, tenant_id, allocation_id=None, start: datetime, seconds: int =
 
 def grant_for(event: dict, node_id, *, gpus: int = 8, margin: timedelta = timedelta(hours=1), **override) -> str:
     """The grant the control plane would have issued for this event's allocation on `node_id`."""
-    fields = dict(node_id=uuid.UUID(str(node_id)), tenant_id=uuid.UUID(event["tenant_id"]),
-                  allocation_id=uuid.UUID(event["allocation_id"]), sku=event["sku"], gpus=gpus,
-                  valid_from=parse(event["start"]) - margin, valid_until=parse(event["end"]) + margin)
+    fields = dict(
+        node_id=uuid.UUID(str(node_id)),
+        tenant_id=uuid.UUID(event["tenant_id"]),
+        allocation_id=uuid.UUID(event["allocation_id"]),
+        sku=event["sku"],
+        gpus=gpus,
+        valid_from=parse(event["start"]) - margin,
+        valid_until=parse(event["end"]) + margin,
+    )
     fields.update(override)
     return sign_grant(MeteringGrant(**fields))
 
@@ -112,9 +127,16 @@ def record_history(events: list[dict], node) -> None:
         spans[key] = (min(lo, parse(e["start"])), max(hi, parse(e["end"])))
     for (tenant_id, allocation_id, sku), (lo, hi) in spans.items():
         tenant, _ = Tenant.objects.get_or_create(pk=tenant_id, defaults={"slug": f"t-{tenant_id[:12]}", "name": "T"})
-        allocation, _ = Allocation.objects.get_or_create(pk=allocation_id, defaults={
-            "tenant": tenant, "name": "metered", "instance_type": NodeType.objects.get(slug=sku), "node_count": 1,
-            "state": "active"})
+        allocation, _ = Allocation.objects.get_or_create(
+            pk=allocation_id,
+            defaults={
+                "tenant": tenant,
+                "name": "metered",
+                "instance_type": NodeType.objects.get(slug=sku),
+                "node_count": 1,
+                "state": "active",
+            },
+        )
         AllocationNode.objects.create(allocation=allocation, node=node, started_at=lo, ended_at=hi)
 
 
@@ -141,7 +163,7 @@ def ingest(metered_node):
             by_day.setdefault(parse(event["end"]).date(), []).append(event)
         for day_events in by_day.values():
             for i in range(0, len(day_events), 1000):
-                batch = granted(day_events[i:i + 1000], metered_node.pk)
+                batch = granted(day_events[i : i + 1000], metered_node.pk)
                 arrived = max(parse(e["end"]) for e in batch) + timedelta(minutes=1)
                 result = ingest_meter_events(node_id=metered_node.pk, events=batch, received_at=arrived)
                 assert not result.rejected, result.rejected

@@ -1,4 +1,5 @@
 """Tenant billing API and the operator's billing runs: shapes, isolation, fixed query counts."""
+
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -22,27 +23,48 @@ def _bill(ingest, tenant, n=3, period=SEPT):
 
 def test_usage_by_sku(acme_api, tenants, ingest):
     acme, globex = tenants
-    ingest([make_event(tenant_id=acme.pk, start=SEPT + timedelta(minutes=i), seconds=3600) for i in range(2)]
-           + [make_event(tenant_id=acme.pk, start=SEPT, sku="a100-sxm-8x", seconds=450)]
-           + [make_event(tenant_id=globex.pk, start=SEPT)])
+    ingest(
+        [make_event(tenant_id=acme.pk, start=SEPT + timedelta(minutes=i), seconds=3600) for i in range(2)]
+        + [make_event(tenant_id=acme.pk, start=SEPT, sku="a100-sxm-8x", seconds=450)]
+        + [make_event(tenant_id=globex.pk, start=SEPT)]
+    )
     response = acme_api.get("/api/v1/usage", {"start": "2026-09-01T00:00:00Z", "end": "2026-10-01T00:00:00Z"})
     assert response.status_code == 200
     body = response.json()
     keys = ("sku", "quantity", "unit", "amount", "currency", "unit_price", "price_version")
     assert [{k: row[k] for k in keys} for row in body["results"]] == [
-        {"sku": "a100-sxm-8x", "quantity": "1.000000", "unit": "gpu_hour", "amount": "1.50", "currency": "USD",
-         "unit_price": "1.500000", "price_version": 1},
-        {"sku": "h100-sxm-8x", "quantity": "16.000000", "unit": "gpu_hour", "amount": "37.60", "currency": "USD",
-         "unit_price": "2.350000", "price_version": 1},
+        {
+            "sku": "a100-sxm-8x",
+            "quantity": "1.000000",
+            "unit": "gpu_hour",
+            "amount": "1.50",
+            "currency": "USD",
+            "unit_price": "1.500000",
+            "price_version": 1,
+        },
+        {
+            "sku": "h100-sxm-8x",
+            "quantity": "16.000000",
+            "unit": "gpu_hour",
+            "amount": "37.60",
+            "currency": "USD",
+            "unit_price": "2.350000",
+            "price_version": 1,
+        },
     ]
     assert body["next_page_token"] is None and body["as_of"].endswith("Z")
     # the metered allocation is listed, but no energy counters were reported: nothing measured or
     # estimated, and the row says so rather than showing an invented figure
-    assert all(row["it_kwh"] == "0.000" and row["source"] == "none" and row["coverage_pct"] in ("0.0", None)
-               for row in body["energy"])
+    assert all(
+        row["it_kwh"] == "0.000" and row["source"] == "none" and row["coverage_pct"] in ("0.0", None)
+        for row in body["energy"]
+    )
     bad = acme_api.get("/api/v1/usage/", {"start": "yesterday"})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "start"
-    assert acme_api.get("/api/v1/usage", {"start": "2026-10-01T00:00:00Z", "end": "2026-09-01T00:00:00Z"}).status_code == 400
+    assert (
+        acme_api.get("/api/v1/usage", {"start": "2026-10-01T00:00:00Z", "end": "2026-09-01T00:00:00Z"}).status_code
+        == 400
+    )
 
 
 def test_invoices_list_detail_csv(acme_api, tenants, ingest):

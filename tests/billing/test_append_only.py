@@ -1,4 +1,5 @@
 """Append-only is enforced by the database itself (triggers), on SQLite and PostgreSQL."""
+
 import uuid
 from datetime import UTC, date, datetime
 
@@ -22,8 +23,10 @@ def _rejected(sql: str, params=()) -> bool:
     return False
 
 
-@pytest.mark.parametrize("table", ["billing_usageevent", "billing_pricebookentry", "billing_billingrun",
-                                   "billing_adjustment", "billing_slapolicy"])
+@pytest.mark.parametrize(
+    "table",
+    ["billing_usageevent", "billing_pricebookentry", "billing_billingrun", "billing_adjustment", "billing_slapolicy"],
+)
 def test_update_and_delete_fail_at_the_database(ingest, node_id, table):
     tenant = uuid.uuid4()
     event = make_event(tenant_id=tenant, start=datetime(2026, 9, 3, tzinfo=UTC))
@@ -32,9 +35,17 @@ def test_update_and_delete_fail_at_the_database(ingest, node_id, table):
     from billing.services.credits import record_sla_credit
 
     # the credit names the metered allocation: an allocation nobody knows cannot be credited
-    record_sla_credit(tenant_id=tenant, allocation_id=uuid.UUID(event["allocation_id"]), node_id=node_id,
-                      start=datetime(2026, 9, 3, tzinfo=UTC), end=datetime(2026, 9, 3, 1, tzinfo=UTC), gpus=8,
-                      reason="xid 79", incident_id="inc-1", sku="h100-sxm-8x")
+    record_sla_credit(
+        tenant_id=tenant,
+        allocation_id=uuid.UUID(event["allocation_id"]),
+        node_id=node_id,
+        start=datetime(2026, 9, 3, tzinfo=UTC),
+        end=datetime(2026, 9, 3, 1, tzinfo=UTC),
+        gpus=8,
+        reason="xid 79",
+        incident_id="inc-1",
+        sku="h100-sxm-8x",
+    )
     assert _rejected(f"UPDATE {table} SET id = id")
     assert _rejected(f"DELETE FROM {table}")
     if connections["ledger"].vendor == "postgresql":

@@ -1,6 +1,7 @@
 """The cases an auditor recomputed (issue: invoices a finance team can audit), with their figures.
 
 Prices: H100 2.35 /GPU-h and A100 1.50 /GPU-h in price book v1 (core/reference/economics.csv)."""
+
 import csv
 import io
 import uuid
@@ -23,8 +24,9 @@ MAY, JUN, JUL, AUG, SEP, OCT = (date(2026, m, 1) for m in range(5, 11))
 
 def gpu_hours(tenant, start, hours, *, allocation=None, sku="h100-sxm-8x", gpus=8):
     """An event of `hours` GPU-hours on `gpus` GPUs starting at `start`."""
-    return make_event(tenant_id=tenant, allocation_id=allocation, start=start, seconds=int(hours * 3600 / gpus),
-                      gpus=gpus, sku=sku)
+    return make_event(
+        tenant_id=tenant, allocation_id=allocation, start=start, seconds=int(hours * 3600 / gpus), gpus=gpus, sku=sku
+    )
 
 
 def at(month: date, day: int, hour: int = 0) -> datetime:
@@ -57,8 +59,9 @@ def test_late_usage_for_a_never_finalized_month_is_billed_once(ingest):
 
 
 def _price_v2(price: str, since: datetime, sku="h100-sxm-8x", version=2):
-    return PriceBookEntry.objects.create(version=version, sku=sku, unit_price=Decimal(price), effective_from=since,
-                                         source="test: price change")
+    return PriceBookEntry.objects.create(
+        version=version, sku=sku, unit_price=Decimal(price), effective_from=since, source="test: price change"
+    )
 
 
 def test_a_price_change_mid_month_prices_each_interval_at_its_own_version(ingest):
@@ -82,7 +85,10 @@ def test_an_interval_across_a_price_change_is_split_there(ingest):
     ingest([make_event(tenant_id=tenant, start=at(JUL, 14, 23), seconds=7200, gpus=8)])  # 8 GPU-h each side
     run_billing(period=JUL, finalize=False, actor="test")
     lines = list(invoice(tenant, JUL).lines.all())
-    assert [(line.quantity, line.amount) for line in lines] == [(Decimal("8"), Decimal("18.80")), (Decimal("8"), Decimal("24.00"))]
+    assert [(line.quantity, line.amount) for line in lines] == [
+        (Decimal("8"), Decimal("18.80")),
+        (Decimal("8"), Decimal("24.00")),
+    ]
     assert sum(line.quantity_micro for line in lines) == 16 * 3600 * 10**6
 
 
@@ -115,8 +121,17 @@ def test_usage_screen_prices_like_the_draft_invoice(ingest, acme_api, tenants):
 
 
 def _credit(tenant, allocation, node, start, end, gpus=8, incident="inc-1", **kw):
-    return record_sla_credit(tenant_id=tenant, allocation_id=allocation, node_id=node, start=start, end=end,
-                             gpus=gpus, reason="node pulled: XID 79", incident_id=incident, **kw)
+    return record_sla_credit(
+        tenant_id=tenant,
+        allocation_id=allocation,
+        node_id=node,
+        start=start,
+        end=end,
+        gpus=gpus,
+        reason="node pulled: XID 79",
+        incident_id=incident,
+        **kw,
+    )
 
 
 def test_sla_credit_is_capped_at_the_allocations_charge_and_never_exceeds_the_invoice(ingest, node_id):
@@ -156,7 +171,12 @@ def test_sla_credit_gpus_are_bounded_by_the_allocations(ingest, node_id):
 def test_sla_window_across_a_month_boundary_is_split(ingest, node_id):
     """30 Sep 22:00 → 1 Oct 04:00: 2 h on September's invoice, 4 h on October's."""
     tenant, allocation = uuid.uuid4(), uuid.uuid4()
-    ingest([gpu_hours(tenant, at(SEP, 2), 80, allocation=allocation), gpu_hours(tenant, at(OCT, 2), 80, allocation=allocation)])
+    ingest(
+        [
+            gpu_hours(tenant, at(SEP, 2), 80, allocation=allocation),
+            gpu_hours(tenant, at(OCT, 2), 80, allocation=allocation),
+        ]
+    )
     pieces = _credit(tenant, allocation, node_id, datetime(2026, 9, 30, 22, tzinfo=UTC), at(OCT, 1, 4))
     assert [(p.period, p.end - p.start) for p in pieces] == [(SEP, timedelta(hours=2)), (OCT, timedelta(hours=4))]
     finalize(SEP), finalize(OCT)
@@ -168,9 +188,17 @@ def test_sla_policy_decides_which_incidents_count_and_is_cited(ingest, node_id):
     tenant, allocation = uuid.uuid4(), uuid.uuid4()
     ingest([gpu_hours(tenant, at(SEP, 2), 80, allocation=allocation)])
     assert _credit(tenant, allocation, node_id, at(SEP, 10), at(SEP, 11), attribution="tenant") == []
-    SlaPolicy.objects.create(key="gold", version=1, tenant_id=tenant, name="Gold SLA", attributions="provider",
-                             credit_rate=Decimal("0.5"), cap_percent=Decimal("10"), effective_from=at(SEP, 1),
-                             source="test contract")
+    SlaPolicy.objects.create(
+        key="gold",
+        version=1,
+        tenant_id=tenant,
+        name="Gold SLA",
+        attributions="provider",
+        credit_rate=Decimal("0.5"),
+        cap_percent=Decimal("10"),
+        effective_from=at(SEP, 1),
+        source="test contract",
+    )
     [credit] = _credit(tenant, allocation, node_id, at(SEP, 10), at(SEP, 10, 1))
     assert credit.sla_policy.key == "gold" and credit.amount == Decimal("-9.400000")  # 8 GPU-h × 2.35 × 0.5
     run_billing(period=SEP, finalize=False, actor="test")
@@ -182,9 +210,13 @@ def test_sla_policy_decides_which_incidents_count_and_is_cited(ingest, node_id):
 def test_a_line_reproduces_its_amount_from_what_the_export_shows(ingest, acme_api, tenants):
     """1 GPU-minute of A100 at 1.50 is 0.025 → 0.02 (half-even); GPU-hours to 6 places (0.016667) would not show it."""
     acme = tenants[0]
-    ingest([make_event(tenant_id=acme.pk, start=at(SEP, 3), seconds=60, gpus=1, sku="a100-sxm-8x")]
-           + [make_event(tenant_id=acme.pk, start=at(SEP, 4) + timedelta(seconds=i * 977), seconds=7 + i * 13, gpus=3)
-              for i in range(20)])
+    ingest(
+        [make_event(tenant_id=acme.pk, start=at(SEP, 3), seconds=60, gpus=1, sku="a100-sxm-8x")]
+        + [
+            make_event(tenant_id=acme.pk, start=at(SEP, 4) + timedelta(seconds=i * 977), seconds=7 + i * 13, gpus=3)
+            for i in range(20)
+        ]
+    )
     run_billing(period=SEP, finalize=False, actor="test")
     listing = acme_api.get("/api/v1/invoices").json()["results"][0]
     rows = list(csv.DictReader(io.StringIO(acme_api.get(f"/api/v1/invoices/{listing['id']}.csv").content.decode())))
@@ -214,13 +246,19 @@ def test_the_worked_invoice_in_the_docs(ingest, node_id):
     _price_v2("3.00", at(JUL, 15))
     ingest([gpu_hours(tenant, at(JUN, 3), 8, allocation=allocation)])
     finalize(JUN)
-    ingest([gpu_hours(tenant, at(JUN, 28), 2, allocation=allocation),  # arrives after June closed
+    ingest(
+        [
+            gpu_hours(tenant, at(JUN, 28), 2, allocation=allocation),  # arrives after June closed
             gpu_hours(tenant, at(JUL, 10), 10, allocation=allocation),
-            gpu_hours(tenant, at(JUL, 20), 10, allocation=allocation)])
+            gpu_hours(tenant, at(JUL, 20), 10, allocation=allocation),
+        ]
+    )
     _credit(tenant, allocation, node_id, at(JUL, 20, 10), at(JUL, 20, 10) + timedelta(minutes=30))
     finalize(JUL)
     july = invoice(tenant, JUL)
-    assert [(line.kind, line.gpu_seconds, line.unit_price, line.price_version, line.amount) for line in july.lines.all()] == [
+    assert [
+        (line.kind, line.gpu_seconds, line.unit_price, line.price_version, line.amount) for line in july.lines.all()
+    ] == [
         ("late_usage", Decimal("7200"), Decimal("2.35"), 1, Decimal("4.70")),
         ("usage", Decimal("36000"), Decimal("2.35"), 1, Decimal("23.50")),
         ("usage", Decimal("36000"), Decimal("3.00"), 2, Decimal("30.00")),

@@ -4,6 +4,7 @@ A fresh process gets DATABASE_URL pointing at a closed port and LEDGER_DATABASE_
 migrated SQLite ledger; it posts a batch through the real URL stack and must get 202: the agent
 token, its revocation entry and the metering grant are all checked without the control plane.
 """
+
 import json
 import os
 import subprocess
@@ -31,10 +32,15 @@ print(UsageEvent.objects.count())
 
 
 def _env(tmp_path, database_url):
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "HANGAR_VAR_DIR": str(tmp_path),
-            "DATABASE_URL": database_url, "LEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite3'}",
-            "AGENT_TOKEN_KEY": "test-agent-key-of-this-subprocess-only-0123",
-            "METERING_GRANT_KEY": "test-grant-key-of-this-subprocess-only-0123"}
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "HANGAR_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": database_url,
+        "LEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite3'}",
+        "AGENT_TOKEN_KEY": "test-agent-key-of-this-subprocess-only-0123",
+        "METERING_GRANT_KEY": "test-grant-key-of-this-subprocess-only-0123",
+    }
 
 
 MINT = """
@@ -52,24 +58,54 @@ print(sign_grant(MeteringGrant(node_id=uuid.UUID(node), tenant_id=uuid.UUID(tena
 
 
 def test_ingest_answers_202_with_the_default_database_down(tmp_path):
-    subprocess.run([sys.executable, "manage.py", "migrate", "--database", "ledger", "--noinput"], cwd=ROOT,
-                   env=_env(tmp_path, f"sqlite:///{tmp_path / 'unused.sqlite3'}"), check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--database", "ledger", "--noinput"],
+        cwd=ROOT,
+        env=_env(tmp_path, f"sqlite:///{tmp_path / 'unused.sqlite3'}"),
+        check=True,
+        capture_output=True,
+    )
     node, tenant = uuid.uuid4(), uuid.uuid4()
     start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
     events = [make_event(tenant_id=tenant, start=start + timedelta(minutes=i)) for i in range(5)]
     env = _env(tmp_path, "postgres://postgres@127.0.0.1:1/unreachable")
-    token, grant = subprocess.run(
-        [sys.executable, "-c", MINT, str(node), str(tenant), events[0]["allocation_id"], start.isoformat(),
-         (start + timedelta(hours=4)).isoformat()],
-        cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-2:]
+    token, grant = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                MINT,
+                str(node),
+                str(tenant),
+                events[0]["allocation_id"],
+                start.isoformat(),
+                (start + timedelta(hours=4)).isoformat(),
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-2:]
+    )
     assert token != mint_agent_token(node)  # signed with the subprocess's own key
     events = [{**e, "grant": grant} for e in events]
     for expected_accepted, expected_duplicates in ((5, 0), (0, 5)):
-        done = subprocess.run([sys.executable, "-c", CLIENT, token, json.dumps(events)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", CLIENT, token, json.dumps(events)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         result_line, count_line = done.stdout.strip().splitlines()[-2:]
         result = json.loads(result_line)
-        assert result == {"status": 202, "body": {"accepted": expected_accepted, "duplicates": expected_duplicates,
-                                                  "rejected": []}}
+        assert result == {
+            "status": 202,
+            "body": {"accepted": expected_accepted, "duplicates": expected_duplicates, "rejected": []},
+        }
         assert count_line == "5"

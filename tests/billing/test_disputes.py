@@ -1,5 +1,6 @@
 """Disputed usage: events whose grant verified but which the allocation history contradicts are
 held out of every invoice until an operator accepts (billed, late if need be) or rejects them."""
+
 import uuid
 from datetime import UTC, date, datetime, timedelta
 
@@ -30,14 +31,32 @@ def overrun(tenants, small_fleet):
     from tenants.models import Allocation, AllocationNode
 
     node = Node.objects.order_by("hostname").first()
-    allocation = Allocation.objects.create(tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1,
-                                           state="released")
-    AllocationNode.objects.create(allocation=allocation, node=node, started_at=START,
-                                  ended_at=START + timedelta(hours=2))
-    grant = sign_grant(MeteringGrant(node_id=node.pk, tenant_id=tenants[0].pk, allocation_id=allocation.pk,
-                                     sku="h100-sxm-8x", gpus=8, valid_from=START, valid_until=START + timedelta(hours=8)))
-    events = [{**make_event(tenant_id=tenants[0].pk, allocation_id=allocation.pk, start=START + timedelta(hours=h),
-                            seconds=3600), "grant": grant} for h in range(4)]
+    allocation = Allocation.objects.create(
+        tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1, state="released"
+    )
+    AllocationNode.objects.create(
+        allocation=allocation, node=node, started_at=START, ended_at=START + timedelta(hours=2)
+    )
+    grant = sign_grant(
+        MeteringGrant(
+            node_id=node.pk,
+            tenant_id=tenants[0].pk,
+            allocation_id=allocation.pk,
+            sku="h100-sxm-8x",
+            gpus=8,
+            valid_from=START,
+            valid_until=START + timedelta(hours=8),
+        )
+    )
+    events = [
+        {
+            **make_event(
+                tenant_id=tenants[0].pk, allocation_id=allocation.pk, start=START + timedelta(hours=h), seconds=3600
+            ),
+            "grant": grant,
+        }
+        for h in range(4)
+    ]
     result = ingest_meter_events(node_id=node.pk, events=events, received_at=START + timedelta(hours=4, minutes=1))
     assert (result.accepted, result.rejected) == (4, ())
     return {"tenant": tenants[0], "events": events, "node": node}
@@ -65,7 +84,8 @@ def test_contradicted_usage_is_held_and_never_on_a_finalized_invoice(overrun):
 
 
 def test_accepting_after_finalization_bills_it_once_as_late_usage_and_rejecting_never(
-        overrun, client, django_user_model):
+    overrun, client, django_user_model
+):
     from core.models import AuditEvent
 
     run_billing(period=OCT, finalize=True, actor="test", now=AFTER_OCT)
@@ -73,18 +93,27 @@ def test_accepting_after_finalization_bills_it_once_as_late_usage_and_rejecting_
     client.force_login(_resolver(django_user_model))
     page = client.get(f"/billing/disputes/{accept.public_id}/")
     assert page.status_code == 200 and b"Accept and bill" in page.content and b"acme" in page.content
-    assert client.post(f"/billing/disputes/{accept.public_id}/", {"decision": "accept", "note": "customer confirmed"}
-                       ).status_code == 302
-    assert client.post(f"/billing/disputes/{reject.public_id}/", {"decision": "reject", "note": "after release"}
-                       ).status_code == 302
+    assert (
+        client.post(
+            f"/billing/disputes/{accept.public_id}/", {"decision": "accept", "note": "customer confirmed"}
+        ).status_code
+        == 302
+    )
+    assert (
+        client.post(
+            f"/billing/disputes/{reject.public_id}/", {"decision": "reject", "note": "after release"}
+        ).status_code
+        == 302
+    )
     accept.refresh_from_db(), reject.refresh_from_db()
     assert (accept.status, reject.status) == ("accepted", "rejected")
     assert accept.resolved_by == "user:billing-admin" and accept.adjustment is not None
     assert AuditEvent.objects.filter(action="billing.dispute_accept", reason="customer confirmed").count() == 1
     assert AuditEvent.objects.filter(action="billing.dispute_reject").count() == 1
     # a decision is final
-    again = client.post(f"/billing/disputes/{reject.public_id}/", {"decision": "accept", "note": "changed my mind"},
-                        follow=True)
+    again = client.post(
+        f"/billing/disputes/{reject.public_id}/", {"decision": "accept", "note": "changed my mind"}, follow=True
+    )
     assert b"already rejected" in again.content
     run_billing(period=NOV, finalize=False, actor="test", now=AFTER_OCT)
     # the accepted hour: 8 GPU-hours, on November's invoice as late usage; the rejected hour nowhere
@@ -98,8 +127,13 @@ def test_accepting_before_finalization_rates_it_in_its_own_month(overrun, django
     run_billing(period=OCT, finalize=False, actor="test", now=AFTER_OCT)
     assert _usage_lines(overrun["tenant"], OCT) == [(LineKind.USAGE, "16.000000")]
     for dispute in UsageDispute.objects.all():
-        transition(dispute_id=dispute.public_id, to_status="accepted", user=_resolver(django_user_model,
-                   f"u{dispute.pk}"), actor="user:test", note="ok")
+        transition(
+            dispute_id=dispute.public_id,
+            to_status="accepted",
+            user=_resolver(django_user_model, f"u{dispute.pk}"),
+            actor="user:test",
+            note="ok",
+        )
     run_billing(period=OCT, finalize=True, actor="test", now=AFTER_OCT)
     assert _usage_lines(overrun["tenant"], OCT) == [(LineKind.USAGE, "32.000000")]
     assert UsageDispute.objects.filter(adjustment__isnull=False).count() == 0  # no double charge
@@ -110,8 +144,17 @@ def test_usage_on_a_node_never_in_the_allocation_is_held(tenants, small_fleet):
 
     node = Node.objects.order_by("hostname").first()
     nobodys = uuid.uuid4()
-    grant = sign_grant(MeteringGrant(node_id=node.pk, tenant_id=tenants[1].pk, allocation_id=nobodys,
-                                     sku="h100-sxm-8x", gpus=8, valid_from=START, valid_until=START + timedelta(hours=1)))
+    grant = sign_grant(
+        MeteringGrant(
+            node_id=node.pk,
+            tenant_id=tenants[1].pk,
+            allocation_id=nobodys,
+            sku="h100-sxm-8x",
+            gpus=8,
+            valid_from=START,
+            valid_until=START + timedelta(hours=1),
+        )
+    )
     event = {**make_event(tenant_id=tenants[1].pk, allocation_id=nobodys, start=START), "grant": grant}
     ingest_meter_events(node_id=node.pk, events=[event], received_at=START + timedelta(hours=1))
     run_billing(period=OCT, finalize=True, actor="test", now=AFTER_OCT)
@@ -143,16 +186,27 @@ def test_disputes_page_query_count_is_fixed(overrun, client, django_user_model, 
     client.force_login(operator_user)
 
     def count() -> tuple[int, int]:
-        with CaptureQueriesContext(connections["default"]) as default, \
-                CaptureQueriesContext(connections["ledger"]) as ledger:
+        with (
+            CaptureQueriesContext(connections["default"]) as default,
+            CaptureQueriesContext(connections["ledger"]) as ledger,
+        ):
             assert client.get("/billing/disputes/").status_code == 200
         return len(default), len(ledger)
 
     run_billing(period=OCT, finalize=False, actor="test", now=AFTER_OCT)
     few = count()
-    more = [{**make_event(tenant_id=overrun["tenant"].pk, allocation_id=overrun["events"][0]["allocation_id"],
-                          start=START + timedelta(hours=5 + h), seconds=600),
-             "grant": overrun["events"][0]["grant"]} for h in range(3)]
+    more = [
+        {
+            **make_event(
+                tenant_id=overrun["tenant"].pk,
+                allocation_id=overrun["events"][0]["allocation_id"],
+                start=START + timedelta(hours=5 + h),
+                seconds=600,
+            ),
+            "grant": overrun["events"][0]["grant"],
+        }
+        for h in range(3)
+    ]
     result = ingest_meter_events(node_id=overrun["node"].pk, events=more, received_at=START + timedelta(hours=8))
     assert result.accepted == 3
     run_billing(period=OCT, finalize=False, actor="test", now=AFTER_OCT)

@@ -1,5 +1,6 @@
 """Property: whatever order usage arrives in and months are finalized (or re-issued), every
 GPU-microsecond lands on exactly one live finalized invoice — never twice, never not at all."""
+
 import uuid
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -37,8 +38,12 @@ ACTIONS = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.lists(ACTIONS, min_size=1, max_size=25))
 def test_random_arrival_and_finalization_orders_bill_each_gpu_second_once(ingest, actions):
     tenant = uuid.uuid4()
@@ -57,15 +62,17 @@ def test_random_arrival_and_finalization_orders_bill_each_gpu_second_once(ingest
                     except BillingRunError as refused:
                         assert refused.code == "earlier_period_open"
                 else:
-                    live = Invoice.objects.filter(tenant_id=tenant, period=MONTHS[action[1]], status="finalized").first()
+                    live = Invoice.objects.filter(
+                        tenant_id=tenant, period=MONTHS[action[1]], status="finalized"
+                    ).first()
                     if live is not None:
                         reissue_invoice(by=_Operator(), invoice_id=live.pk, reason="property test")
             for month in [*MONTHS, AFTER]:  # close everything, in order
                 run_billing(period=month, finalize=True, actor="test", now=NOW)
             billed: Counter = Counter()
-            for period, micro in (InvoiceLine.objects.filter(invoice__tenant_id=tenant, invoice__status="finalized",
-                                                             kind__in=["usage", "late_usage"])
-                                  .values_list("usage_period", "quantity_micro")):
+            for period, micro in InvoiceLine.objects.filter(
+                invoice__tenant_id=tenant, invoice__status="finalized", kind__in=["usage", "late_usage"]
+            ).values_list("usage_period", "quantity_micro"):
                 billed[period] += micro
             assert billed == sent
             assert not Invoice.objects.filter(tenant_id=tenant, status="draft").exists()

@@ -1,5 +1,6 @@
 """POST /api/agent/v1/meter-events: dedupe, conflicts, validation, and no control-plane reads.
 (What grants refuse: test_meter_attacks.py.)"""
+
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ T0 = (datetime.now(UTC) - timedelta(days=1)).replace(minute=0, second=0, microse
 @pytest.fixture
 def post(agent_api, node_id):
     """POST events as the node's agent, each with the grant desired-state gave it."""
+
     def run(events):
         return agent_api.post(URL, {"events": granted(events, node_id)}, format="json")
 
@@ -56,18 +58,21 @@ def test_same_id_with_different_content_is_422_and_stores_nothing(post):
     assert UsageEvent.objects.count() == 1
 
 
-@pytest.mark.parametrize("field,value", [
-    ("end", "before start"),
-    ("quantity", "-1"),
-    ("quantity", 480),  # a JSON number, not a decimal string
-    ("quantity", "1.0000001"),
-    ("unit", "gpu_hour"),
-    ("start", "2026-10-05 12:00"),  # no timezone
-    ("tenant_id", "acme"),
-    ("sku", "tpu-v5"),
-    ("sku", ["h100-sxm-8x"]),
-    ("event_id", {"nested": 1}),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("end", "before start"),
+        ("quantity", "-1"),
+        ("quantity", 480),  # a JSON number, not a decimal string
+        ("quantity", "1.0000001"),
+        ("unit", "gpu_hour"),
+        ("start", "2026-10-05 12:00"),  # no timezone
+        ("tenant_id", "acme"),
+        ("sku", "tpu-v5"),
+        ("sku", ["h100-sxm-8x"]),
+        ("event_id", {"nested": 1}),
+    ],
+)
 def test_invalid_events_are_400_with_field_errors(agent_api, field, value):
     event = {**make_event(tenant_id=uuid.uuid4(), start=T0), "grant": "hgm1.checked.later", field: value}
     if field == "end":
@@ -113,8 +118,13 @@ def test_replaying_10000_events_twice_bills_once(ingest):
     from billing.services.runs import run_billing
 
     tenant = uuid.uuid4()
-    events = [make_event(tenant_id=tenant, start=datetime(2026, 9, 1, tzinfo=UTC).replace(minute=i % 60, hour=i // 60 % 24, day=1 + i // 1440))
-              for i in range(10_000)]
+    events = [
+        make_event(
+            tenant_id=tenant,
+            start=datetime(2026, 9, 1, tzinfo=UTC).replace(minute=i % 60, hour=i // 60 % 24, day=1 + i // 1440),
+        )
+        for i in range(10_000)
+    ]
     assert ingest(events) == (10_000, 0)
     assert ingest(events) == (0, 10_000)
     outcome = run_billing(period=datetime(2026, 9, 1).date(), finalize=False, actor="test")

@@ -1,6 +1,7 @@
 """The attacks on metering, written as the attacker's requests: a rented node's agent token (root
 on the node can read it) posting usage it has no grant for. Each is refused per event in the
 202 answer's `rejected`, kept for operators, and never reaches usage or an invoice."""
+
 import base64
 import json
 import uuid
@@ -28,23 +29,40 @@ def rented(tenants, small_fleet):
     from tenants.models import Allocation, AllocationNode
 
     node_a, node_b = Node.objects.order_by("hostname")[:2]
-    allocation = Allocation.objects.create(tenant=tenants[0], name="train", instance_type=node_a.node_type,
-                                           node_count=1, state="active")
+    allocation = Allocation.objects.create(
+        tenant=tenants[0], name="train", instance_type=node_a.node_type, node_count=1, state="active"
+    )
     started = datetime.now(UTC) - timedelta(hours=1)
     AllocationNode.objects.create(allocation=allocation, node=node_a, started_at=started)
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node_a.pk)}")
     desired = agent.get(DESIRED).json()
     [grant] = desired["metering_grants"]
-    return {"agent": agent, "node": node_a, "other_node": node_b, "allocation": allocation, "grant": grant,
-            "acme": tenants[0], "globex": tenants[1], "started": started}
+    return {
+        "agent": agent,
+        "node": node_a,
+        "other_node": node_b,
+        "allocation": allocation,
+        "grant": grant,
+        "acme": tenants[0],
+        "globex": tenants[1],
+        "started": started,
+    }
 
 
 def _event(r, *, seconds=60, ago=timedelta(minutes=5), **override) -> dict:
     start = (datetime.now(UTC) - ago).replace(microsecond=0)
-    event = {"event_id": str(uuid.uuid4()), "grant": r["grant"]["grant"], "allocation_id": str(r["allocation"].pk),
-             "tenant_id": str(r["acme"].pk), "sku": r["grant"]["sku"], "start": rfc(start),
-             "end": rfc(start + timedelta(seconds=seconds)), "quantity": str(8 * seconds), "unit": "gpu_second"}
+    event = {
+        "event_id": str(uuid.uuid4()),
+        "grant": r["grant"]["grant"],
+        "allocation_id": str(r["allocation"].pk),
+        "tenant_id": str(r["acme"].pk),
+        "sku": r["grant"]["sku"],
+        "start": rfc(start),
+        "end": rfc(start + timedelta(seconds=seconds)),
+        "quantity": str(8 * seconds),
+        "unit": "gpu_second",
+    }
     event.update(override)
     return event
 
@@ -77,8 +95,11 @@ def test_another_tenants_id_a_made_up_allocation_and_a_billion_gpu_seconds_are_e
     honest = _event(rented)
     body = _post(rented, other_tenant, no_such_allocation, inflated, honest)
     assert body["accepted"] == 1
-    assert _codes(body) == {other_tenant["event_id"]: "outside_grant", no_such_allocation["event_id"]: "outside_grant",
-                            inflated["event_id"]: "quantity_exceeds_grant"}
+    assert _codes(body) == {
+        other_tenant["event_id"]: "outside_grant",
+        no_such_allocation["event_id"]: "outside_grant",
+        inflated["event_id"]: "quantity_exceeds_grant",
+    }
     assert all(item["detail"] for item in body["rejected"])
     # nothing of it reaches the ledger's usage, the victim's usage view, or an invoice
     assert list(UsageEvent.objects.values_list("event_id", flat=True)) == [honest["event_id"]]
@@ -108,24 +129,46 @@ def test_missing_forged_foreign_key_and_expired_grants_are_refused(rented):
     grant = rented["grant"]["grant"]
     missing = _event(rented, grant=None)
     empty = _event(rented, grant="")
-    forged = _event(rented, tenant_id=str(rented["globex"].pk),
-                    grant=_tampered(grant, t=rented["globex"].pk.hex))  # claims rewritten, old signature
+    forged = _event(
+        rented, tenant_id=str(rented["globex"].pk), grant=_tampered(grant, t=rented["globex"].pk.hex)
+    )  # claims rewritten, old signature
     garbage = _event(rented, grant={"tenant": "anyone"})
     with override_settings(METERING_GRANT_KEY="a key the attacker made up"):
-        foreign = sign_grant(MeteringGrant(node_id=rented["node"].pk, tenant_id=rented["acme"].pk,
-                                           allocation_id=rented["allocation"].pk, sku=rented["grant"]["sku"], gpus=8,
-                                           valid_from=rented["started"], valid_until=datetime.now(UTC)))
+        foreign = sign_grant(
+            MeteringGrant(
+                node_id=rented["node"].pk,
+                tenant_id=rented["acme"].pk,
+                allocation_id=rented["allocation"].pk,
+                sku=rented["grant"]["sku"],
+                gpus=8,
+                valid_from=rented["started"],
+                valid_until=datetime.now(UTC),
+            )
+        )
     own_key = _event(rented, grant=foreign)
     long_ago = datetime.now(UTC) - timedelta(days=30)
-    expired_grant = sign_grant(MeteringGrant(node_id=rented["node"].pk, tenant_id=rented["acme"].pk,
-                                             allocation_id=rented["allocation"].pk, sku=rented["grant"]["sku"], gpus=8,
-                                             valid_from=long_ago, valid_until=long_ago + timedelta(hours=4)))
+    expired_grant = sign_grant(
+        MeteringGrant(
+            node_id=rented["node"].pk,
+            tenant_id=rented["acme"].pk,
+            allocation_id=rented["allocation"].pk,
+            sku=rented["grant"]["sku"],
+            gpus=8,
+            valid_from=long_ago,
+            valid_until=long_ago + timedelta(hours=4),
+        )
+    )
     expired = _event(rented, grant=expired_grant, ago=timedelta(days=30) - timedelta(hours=1))
     body = _post(rented, missing, empty, forged, garbage, own_key, expired)
     assert body["accepted"] == 0
-    assert _codes(body) == {missing["event_id"]: "grant_missing", empty["event_id"]: "grant_missing",
-                            forged["event_id"]: "grant_invalid", garbage["event_id"]: "grant_invalid",
-                            own_key["event_id"]: "grant_invalid", expired["event_id"]: "grant_invalid"}
+    assert _codes(body) == {
+        missing["event_id"]: "grant_missing",
+        empty["event_id"]: "grant_missing",
+        forged["event_id"]: "grant_invalid",
+        garbage["event_id"]: "grant_invalid",
+        own_key["event_id"]: "grant_invalid",
+        expired["event_id"]: "grant_invalid",
+    }
     assert UsageEvent.objects.count() == 0
     assert RejectedMeterEvent.objects.count() == 6
 

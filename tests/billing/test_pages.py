@@ -1,4 +1,5 @@
 """Billing console and tenant portal pages; the usage chart as data."""
+
 import uuid
 from datetime import date, timedelta
 from decimal import Decimal

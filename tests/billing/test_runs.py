@@ -1,4 +1,5 @@
 """Billing runs: deterministic, atomic, finalized invoices frozen, late usage and credits."""
+
 import uuid
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -23,8 +24,10 @@ AFTER_OCT = datetime(2026, 11, 2, tzinfo=UTC)
 
 
 def _sept_events(tenant, n=5, **kw):
-    return [make_event(tenant_id=tenant, start=datetime(2026, 9, 10, tzinfo=UTC) + timedelta(minutes=i), **kw)
-            for i in range(n)]
+    return [
+        make_event(tenant_id=tenant, start=datetime(2026, 9, 10, tzinfo=UTC) + timedelta(minutes=i), **kw)
+        for i in range(n)
+    ]
 
 
 def test_running_twice_gives_the_identical_output_hash(ingest):
@@ -93,11 +96,19 @@ def test_a_run_killed_midway_leaves_no_partial_invoice(ingest):
 
 def test_sla_credit_becomes_a_credit_line(ingest):
     tenant, allocation, node = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    ingest([make_event(tenant_id=tenant, allocation_id=allocation, start=datetime(2026, 9, 10, tzinfo=UTC),
-                       seconds=7200)])
-    kwargs = dict(tenant_id=tenant, allocation_id=allocation, node_id=node, gpus=8, reason="GPU fell off the bus",
-                  start=datetime(2026, 9, 10, 2, tzinfo=UTC), end=datetime(2026, 9, 10, 3, tzinfo=UTC),
-                  incident_id="inc-42")
+    ingest(
+        [make_event(tenant_id=tenant, allocation_id=allocation, start=datetime(2026, 9, 10, tzinfo=UTC), seconds=7200)]
+    )
+    kwargs = dict(
+        tenant_id=tenant,
+        allocation_id=allocation,
+        node_id=node,
+        gpus=8,
+        reason="GPU fell off the bus",
+        start=datetime(2026, 9, 10, 2, tzinfo=UTC),
+        end=datetime(2026, 9, 10, 3, tzinfo=UTC),
+        incident_id="inc-42",
+    )
     [credit] = record_sla_credit(**kwargs)
     assert [c.pk for c in record_sla_credit(**kwargs)] == [credit.pk]  # recorded once
     assert credit.sku == "h100-sxm-8x"  # learned from the ledger's metering
@@ -119,11 +130,26 @@ def test_run_billing_command(ingest):
         call_command("run_billing", "--period", "2026-13")
 
 
-@settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=5,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 # GPUs up to 7, so the fractional extra stays within the grant's 8 GPUs × seconds.
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 7), st.integers(1, 3600 * 5), st.integers(0, 10**6),
-                          st.sampled_from(["h100-sxm-8x", "a100-sxm-8x", "h200-sxm-8x"])),
-                min_size=1000, max_size=1000))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.integers(1, 7),
+            st.integers(1, 3600 * 5),
+            st.integers(0, 10**6),
+            st.sampled_from(["h100-sxm-8x", "a100-sxm-8x", "h200-sxm-8x"]),
+        ),
+        min_size=1000,
+        max_size=1000,
+    )
+)
 def test_money_sums_exact_to_the_cent(ingest, django_db_blocker, rows):
     """Whatever 1,000 events hold, each line = round_half_even(Σ exact GPU-µs × price) and the
     invoice total is the exact sum of its lines."""
@@ -133,8 +159,13 @@ def test_money_sums_exact_to_the_cent(ingest, django_db_blocker, rows):
     tenants = [uuid.uuid4() for _ in range(3)]
     events = []
     for t, gpus, seconds, micros, sku in rows:
-        event = make_event(tenant_id=tenants[t], start=datetime(2026, 9, 2, tzinfo=UTC) + timedelta(microseconds=micros),
-                           seconds=seconds, gpus=gpus, sku=sku)
+        event = make_event(
+            tenant_id=tenants[t],
+            start=datetime(2026, 9, 2, tzinfo=UTC) + timedelta(microseconds=micros),
+            seconds=seconds,
+            gpus=gpus,
+            sku=sku,
+        )
         event["quantity"] = str(Decimal(gpus * seconds) + Decimal(micros % 1000) / 1000)
         events.append(event)
     ingest(events)

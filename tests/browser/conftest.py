@@ -2,6 +2,7 @@
 
 In CI (CI=true) Chromium must be there; on a laptop without it these tests skip with a message.
 """
+
 import os
 from pathlib import Path
 
@@ -11,8 +12,12 @@ from tests.conftest import chromium_path
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
 ]
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls made by the

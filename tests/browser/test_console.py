@@ -1,4 +1,5 @@
 """The console's login and Fleet page in headless Chromium."""
+
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

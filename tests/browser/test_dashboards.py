@@ -1,5 +1,6 @@
 """Every dashboard page in headless Chromium: loads without console errors, charts draw data
 points, charts refresh from their JSON endpoints without a reload, and a screenshot per page."""
+
 import pytest
 from django.utils import timezone
 
@@ -40,7 +41,9 @@ def _open(page, live_server, login, path):
 
 
 def _points(page, chart: str) -> int:
-    return page.locator(f"#chart-{chart} .plot-container svg .point, #chart-{chart} .plot-container svg path.js-line").count()
+    return page.locator(
+        f"#chart-{chart} .plot-container svg .point, #chart-{chart} .plot-container svg path.js-line"
+    ).count()
 
 
 def test_overview(page, live_server, login, screenshot, fleet):

@@ -1,4 +1,5 @@
 """Creating a disposition plan in the console and seeing its split chart in headless Chromium."""
+
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

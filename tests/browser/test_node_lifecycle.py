@@ -1,4 +1,5 @@
 """An operator drains a quarantined node in the console and watches it move through the states."""
+
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -1,4 +1,5 @@
 """The migration planner in the console: create a plan in the form, read the verdict and the charts."""
+
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

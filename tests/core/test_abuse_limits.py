@@ -1,6 +1,7 @@
 """Abuse limits, each as the attacker's request and the refusal: bodies too deep or too large,
 malformed JSON. (Throttles, login lockout, CSV formulas and storage quotas have their own
 files next to the code they guard.)"""
+
 import json
 
 import pytest
@@ -24,15 +25,17 @@ def tenant_token(db):
 
 
 def _post(path: str, raw: bytes | str, token: str, **headers):
-    return Client().generic("POST", path, raw, content_type="application/json",
-                            HTTP_AUTHORIZATION=f"Bearer {token}", **headers)
+    return Client().generic(
+        "POST", path, raw, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}", **headers
+    )
 
 
 DEEP_BODIES = {
     "list nested 100,000 deep": "[" * 100_000 + "]" * 100_000,
     "object nested 100,000 deep": '{"a":' * 100_000 + "1" + "}" * 100_000,
-    "nested 40 deep inside a valid field": json.dumps({"instance_type": "h100-sxm-8x", "count": 1,
-                                                       "labels": json.loads("[" * 40 + "]" * 40)}),
+    "nested 40 deep inside a valid field": json.dumps(
+        {"instance_type": "h100-sxm-8x", "count": 1, "labels": json.loads("[" * 40 + "]" * 40)}
+    ),
 }
 
 
@@ -47,8 +50,9 @@ def test_deeply_nested_json_is_a_400_problem(tenant_token, name):
 
 @pytest.mark.parametrize("raw", ["{", '{"a": }', "\udcff", "[1, 2", "NaN-ish", '{"a": 1e999999}x'])
 def test_malformed_json_is_a_400_problem(tenant_token, raw):
-    response = _post("/api/v1/allocations", raw.encode("utf-8", "surrogatepass"), tenant_token,
-                     HTTP_IDEMPOTENCY_KEY="bad")
+    response = _post(
+        "/api/v1/allocations", raw.encode("utf-8", "surrogatepass"), tenant_token, HTTP_IDEMPOTENCY_KEY="bad"
+    )
     assert response.status_code == 400
     assert response.headers["Content-Type"] == PROBLEM
 

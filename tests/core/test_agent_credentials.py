@@ -1,5 +1,6 @@
 """Agent credentials, tried as an attacker: an old token after a re-key, the token of a retired
 node, a token signed under a guessed key, the old unversioned form, a tampered issue time."""
+
 import io
 from datetime import UTC, datetime, timedelta
 
@@ -25,8 +26,10 @@ def _client(token: str) -> APIClient:
 def _works(token: str) -> dict:
     """Status of a control-plane agent route and of the ledger's meter ingest for this token."""
     client = _client(token)
-    return {"desired": client.get(DESIRED).status_code,
-            "meter": client.post(METER, {"events": [{"event_id": "x"}]}, format="json").status_code}
+    return {
+        "desired": client.get(DESIRED).status_code,
+        "meter": client.post(METER, {"events": [{"event_id": "x"}]}, format="json").status_code,
+    }
 
 
 def _create_token(hostname: str) -> str:

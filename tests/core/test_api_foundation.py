@@ -1,5 +1,6 @@
 """The API's common rules that hold before any resource exists: public schema and docs,
 problem+json 404s, token kinds and hashing, agent tokens verified without a database read."""
+
 import hashlib
 
 import pytest

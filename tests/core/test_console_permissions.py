@@ -1,6 +1,7 @@
 """Console actions go through the same permission table as the API: every console route is
 either a read or an action listed here (a new route must be classified, or this fails), and
 each action × each staff role → allowed, or 403 naming the permission with nothing changed."""
+
 import uuid
 
 import pytest
@@ -31,13 +32,35 @@ CONSOLE_ACTIONS = {
 # Pages that only read (for staff), the tenant portal (tenant membership rules, tested in
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
-    "fleet:overview", "fleet:rack-list", "fleet:power", "fleet:floor-map", "fleet:rack-detail", "fleet:chart-json",
-    "fleet:metrics", "fleet:node-list", "fleet:node-detail", "fleet:node-certificate", "fleet:node-certificate-pdf",
-    "planning:disposition-plan-detail", "planning:migration-plan-list", "planning:migration-plan-detail",
+    "fleet:overview",
+    "fleet:rack-list",
+    "fleet:power",
+    "fleet:floor-map",
+    "fleet:rack-detail",
+    "fleet:chart-json",
+    "fleet:metrics",
+    "fleet:node-list",
+    "fleet:node-detail",
+    "fleet:node-certificate",
+    "fleet:node-certificate-pdf",
+    "planning:disposition-plan-detail",
+    "planning:migration-plan-list",
+    "planning:migration-plan-detail",
     "planning:capacity-plan-detail",
-    "health:dashboard", "health:policy", "tenants:tenant-list", "billing:disputes",
-    "billing:overview", "tenants:portal", "tenants:portal-create", "tenants:portal-cancel", "billing:portal-usage",
-    "billing:portal-invoices", "billing:portal-invoice-csv", "billing:portal-invoice", "login", "logout",
+    "health:dashboard",
+    "health:policy",
+    "tenants:tenant-list",
+    "billing:disputes",
+    "billing:overview",
+    "tenants:portal",
+    "tenants:portal-create",
+    "tenants:portal-cancel",
+    "billing:portal-usage",
+    "billing:portal-invoices",
+    "billing:portal-invoice-csv",
+    "billing:portal-invoice",
+    "login",
+    "logout",
 }
 
 
@@ -77,8 +100,9 @@ STAFF_ROLES = ("superuser", "operators", "read-only", "staff-without-permissions
 
 @pytest.mark.parametrize("role", STAFF_ROLES)
 def test_console_actions_for_every_staff_role(small_fleet, client, django_user_model, role):
-    user = django_user_model.objects.create_user(role, password="console-pass-123", is_staff=True,
-                                                 is_superuser=role == "superuser")
+    user = django_user_model.objects.create_user(
+        role, password="console-pass-123", is_staff=True, is_superuser=role == "superuser"
+    )
     if role in ROLE_GROUPS:
         user.groups.add(Group.objects.get(name=role))
     client.force_login(user)

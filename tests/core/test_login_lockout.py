@@ -1,5 +1,6 @@
 """Password guessing on the console and admin sign-in pages: locked out after five misses,
 and every attempt is in the audit trail."""
+
 import pytest
 from django.test import Client
 
@@ -65,10 +66,12 @@ def test_a_success_resets_the_count(alice):
 def test_a_forged_forwarded_for_header_does_not_buy_new_attempts(alice):
     attacker = Client(REMOTE_ADDR="203.0.113.9")
     for i in range(LIMIT):
-        attacker.post("/accounts/login/", {"username": "alice", "password": f"g{i}"},
-                      HTTP_X_FORWARDED_FOR=f"10.0.0.{i}")
-    response = attacker.post("/accounts/login/", {"username": "alice", "password": "correct-horse-battery"},
-                             HTTP_X_FORWARDED_FOR="10.9.9.9")
+        attacker.post(
+            "/accounts/login/", {"username": "alice", "password": f"g{i}"}, HTTP_X_FORWARDED_FOR=f"10.0.0.{i}"
+        )
+    response = attacker.post(
+        "/accounts/login/", {"username": "alice", "password": "correct-horse-battery"}, HTTP_X_FORWARDED_FOR="10.9.9.9"
+    )
     assert response.status_code == 429
 
 

@@ -6,6 +6,7 @@ editing this file; a write that declares no permission is refused even to a supe
 fails here. Expectations come from the permission table (core.services.permissions), which
 docs/permissions.md shows.
 """
+
 import re
 import uuid
 
@@ -26,8 +27,15 @@ pytestmark = pytest.mark.django_db
 
 OPS_PREFIX = "api/v1/ops/"
 WRITE_METHODS = ("post", "put", "patch", "delete")
-ROLES = ("superuser", "operators", "billing-admins", "read-only", "staff-without-permissions", "tenant-token",
-         "agent-token")
+ROLES = (
+    "superuser",
+    "operators",
+    "billing-admins",
+    "read-only",
+    "staff-without-permissions",
+    "tenant-token",
+    "agent-token",
+)
 # A body that the allowed callers' request can act on; other writes get {} (a 400 once allowed).
 BODIES = {"ops-node-actions": {"action": "cordon", "reason": "permission matrix"}}
 
@@ -70,8 +78,9 @@ def _token_client(plain: str) -> APIClient:
 
 
 def _staff(django_user_model, username, *, group=None, superuser=False):
-    user = django_user_model.objects.create_user(username, password="matrix-pass-123", is_staff=True,
-                                                 is_superuser=superuser)
+    user = django_user_model.objects.create_user(
+        username, password="matrix-pass-123", is_staff=True, is_superuser=superuser
+    )
     if group:
         user.groups.add(Group.objects.get(name=group))
     return user
@@ -82,12 +91,14 @@ def callers(small_fleet, django_user_model):
     node = Node.objects.order_by("hostname").first()
     clients = {}
     for role in ("superuser", "operators", "billing-admins", "read-only", "staff-without-permissions"):
-        user = _staff(django_user_model, role, group=role if role in ROLE_GROUPS else None,
-                      superuser=role == "superuser")
+        user = _staff(
+            django_user_model, role, group=role if role in ROLE_GROUPS else None, superuser=role == "superuser"
+        )
         clients[role] = _token_client(create_api_token(kind="operator", user=user, actor="test")[1])
     tenant = Tenant.objects.create(slug="matrix", name="Matrix")
-    clients["tenant-token"] = _token_client(create_api_token(kind="tenant", tenant=tenant, role="admin",
-                                                             actor="test")[1])
+    clients["tenant-token"] = _token_client(
+        create_api_token(kind="tenant", tenant=tenant, role="admin", actor="test")[1]
+    )
     clients["agent-token"] = _token_client(mint_agent_token(node.pk))
     return clients
 
@@ -170,8 +181,10 @@ def test_every_permission_of_the_table_exists_and_the_groups_hold_it():
         app_label, codename = action.permission.split(".")
         assert Permission.objects.filter(content_type__app_label=app_label, codename=codename).exists(), action
     for group, role in ROLE_GROUPS.items():
-        held = {f"{p.content_type.app_label}.{p.codename}"
-                for p in Group.objects.get(name=group).permissions.select_related("content_type")}
+        held = {
+            f"{p.content_type.app_label}.{p.codename}"
+            for p in Group.objects.get(name=group).permissions.select_related("content_type")
+        }
         assert {permission_for(a) for a in role["actions"]} <= held, group
     read_only = Group.objects.get(name="read-only").permissions.all()
     assert read_only.exists() and all(p.codename.startswith("view_") for p in read_only)
@@ -179,14 +192,16 @@ def test_every_permission_of_the_table_exists_and_the_groups_hold_it():
 
 # ---- the attack from the issue, as the attacker sent it ------------------------------------------
 
+
 @pytest.mark.parametrize("action", ["cordon", "decommission", "drain", "validate"])
 def test_staff_without_permissions_cannot_act_on_nodes_through_the_api(small_fleet, django_user_model, action):
     node = Node.objects.order_by("hostname").first()
     staff = _staff(django_user_model, "mallory")
     client = _token_client(create_api_token(kind="operator", user=staff, actor="test")[1])
     before = _state()
-    response = client.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": action}, format="json",
-                           HTTP_IDEMPOTENCY_KEY="attack")
+    response = client.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions", {"action": action}, format="json", HTTP_IDEMPOTENCY_KEY="attack"
+    )
     assert response.status_code == 403
     assert response.json()["permission"] == permission_for(f"node.{action}")
     assert _state() == before
@@ -209,8 +224,12 @@ def test_billing_admins_run_billing_but_operators_do_not(small_fleet, django_use
     for group, allowed in (("billing-admins", True), ("operators", False)):
         user = _staff(django_user_model, group, group=group)
         client = _token_client(create_api_token(kind="operator", user=user, actor="test")[1])
-        response = client.post("/api/v1/ops/billing-runs", {"period": "2026-01", "finalize": False}, format="json",
-                               HTTP_IDEMPOTENCY_KEY=group)
+        response = client.post(
+            "/api/v1/ops/billing-runs",
+            {"period": "2026-01", "finalize": False},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY=group,
+        )
         assert (response.status_code != 403) is allowed, (group, response.status_code)
 
 
@@ -220,6 +239,8 @@ def test_docs_table_is_the_permission_table():
     text = (Path(__file__).resolve().parents[2] / "docs" / "permissions.md").read_text()
     rows = re.findall(r"^\| `([a-z_.]+)` \| [^|]+ \| `([a-z_.]+)` \| ([a-z, -]*) \|", text, flags=re.M)
     documented = {action: (permission, group.strip()) for action, permission, group in rows}
-    expected = {name: (a.permission, ", ".join(g for g, r in ROLE_GROUPS.items() if name in r["actions"]))
-                for name, a in OPS_ACTIONS.items()}
+    expected = {
+        name: (a.permission, ", ".join(g for g, r in ROLE_GROUPS.items() if name in r["actions"]))
+        for name, a in OPS_ACTIONS.items()
+    }
     assert documented == expected

@@ -1,4 +1,5 @@
 """The database router sends billing to the ledger; advisory locks exclude a second run."""
+
 import threading
 
 import pytest

@@ -1,4 +1,5 @@
 """The served OpenAPI schema and the contract in docs/api.md describe the same endpoints."""
+
 import json
 import re
 from pathlib import Path
@@ -41,8 +42,12 @@ def test_every_contract_endpoint_is_described(schema, path, methods):
 
 
 def test_operation_ids_are_unique(schema):
-    ids = [op["operationId"] for item in schema["paths"].values() for op in item.values() if isinstance(op, dict)
-           and "operationId" in op]
+    ids = [
+        op["operationId"]
+        for item in schema["paths"].values()
+        for op in item.values()
+        if isinstance(op, dict) and "operationId" in op
+    ]
     assert len(ids) == len(set(ids))
 
 
@@ -56,7 +61,11 @@ def test_the_contract_lists_endpoints():
 
 def test_every_served_endpoint_is_in_the_contract(schema):
     methods = {"get", "post", "put", "patch", "delete"}
-    missing = sorted(f"{method.upper()} {path}" for path, item in schema["paths"].items()
-                     if path.rstrip("/") not in UNDOCUMENTED for method in set(item) & methods
-                     if method not in CONTRACT.get(path, set()))
+    missing = sorted(
+        f"{method.upper()} {path}"
+        for path, item in schema["paths"].items()
+        if path.rstrip("/") not in UNDOCUMENTED
+        for method in set(item) & methods
+        if method not in CONTRACT.get(path, set())
+    )
     assert not missing, f"served but not in docs/api.md: {missing}"

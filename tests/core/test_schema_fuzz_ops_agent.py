@@ -1,6 +1,7 @@
 """schemathesis against the served schema for the operator and node-agent endpoints: whatever
 the input, never a 5xx. (The tenant API, whose error answers are all documented, is also held
 to full schema conformance in tests/tenants/test_schema_fuzz.py.)"""
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings

@@ -1,5 +1,6 @@
 """Production refuses the development keys; `check --deploy` is clean in a production-like
 environment. Each case is a fresh process, since settings are read once at start-up."""
+
 import os
 import secrets
 import subprocess
@@ -10,8 +11,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the environment of a test run adds; a production process starts without any of it.
-CLEARED = ("DEBUG", "SECRET_KEY", "AGENT_TOKEN_KEY", "METERING_GRANT_KEY", "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE",
-           "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS", "SECURE_PROXY_SSL_HEADER", "DJANGO_SETTINGS_MODULE")
+CLEARED = (
+    "DEBUG",
+    "SECRET_KEY",
+    "AGENT_TOKEN_KEY",
+    "METERING_GRANT_KEY",
+    "SECURE_SSL_REDIRECT",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_PROXY_SSL_HEADER",
+    "DJANGO_SETTINGS_MODULE",
+)
 
 
 def _key() -> str:
@@ -29,16 +40,21 @@ def _start(tmp_path, **env):
     return _run(tmp_path, ["-c", "from django.conf import settings; print(settings.SECRET_KEY[:4])"], **env)
 
 
-@pytest.mark.parametrize(("env", "named"), [
-    ({}, "SECRET_KEY is not set"),
-    ({"AGENT_TOKEN_KEY": "x" * 40, "METERING_GRANT_KEY": "z" * 40}, "SECRET_KEY is not set"),
-    ({"SECRET_KEY": "hangar-embedded-default-not-for-production", "AGENT_TOKEN_KEY": "x" * 40},
-     "SECRET_KEY is the development key"),
-    ({"SECRET_KEY": "x" * 40}, "AGENT_TOKEN_KEY is not set"),
-    ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "y" * 40}, "METERING_GRANT_KEY is not set"),
-    ({"SECRET_KEY": "short", "AGENT_TOKEN_KEY": "y" * 40}, "SECRET_KEY is shorter than 32"),
-    ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "x" * 40}, "AGENT_TOKEN_KEY equals SECRET_KEY"),
-])
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({}, "SECRET_KEY is not set"),
+        ({"AGENT_TOKEN_KEY": "x" * 40, "METERING_GRANT_KEY": "z" * 40}, "SECRET_KEY is not set"),
+        (
+            {"SECRET_KEY": "hangar-embedded-default-not-for-production", "AGENT_TOKEN_KEY": "x" * 40},
+            "SECRET_KEY is the development key",
+        ),
+        ({"SECRET_KEY": "x" * 40}, "AGENT_TOKEN_KEY is not set"),
+        ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "y" * 40}, "METERING_GRANT_KEY is not set"),
+        ({"SECRET_KEY": "short", "AGENT_TOKEN_KEY": "y" * 40}, "SECRET_KEY is shorter than 32"),
+        ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "x" * 40}, "AGENT_TOKEN_KEY equals SECRET_KEY"),
+    ],
+)
 def test_production_refuses_to_start_without_real_secrets(tmp_path, env, named):
     done = _start(tmp_path, **env)
     assert done.returncode != 0
@@ -52,9 +68,15 @@ def test_explicit_debug_false_is_production_too(tmp_path):
 
 def test_development_mode_starts_with_no_settings_at_all(tmp_path):
     """`make demo` sets DEBUG=true and nothing else."""
-    done = _run(tmp_path, ["-c", "import django; django.setup(); from django.conf import settings; "
-                                 "print(settings.SECRET_KEY != settings.AGENT_TOKEN_KEY, settings.SECURE_SSL_REDIRECT)"],
-                DEBUG="true")
+    done = _run(
+        tmp_path,
+        [
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.SECRET_KEY != settings.AGENT_TOKEN_KEY, settings.SECURE_SSL_REDIRECT)",
+        ],
+        DEBUG="true",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]
 
@@ -62,38 +84,60 @@ def test_development_mode_starts_with_no_settings_at_all(tmp_path):
 def test_agent_tokens_no_longer_use_the_session_key(tmp_path):
     """A leaked SECRET_KEY must not mint agent tokens: the two keys are independent settings."""
     session_key = _key()
-    done = _run(tmp_path, ["-c", "import django; django.setup(); from django.conf import settings; "
-                                 "print(settings.AGENT_TOKEN_KEY == settings.SECRET_KEY)"],
-                DEBUG="true", SECRET_KEY=session_key)
+    done = _run(
+        tmp_path,
+        [
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.AGENT_TOKEN_KEY == settings.SECRET_KEY)",
+        ],
+        DEBUG="true",
+        SECRET_KEY=session_key,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
 
 
 def test_check_deploy_is_clean_with_production_secrets(tmp_path):
-    done = _run(tmp_path, ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key(), METERING_GRANT_KEY=_key())
+    done = _run(
+        tmp_path,
+        ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        SECRET_KEY=_key(),
+        AGENT_TOKEN_KEY=_key(),
+        METERING_GRANT_KEY=_key(),
+    )
     assert done.returncode == 0, done.stdout + done.stderr  # not a single warning, security or other
     assert "no issues" in done.stdout + done.stderr
 
 
 def test_transport_security_is_on_by_default_and_read_from_the_environment(tmp_path):
-    show = ("import django; django.setup(); from django.conf import settings as s; "
-            "print(s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, "
-            "s.SECURE_PROXY_SSL_HEADER)")
+    show = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, "
+        "s.SECURE_PROXY_SSL_HEADER)"
+    )
     keys = {"SECRET_KEY": _key(), "AGENT_TOKEN_KEY": _key(), "METERING_GRANT_KEY": _key()}
     default = _run(tmp_path, ["-c", show], **keys)
     assert default.returncode == 0, default.stderr
     assert default.stdout.strip() == "True True True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https')"
-    overridden = _run(tmp_path, ["-c", show], **keys, SECURE_SSL_REDIRECT="false", SECURE_HSTS_SECONDS="60",
-                      SECURE_PROXY_SSL_HEADER="")
+    overridden = _run(
+        tmp_path,
+        ["-c", show],
+        **keys,
+        SECURE_SSL_REDIRECT="false",
+        SECURE_HSTS_SECONDS="60",
+        SECURE_PROXY_SSL_HEADER="",
+    )
     assert overridden.stdout.strip() == "False True True 60 None"
 
 
 def test_plain_http_is_redirected_to_https_in_production(tmp_path):
-    script = ("import django; django.setup(); from django.test import Client; "
-              "r = Client().get('/api/v1/ops/nodes'); print(r.status_code, r.headers.get('Location')); "
-              "r = Client().get('/api/v1/ops/nodes', HTTP_X_FORWARDED_PROTO='https'); "
-              "print(r.status_code, r.headers.get('Strict-Transport-Security'))")
+    script = (
+        "import django; django.setup(); from django.test import Client; "
+        "r = Client().get('/api/v1/ops/nodes'); print(r.status_code, r.headers.get('Location')); "
+        "r = Client().get('/api/v1/ops/nodes', HTTP_X_FORWARDED_PROTO='https'); "
+        "print(r.status_code, r.headers.get('Strict-Transport-Security'))"
+    )
     done = _run(tmp_path, ["-c", script], SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key(), METERING_GRANT_KEY=_key())
     assert done.returncode == 0, done.stderr
     redirected, behind_proxy = done.stdout.strip().splitlines()[-2:]

@@ -1,4 +1,5 @@
 """Rate limits per token kind: the attacker's burst and the 429 that stops it."""
+
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -12,8 +13,13 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def small_budgets(settings):
-    settings.API_THROTTLE_RATES = {"tenant": "5/min", "operator": "4/min", "agent": "3/min", "anonymous": "2/min",
-                                   "failed_auth": "3/min"}
+    settings.API_THROTTLE_RATES = {
+        "tenant": "5/min",
+        "operator": "4/min",
+        "agent": "3/min",
+        "anonymous": "2/min",
+        "failed_auth": "3/min",
+    }
     cache.clear()
     yield settings.API_THROTTLE_RATES
     cache.clear()
@@ -41,8 +47,12 @@ def test_a_tenant_burst_is_429_and_every_token_of_the_tenant_shares_the_budget(s
     assert [second.get("/api/v1/tenant").status_code for _ in range(2)] == [200] * 2
     _assert_throttled(second.get("/api/v1/tenant"))  # a new token does not buy a new budget
     other = Tenant.objects.create(slug="other", name="Other")
-    assert _client(create_api_token(kind="tenant", tenant=other, role="admin", actor="t")[1]).get(
-        "/api/v1/tenant").status_code == 200  # another tenant is unaffected
+    assert (
+        _client(create_api_token(kind="tenant", tenant=other, role="admin", actor="t")[1])
+        .get("/api/v1/tenant")
+        .status_code
+        == 200
+    )  # another tenant is unaffected
 
 
 def test_an_operator_burst_is_429(small_budgets, operator_token):

@@ -1,6 +1,7 @@
 """API tokens in the admin: issued once (the value never passes through the messages cookie),
 read-only afterwards except revoking, revoke-and-reissue instead of edits, every create,
 revoke and delete audited, and never more rights than the issuer holds."""
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -58,14 +59,19 @@ def test_a_tenant_token_needs_the_right_to_administer_tenants(tenant, django_use
     assert "tenants.change_tenant" in _form_errors(response)
 
 
-@pytest.mark.parametrize("make_data, message", [
-    (lambda root, tenant, plain: {"kind": "operator", "user": plain.pk}, "not an active staff user"),
-    (lambda root, tenant, plain: {"kind": "tenant", "tenant": tenant.pk, "role": ""}, "needs a role"),
-    (lambda root, tenant, plain: {"kind": "tenant", "role": "admin"}, "needs a tenant"),
-    (lambda root, tenant, plain: {"kind": "operator", "user": root.pk, "tenant": tenant.pk}, "has no tenant"),
-    (lambda root, tenant, plain: {"kind": "tenant", "tenant": tenant.pk, "role": "admin", "user": root.pk},
-     "leave the user empty"),
-])
+@pytest.mark.parametrize(
+    "make_data, message",
+    [
+        (lambda root, tenant, plain: {"kind": "operator", "user": plain.pk}, "not an active staff user"),
+        (lambda root, tenant, plain: {"kind": "tenant", "tenant": tenant.pk, "role": ""}, "needs a role"),
+        (lambda root, tenant, plain: {"kind": "tenant", "role": "admin"}, "needs a tenant"),
+        (lambda root, tenant, plain: {"kind": "operator", "user": root.pk, "tenant": tenant.pk}, "has no tenant"),
+        (
+            lambda root, tenant, plain: {"kind": "tenant", "tenant": tenant.pk, "role": "admin", "user": root.pk},
+            "leave the user empty",
+        ),
+    ],
+)
 def test_invalid_token_combinations_are_form_errors_not_500s(root, tenant, django_user_model, make_data, message):
     plain = django_user_model.objects.create_user("plain", password="x" * 12)
     response = client_for(Client, root).post(reverse(ADD), make_data(root, tenant, plain))
@@ -104,8 +110,9 @@ def test_an_issued_token_cannot_be_edited_only_revoked(root, tenant):
 def test_revoke_and_reissue_replaces_the_token_and_shows_the_new_value_once(root):
     token, old_plain = create_api_token(kind="operator", user=root, actor="test", name="deploy")
     client = client_for(Client, root)
-    response = client.post(reverse("admin:core_apitoken_changelist"),
-                           {"action": "revoke_and_reissue", "_selected_action": [token.pk]})
+    response = client.post(
+        reverse("admin:core_apitoken_changelist"), {"action": "revoke_and_reissue", "_selected_action": [token.pk]}
+    )
     assert response.status_code == 200
     [(new_token, new_plain)] = response.context["issued"]
     token.refresh_from_db()
@@ -117,8 +124,9 @@ def test_revoke_and_reissue_replaces_the_token_and_shows_the_new_value_once(root
 def test_the_revoke_action_is_audited_and_needs_change(root, django_user_model):
     token, _ = create_api_token(kind="operator", user=root, actor="test")
     changer = staff_with(django_user_model, "changer", "core.view_apitoken", "core.change_apitoken")
-    client_for(Client, changer).post(reverse("admin:core_apitoken_changelist"),
-                                     {"action": "revoke", "_selected_action": [token.pk]})
+    client_for(Client, changer).post(
+        reverse("admin:core_apitoken_changelist"), {"action": "revoke", "_selected_action": [token.pk]}
+    )
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert AuditEvent.objects.filter(action="token.revoke", actor="user:changer").exists()

@@ -1,4 +1,5 @@
 """The demo's billing step: invoices that add up, idempotent on a second run."""
+
 import io
 
 import pytest

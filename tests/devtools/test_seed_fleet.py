@@ -1,4 +1,5 @@
 """seed_fleet builds the fleet the demo and the scale fixture rely on."""
+
 from decimal import Decimal
 from io import StringIO
 
@@ -24,7 +25,9 @@ def test_demo_fleet_shape():
     assert NodeEvent.objects.filter(action="seed").count() == 256
     air = Rack.objects.filter(cooling="air")
     assert air.count() == 128
-    per_rack = Rack.objects.filter(cooling="air").annotate(kw=Sum("nodes__node_type__node_kw")).values_list("kw", flat=True)
+    per_rack = (
+        Rack.objects.filter(cooling="air").annotate(kw=Sum("nodes__node_type__node_kw")).values_list("kw", flat=True)
+    )
     assert set(per_rack) == {Decimal("20.40")}
     liquid_hall = Hall.objects.get(racks__cooling="liquid", racks__name__endswith="r0001")
     assert liquid_hall.racks.count() == 16 and not Node.objects.filter(rack__hall=liquid_hall).exists()

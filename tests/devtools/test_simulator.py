@@ -1,5 +1,6 @@
 """The fleet simulator drives real agents over real HTTP against a live server: heartbeats
 land, desired work gets done, and a scripted fault reaches the health loop."""
+
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -51,16 +52,19 @@ def test_a_scripted_xid_79_is_seen_by_the_health_loop(live_server):
 
     seed_fleet(gpus=16)
     victim = Node.objects.order_by("hostname").first()
-    simulator = FleetSimulator(url=live_server.url, speed=1.0, seed=5,
-                               scenarios={victim.hostname: "xid 79 on gpu 3 at 20s"})
+    simulator = FleetSimulator(
+        url=live_server.url, speed=1.0, seed=5, scenarios={victim.hostname: "xid 79 on gpu 3 at 20s"}
+    )
     start = datetime.now(UTC)
     simulator.refresh(start)
     end = _run(simulator, start, seconds=60)
     run_health_sweep(now=end)
     victim.refresh_from_db()
     assert victim.lifecycle in (Lifecycle.QUARANTINED, Lifecycle.DRAINING, Lifecycle.REMEDIATING)
-    assert NodeAgentAction.objects.filter(node=victim, action__in=["reboot", "gpu_reset"]).exists() or \
-        victim.lifecycle != Lifecycle.REMEDIATING
+    assert (
+        NodeAgentAction.objects.filter(node=victim, action__in=["reboot", "gpu_reset"]).exists()
+        or victim.lifecycle != Lifecycle.REMEDIATING
+    )
 
 
 def test_simulated_agents_sanitise_every_drive_and_the_node_can_then_retire(live_server):

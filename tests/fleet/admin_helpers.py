@@ -1,19 +1,31 @@
 """Users with chosen Django permissions, and CSV/XLSX uploads, for the admin tests."""
+
 import io
 
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from openpyxl import Workbook
 
-NODE_HEADER = ["hostname", "serial", "rack", "u_position", "node_type", "fabric_domain", "leaf_switch", "bmc_address",
-               "bmc_mac", "commissioned_on"]
+NODE_HEADER = [
+    "hostname",
+    "serial",
+    "rack",
+    "u_position",
+    "node_type",
+    "fabric_domain",
+    "leaf_switch",
+    "bmc_address",
+    "bmc_mac",
+    "commissioned_on",
+]
 
 
 def staff_with(django_user_model, username: str, *codenames: str, is_superuser: bool = False):
     """A staff user holding exactly these permissions ("fleet.add_node" style, or "view:*" for
     every view permission)."""
-    user = django_user_model.objects.create_user(username, password="pw-" + username * 2, is_staff=True,
-                                                 is_superuser=is_superuser)
+    user = django_user_model.objects.create_user(
+        username, password="pw-" + username * 2, is_staff=True, is_superuser=is_superuser
+    )
     perms = []
     for code in codenames:
         if code == "view:*":
@@ -49,8 +61,9 @@ def xlsx_upload(sheets: dict[str, tuple[list[str], list[list]]], name: str = "in
             sheet.append(row)
     out = io.BytesIO()
     book.save(out)
-    return SimpleUploadedFile(name, out.getvalue(),
-                              content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+    return SimpleUploadedFile(
+        name, out.getvalue(), content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    )
 
 
 def staged_id(response) -> str:

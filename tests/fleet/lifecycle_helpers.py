@@ -1,4 +1,5 @@
 """Shared setup for lifecycle tests: put nodes in a state, give one a live allocation."""
+
 from datetime import timedelta
 
 from django.utils import timezone
@@ -20,8 +21,9 @@ def allocate(node: Node):
     from tenants.models import Allocation, AllocationNode, Tenant
 
     tenant, _ = Tenant.objects.get_or_create(slug="acme", defaults={"name": "Acme"})
-    allocation = Allocation.objects.create(tenant=tenant, name="job", instance_type=node.node_type, node_count=1,
-                                           state="active")
+    allocation = Allocation.objects.create(
+        tenant=tenant, name="job", instance_type=node.node_type, node_count=1, state="active"
+    )
     return AllocationNode.objects.create(allocation=allocation, node=node, started_at=timezone.now())
 
 
@@ -33,9 +35,16 @@ def report_drives(node: Node, drives: list[dict] | None = None, *, purge_support
     from core.api.agent_tokens import mint_agent_token
 
     if drives is None:
-        drives = [{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb,
-                   "self_encrypting": d.self_encrypting, "purge_supported": purge_supported or d.self_encrypting}
-                  for d in node.drives.filter(missing_since__isnull=True).order_by("serial")]
+        drives = [
+            {
+                "serial": d.serial,
+                "model": d.model,
+                "capacity_gb": d.capacity_gb,
+                "self_encrypting": d.self_encrypting,
+                "purge_supported": purge_supported or d.self_encrypting,
+            }
+            for d in node.drives.filter(missing_since__isnull=True).order_by("serial")
+        ]
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node.pk)}")
     body = {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"), "checks": [], "drives": drives}
@@ -50,6 +59,12 @@ def pass_drive_gate(node: Node, method: str = "purge") -> None:
 
     report_drives(node)
     for drive in node.drives.all():
-        record_sanitization(drive=drive, method=method, technique="NVMe sanitize crypto erase", tool="nvme-cli 2.8",
-                            verified=True, evidence="sanitize log SSTAT=0x101; sampled read-back all zero",
-                            actor="user:op")
+        record_sanitization(
+            drive=drive,
+            method=method,
+            technique="NVMe sanitize crypto erase",
+            tool="nvme-cli 2.8",
+            verified=True,
+            evidence="sanitize log SSTAT=0x101; sampled read-back all zero",
+            actor="user:op",
+        )

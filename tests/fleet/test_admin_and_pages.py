@@ -1,5 +1,6 @@
 """Inventory admin and the Fleet page: they render, validate, import/export, and their query
 counts do not grow with the fleet."""
+
 import pytest
 from django.urls import reverse
 
@@ -30,12 +31,23 @@ def test_admin_refuses_nvl72_in_an_air_rack_with_a_clear_message(operator_client
     rack = Rack.objects.filter(cooling="air", nodes__isnull=False).first()
     from fleet.models import NodeType
 
-    response = operator_client.post(reverse("admin:fleet_node_add"), {
-        "hostname": "nvl-x", "serial": "NVLX", "node_type": NodeType.objects.get(slug="gb200-nvl72").pk,
-        "rack": rack.pk, "u_position": 30, "leaf_switch": "",
-        "gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0, "drives-TOTAL_FORMS": 0, "drives-INITIAL_FORMS": 0,
-        "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0,
-    })
+    response = operator_client.post(
+        reverse("admin:fleet_node_add"),
+        {
+            "hostname": "nvl-x",
+            "serial": "NVLX",
+            "node_type": NodeType.objects.get(slug="gb200-nvl72").pk,
+            "rack": rack.pk,
+            "u_position": 30,
+            "leaf_switch": "",
+            "gpus-TOTAL_FORMS": 0,
+            "gpus-INITIAL_FORMS": 0,
+            "drives-TOTAL_FORMS": 0,
+            "drives-INITIAL_FORMS": 0,
+            "events-TOTAL_FORMS": 0,
+            "events-INITIAL_FORMS": 0,
+        },
+    )
     assert response.status_code == 200
     assert "needs liquid cooling" in response.content.decode()
     assert not Node.objects.filter(hostname="nvl-x").exists()
@@ -56,14 +68,23 @@ def test_node_csv_import_creates_valid_rows_and_reports_impossible_placements(sm
     liquid = Rack.objects.filter(cooling="liquid").order_by("name")
     air = Rack.objects.filter(cooling="air", nodes__isnull=False).first()
     header = "hostname,serial,rack,u_position,node_type,fabric_domain,leaf_switch,bmc_address,commissioned_on\n"
-    bad = read_workbook("n.csv", (header + f"nvl-ok,SN-OK,{liquid[0].name},1,gb200-nvl72,,,,\n"
-                                  f"nvl-bad,SN-BAD,{air.name},30,gb200-nvl72,,,,\n").encode(),
-                        csv_sheet="nodes", max_rows=100)
+    bad = read_workbook(
+        "n.csv",
+        (
+            header + f"nvl-ok,SN-OK,{liquid[0].name},1,gb200-nvl72,,,,\nnvl-bad,SN-BAD,{air.name},30,gb200-nvl72,,,,\n"
+        ).encode(),
+        csv_sheet="nodes",
+        max_rows=100,
+    )
     plan = plan_import(bad)
     assert "needs liquid cooling" in " ".join(str(e) for e in plan.errors)
     assert {e.row for e in plan.errors} == {3}  # cooling, power and U height: all of them at once
-    good = read_workbook("n.csv", (header + f"nvl-ok,SN-OK,{liquid[0].name},1,gb200-nvl72,,,,\n").encode(),
-                         csv_sheet="nodes", max_rows=100)
+    good = read_workbook(
+        "n.csv",
+        (header + f"nvl-ok,SN-OK,{liquid[0].name},1,gb200-nvl72,,,,\n").encode(),
+        csv_sheet="nodes",
+        max_rows=100,
+    )
     apply_import(good, actor="test")
     assert Node.objects.filter(hostname="nvl-ok", lifecycle="enrolled").exists()
     assert not Node.objects.filter(hostname="nvl-bad").exists()
@@ -91,5 +112,3 @@ def test_overview_counts_gpus_by_state(operator_client, small_fleet):
     response = operator_client.get("/")
     assert response.status_code == 200
     assert response.context["summary"].totals.total == Node.objects.count() * 8 == 64
-
-

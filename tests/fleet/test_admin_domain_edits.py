@@ -2,6 +2,7 @@
 placement locked, racks, node types and halls re-checked against what they hold, evidence
 never deleted, validation of hostnames, BMC addresses and GPUs, one audit trail, and the
 navigation between racks, nodes and allocations."""
+
 from decimal import Decimal
 
 import pytest
@@ -47,8 +48,15 @@ def available_node(small_fleet):
 
 
 def test_state_machine_fields_are_not_editable_in_the_change_form(operator_client, available_node):
-    response = _change(operator_client, available_node, cordoned="on", cordon_reason="sneaky", attribution="tenant",
-                       lifecycle="retired", leaf_switch="leaf-9")
+    response = _change(
+        operator_client,
+        available_node,
+        cordoned="on",
+        cordon_reason="sneaky",
+        attribution="tenant",
+        lifecycle="retired",
+        leaf_switch="leaf-9",
+    )
     assert response.status_code == 302
     available_node.refresh_from_db()
     assert (available_node.cordoned, available_node.cordon_reason, available_node.attribution) == (False, "", "")
@@ -65,8 +73,13 @@ def test_an_allocated_nodes_rack_type_and_fabric_are_locked(operator_client, ava
     page = operator_client.get(reverse("admin:fleet_node_change", args=[available_node.pk]))
     assert "rack" not in page.context["adminform"].form.fields
     assert "node_type" not in page.context["adminform"].form.fields
-    _change(operator_client, available_node, rack=str(other_rack.pk), u_position="30",
-            node_type=str(NodeType.objects.get(slug="h200-sxm-8x").pk))
+    _change(
+        operator_client,
+        available_node,
+        rack=str(other_rack.pk),
+        u_position="30",
+        node_type=str(NodeType.objects.get(slug="h200-sxm-8x").pk),
+    )
     available_node.refresh_from_db()
     assert available_node.rack_id != other_rack.pk and available_node.node_type.slug == "h100-sxm-8x"
     # and the model refuses it whatever the form does
@@ -101,12 +114,15 @@ def test_rack_page_lists_its_nodes_top_first_and_filters_work(operator_client, s
         assert operator_client.get(reverse("admin:fleet_node_changelist"), params).status_code in (200, 302, 400)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("u_height", "0", "at least 1U"),
-    ("u_height", "10", "cannot hold it"),
-    ("cooling", "liquid", "needs air cooling"),
-    ("rated_power_kw", "5", "Move nodes out first"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("u_height", "0", "at least 1U"),
+        ("u_height", "10", "cannot hold it"),
+        ("cooling", "liquid", "needs air cooling"),
+        ("rated_power_kw", "5", "Move nodes out first"),
+    ],
+)
 def test_rack_edits_are_re_checked_against_the_nodes_in_it(operator_client, small_fleet, field, value, message):
     rack = Rack.objects.filter(nodes__isnull=False).order_by("name").first()
     before = Rack.objects.filter(pk=rack.pk).values().get()
@@ -114,9 +130,15 @@ def test_rack_edits_are_re_checked_against_the_nodes_in_it(operator_client, smal
     assert Rack.objects.filter(pk=rack.pk).values().get() == before
 
 
-@pytest.mark.parametrize("field, value", [
-    ("gpus_per_node", "4"), ("node_kw", "50"), ("cooling_requirement", "liquid"), ("generation", "blackwell"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("gpus_per_node", "4"),
+        ("node_kw", "50"),
+        ("cooling_requirement", "liquid"),
+        ("generation", "blackwell"),
+    ],
+)
 def test_a_node_type_in_use_keeps_what_nodes_were_sized_by(operator_client, small_fleet, field, value):
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
     errors = _errors(_change(operator_client, node_type, **{field: value}))
@@ -140,20 +162,28 @@ def test_a_hall_budget_below_its_load_is_refused_naming_the_overload(operator_cl
 def test_nodes_are_never_hard_deleted(operator_client, available_node):
     response = operator_client.post(reverse("admin:fleet_node_delete", args=[available_node.pk]), {"post": "yes"})
     assert response.status_code == 403
-    bulk = operator_client.post(reverse("admin:fleet_node_changelist"),
-                                {"action": "delete_selected", "_selected_action": [available_node.pk], "post": "yes"})
+    bulk = operator_client.post(
+        reverse("admin:fleet_node_changelist"),
+        {"action": "delete_selected", "_selected_action": [available_node.pk], "post": "yes"},
+    )
     assert bulk.status_code in (200, 302)
     assert Node.objects.filter(pk=available_node.pk).exists()
-    assert GPU.objects.filter(node=available_node).count() == 8 and NodeEvent.objects.filter(node=available_node).exists()
+    assert (
+        GPU.objects.filter(node=available_node).count() == 8 and NodeEvent.objects.filter(node=available_node).exists()
+    )
 
 
 def test_gpus_and_drives_of_an_allocated_node_are_not_deleted(operator_client, available_node):
     _allocate(available_node)
     gpu, drive = GPU.objects.filter(node=available_node).first(), Drive.objects.filter(node=available_node).first()
     assert operator_client.post(reverse("admin:fleet_gpu_delete", args=[gpu.pk]), {"post": "yes"}).status_code == 403
-    assert operator_client.post(reverse("admin:fleet_drive_delete", args=[drive.pk]), {"post": "yes"}).status_code == 403
-    operator_client.post(reverse("admin:fleet_gpu_changelist"),
-                         {"action": "delete_selected", "_selected_action": [gpu.pk], "post": "yes"})
+    assert (
+        operator_client.post(reverse("admin:fleet_drive_delete", args=[drive.pk]), {"post": "yes"}).status_code == 403
+    )
+    operator_client.post(
+        reverse("admin:fleet_gpu_changelist"),
+        {"action": "delete_selected", "_selected_action": [gpu.pk], "post": "yes"},
+    )
     assert GPU.objects.filter(node=available_node).count() == 8
     page = operator_client.get(reverse("admin:fleet_node_change", args=[available_node.pk]))
     assert not any(f.formset.can_delete for f in page.context["inline_admin_formsets"])
@@ -161,37 +191,59 @@ def test_gpus_and_drives_of_an_allocated_node_are_not_deleted(operator_client, a
 
 def test_drives_of_a_node_that_was_in_service_are_evidence(operator_client, available_node):
     drive = Drive.objects.filter(node=available_node).first()
-    assert operator_client.post(reverse("admin:fleet_drive_delete", args=[drive.pk]), {"post": "yes"}).status_code == 403
+    assert (
+        operator_client.post(reverse("admin:fleet_drive_delete", args=[drive.pk]), {"post": "yes"}).status_code == 403
+    )
     assert Drive.objects.filter(pk=drive.pk).exists()
 
 
 def test_a_drive_typed_in_at_enrolment_may_be_removed_and_that_is_audited(operator_client, available_node):
     Node.objects.filter(pk=available_node.pk).update(lifecycle="enrolled")
     drive = Drive.objects.filter(node=available_node).first()
-    assert operator_client.post(reverse("admin:fleet_drive_delete", args=[drive.pk]), {"post": "yes"}).status_code == 302
+    assert (
+        operator_client.post(reverse("admin:fleet_drive_delete", args=[drive.pk]), {"post": "yes"}).status_code == 302
+    )
     assert AuditEvent.objects.filter(action="drive.admin_delete", object_id=str(drive.pk)).exists()
 
 
-NODE_ADD = {"gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0, "drives-TOTAL_FORMS": 0, "drives-INITIAL_FORMS": 0,
-            "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0}
+NODE_ADD = {
+    "gpus-TOTAL_FORMS": 0,
+    "gpus-INITIAL_FORMS": 0,
+    "drives-TOTAL_FORMS": 0,
+    "drives-INITIAL_FORMS": 0,
+    "events-TOTAL_FORMS": 0,
+    "events-INITIAL_FORMS": 0,
+}
 
 
 def _add_node(client, **fields):
     rack = Rack.objects.filter(cooling="liquid").order_by("name").first()
-    data = {"hostname": "new-node", "serial": "SN-NEW", "node_type": NodeType.objects.get(slug="b200-sxm-8x").pk,
-            "rack": rack.pk, "u_position": 1, "leaf_switch": "", "bmc_address": "", "bmc_mac": "", **NODE_ADD}
+    data = {
+        "hostname": "new-node",
+        "serial": "SN-NEW",
+        "node_type": NodeType.objects.get(slug="b200-sxm-8x").pk,
+        "rack": rack.pk,
+        "u_position": 1,
+        "leaf_switch": "",
+        "bmc_address": "",
+        "bmc_mac": "",
+        **NODE_ADD,
+    }
     data.update(fields)
     return client.post(reverse("admin:fleet_node_add"), data)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("hostname", "gpu 01 ; rm -rf /", "RFC 1123"),
-    ("hostname", "-bad-", "RFC 1123"),
-    ("bmc_address", "3c:ec:ef:12:34:56", "put it in the BMC MAC field"),
-    ("bmc_address", "fe80::1%eth0", "zone-scoped"),
-    ("bmc_address", "999.1.1.1", "neither an IP address nor a DNS name"),
-    ("bmc_mac", "zz:zz", "not a MAC address"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("hostname", "gpu 01 ; rm -rf /", "RFC 1123"),
+        ("hostname", "-bad-", "RFC 1123"),
+        ("bmc_address", "3c:ec:ef:12:34:56", "put it in the BMC MAC field"),
+        ("bmc_address", "fe80::1%eth0", "zone-scoped"),
+        ("bmc_address", "999.1.1.1", "neither an IP address nor a DNS name"),
+        ("bmc_mac", "zz:zz", "not a MAC address"),
+    ],
+)
 def test_node_fields_are_validated_with_a_message(operator_client, small_fleet, field, value, message):
     response = _add_node(operator_client, **{field: value})
     assert message in _errors(response)
@@ -199,8 +251,12 @@ def test_node_fields_are_validated_with_a_message(operator_client, small_fleet, 
 
 
 def test_a_node_added_in_the_admin_is_enrolled_evented_and_audited(operator_client, small_fleet):
-    response = _add_node(operator_client, bmc_address="bmc-new.dc1", bmc_mac="3C-EC-EF-12-34-56", **{
-        "gpus-TOTAL_FORMS": 1, "gpus-0-index": 0, "gpus-0-uuid": "GPU-2f9d3b1e-7c4a-4e0b-9a51-0c7e4d2b8f11"})
+    response = _add_node(
+        operator_client,
+        bmc_address="bmc-new.dc1",
+        bmc_mac="3C-EC-EF-12-34-56",
+        **{"gpus-TOTAL_FORMS": 1, "gpus-0-index": 0, "gpus-0-uuid": "GPU-2f9d3b1e-7c4a-4e0b-9a51-0c7e4d2b8f11"},
+    )
     assert response.status_code == 302, _errors(response)
     node = Node.objects.get(hostname="new-node")
     assert node.lifecycle == "enrolled" and node.bmc_mac == "3c:ec:ef:12:34:56"
@@ -211,8 +267,10 @@ def test_a_node_added_in_the_admin_is_enrolled_evented_and_audited(operator_clie
 
 def test_gpus_are_bounded_by_the_node_type_and_need_an_nvidia_uuid(operator_client, small_fleet):
     node = Node.objects.order_by("hostname").first()
-    response = operator_client.post(reverse("admin:fleet_gpu_add"), {"node": node.pk, "index": 8,
-                                                                     "uuid": "GPU-2f9d3b1e-7c4a-4e0b-9a51-0c7e4d2b8f11"})
+    response = operator_client.post(
+        reverse("admin:fleet_gpu_add"),
+        {"node": node.pk, "index": 8, "uuid": "GPU-2f9d3b1e-7c4a-4e0b-9a51-0c7e4d2b8f11"},
+    )
     assert "8 GPUs (indexes 0-7)" in _errors(response)
     response = operator_client.post(reverse("admin:fleet_gpu_add"), {"node": node.pk, "index": 1, "uuid": "free text"})
     assert "NVIDIA GPU UUID" in _errors(response)

@@ -1,6 +1,7 @@
 """Admin import and export through the admin's pages: create-only by default, updates only when
 chosen and shown as a diff, every problem at once with row/column/value, all or nothing at
 confirm, XLSX with GPUs and drives, size limits, and no 500 for any file."""
+
 import io
 import uuid
 
@@ -56,23 +57,39 @@ def _rack_row_workbook(prefix="r1"):
     for rack in _liquid_racks():
         for slot, u in enumerate((1, 11)):
             host = f"{prefix}-{rack.name}-n{slot}"
-            nodes.append([host, f"SN-{host}", rack.name, u, "b200-sxm-8x", "dc1-ndr-pod01", f"leaf-{rack.column}",
-                          f"bmc-{host}.dc1", "3c:ec:ef:00:00:%02x" % (rack.column * 2 + slot), "2026-11-30"])
+            nodes.append(
+                [
+                    host,
+                    f"SN-{host}",
+                    rack.name,
+                    u,
+                    "b200-sxm-8x",
+                    "dc1-ndr-pod01",
+                    f"leaf-{rack.column}",
+                    f"bmc-{host}.dc1",
+                    "3c:ec:ef:00:00:%02x" % (rack.column * 2 + slot),
+                    "2026-11-30",
+                ]
+            )
             gpus += [[host, i, _gpu_uuid(), f"GSN-{host}-{i}"] for i in range(8)]
             drives += [[host, f"DSN-{host}-{d}", "Samsung PM1743", 7680, "nvme", True] for d in range(2)]
-    return xlsx_upload({
-        "nodes": (NODE_HEADER, nodes),
-        "gpus": (["node", "index", "uuid", "serial"], gpus),
-        "drives": (["node", "serial", "model", "capacity_gb", "interface", "self_encrypting"], drives),
-    })
+    return xlsx_upload(
+        {
+            "nodes": (NODE_HEADER, nodes),
+            "gpus": (["node", "index", "uuid", "serial"], gpus),
+            "drives": (["node", "serial", "model", "capacity_gb", "interface", "self_encrypting"], drives),
+        }
+    )
 
 
 def test_a_rack_row_with_gpus_and_drives_imports_from_one_xlsx_atomically(small_fleet, inventory_admin):
     preview = _preview(inventory_admin, _rack_row_workbook())
     assert preview.status_code == 200, [str(e) for e in preview.context["errors"]]
-    assert preview.context["counts"] == {"nodes": {"create": 16, "update": 0, "unchanged": 0},
-                                         "gpus": {"create": 128, "update": 0, "unchanged": 0},
-                                         "drives": {"create": 32, "update": 0, "unchanged": 0}}
+    assert preview.context["counts"] == {
+        "nodes": {"create": 16, "update": 0, "unchanged": 0},
+        "gpus": {"create": 128, "update": 0, "unchanged": 0},
+        "drives": {"create": 32, "update": 0, "unchanged": 0},
+    }
     assert not Node.objects.filter(hostname__startswith="r1-").exists()  # a preview writes nothing
 
     done = _confirm(inventory_admin, preview)
@@ -89,7 +106,9 @@ def test_a_rack_row_with_gpus_and_drives_imports_from_one_xlsx_atomically(small_
 
 def test_an_existing_hostname_is_an_error_unless_updates_are_chosen(small_fleet, inventory_admin):
     node = Node.objects.order_by("hostname").first()
-    before = {f: getattr(node, f) for f in ("rack_id", "node_type_id", "fabric_domain_id", "leaf_switch", "bmc_address")}
+    before = {
+        f: getattr(node, f) for f in ("rack_id", "node_type_id", "fabric_domain_id", "leaf_switch", "bmc_address")
+    }
     other = Rack.objects.exclude(pk=node.rack_id).filter(cooling="air").first()
     row = [node.hostname, node.serial, other.name, 30, "h200-sxm-8x", "", "", "", "", ""]
     preview = _preview(inventory_admin, csv_upload([row]))
@@ -115,7 +134,9 @@ def test_updates_show_a_diff_keep_empty_cells_and_leave_an_event_and_audit_row(s
     node.refresh_from_db()
     assert node.leaf_switch == "leaf-new" and node.fabric_domain_id == fabric and node.bmc_address == bmc
     assert NodeEvent.objects.filter(node=node, action="inventory_update").exists()
-    assert AuditEvent.objects.get(action="node.import_update", object_id=str(node.pk)).after == {"leaf_switch": "leaf-new"}
+    assert AuditEvent.objects.get(action="node.import_update", object_id=str(node.pk)).after == {
+        "leaf_switch": "leaf-new"
+    }
 
 
 def test_an_allocated_node_cannot_be_moved_or_retyped_by_import(small_fleet, inventory_admin):
@@ -135,8 +156,10 @@ def test_an_allocated_node_cannot_be_moved_or_retyped_by_import(small_fleet, inv
 
 def test_a_hostname_twice_in_one_file_is_an_error_and_nothing_is_imported(small_fleet, inventory_admin):
     racks = _liquid_racks()
-    rows = [["dup-1", "SN-D1", racks[0].name, 1, "b200-sxm-8x", "", "", "", "", ""],
-            ["dup-1", "SN-D2", racks[1].name, 1, "b200-sxm-8x", "", "", "", "", ""]]
+    rows = [
+        ["dup-1", "SN-D1", racks[0].name, 1, "b200-sxm-8x", "", "", "", "", ""],
+        ["dup-1", "SN-D2", racks[1].name, 1, "b200-sxm-8x", "", "", "", "", ""],
+    ]
     preview = _preview(inventory_admin, csv_upload(rows), allow_updates="on")
     assert preview.status_code == 400
     [error] = preview.context["errors"]
@@ -156,8 +179,16 @@ def test_every_problem_in_the_file_is_reported_at_once_with_row_column_and_value
     preview = _preview(inventory_admin, csv_upload(rows))
     assert preview.status_code == 400
     found = {(e.row, e.column) for e in preview.context["errors"]}
-    assert {(3, "hostname"), (4, "rack"), (5, "u_position"), (5, "bmc_address"), (6, "fabric_domain"),
-            (6, "bmc_address"), (6, "bmc_mac"), (6, "commissioned_on")} <= found
+    assert {
+        (3, "hostname"),
+        (4, "rack"),
+        (5, "u_position"),
+        (5, "bmc_address"),
+        (6, "fabric_domain"),
+        (6, "bmc_address"),
+        (6, "bmc_mac"),
+        (6, "commissioned_on"),
+    } <= found
     by_cell = {(e.row, e.column): e for e in preview.context["errors"]}
     assert "no rack has this name" in by_cell[(4, "rack")].message and by_cell[(4, "rack")].value == "'no-such-rack'"
     assert "BMC MAC" in by_cell[(5, "bmc_address")].message
@@ -168,23 +199,29 @@ def test_every_problem_in_the_file_is_reported_at_once_with_row_column_and_value
     assert not Node.objects.filter(hostname__startswith="ok-").exists()
 
 
-@pytest.mark.parametrize("header, message", [
-    (["serial", "rack", "u_position", "node_type"], "required column is missing"),
-    (NODE_HEADER + ["colour"], "unknown column"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (["serial", "rack", "u_position", "node_type"], "required column is missing"),
+        (NODE_HEADER + ["colour"], "unknown column"),
+    ],
+)
 def test_a_bad_header_is_a_clear_error_not_a_traceback(small_fleet, inventory_admin, header, message):
     preview = _preview(inventory_admin, csv_upload([["x"] * len(header)], header=header))
     assert preview.status_code == 400
     assert message in preview.content.decode() and "Traceback" not in preview.content.decode()
 
 
-@pytest.mark.parametrize("name, content", [
-    ("nodes.xlsx", b"PK\x03\x04 not really a zip"),
-    ("nodes.csv", b"\xff\xfe\x00h\x00o"),
-    ("nodes.pdf", b"%PDF-1.4"),
-    ("nodes.csv", b""),
-    ("nodes.csv", b'hostname,serial\n"unterminated,x\n'),
-])
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("nodes.xlsx", b"PK\x03\x04 not really a zip"),
+        ("nodes.csv", b"\xff\xfe\x00h\x00o"),
+        ("nodes.pdf", b"%PDF-1.4"),
+        ("nodes.csv", b""),
+        ("nodes.csv", b'hostname,serial\n"unterminated,x\n'),
+    ],
+)
 def test_unreadable_files_are_refused_with_a_message(small_fleet, inventory_admin, name, content):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -207,8 +244,13 @@ def test_confirm_re_validates_and_applies_nothing_if_the_inventory_changed(small
     preview = _preview(inventory_admin, csv_upload(rows))
     assert preview.status_code == 200
     # someone else takes rack 3's U1 between preview and confirm
-    Node.objects.create(hostname="sneaked-in", serial="SN-SNEAK", rack=racks[3], u_position=1,
-                        node_type=Node.objects.first().node_type.__class__.objects.get(slug="b200-sxm-8x"))
+    Node.objects.create(
+        hostname="sneaked-in",
+        serial="SN-SNEAK",
+        rack=racks[3],
+        u_position=1,
+        node_type=Node.objects.first().node_type.__class__.objects.get(slug="b200-sxm-8x"),
+    )
     confirm = _confirm(inventory_admin, preview)
     assert confirm.status_code == 409
     assert any("overlaps sneaked-in" in e.message and e.row == 5 for e in confirm.context["errors"])
@@ -217,8 +259,9 @@ def test_confirm_re_validates_and_applies_nothing_if_the_inventory_changed(small
 
 def test_a_double_submitted_confirm_imports_once_and_answers_clearly(small_fleet, inventory_admin):
     racks = _liquid_racks()
-    preview = _preview(inventory_admin, csv_upload([["once-1", "SN-ONCE", racks[0].name, 1, "b200-sxm-8x",
-                                                     "", "", "", "", ""]]))
+    preview = _preview(
+        inventory_admin, csv_upload([["once-1", "SN-ONCE", racks[0].name, 1, "b200-sxm-8x", "", "", "", "", ""]])
+    )
     assert _confirm(inventory_admin, preview).status_code == 302
     again = _confirm(inventory_admin, preview)
     assert again.status_code == 409
@@ -230,8 +273,9 @@ def test_a_double_submitted_confirm_imports_once_and_answers_clearly(small_fleet
 
 def test_a_staged_file_belongs_to_the_user_who_previewed_it(small_fleet, inventory_admin, django_user_model):
     racks = _liquid_racks()
-    preview = _preview(inventory_admin, csv_upload([["mine-1", "SN-MINE", racks[0].name, 1, "b200-sxm-8x",
-                                                     "", "", "", "", ""]]))
+    preview = _preview(
+        inventory_admin, csv_upload([["mine-1", "SN-MINE", racks[0].name, 1, "b200-sxm-8x", "", "", "", "", ""]])
+    )
     other = client_for(Client, staff_with(django_user_model, "other", "fleet.add_node", "fleet.view_node"))
     assert other.post(reverse(IMPORT), {"confirm": "1", "staged": staged_id(preview)}).status_code == 409
     assert not Node.objects.filter(hostname="mine-1").exists()
@@ -239,8 +283,14 @@ def test_a_staged_file_belongs_to_the_user_who_previewed_it(small_fleet, invento
 
 def test_gpus_beyond_the_node_types_count_and_bad_uuids_are_refused(small_fleet, inventory_admin):
     node = Node.objects.filter(lifecycle="available").order_by("hostname").first()
-    upload = xlsx_upload({"gpus": (["node", "index", "uuid"], [
-        [node.hostname, 8, _gpu_uuid()], [node.hostname, 0, _gpu_uuid()], ["ghost", 1, "not-a-uuid"]])})
+    upload = xlsx_upload(
+        {
+            "gpus": (
+                ["node", "index", "uuid"],
+                [[node.hostname, 8, _gpu_uuid()], [node.hostname, 0, _gpu_uuid()], ["ghost", 1, "not-a-uuid"]],
+            )
+        }
+    )
     preview = _preview(inventory_admin, upload)
     assert preview.status_code == 400
     by_cell = {(e.row, e.column): e.message for e in preview.context["errors"]}
@@ -253,8 +303,14 @@ def test_gpus_beyond_the_node_types_count_and_bad_uuids_are_refused(small_fleet,
 def test_racks_import_with_their_hall_and_are_checked_for_grid_clashes(small_fleet, django_user_model):
     client = client_for(Client, staff_with(django_user_model, "racker", "fleet.view_rack", "fleet.add_rack"))
     header = ["name", "hall", "row", "column", "u_height", "rated_power_kw", "cooling", "cooling_capacity_kw"]
-    upload = csv_upload([["new-r1", "hall-2", 5, 0, 42, "140", "liquid", "140"],
-                         ["new-r2", "hall-2", 0, 0, 42, "abc", "liquid", "140"]], header=header, name="racks.csv")
+    upload = csv_upload(
+        [
+            ["new-r1", "hall-2", 5, 0, 42, "140", "liquid", "140"],
+            ["new-r2", "hall-2", 0, 0, 42, "abc", "liquid", "140"],
+        ],
+        header=header,
+        name="racks.csv",
+    )
     preview = client.post(reverse("admin:fleet_rack_import"), {"file": upload, "csv_sheet": "racks"})
     assert preview.status_code == 400
     messages = {(e.row, e.column): e.message for e in preview.context["errors"]}
@@ -262,22 +318,30 @@ def test_racks_import_with_their_hall_and_are_checked_for_grid_clashes(small_fle
     upload = csv_upload([["new-r1", "hall-2", 5, 0, 42, "140", "liquid", "140"]], header=header, name="racks.csv")
     preview = client.post(reverse("admin:fleet_rack_import"), {"file": upload, "csv_sheet": "racks"})
     assert preview.status_code == 200
-    assert client.post(reverse("admin:fleet_rack_import"), {"confirm": "1", "staged": staged_id(preview)}).status_code == 302
+    assert (
+        client.post(reverse("admin:fleet_rack_import"), {"confirm": "1", "staged": staged_id(preview)}).status_code
+        == 302
+    )
     assert Rack.objects.get(name="new-r1").hall.name == "hall-2"
     assert AuditEvent.objects.filter(action="rack.import_create").count() == 1
 
 
 def test_export_escapes_formula_cells_and_refuses_unknown_filters(small_fleet, operator_client):
-    Node.objects.filter(hostname="dc1-gpu00001").update(leaf_switch="=HYPERLINK(\"http://x\")")
-    body = b"".join(operator_client.get(reverse("admin:fleet_node_export"), {"format": "csv"}).streaming_content).decode()
+    Node.objects.filter(hostname="dc1-gpu00001").update(leaf_switch='=HYPERLINK("http://x")')
+    body = b"".join(
+        operator_client.get(reverse("admin:fleet_node_export"), {"format": "csv"}).streaming_content
+    ).decode()
     assert "'=HYPERLINK" in body and "\n=HYPERLINK" not in body and ",=HYPERLINK" not in body
     xlsx = operator_client.get(reverse("admin:fleet_node_export"), {"format": "xlsx"})
     book = load_workbook(io.BytesIO(xlsx.content), read_only=True)
     assert book.sheetnames == ["nodes", "gpus", "drives"]
     cells = [c for row in book["nodes"].iter_rows(values_only=True) for c in row if isinstance(c, str)]
-    assert "'=HYPERLINK(\"http://x\")" in cells
+    assert '\'=HYPERLINK("http://x")' in cells
     assert sum(1 for _ in book["gpus"].iter_rows()) == 65
-    assert operator_client.get(reverse("admin:fleet_node_export"), {"format": "csv", "bogus__lookup": "1"}).status_code == 400
+    assert (
+        operator_client.get(reverse("admin:fleet_node_export"), {"format": "csv", "bogus__lookup": "1"}).status_code
+        == 400
+    )
     assert operator_client.get(reverse("admin:fleet_node_export"), {"format": "pdf"}).status_code == 400
     assert operator_client.get(reverse("admin:fleet_node_export"), {"rack": "not-a-uuid"}).status_code == 400
 

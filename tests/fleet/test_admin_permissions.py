@@ -1,5 +1,6 @@
 """Cross-role tests for every admin page, action, import and export: a staff user gets exactly
 what their Django model permissions allow, in the admin as in the console and the API."""
+
 import pytest
 from django.contrib import admin
 from django.test import Client
@@ -113,10 +114,15 @@ def test_an_xlsx_with_a_gpus_sheet_needs_add_gpu_too(small_fleet, django_user_mo
 
     node_adder = client_for(Client, staff_with(django_user_model, "nodes", "fleet.view_node", "fleet.add_node"))
     rack = Rack.objects.filter(cooling="liquid", nodes__isnull=True).order_by("name").first()
-    upload = xlsx_upload({
-        "nodes": (["hostname", "serial", "rack", "u_position", "node_type"], [["x-1", "SN-X1", rack.name, 1, "b200-sxm-8x"]]),
-        "gpus": (["node", "index", "uuid"], [["x-1", 0, "GPU-00000000-0000-4000-8000-000000000001"]]),
-    })
+    upload = xlsx_upload(
+        {
+            "nodes": (
+                ["hostname", "serial", "rack", "u_position", "node_type"],
+                [["x-1", "SN-X1", rack.name, 1, "b200-sxm-8x"]],
+            ),
+            "gpus": (["node", "index", "uuid"], [["x-1", 0, "GPU-00000000-0000-4000-8000-000000000001"]]),
+        }
+    )
     response = node_adder.post(reverse("admin:fleet_node_import"), {"file": upload})
     assert response.status_code == 403
     assert not Node.objects.filter(hostname="x-1").exists()
@@ -125,8 +131,9 @@ def test_an_xlsx_with_a_gpus_sheet_needs_add_gpu_too(small_fleet, django_user_mo
 def test_updates_through_import_need_change_permission(small_fleet, django_user_model):
     adder = client_for(Client, staff_with(django_user_model, "adder", "fleet.view_node", "fleet.add_node"))
     node = Node.objects.order_by("hostname").first()
-    upload = csv_upload([[node.hostname, node.serial, node.rack.name, node.u_position, "h100-sxm-8x", "", "leaf-x",
-                          "", "", ""]])
+    upload = csv_upload(
+        [[node.hostname, node.serial, node.rack.name, node.u_position, "h100-sxm-8x", "", "leaf-x", "", "", ""]]
+    )
     response = adder.post(reverse("admin:fleet_node_import"), {"file": upload, "allow_updates": "on"})
     assert response.status_code == 403
     node.refresh_from_db()
@@ -136,8 +143,9 @@ def test_updates_through_import_need_change_permission(small_fleet, django_user_
 def test_node_actions_need_change_permission(small_fleet, django_user_model):
     viewer = client_for(Client, staff_with(django_user_model, "viewer", "fleet.view_node"))
     node = Node.objects.filter(lifecycle="available").first()
-    response = viewer.post(reverse("admin:fleet_node_changelist"),
-                           {"action": "cordon_nodes", "_selected_action": [node.pk]})
+    response = viewer.post(
+        reverse("admin:fleet_node_changelist"), {"action": "cordon_nodes", "_selected_action": [node.pk]}
+    )
     node.refresh_from_db()
     assert not node.cordoned
     assert response.status_code in (200, 302, 403)

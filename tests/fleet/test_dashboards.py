@@ -1,5 +1,6 @@
 """Dashboards: numbers against independent SQL, fixed query counts at two fleet sizes, power
 sources, snapshots and retention, figures and drawings as data, and /metrics."""
+
 import json
 from datetime import timedelta
 
@@ -34,7 +35,8 @@ def _sql_gpus(where: str = "1=1") -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT COALESCE(SUM(t.gpus_per_node), 0) FROM fleet_node n JOIN fleet_nodetype t ON t.id = n.node_type_id "
-            f"WHERE {where}")
+            f"WHERE {where}"
+        )
         return cursor.fetchone()[0]
 
 
@@ -64,8 +66,14 @@ def test_dashboard_pages_have_a_fixed_query_count(operator_client, django_assert
     backfill_history(now=timezone.now(), days=2)
     hall = Hall.objects.filter(racks__nodes__isnull=False).first()
     rack = Rack.objects.filter(nodes__isnull=False).first()
-    budgets = {"/": 12, "/fleet/power/": 12, f"/fleet/halls/{hall.pk}/floor/": 8, f"/fleet/racks/{rack.pk}/": 8,
-               "/fleet/charts/utilisation-30d.json": 4, "/fleet/charts/rack-load.json": 4}
+    budgets = {
+        "/": 12,
+        "/fleet/power/": 12,
+        f"/fleet/halls/{hall.pk}/floor/": 8,
+        f"/fleet/racks/{rack.pk}/": 8,
+        "/fleet/charts/utilisation-30d.json": 4,
+        "/fleet/charts/rack-load.json": 4,
+    }
     for url, budget in budgets.items():
         with django_assert_max_num_queries(budget):
             assert operator_client.get(url).status_code == 200, url
@@ -75,8 +83,13 @@ def test_power_counts_meter_readings_then_estimates_then_rated_and_says_which(op
     now = timezone.now()
     nodes = list(Node.objects.order_by("hostname"))
     # a BMC reading of the node's wall draw
-    Node.objects.filter(pk=nodes[0].pk).update(wall_power_w=7000, wall_power_source="bmc", wall_power_at=now - timedelta(seconds=30),
-                                               gpu_power_w=4000, last_heartbeat_at=now - timedelta(seconds=30))
+    Node.objects.filter(pk=nodes[0].pk).update(
+        wall_power_w=7000,
+        wall_power_source="bmc",
+        wall_power_at=now - timedelta(seconds=30),
+        gpu_power_w=4000,
+        last_heartbeat_at=now - timedelta(seconds=30),
+    )
     # GPU board power only: estimated as GPUs + the H100 host share (facility.csv host_kw_max_dgx_h100, 4.6 kW)
     Node.objects.filter(pk=nodes[1].pk).update(gpu_power_w=600, last_heartbeat_at=now - timedelta(seconds=20))
     # stale readings: rated
@@ -98,9 +111,9 @@ def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator
     node = Node.objects.order_by("hostname").first()
     Node.objects.filter(pk=node.pk).update(gpu_power_w=5200, last_heartbeat_at=timezone.now() - timedelta(seconds=12))
     page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
-    wall = page[page.index('id="wall-draw"'):]
-    assert wall[:wall.index("</dd>")].startswith('id="wall-draw">9.8 kW') and "(estimate, 12 s old)" in wall[:200]
-    gpu = page[page.index('id="gpu-power"'):]
+    wall = page[page.index('id="wall-draw"') :]
+    assert wall[: wall.index("</dd>")].startswith('id="wall-draw">9.8 kW') and "(estimate, 12 s old)" in wall[:200]
+    gpu = page[page.index('id="gpu-power"') :]
     assert "5200 W, the GPUs' board power only" in gpu[:200]
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
     page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
@@ -110,8 +123,8 @@ def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator
 def test_power_page_names_positions_for_the_next_generation(operator_client, small_fleet):
     page = operator_client.get("/fleet/power/").content.decode()
     # The seeded liquid hall has 16 empty 140 kW positions: each takes an NVL72 rack (132 kW, generations.csv).
-    row = page[page.index("GB200-NVL72"):]
-    row = row[:row.index("</tr>")]
+    row = page[page.index("GB200-NVL72") :]
+    row = row[: row.index("</tr>")]
     assert ">16<" in row and "dc1/hall-2: 16" in row
     assert "rated maximum" in page  # no agent readings: the page says the figures are rated
 
@@ -120,8 +133,8 @@ def test_hot_racks_are_listed(operator_client, small_fleet):
     rack = Rack.objects.filter(nodes__isnull=False).distinct().order_by("name").first()
     Node.objects.filter(rack=rack).update(wall_power_w=10_800, wall_power_source="pdu", wall_power_at=timezone.now())
     page = operator_client.get("/fleet/power/").content.decode()
-    table = page[page.index('id="hot-racks"'):]
-    assert rack.name in table[:table.index("</table>")]
+    table = page[page.index('id="hot-racks"') :]
+    assert rack.name in table[: table.index("</table>")]
     floor = operator_client.get(f"/fleet/halls/{rack.hall_id}/floor/").content.decode()
     assert "1 at or above 90 %" in floor
     assert f'href="/fleet/racks/{rack.pk}/"' in floor
@@ -192,12 +205,15 @@ def test_figures_as_data():
     assert list(bar.y) == ["Repair", "Available", "Active"] and list(bar.x) == [8, 16, 40]
     assert bar.marker.color[0] == "#a27c1a"
     t0, t1 = timezone.now() - timedelta(hours=1), timezone.now()
-    fig = charts.utilisation([
-        {"at": t0, "generation": "hopper", "allocated": 50, "total": 100},
-        {"at": t0, "generation": "blackwell", "allocated": 0, "total": 100},
-        {"at": t1, "generation": "hopper", "allocated": 100, "total": 100},
-        {"at": t1, "generation": "blackwell", "allocated": 50, "total": 100},
-    ], title="t")
+    fig = charts.utilisation(
+        [
+            {"at": t0, "generation": "hopper", "allocated": 50, "total": 100},
+            {"at": t0, "generation": "blackwell", "allocated": 0, "total": 100},
+            {"at": t1, "generation": "hopper", "allocated": 100, "total": 100},
+            {"at": t1, "generation": "blackwell", "allocated": 50, "total": 100},
+        ],
+        title="t",
+    )
     assert [tr.name for tr in fig.data] == ["fleet", "blackwell", "hopper"]
     assert list(fig.data[0].y) == [25.0, 75.0]
     fig = charts.rack_load([5, 88.7, 90, 95, 120])
@@ -210,8 +226,9 @@ def test_metrics_needs_an_operator_token(api, ops_api, small_fleet):
     from tenants.models import Tenant
 
     assert api.get("/metrics").status_code == 401
-    _, tenant_token = create_api_token(kind="tenant", tenant=Tenant.objects.create(slug="acme", name="Acme"),
-                                       role="admin", actor="test")
+    _, tenant_token = create_api_token(
+        kind="tenant", tenant=Tenant.objects.create(slug="acme", name="Acme"), role="admin", actor="test"
+    )
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_token}")
     denied = api.get("/metrics")
     assert denied.status_code == 403 and denied["Content-Type"] == "application/problem+json"
@@ -220,8 +237,9 @@ def test_metrics_needs_an_operator_token(api, ops_api, small_fleet):
 
 def test_metrics_parse_and_match_the_database(ops_api, small_fleet):
     _mix_states(8)
-    Node.objects.filter(pk=Node.objects.order_by("hostname").first().pk).update(gpu_power_w=5000,
-                                                                                  last_heartbeat_at=timezone.now())
+    Node.objects.filter(pk=Node.objects.order_by("hostname").first().pk).update(
+        gpu_power_w=5000, last_heartbeat_at=timezone.now()
+    )
     ops_api.get("/fleet/power/")  # a request for the latency histogram
     families = {f.name: f for f in text_string_to_metric_families(ops_api.get("/metrics").content.decode())}
     gpus = {(s.labels["state"], s.labels["generation"]): s.value for s in families["hangar_gpus"].samples}

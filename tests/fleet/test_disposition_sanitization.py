@@ -1,5 +1,6 @@
 """The data-handling gate: sanitisation records (operator API and agent results), the retire and
 dispose gates, and the certificate of sanitisation."""
+
 import uuid
 
 import pytest
@@ -15,8 +16,13 @@ from .lifecycle_helpers import report_drives
 
 pytestmark = pytest.mark.django_db
 
-RECORD = {"method": "purge", "technique": "NVMe sanitize crypto erase", "tool": "nvme-cli 2.8",
-          "verified": True, "evidence": "sanitize log page: SSTAT=0x101 (completed)"}
+RECORD = {
+    "method": "purge",
+    "technique": "NVMe sanitize crypto erase",
+    "tool": "nvme-cli 2.8",
+    "verified": True,
+    "evidence": "sanitize log page: SSTAT=0x101 (completed)",
+}
 
 
 def key():
@@ -39,8 +45,9 @@ def record_all(ops_api, node, skip=()):
     for drive in node.drives.order_by("serial"):
         if drive.serial in skip:
             continue
-        r = ops_api.post(f"/api/v1/ops/drives/{drive.pk}/sanitization-records", RECORD, format="json",
-                         HTTP_IDEMPOTENCY_KEY=key())
+        r = ops_api.post(
+            f"/api/v1/ops/drives/{drive.pk}/sanitization-records", RECORD, format="json", HTTP_IDEMPOTENCY_KEY=key()
+        )
         assert r.status_code == 201, r.json()
 
 
@@ -64,7 +71,8 @@ def test_one_unsanitised_drive_blocks_retire_and_is_listed(ops_api, sanitizing_n
         perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     assert refused.value.code == "sanitization_incomplete"
     assert [(d["id"], d["serial"], d["required_method"]) for d in refused.value.extra["drives"]] == [
-        (str(last.pk), last.serial, "purge")]
+        (str(last.pk), last.serial, "purge")
+    ]
     assert Node.objects.get(pk=sanitizing_node.pk).lifecycle == Lifecycle.SANITIZING
     checklist = ops_api.get(f"/api/v1/ops/nodes/{sanitizing_node.pk}/data-handling").json()
     assert [d["serial"] for d in checklist["unsanitized_drives"]] == [last.serial]
@@ -88,8 +96,12 @@ def test_a_failed_record_does_not_count_and_bmc_reset_is_required(ops_api, sanit
         perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
     assert refused.value.extra["drives"] == []
     assert any("BMC" in m for m in refused.value.extra["missing"])
-    ops_api.post(f"/api/v1/ops/drives/{first.pk}/sanitization-records", {**RECORD, "verified": False},
-                 format="json", HTTP_IDEMPOTENCY_KEY=key())
+    ops_api.post(
+        f"/api/v1/ops/drives/{first.pk}/sanitization-records",
+        {**RECORD, "verified": False},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key(),
+    )
     ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/bmc-reset", {}, format="json", HTTP_IDEMPOTENCY_KEY=key())
     # an earlier passing record still stands; a failed retry adds evidence, it does not erase it
     node = perform_operator_action(node_id=sanitizing_node.pk, action="retire", actor="user:op")
@@ -103,11 +115,15 @@ def test_dispose_needs_tags_and_custody(ops_api, sanitizing_node):
     with pytest.raises(ActionRefused) as refused:
         perform_operator_action(node_id=sanitizing_node.pk, action="dispose", actor="user:op")
     assert refused.value.code == "disposal_incomplete" and len(refused.value.extra["missing"]) == 2
-    ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/asset-tags-removed", {}, format="json",
-                 HTTP_IDEMPOTENCY_KEY=key())
-    r = ops_api.post(f"/api/v1/ops/nodes/{sanitizing_node.pk}/custody-transfers",
-                     {"from_party": "dc1", "to_party": "SecondLife GPU Brokers", "document_ref": "BOL-42"},
-                     format="json", HTTP_IDEMPOTENCY_KEY=key())
+    ops_api.post(
+        f"/api/v1/ops/nodes/{sanitizing_node.pk}/asset-tags-removed", {}, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
+    r = ops_api.post(
+        f"/api/v1/ops/nodes/{sanitizing_node.pk}/custody-transfers",
+        {"from_party": "dc1", "to_party": "SecondLife GPU Brokers", "document_ref": "BOL-42"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key(),
+    )
     assert r.status_code == 201 and r.json()["dispose_missing"] == []
     node = perform_operator_action(node_id=sanitizing_node.pk, action="dispose", actor="user:op")
     assert node.lifecycle == Lifecycle.DISPOSED
@@ -116,16 +132,22 @@ def test_dispose_needs_tags_and_custody(ops_api, sanitizing_node):
 def test_operator_record_validation_404_and_idempotency(ops_api, small_fleet):
     drive = Drive.objects.first()
     url = f"/api/v1/ops/drives/{drive.pk}/sanitization-records"
-    bad = ops_api.post(url, {**RECORD, "method": "wipe", "verified": "maybe"}, format="json",
-                       HTTP_IDEMPOTENCY_KEY=key())
+    bad = ops_api.post(
+        url, {**RECORD, "method": "wipe", "verified": "maybe"}, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
     assert bad.status_code == 400
     assert {e["field"] for e in bad.json()["errors"]} == {"method", "verified"}
     assert ops_api.post(url, RECORD, format="json").json()["code"] == "idempotency_key_missing"
-    missing = ops_api.post(f"/api/v1/ops/drives/{uuid.uuid4()}/sanitization-records", RECORD, format="json",
-                           HTTP_IDEMPOTENCY_KEY=key())
+    missing = ops_api.post(
+        f"/api/v1/ops/drives/{uuid.uuid4()}/sanitization-records", RECORD, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
     assert missing.status_code == 404
-    assert ops_api.post("/api/v1/ops/drives/not-a-uuid/sanitization-records", RECORD, format="json",
-                        HTTP_IDEMPOTENCY_KEY=key()).status_code == 404
+    assert (
+        ops_api.post(
+            "/api/v1/ops/drives/not-a-uuid/sanitization-records", RECORD, format="json", HTTP_IDEMPOTENCY_KEY=key()
+        ).status_code
+        == 404
+    )
     k = key()
     first = ops_api.post(url, RECORD, format="json", HTTP_IDEMPOTENCY_KEY=k)
     again = ops_api.post(url, RECORD, format="json", HTTP_IDEMPOTENCY_KEY=k)
@@ -137,8 +159,9 @@ def test_operator_record_validation_404_and_idempotency(ops_api, small_fleet):
 
 def test_tenant_tokens_cannot_record(api, small_fleet):
     drive = Drive.objects.first()
-    r = api.post(f"/api/v1/ops/drives/{drive.pk}/sanitization-records", RECORD, format="json",
-                 HTTP_IDEMPOTENCY_KEY=key())
+    r = api.post(
+        f"/api/v1/ops/drives/{drive.pk}/sanitization-records", RECORD, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
     assert r.status_code == 401
     assert not SanitizationRecord.objects.exists()
 
@@ -159,12 +182,23 @@ def test_records_cannot_be_changed_or_deleted(small_fleet):
 
 
 def _finished_agent_action(drive, **overrides):
-    payload = {"drive_serial": drive.serial, "method": "purge", "technique": "cryptographic erase (NVMe Format SES=2)",
-               "tool": "nvme-cli format --ses=2", "verified": True, "evidence": "sha256:abc $ nvme format -> 0"}
+    payload = {
+        "drive_serial": drive.serial,
+        "method": "purge",
+        "technique": "cryptographic erase (NVMe Format SES=2)",
+        "tool": "nvme-cli format --ses=2",
+        "verified": True,
+        "evidence": "sha256:abc $ nvme format -> 0",
+    }
     payload.update(overrides)
-    return NodeAgentAction.objects.create(node=drive.node, drive=drive, action=AgentAction.SANITIZE_DRIVE,
-                                          state=AgentActionState.SUCCEEDED, requested_by="user:op",
-                                          output={"sanitization_record": payload})
+    return NodeAgentAction.objects.create(
+        node=drive.node,
+        drive=drive,
+        action=AgentAction.SANITIZE_DRIVE,
+        state=AgentActionState.SUCCEEDED,
+        requested_by="user:op",
+        output={"sanitization_record": payload},
+    )
 
 
 def test_agent_result_creates_one_record(small_fleet):

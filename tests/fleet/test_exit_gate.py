@@ -5,6 +5,7 @@ exit until the drives the agent reported have verified records, with evidence, o
 its destination needs. A property test walks the transition table at random (single and
 batched moves) and never gets a node with unverified drives out of custody.
 """
+
 import contextlib
 import uuid
 
@@ -31,20 +32,41 @@ def key() -> str:
 
 
 def act(ops_api, node, action):
-    return ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": action, "reason": "exit test"},
-                        format="json", HTTP_IDEMPOTENCY_KEY=key())
+    return ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions",
+        {"action": action, "reason": "exit test"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key(),
+    )
 
 
 def record(ops_api, drive, method, evidence=EVIDENCE, verified=True):
-    return ops_api.post(f"/api/v1/ops/drives/{drive.pk}/sanitization-records",
-                        {"method": method, "technique": f"{method} technique", "tool": "nvme-cli 2.8",
-                         "verified": verified, "evidence": evidence}, format="json", HTTP_IDEMPOTENCY_KEY=key())
+    return ops_api.post(
+        f"/api/v1/ops/drives/{drive.pk}/sanitization-records",
+        {
+            "method": method,
+            "technique": f"{method} technique",
+            "tool": "nvme-cli 2.8",
+            "verified": verified,
+            "evidence": evidence,
+        },
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key(),
+    )
 
 
 def agent_drives(node, *, unpurgeable: str = ""):
     """What the agent sees: the node's drives, all purgeable but `unpurgeable`."""
-    return [{"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb, "self_encrypting": False,
-             "purge_supported": d.serial != unpurgeable} for d in node.drives.order_by("serial")]
+    return [
+        {
+            "serial": d.serial,
+            "model": d.model,
+            "capacity_gb": d.capacity_gb,
+            "self_encrypting": False,
+            "purge_supported": d.serial != unpurgeable,
+        }
+        for d in node.drives.order_by("serial")
+    ]
 
 
 @pytest.fixture
@@ -70,15 +92,18 @@ def test_a_tenant_used_node_passes_rma_retire_and_dispose_only_with_verified_dri
     required = {d["serial"]: d["required_method"] for d in checklist["rma_gate"]["drives"]}
     assert required == {d.serial: ("destroy" if d.serial == unpurgeable else "purge") for d in drives}
     act(ops_api, node, "sanitize")  # queues what the agent can do, with the method shown above
-    queued = {a.params["serial"]: a.params["method"]
-              for a in NodeAgentAction.objects.filter(node=node, action=AgentAction.SANITIZE_DRIVE)}
+    queued = {
+        a.params["serial"]: a.params["method"]
+        for a in NodeAgentAction.objects.filter(node=node, action=AgentAction.SANITIZE_DRIVE)
+    }
     assert queued == {d.serial: "purge" for d in drives if d.serial != unpurgeable}
     for drive in drives:
         assert record(ops_api, drive, "clear").status_code == 201  # clear does not do for media that leaves
     assert act(ops_api, node, "rma").status_code == 409
     assert record(ops_api, drives[0], "purge", evidence="").status_code == 400  # the API wants evidence
-    sanitization.record_sanitization(drive=drives[0], method="purge", technique="t", tool="t", verified=True,
-                                     evidence="  ", actor="agent:x")  # a blank record does not count either
+    sanitization.record_sanitization(
+        drive=drives[0], method="purge", technique="t", tool="t", verified=True, evidence="  ", actor="agent:x"
+    )  # a blank record does not count either
     for drive in drives[:-1]:
         record(ops_api, drive, "purge", verified=False)  # a failed verification does not count
     r = act(ops_api, node, "rma")
@@ -107,12 +132,14 @@ def test_a_tenant_used_node_passes_rma_retire_and_dispose_only_with_verified_dri
     report_drives(node, agent_drives(node, unpurgeable=unpurgeable))
     spare.delete()  # what deleting it in the admin does
     custody = {"from_party": "dc1", "to_party": "Recycler Ltd", "document_ref": "BOL-7"}
-    r = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/custody-transfers", custody, format="json",
-                     HTTP_IDEMPOTENCY_KEY=key())
+    r = ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/custody-transfers", custody, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
     assert r.status_code == 409 and "SPARE-1" in r.json()["detail"]
     report_drives(node, agent_drives(node, unpurgeable=unpurgeable))
-    r = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/custody-transfers", custody, format="json",
-                     HTTP_IDEMPOTENCY_KEY=key())
+    r = ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/custody-transfers", custody, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
     assert r.status_code == 201, r.json()
     assert act(ops_api, node, "dispose").status_code == 202
     assert Node.objects.get(pk=node.pk).lifecycle == Lifecycle.DISPOSED
@@ -122,8 +149,14 @@ def test_an_rma_with_the_drives_aboard_needs_the_carrier_and_every_drives_status
     node = used_node
     report_drives(node)
     serials = list(node.drives.order_by("serial").values_list("serial", flat=True))
-    shipment = {"from_party": "dc1", "to_party": "Vendor RMA depot", "document_ref": "RMA-5521", "kind": "rma_shipment",
-                "carrier": "", "drive_status": [{"serial": s, "status": "sealed, bag T-1"} for s in serials[:-1]]}
+    shipment = {
+        "from_party": "dc1",
+        "to_party": "Vendor RMA depot",
+        "document_ref": "RMA-5521",
+        "kind": "rma_shipment",
+        "carrier": "",
+        "drive_status": [{"serial": s, "status": "sealed, bag T-1"} for s in serials[:-1]],
+    }
     url = f"/api/v1/ops/nodes/{node.pk}/custody-transfers"
     assert ops_api.post(url, shipment, format="json", HTTP_IDEMPOTENCY_KEY=key()).status_code == 409
     shipment["carrier"] = "SecureFreight"
@@ -138,8 +171,15 @@ def test_an_rma_with_the_drives_aboard_needs_the_carrier_and_every_drives_status
 def test_missing_and_new_drives_are_reconciled_and_a_missing_one_blocks_the_exit(ops_api, used_node):
     node = used_node
     drives = list(node.drives.order_by("serial"))
-    seen = agent_drives(node)[1:] + [{"serial": "NEW-1", "model": "Kioxia CM7", "capacity_gb": 3840,
-                                      "self_encrypting": True, "purge_supported": True}]
+    seen = agent_drives(node)[1:] + [
+        {
+            "serial": "NEW-1",
+            "model": "Kioxia CM7",
+            "capacity_gb": 3840,
+            "self_encrypting": True,
+            "purge_supported": True,
+        }
+    ]
     report_drives(node, seen)
     gone = Drive.objects.get(pk=drives[0].pk)
     assert gone.missing_since is not None
@@ -164,8 +204,11 @@ def test_redeploy_inside_the_organisation_needs_only_clear(ops_api, used_node):
     DispositionAssignment.objects.create(plan=plan, node=node, option=DispositionOption.REDEPLOY, pool="inference")
     report_drives(node)
     act(ops_api, node, "sanitize")
-    methods = set(NodeAgentAction.objects.filter(node=node, action=AgentAction.SANITIZE_DRIVE)
-                  .values_list("params__method", flat=True))
+    methods = set(
+        NodeAgentAction.objects.filter(node=node, action=AgentAction.SANITIZE_DRIVE).values_list(
+            "params__method", flat=True
+        )
+    )
     assert methods == {"clear"}
     for drive in node.drives.all():
         record(ops_api, drive, "clear")
@@ -197,15 +240,22 @@ def test_the_agent_inventory_is_validated(used_node):
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(used_node.pk)}")
-    bad = {"observed_at": "2026-11-02T10:00:00Z",
-           "drives": [{"serial": ""}, {"serial": "A", "capacity_gb": -1}, {"serial": "A", "self_encrypting": "yes"},
-                      "x"] + [{"serial": f"S{i}"} for i in range(70)]}
+    bad = {
+        "observed_at": "2026-11-02T10:00:00Z",
+        "drives": [{"serial": ""}, {"serial": "A", "capacity_gb": -1}, {"serial": "A", "self_encrypting": "yes"}, "x"]
+        + [{"serial": f"S{i}"} for i in range(70)],
+    }
     r = client.post("/api/agent/v1/health-reports", bad, format="json")
     assert r.status_code == 400 and {e["field"] for e in r.json()["errors"]} == {"drives"}
     bad["drives"] = bad["drives"][:4]
     fields = {e["field"] for e in client.post("/api/agent/v1/health-reports", bad, format="json").json()["errors"]}
-    assert fields == {"drives.0.serial", "drives.1.capacity_gb", "drives.2.serial", "drives.2.self_encrypting",
-                      "drives.3"}
+    assert fields == {
+        "drives.0.serial",
+        "drives.1.capacity_gb",
+        "drives.2.serial",
+        "drives.2.self_encrypting",
+        "drives.3",
+    }
     assert not Drive.objects.filter(serial="A").exists()
 
 
@@ -221,14 +271,16 @@ TO_RETIRED = [(1, False, False), (1, False, False), (0, False, False), (0, False
 TO_RMA = [(0, False, False), (1, False, False)]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(walk=TO_RETIRED + [(0, False, False)], inventory=True, wrong_records=True)
 @example(walk=TO_RETIRED + [(0, True, False)], inventory=False, wrong_records=False)
 @example(walk=TO_RMA + [(2, False, False)], inventory=True, wrong_records=True)
 @example(walk=TO_RMA + [(2, True, False)], inventory=True, wrong_records=False)
-@given(walk=st.lists(st.tuples(st.integers(0, 40), st.booleans(), st.booleans()), min_size=1, max_size=30),
-       inventory=st.booleans(), wrong_records=st.booleans())
+@given(
+    walk=st.lists(st.tuples(st.integers(0, 40), st.booleans(), st.booleans()), min_size=1, max_size=30),
+    inventory=st.booleans(),
+    wrong_records=st.booleans(),
+)
 def test_no_walk_through_the_table_takes_unverified_drives_out_of_custody(used_node, walk, inventory, wrong_records):
     """From a tenant-used node, try any sequence of moves (single transition() or batched
     transition_many(), as the loops do): with the inventory or without it, with records of a
@@ -238,8 +290,9 @@ def test_no_walk_through_the_table_takes_unverified_drives_out_of_custody(used_n
         report_drives(node, agent_drives(node))
     if wrong_records:
         for drive in node.drives.all():
-            sanitization.record_sanitization(drive=drive, method="clear", technique="t", tool="t", verified=True,
-                                             evidence=EVIDENCE, actor="test")
+            sanitization.record_sanitization(
+                drive=drive, method="clear", technique="t", tool="t", verified=True, evidence=EVIDENCE, actor="test"
+            )
     for choice, batched, off_table in walk:
         node.refresh_from_db()
         assert node.lifecycle not in OUT_OF_CUSTODY
@@ -264,8 +317,9 @@ def test_the_random_walks_did_try_every_exit():
     assert {Lifecycle.RMA, Lifecycle.RETIRED} <= ATTEMPTED_EXITS
 
 
-def test_the_node_page_shows_the_gate_and_the_certificate_comes_as_pdf(operator_client, ops_api, used_node,
-                                                                     django_user_model):
+def test_the_node_page_shows_the_gate_and_the_certificate_comes_as_pdf(
+    operator_client, ops_api, used_node, django_user_model
+):
     from django.test import Client
 
     node = transition(used_node, Lifecycle.DECOMMISSIONING, actor="test", action="setup")

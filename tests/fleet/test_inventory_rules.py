@@ -1,4 +1,5 @@
 """Cross-object inventory rules enforced by clean(): power, cooling, U space and site."""
+
 from decimal import Decimal
 
 import pytest
@@ -11,8 +12,15 @@ pytestmark = pytest.mark.django_db
 
 
 def _rack(hall, name, *, kw, cooling=Cooling.AIR):
-    return Rack.objects.create(hall=hall, name=name, row=0, column=Rack.objects.filter(hall=hall).count(),
-                               rated_power_kw=Decimal(kw), cooling=cooling, cooling_capacity_kw=Decimal(kw))
+    return Rack.objects.create(
+        hall=hall,
+        name=name,
+        row=0,
+        column=Rack.objects.filter(hall=hall).count(),
+        rated_power_kw=Decimal(kw),
+        cooling=cooling,
+        cooling_capacity_kw=Decimal(kw),
+    )
 
 
 @pytest.fixture
@@ -23,7 +31,9 @@ def hall():
 
 def test_nvl72_into_a_20kw_air_position_is_refused_with_the_reason(hall):
     rack = _rack(hall, "air-1", kw="20.4")
-    node = Node(hostname="nvl-1", serial="X1", rack=rack, u_position=1, node_type=NodeType.objects.get(slug="gb200-nvl72"))
+    node = Node(
+        hostname="nvl-1", serial="X1", rack=rack, u_position=1, node_type=NodeType.objects.get(slug="gb200-nvl72")
+    )
     with pytest.raises(ValidationError) as err:
         node.full_clean()
     text = " ".join(err.value.messages)
@@ -33,7 +43,9 @@ def test_nvl72_into_a_20kw_air_position_is_refused_with_the_reason(hall):
 
 def test_nvl72_fits_a_liquid_140kw_position(hall):
     rack = _rack(hall, "liq-1", kw="140", cooling=Cooling.LIQUID)
-    node = Node(hostname="nvl-1", serial="X1", rack=rack, u_position=1, node_type=NodeType.objects.get(slug="gb200-nvl72"))
+    node = Node(
+        hostname="nvl-1", serial="X1", rack=rack, u_position=1, node_type=NodeType.objects.get(slug="gb200-nvl72")
+    )
     node.full_clean()
 
 
@@ -61,8 +73,14 @@ def test_node_and_fabric_must_share_a_site(hall):
     other_site = Site.objects.create(slug="s2", name="S2")
     fabric = FabricDomain.objects.create(site=other_site, name="pod", technology="ib-ndr", generation="hopper")
     rack = _rack(hall, "air-1", kw="40")
-    node = Node(hostname="a", serial="1", rack=rack, u_position=1, node_type=NodeType.objects.get(slug="h100-sxm-8x"),
-                fabric_domain=fabric)
+    node = Node(
+        hostname="a",
+        serial="1",
+        rack=rack,
+        u_position=1,
+        node_type=NodeType.objects.get(slug="h100-sxm-8x"),
+        fabric_domain=fabric,
+    )
     with pytest.raises(ValidationError, match="must be in one site"):
         node.full_clean()
 
@@ -74,4 +92,11 @@ def test_catalogue_is_preloaded_from_reference_with_sources():
     nvl = NodeType.objects.get(slug="gb200-nvl72")
     assert nvl.rack_kw == Decimal("132") and nvl.cooling_requirement == "liquid"
     assert set(NodeType.objects.values_list("slug", flat=True)) >= {
-        "a100-sxm-8x", "h100-sxm-8x", "h200-sxm-8x", "b200-sxm-8x", "gb200-nvl72", "b300-sxm-8x", "gb300-nvl72"}
+        "a100-sxm-8x",
+        "h100-sxm-8x",
+        "h200-sxm-8x",
+        "b200-sxm-8x",
+        "gb200-nvl72",
+        "b300-sxm-8x",
+        "gb300-nvl72",
+    }

@@ -1,4 +1,5 @@
 """The lifecycle table: every allowed move works and writes an event; every forbidden one raises."""
+
 import pytest
 
 from fleet.choices import Lifecycle

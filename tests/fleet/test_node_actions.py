@@ -1,4 +1,5 @@
 """Operator actions: table-driven allowed/forbidden from every state, and what each one does."""
+
 import pytest
 
 from core.models import AuditEvent
@@ -21,8 +22,10 @@ EXPECTED = {
     "start_burn_in": ({"enrolled", "repair", "rma"}, "burn_in"),
     "validate": ({"available", "remediating", "triage"}, "validating"),
     "remediate": ({"draining"}, "remediating"),
-    "triage": ({"burn_in_failed", "provision_failed", "wipe_failed", "quarantined", "draining", "remediating",
-                "validating"}, "triage"),
+    "triage": (
+        {"burn_in_failed", "provision_failed", "wipe_failed", "quarantined", "draining", "remediating", "validating"},
+        "triage",
+    ),
     "repair": ({"triage"}, "repair"),
     "rma": ({"triage"}, "rma"),
     "decommission": ({"enrolled", "available", "triage", "rma"}, "decommissioning"),
@@ -64,7 +67,8 @@ def test_available_actions_match_the_registry_rules(node):
     place(node, "triage")
     names = {a.name for a in available_actions(node)}
     assert names == {"cordon", "validate", "repair", "rma", "decommission"} | (
-        {n for n in REGISTRY if n not in EXPECTED and n != "uncordon" and REGISTRY[n].is_allowed(node)})
+        {n for n in REGISTRY if n not in EXPECTED and n != "uncordon" and REGISTRY[n].is_allowed(node)}
+    )
 
 
 def test_burn_in_and_validate_queue_agent_work(node):
@@ -73,8 +77,9 @@ def test_burn_in_and_validate_queue_agent_work(node):
     assert NodeAgentAction.objects.get(node=node).action == "burn_in"
     place(node, "available")
     perform_operator_action(node_id=node.pk, action="validate", actor="user:op")
-    assert set(NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING)
-               .values_list("action", flat=True)) == {"burn_in", "dcgm_r3"}
+    assert set(
+        NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).values_list("action", flat=True)
+    ) == {"burn_in", "dcgm_r3"}
 
 
 def test_cordon_uncordon_flags_and_refusals(node):

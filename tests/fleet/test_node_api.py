@@ -1,4 +1,5 @@
 """Agent desired-state/action-results and the operator node API."""
+
 import uuid
 
 import pytest
@@ -31,22 +32,35 @@ def test_desired_state_lists_pending_work_and_the_allocation(node):
     wipe = request_agent_action(node=node, action="wipe", actor="test")
     body = _agent(node.pk).get("/api/agent/v1/desired-state").json()
     grants = body.pop("metering_grants")
-    assert body == {"lifecycle": "wiping", "allocation_id": str(membership.allocation_id),
-                    "tenant_id": str(membership.allocation.tenant_id),
-                    "actions": [{"id": str(wipe.pk), "action": "wipe", "params": {}}],
-                    "sku": node.node_type.slug, "gpus": node.node_type.gpus_per_node}
+    assert body == {
+        "lifecycle": "wiping",
+        "allocation_id": str(membership.allocation_id),
+        "tenant_id": str(membership.allocation.tenant_id),
+        "actions": [{"id": str(wipe.pk), "action": "wipe", "params": {}}],
+        "sku": node.node_type.slug,
+        "gpus": node.node_type.gpus_per_node,
+    }
     [grant] = grants  # the live membership's, signed for the ledger
     assert {k: grant[k] for k in ("allocation_id", "tenant_id", "sku", "gpus")} == {
-        "allocation_id": str(membership.allocation_id), "tenant_id": str(membership.allocation.tenant_id),
-        "sku": membership.allocation.instance_type.slug, "gpus": membership.allocation.instance_type.gpus_per_node}
+        "allocation_id": str(membership.allocation_id),
+        "tenant_id": str(membership.allocation.tenant_id),
+        "sku": membership.allocation.instance_type.slug,
+        "gpus": membership.allocation.instance_type.gpus_per_node,
+    }
     assert grant["grant"].startswith("hgm1.") and grant["valid_from"] < grant["valid_until"]
 
 
 def test_action_result_is_recorded_once_and_the_reconciler_acts(node):
     place(node, "wiping")
     wipe = request_agent_action(node=node, action="wipe", actor="test")
-    body = {"action_id": str(wipe.pk), "action": "wipe", "status": "succeeded", "detail": "nvme format ok",
-            "output": {"drives": 2}, "finished_at": "2026-11-29T20:00:00Z"}
+    body = {
+        "action_id": str(wipe.pk),
+        "action": "wipe",
+        "status": "succeeded",
+        "detail": "nvme format ok",
+        "output": {"drives": 2},
+        "finished_at": "2026-11-29T20:00:00Z",
+    }
     agent = _agent(node.pk)
     first = agent.post("/api/agent/v1/action-results", body, format="json")
     assert first.status_code == 202 and first.json()["duplicate"] is False
@@ -70,8 +84,14 @@ def test_action_results_of_another_node_or_unknown_are_404(small_fleet):
     assert _agent(mine.pk).post("/api/agent/v1/action-results", body, format="json").status_code == 404
 
 
-@pytest.mark.parametrize("body", [{}, {"action_id": "x", "action": "wipe", "status": "succeeded"},
-                                  {"action_id": str(uuid.uuid4()), "action": "wipe", "status": "maybe"}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"action_id": "x", "action": "wipe", "status": "succeeded"},
+        {"action_id": str(uuid.uuid4()), "action": "wipe", "status": "maybe"},
+    ],
+)
 def test_bad_action_result_is_400(node, body):
     response = _agent(node.pk).post("/api/agent/v1/action-results", body, format="json")
     assert response.status_code == 400 and response.json()["code"] == "validation_error"
@@ -90,9 +110,26 @@ def test_ops_node_list_fields_filters_and_pagination(small_fleet, ops_api):
     body = ops_api.get("/api/v1/ops/nodes?page_size=3").json()
     assert len(body["results"]) == 3 and body["next_page_token"]
     row = body["results"][0]
-    assert set(row) >= {"id", "hostname", "site", "hall", "rack", "node_type", "generation", "gpu_count",
-                        "fabric_domain", "lifecycle", "target_lifecycle", "power_state", "health", "cordoned",
-                        "cordon_reason", "conditions", "allocation_id", "drives"}
+    assert set(row) >= {
+        "id",
+        "hostname",
+        "site",
+        "hall",
+        "rack",
+        "node_type",
+        "generation",
+        "gpu_count",
+        "fabric_domain",
+        "lifecycle",
+        "target_lifecycle",
+        "power_state",
+        "health",
+        "cordoned",
+        "cordon_reason",
+        "conditions",
+        "allocation_id",
+        "drives",
+    }
     seen = [r["id"] for r in body["results"]]
     token = body["next_page_token"]
     while token:
@@ -133,8 +170,12 @@ def test_ops_action_202_409_400_and_idempotency(node, ops_api):
     assert "repair is not allowed while" in refused.json()["detail"]
     unknown = ops_api.post(url, {"action": "explode"}, format="json", HTTP_IDEMPOTENCY_KEY="k3")
     assert unknown.status_code == 400 and unknown.json()["errors"][0]["field"] == "action"
-    assert ops_api.post(f"/api/v1/ops/nodes/{uuid.uuid4()}/actions", {"action": "cordon"}, format="json",
-                        HTTP_IDEMPOTENCY_KEY="k4").status_code == 404
+    assert (
+        ops_api.post(
+            f"/api/v1/ops/nodes/{uuid.uuid4()}/actions", {"action": "cordon"}, format="json", HTTP_IDEMPOTENCY_KEY="k4"
+        ).status_code
+        == 404
+    )
     assert ops_api.get("/api/v1/ops/nodes/not-a-uuid").status_code == 404
 
 
@@ -151,18 +192,31 @@ def test_action_refused_maps_to_its_code(node, ops_api, monkeypatch):
 
     monkeypatch.setitem(OPS_ACTIONS, "node.blocked", OpsAction("node.blocked", "fleet.change_node", "test action"))
     monkeypatch.setitem(operator_actions.REGISTRY, "blocked", Blocked())
-    response = ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "blocked"}, format="json",
-                            HTTP_IDEMPOTENCY_KEY="k")
+    response = ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "blocked"}, format="json", HTTP_IDEMPOTENCY_KEY="k"
+    )
     assert response.status_code == 409
     assert response.json()["code"] == "sanitization_incomplete" and response.json()["drives"] == ["d1"]
 
 
 def test_ops_node_events(node, ops_api):
-    ops_api.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "validate", "reason": "suspect"}, format="json",
-                 HTTP_IDEMPOTENCY_KEY="k")
+    ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions",
+        {"action": "validate", "reason": "suspect"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k",
+    )
     events = ops_api.get(f"/api/v1/ops/nodes/{node.pk}/events?page_size=1").json()
-    assert events["results"] == [{"at": events["results"][0]["at"], "actor": "user:op", "action": "validate",
-                                  "from_state": "available", "to_state": "validating", "reason": "suspect"}]
+    assert events["results"] == [
+        {
+            "at": events["results"][0]["at"],
+            "actor": "user:op",
+            "action": "validate",
+            "from_state": "available",
+            "to_state": "validating",
+            "reason": "suspect",
+        }
+    ]
     more = ops_api.get(f"/api/v1/ops/nodes/{node.pk}/events?page_token={events['next_page_token']}&page_size=1")
     assert more.json()["results"][0]["to_state"] == "available"
 
@@ -177,5 +231,9 @@ def test_ops_routes_refuse_agent_and_tenant_tokens(node):
     tenant_api.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
     for client in (tenant_api, _agent(node.pk)):
         assert client.get("/api/v1/ops/nodes").status_code == 403
-        assert client.post(f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "cordon"}, format="json",
-                           HTTP_IDEMPOTENCY_KEY="k").status_code == 403
+        assert (
+            client.post(
+                f"/api/v1/ops/nodes/{node.pk}/actions", {"action": "cordon"}, format="json", HTTP_IDEMPOTENCY_KEY="k"
+            ).status_code
+            == 403
+        )

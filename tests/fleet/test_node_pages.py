@@ -1,4 +1,5 @@
 """Console node pages and admin node actions."""
+
 import pytest
 
 from fleet.models import Node, NodeEvent
@@ -39,8 +40,9 @@ def test_node_page_shows_only_allowed_actions(small_fleet, operator_client):
 
 def test_operator_drains_a_node_from_the_console(small_fleet, operator_client):
     node = Node.objects.order_by("hostname").first()
-    response = operator_client.post(f"/fleet/nodes/{node.pk}/actions/", {"action": "drain", "reason": "fans"},
-                                    follow=True)
+    response = operator_client.post(
+        f"/fleet/nodes/{node.pk}/actions/", {"action": "drain", "reason": "fans"}, follow=True
+    )
     node.refresh_from_db()
     assert node.cordoned and node.cordon_reason == "fans"
     assert "drain done" in response.content.decode()
@@ -51,8 +53,9 @@ def test_operator_drains_a_node_from_the_console(small_fleet, operator_client):
 
 def test_admin_bulk_cordon(small_fleet, operator_client):
     nodes = list(Node.objects.order_by("hostname")[:2])
-    operator_client.post("/admin/fleet/node/", {"action": "cordon_nodes",
-                                                "_selected_action": [str(n.pk) for n in nodes]})
+    operator_client.post(
+        "/admin/fleet/node/", {"action": "cordon_nodes", "_selected_action": [str(n.pk) for n in nodes]}
+    )
     assert Node.objects.filter(cordoned=True).count() == 2
     assert NodeEvent.objects.filter(action="cordon").count() == 2
 

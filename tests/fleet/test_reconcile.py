@@ -1,5 +1,6 @@
 """The reconciler: advances from agent results, retries with backoff, enforces deadlines,
 queues missing work, survives a crash midway, and never acts on one node twice."""
+
 import threading
 from datetime import timedelta
 
@@ -25,8 +26,7 @@ def nodes(small_fleet):
 
 def _finish(node, action, status="succeeded", detail="", at=None):
     row = request_agent_action(node=node, action=action, actor="test")
-    record_action_result(node_id=node.pk, action_id=row.pk, action=action, status=status, detail=detail,
-                         finished_at=at)
+    record_action_result(node_id=node.pk, action_id=row.pk, action=action, status=status, detail=detail, finished_at=at)
     return row
 
 
@@ -35,9 +35,15 @@ def _state(node):
     return node.lifecycle
 
 
-@pytest.mark.parametrize(("state", "action", "to_state"), [
-    ("burn_in", "burn_in", "available"), ("provisioning", "provision", "active"),
-    ("releasing", "stop", "wiping"), ("wiping", "wipe", "available")])
+@pytest.mark.parametrize(
+    ("state", "action", "to_state"),
+    [
+        ("burn_in", "burn_in", "available"),
+        ("provisioning", "provision", "active"),
+        ("releasing", "stop", "wiping"),
+        ("wiping", "wipe", "available"),
+    ],
+)
 def test_advances_when_the_agent_confirms(nodes, state, action, to_state):
     node = place(nodes[0], state)
     _finish(node, action)
@@ -84,9 +90,17 @@ def test_agent_that_never_answers_a_wipe_lands_in_wipe_failed(nodes):
     assert NodeAgentAction.objects.get(node=node, action="wipe").state == AgentActionState.CANCELLED
 
 
-@pytest.mark.parametrize(("state", "failure"), [("burn_in", "burn_in_failed"), ("provisioning", "provision_failed"),
-                                                 ("releasing", "wipe_failed"), ("validating", "triage"),
-                                                 ("remediating", "triage"), ("draining", "remediating")])
+@pytest.mark.parametrize(
+    ("state", "failure"),
+    [
+        ("burn_in", "burn_in_failed"),
+        ("provisioning", "provision_failed"),
+        ("releasing", "wipe_failed"),
+        ("validating", "triage"),
+        ("remediating", "triage"),
+        ("draining", "remediating"),
+    ],
+)
 def test_deadline_moves_every_working_state_to_its_failure(nodes, state, failure):
     node = place(nodes[0], state)
     if state == "draining":
@@ -109,8 +123,14 @@ def test_failed_step_backs_off_then_retries_then_fails(nodes):
     assert not NodeAgentAction.objects.filter(node=node, state="pending").exists()
     reconcile_pass(now=first + backoff(1))
     retry = NodeAgentAction.objects.get(node=node, state="pending")
-    record_action_result(node_id=node.pk, action_id=retry.pk, action="wipe", status="failed", detail="again",
-                         finished_at=first + backoff(1))
+    record_action_result(
+        node_id=node.pk,
+        action_id=retry.pk,
+        action="wipe",
+        status="failed",
+        detail="again",
+        finished_at=first + backoff(1),
+    )
     _finish(node, "wipe", status="failed", detail="third", at=first + timedelta(seconds=30))
     reconcile_pass(now=first + timedelta(minutes=2))
     node.refresh_from_db()
@@ -203,8 +223,10 @@ def test_two_workers_never_act_on_one_node_twice():
     # locked are picked up by the next pass.
     reconcile_pass()
     assert Node.objects.filter(lifecycle="available").count() == len(nodes)
-    for node_id, count in ((n.pk, NodeEvent.objects.filter(node_id=n.pk, to_state="available",
-                                                           actor="system:reconciler").count()) for n in nodes):
+    for node_id, count in (
+        (n.pk, NodeEvent.objects.filter(node_id=n.pk, to_state="available", actor="system:reconciler").count())
+        for n in nodes
+    ):
         assert count == 1, node_id
 
 

@@ -1,4 +1,5 @@
 """Health test helpers: agent clients for seeded nodes and agent payload builders."""
+
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -7,9 +8,21 @@ from core.api.agent_tokens import mint_agent_token
 
 
 def gpu(index: int, **fields) -> dict:
-    base = {"index": index, "uuid": f"GPU-{index:08d}", "temperature_c": 55, "power_w": 400, "utilization_pct": 10,
-            "memory_used_mb": 1000, "ecc_sbe": 0, "ecc_dbe": 0, "retired_pages": 0, "row_remap_pending": 0,
-            "row_remap_failed": 0, "xid_errors": [], "nvlink_down": 0}
+    base = {
+        "index": index,
+        "uuid": f"GPU-{index:08d}",
+        "temperature_c": 55,
+        "power_w": 400,
+        "utilization_pct": 10,
+        "memory_used_mb": 1000,
+        "ecc_sbe": 0,
+        "ecc_dbe": 0,
+        "retired_pages": 0,
+        "row_remap_pending": 0,
+        "row_remap_failed": 0,
+        "xid_errors": [],
+        "nvlink_down": 0,
+    }
     base.update(fields)
     return base
 
@@ -17,8 +30,12 @@ def gpu(index: int, **fields) -> dict:
 def heartbeat_body(gpus: int = 8, faults: dict | None = None) -> dict:
     """`faults` = {gpu_index: {field: value}}."""
     faults = faults or {}
-    return {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"), "power_state": "on",
-            "agent_version": "test", "gpus": [gpu(i, **faults.get(i, {})) for i in range(gpus)]}
+    return {
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "power_state": "on",
+        "agent_version": "test",
+        "gpus": [gpu(i, **faults.get(i, {})) for i in range(gpus)],
+    }
 
 
 class Agent:
@@ -28,12 +45,15 @@ class Agent:
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node.pk)}")
 
     def heartbeat(self, gpus: int = 8, faults: dict | None = None, body: dict | None = None):
-        return self.client.post("/api/agent/v1/heartbeat", body if body is not None else heartbeat_body(gpus, faults),
-                                format="json")
+        return self.client.post(
+            "/api/agent/v1/heartbeat", body if body is not None else heartbeat_body(gpus, faults), format="json"
+        )
 
     def report(self, **checks):
-        body = {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
-                "checks": [{"name": name, "status": status, "detail": ""} for name, status in checks.items()]}
+        body = {
+            "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+            "checks": [{"name": name, "status": status, "detail": ""} for name, status in checks.items()],
+        }
         return self.client.post("/api/agent/v1/health-reports", body, format="json")
 
 

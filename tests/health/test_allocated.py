@@ -1,4 +1,5 @@
 """XID 79 on a node a tenant is using: the whole chain within one sweep."""
+
 import pytest
 from django.utils import timezone
 
@@ -19,8 +20,14 @@ def allocated(nodes, agent_for):
         agent_for(other).heartbeat()
     tenant = Tenant.objects.create(slug="acme", name="Acme")
     node = nodes[0]
-    allocation = Allocation.objects.create(tenant=tenant, name="train", instance_type=node.node_type, node_count=1,
-                                           fabric_domain=node.fabric_domain, state="active")
+    allocation = Allocation.objects.create(
+        tenant=tenant,
+        name="train",
+        instance_type=node.node_type,
+        node_count=1,
+        fabric_domain=node.fabric_domain,
+        state="active",
+    )
     transition(node, Lifecycle.PROVISIONING, actor="test", action="provision")
     transition(node, Lifecycle.ACTIVE, actor="test", action="provisioned")
     AllocationNode.objects.create(allocation=allocation, node=node, started_at=timezone.now())

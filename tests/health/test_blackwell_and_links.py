@@ -1,6 +1,7 @@
 """The extended policy: Blackwell XIDs and the NVML recovery action, the NVL72 domain held as
 one unit, XID 92 → DCGM level 4 at next idle, thermal over a window, IB link counters and
 repair tickets, and the flapping rule on burn-in. Through the agent API and the sweep."""
+
 from datetime import timedelta
 
 import pytest
@@ -31,16 +32,26 @@ def nvl72(small_fleet):
     trays = []
     for r, rack in enumerate(racks):
         for t in range(4):
-            trays.append(Node.objects.create(hostname=f"gb-{r}-{t}", serial=f"GB{r}{t}", rack=rack,
-                                             u_position=1 + t * gb200.u_height, node_type=gb200,
-                                             lifecycle=Lifecycle.AVAILABLE))
+            trays.append(
+                Node.objects.create(
+                    hostname=f"gb-{r}-{t}",
+                    serial=f"GB{r}{t}",
+                    rack=rack,
+                    u_position=1 + t * gb200.u_height,
+                    node_type=gb200,
+                    lifecycle=Lifecycle.AVAILABLE,
+                )
+            )
     return trays
 
 
 def gb_heartbeat(agent, faults=None):
     faults = faults or {}
-    body = {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"), "power_state": "on",
-            "gpus": [gpu(i, **faults.get(i, {})) for i in range(4)]}
+    body = {
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "power_state": "on",
+        "gpus": [gpu(i, **faults.get(i, {})) for i in range(4)],
+    }
     response = agent.client.post("/api/agent/v1/heartbeat", body, format="json")
     assert response.status_code == 202, response.content
     return response
@@ -83,8 +94,10 @@ def test_xid_74_on_an_h100_node_holds_nothing_else(nodes, agent_for):
     assert refresh(nodes[0]).cordoned and not refresh(nodes[1]).cordoned
 
 
-@pytest.mark.parametrize(("action", "severity"), [(1, "reset"), (2, "reboot"), (3, "reset"), (4, "reset"),
-                                                  (5, "reboot"), (6, "reset"), (7, "reboot")])
+@pytest.mark.parametrize(
+    ("action", "severity"),
+    [(1, "reset"), (2, "reboot"), (3, "reset"), (4, "reset"), (5, "reboot"), (6, "reset"), (7, "reboot")],
+)
 def test_every_nvml_recovery_action_has_its_severity(nodes, agent_for, action, severity):
     agent_for(nodes[0]).heartbeat(faults={0: {"recovery_action": action}})
     condition = Condition.objects.get(node=nodes[0], signal__startswith="recovery_")
@@ -119,8 +132,10 @@ def test_xid_92_warns_and_runs_dcgm_level_4_at_next_idle(nodes, agent_for):
     assert agent_for(idle).report(dcgm_r4="pass").status_code == 202
     run_health_sweep()
     idle = refresh(idle)
-    assert not idle.cordoned and not Condition.objects.filter(node=idle, signal="xid_92",
-                                                              status=ConditionStatus.ACTIVE).exists()
+    assert (
+        not idle.cordoned
+        and not Condition.objects.filter(node=idle, signal="xid_92", status=ConditionStatus.ACTIVE).exists()
+    )
     agent_for(busy).report(dcgm_r4="fail")
     run_health_sweep()
     assert refresh(busy).lifecycle == Lifecycle.TRIAGE  # a failed level 4 is fatal
@@ -128,27 +143,38 @@ def test_xid_92_warns_and_runs_dcgm_level_4_at_next_idle(nodes, agent_for):
 
 def test_thermal_from_throttle_reasons_and_the_gpus_own_threshold(nodes, agent_for):
     agent = agent_for(nodes[0])
-    agent.heartbeat(faults={0: {"temperature_c": 70, "throttle_reasons": 0x40},
-                            1: {"temperature_c": 80, "slowdown_temp_c": 79},
-                            2: {"temperature_c": 86}})
+    agent.heartbeat(
+        faults={
+            0: {"temperature_c": 70, "throttle_reasons": 0x40},
+            1: {"temperature_c": 80, "slowdown_temp_c": 79},
+            2: {"temperature_c": 86},
+        }
+    )
     slow = set(Condition.objects.filter(signal="thermal_slowdown").values_list("gpu_index", flat=True))
     assert slow == {0, 1}  # GPU 2 is below the H100 fallback of 87 °C
     run_health_sweep()
     assert not Condition.objects.filter(signal="thermal_throttle").exists()  # not sustained yet
     Condition.objects.filter(signal="thermal_slowdown", gpu_index=0).update(
-        first_seen=timezone.now() - timedelta(minutes=11))  # test setup: GPU 0 has been slow for the window
+        first_seen=timezone.now() - timedelta(minutes=11)
+    )  # test setup: GPU 0 has been slow for the window
     agent.heartbeat(faults={0: {"throttle_reasons": 0x20}, 1: {"temperature_c": 80, "slowdown_temp_c": 79}})
     run_health_sweep()
-    assert list(Condition.objects.filter(signal="thermal_throttle", status=ConditionStatus.ACTIVE)
-                .values_list("gpu_index", flat=True)) == [0]
+    assert list(
+        Condition.objects.filter(signal="thermal_throttle", status=ConditionStatus.ACTIVE).values_list(
+            "gpu_index", flat=True
+        )
+    ) == [0]
     assert refresh(nodes[0]).health == "degraded"
 
 
 def test_ib_port_down_opens_a_repair_ticket_not_a_power_cycle(nodes, agent_for):
     agent = agent_for(nodes[0])
-    body = {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"), "power_state": "on",
-            "gpus": [gpu(i) for i in range(8)],
-            "ib_ports": [{"port": "mlx5_0/1", "state": "1: DOWN", "link_downed_1h": 0, "symbol_errors_1h": 0}]}
+    body = {
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "power_state": "on",
+        "gpus": [gpu(i) for i in range(8)],
+        "ib_ports": [{"port": "mlx5_0/1", "state": "1: DOWN", "link_downed_1h": 0, "symbol_errors_1h": 0}],
+    }
     assert agent.client.post("/api/agent/v1/heartbeat", body, format="json").status_code == 202
     run_health_sweep()
     node = refresh(nodes[0])
@@ -161,10 +187,15 @@ def test_ib_port_down_opens_a_repair_ticket_not_a_power_cycle(nodes, agent_for):
 
 def test_link_flaps_and_error_counters_have_thresholds(nodes, agent_for):
     agent = agent_for(nodes[0])
-    body = {"observed_at": timezone.now().isoformat().replace("+00:00", "Z"), "power_state": "on",
-            "gpus": [gpu(0, nvlink_errors_1h=150), gpu(1, nvlink_errors_1h=99)] + [gpu(i) for i in range(2, 8)],
-            "ib_ports": [{"port": "mlx5_0/1", "state": "4: ACTIVE", "link_downed_1h": 2, "symbol_errors_1h": 500},
-                         {"port": "mlx5_1/1", "state": "4: ACTIVE", "link_downed_1h": 3}]}
+    body = {
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "power_state": "on",
+        "gpus": [gpu(0, nvlink_errors_1h=150), gpu(1, nvlink_errors_1h=99)] + [gpu(i) for i in range(2, 8)],
+        "ib_ports": [
+            {"port": "mlx5_0/1", "state": "4: ACTIVE", "link_downed_1h": 2, "symbol_errors_1h": 500},
+            {"port": "mlx5_1/1", "state": "4: ACTIVE", "link_downed_1h": 3},
+        ],
+    }
     assert agent.client.post("/api/agent/v1/heartbeat", body, format="json").status_code == 202
     signals = dict(Condition.objects.filter(node=nodes[0]).values_list("signal", "severity"))
     assert signals == {"nvlink_errors": "warn", "ib_symbol_errors": "warn", "ib_link_flapping": "repair"}
@@ -203,6 +234,13 @@ def test_the_policy_page_shows_every_rule_with_its_source(operator_client, db):
     for signal, rule in RULES.items():
         assert f"<code>{signal}</code>" in body
         assert rule.source
-    for text in ("xid_154", "xid_144", "recovery_recover_imex_domain", "repair ticket", "DCGM level 4 at next idle",
-                 "NVIDIA XID catalog", "Hangar operating choice"):
+    for text in (
+        "xid_154",
+        "xid_144",
+        "recovery_recover_imex_domain",
+        "repair ticket",
+        "DCGM level 4 at next idle",
+        "NVIDIA XID catalog",
+        "Hangar operating choice",
+    ):
         assert text in body

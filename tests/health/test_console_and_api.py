@@ -1,4 +1,5 @@
 """Console pages, the ops incident API, selectors and charts; fixed query counts at two sizes."""
+
 import pytest
 from django.utils import timezone
 
@@ -19,8 +20,17 @@ def _pull(nodes, agent_for, count):
 
 def test_policy_page_lists_every_severity(operator_client, db):
     body = operator_client.get("/health/policy/").content.decode()
-    for text in ("xid_79", "xid_64", "row_remap_failed", "heartbeat_lost", "thermal_throttle", "gpu_count_mismatch",
-                 "ib_link", "nvme_smart", "Kubernetes node lifecycle defaults"):
+    for text in (
+        "xid_79",
+        "xid_64",
+        "row_remap_failed",
+        "heartbeat_lost",
+        "thermal_throttle",
+        "gpu_count_mismatch",
+        "ib_link",
+        "nvme_smart",
+        "Kubernetes node lifecycle defaults",
+    ):
         assert text in body
 
 
@@ -51,8 +61,12 @@ def test_incident_closes_only_after_the_gate(operator_client, nodes, agent_for):
     run_health_sweep()
     agent.report(dcgm_r3="pass", nccl_allreduce="pass", ib_link="pass")
     run_health_sweep()
-    assert operator_client.post(url, {"cause": "GPU fell off the bus", "attribution": "provider",
-                                      "close": "on"}).status_code == 302
+    assert (
+        operator_client.post(
+            url, {"cause": "GPU fell off the bus", "attribution": "provider", "close": "on"}
+        ).status_code
+        == 302
+    )
     incident.refresh_from_db()
     assert incident.state == "closed" and incident.cause == "GPU fell off the bus"
     assert incident.impact_gpu_hours is not None
@@ -113,7 +127,9 @@ def _pull_quarter_and_count(site_slug, gpus):
         run_health_sweep()
     with CaptureQueriesContext(connection) as quiet:
         run_health_sweep()
-    assert Node.objects.filter(lifecycle=Lifecycle.REMEDIATING, rack__hall__site__slug=site_slug).count() == len(nodes[::4])
+    assert Node.objects.filter(lifecycle=Lifecycle.REMEDIATING, rack__hall__site__slug=site_slug).count() == len(
+        nodes[::4]
+    )
     return len(pulling), len(quiet)
 
 
@@ -125,11 +141,14 @@ def test_sweep_query_count_independent_of_fleet_size(db):
 
 
 def test_operator_opens_an_incident(operator_client, nodes):
-    response = operator_client.post("/health/incidents/new/", {"title": "PDU flicker", "hostnames": "nope",
-                                                              "severity": "warn"})
+    response = operator_client.post(
+        "/health/incidents/new/", {"title": "PDU flicker", "hostnames": "nope", "severity": "warn"}
+    )
     assert "Unknown hostnames: nope" in response.content.decode()
-    response = operator_client.post("/health/incidents/new/", {"title": "PDU flicker", "severity": "warn",
-                                                              "hostnames": f"{nodes[0].hostname}, {nodes[1].hostname}"})
+    response = operator_client.post(
+        "/health/incidents/new/",
+        {"title": "PDU flicker", "severity": "warn", "hostnames": f"{nodes[0].hostname}, {nodes[1].hostname}"},
+    )
     incident = Incident.objects.get()
     assert response.status_code == 302 and incident.opened_by == "operator" and incident.nodes.count() == 2
 

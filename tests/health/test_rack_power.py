@@ -1,5 +1,6 @@
 """Power history (minute points, hourly downsampling, retention) and the rack power condition,
 through the loops' entry points and the incident API."""
+
 from datetime import timedelta
 
 import pytest
@@ -30,8 +31,7 @@ def _minutes(rack, start, minutes, watts):
         run_rack_power_check(now=at)
 
 
-def test_a_rack_over_its_usable_kw_for_n_minutes_opens_a_condition_and_incident_then_clears(
-        small_fleet, ops_api):
+def test_a_rack_over_its_usable_kw_for_n_minutes_opens_a_condition_and_incident_then_clears(small_fleet, ops_api):
     from tenants.models import Allocation, AllocationNode
     from tenants.services.tenants import create_tenant
 
@@ -40,8 +40,9 @@ def test_a_rack_over_its_usable_kw_for_n_minutes_opens_a_condition_and_incident_
     tenant = create_tenant(slug="acme", name="Acme", max_nodes=8, actor="test")[0]
     first = Node.objects.filter(rack=rack).order_by("hostname").first()
     # set-up only: a tenant's live allocation on one of the rack's nodes
-    allocation = Allocation.objects.create(tenant=tenant, name="train", instance_type=first.node_type, node_count=1,
-                                           state="active")
+    allocation = Allocation.objects.create(
+        tenant=tenant, name="train", instance_type=first.node_type, node_count=1, state="active"
+    )
     AllocationNode.objects.create(allocation=allocation, node=first, started_at=timezone.now())
     start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=30)
     # 2 nodes at 12 kW each (set directly: real readings above 10.2 kW are refused) = 24 kW > 23

@@ -1,5 +1,6 @@
 """The SLA window ends when the allocation has its GPUs back: a replacement placed 20 ms after
 the pull ends it there, not at the pulled node's repair hours later."""
+
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -18,21 +19,35 @@ PULLED = datetime(2026, 9, 10, 2, tzinfo=UTC)
 def impact(nodes):
     pulled, spare = nodes[0], nodes[1]
     tenant = Tenant.objects.create(slug="acme", name="Acme")
-    allocation = Allocation.objects.create(tenant=tenant, name="train", instance_type=pulled.node_type, node_count=1,
-                                           fabric_domain=pulled.fabric_domain, state="active")
-    AllocationNode.objects.create(allocation=allocation, node=pulled, started_at=PULLED - timedelta(days=1),
-                                  ended_at=PULLED, end_reason="replaced: health")
-    incident = Incident.objects.create(title="xid 79", opened_by="policy", severity="fatal", opened_at=PULLED,
-                                       attribution="provider")
+    allocation = Allocation.objects.create(
+        tenant=tenant,
+        name="train",
+        instance_type=pulled.node_type,
+        node_count=1,
+        fabric_domain=pulled.fabric_domain,
+        state="active",
+    )
+    AllocationNode.objects.create(
+        allocation=allocation,
+        node=pulled,
+        started_at=PULLED - timedelta(days=1),
+        ended_at=PULLED,
+        end_reason="replaced: health",
+    )
+    incident = Incident.objects.create(
+        title="xid 79", opened_by="policy", severity="fatal", opened_at=PULLED, attribution="provider"
+    )
     incident.nodes.set([pulled])
-    return IncidentImpact.objects.create(incident=incident, node=pulled, allocation=allocation, tenant=tenant,
-                                         gpus=8, start=PULLED), spare
+    return IncidentImpact.objects.create(
+        incident=incident, node=pulled, allocation=allocation, tenant=tenant, gpus=8, start=PULLED
+    ), spare
 
 
 def test_a_replacement_20_ms_later_ends_the_window_there(impact):
     impact, spare = impact
-    AllocationNode.objects.create(allocation=impact.allocation, node=spare, role="replacement",
-                                  started_at=PULLED + timedelta(milliseconds=20))
+    AllocationNode.objects.create(
+        allocation=impact.allocation, node=spare, role="replacement", started_at=PULLED + timedelta(milliseconds=20)
+    )
     settle_credits(node_ids=[impact.node_id], end=PULLED + timedelta(hours=5), actor="test")
     [credit] = Adjustment.objects.filter(kind="sla_credit")
     assert credit.end - credit.start == timedelta(milliseconds=20)

@@ -1,4 +1,5 @@
 """Capacity plans: worked numbers for the sizing chain, the API, and the gap feeding a migration plan."""
+
 import uuid
 from datetime import date
 
@@ -46,8 +47,9 @@ def test_moe_memory_follows_total_and_throughput_active_parameters():
 
 def test_405b_does_not_fit_an_h100_node_and_a_tight_latency_asks_for_a_measurement():
     model = reference_models()["llama-3.1-405b"]
-    month = ForecastMonth(date(2026, 12, 1), requests_per_s=10, prompt_tokens=1000, output_tokens=250,
-                          tpot_ms_target=50)
+    month = ForecastMonth(
+        date(2026, 12, 1), requests_per_s=10, prompt_tokens=1000, output_tokens=250, tpot_ms_target=50
+    )
     (plan,) = plan_capacity(model, (month,), ("H100-SXM5-80GB", "GB200-NVL72")).months
     assert [n.gpu_model for n in plan.needs] == ["GB200-NVL72"]
     assert any("does not fit one NVLink domain" in n for n in plan.notes)
@@ -92,14 +94,34 @@ def test_capacity_gap_becomes_the_deliveries_of_a_migration_plan_that_retires_th
     assert ops_api.get(f"{URL}/{plan.id}").json()["migration_plan_id"] == body["id"]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"name": "x", "forecast": FORECAST}, "non_field_errors"),
-    ({"name": "x", "model_name": "llama-3.1-70b", "forecast": [{"month": "2026-08-01", "requests_per_s": 5}]},
-     "forecast"),
-    ({"name": "x", "model_name": "llama-3.1-70b", "forecast": []}, "forecast"),
-    ({"name": "x", "model": {"name": "m", "total_params_b": 1, "active_params_b": 2, "layers": 1, "kv_heads": 1,
-                             "head_dim": 1, "bytes_per_element": 2, "context_tokens": 1}, "forecast": FORECAST}, "model"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"name": "x", "forecast": FORECAST}, "non_field_errors"),
+        (
+            {"name": "x", "model_name": "llama-3.1-70b", "forecast": [{"month": "2026-08-01", "requests_per_s": 5}]},
+            "forecast",
+        ),
+        ({"name": "x", "model_name": "llama-3.1-70b", "forecast": []}, "forecast"),
+        (
+            {
+                "name": "x",
+                "model": {
+                    "name": "m",
+                    "total_params_b": 1,
+                    "active_params_b": 2,
+                    "layers": 1,
+                    "kv_heads": 1,
+                    "head_dim": 1,
+                    "bytes_per_element": 2,
+                    "context_tokens": 1,
+                },
+                "forecast": FORECAST,
+            },
+            "model",
+        ),
+    ],
+)
 def test_bad_capacity_input_is_a_400(ops_api, db, body, field):
     r = _post(ops_api, body)
     assert r.status_code == 400 and r.json()["code"] == "validation_error"
@@ -132,11 +154,20 @@ def test_unknown_plan_is_404(ops_api, db):
     assert _post(ops_api, None, url=f"{URL}/{uuid.uuid4()}/migration-plan").status_code == 404
 
 
-def test_console_sizes_charts_and_turns_the_gap_into_a_migration(operator_client, demo_fleet,
-                                                                   django_assert_max_num_queries):
-    data = {"name": "console", "model_name": "llama-3.1-70b", "prompt_tokens": "1000", "output_tokens": "250",
-            "target_gpu_model": "GB200-NVL72", "month_0": "2026-08-01", "tokens_0": "3000000",
-            "month_1": "2026-10-01", "tokens_1": "7000000"}
+def test_console_sizes_charts_and_turns_the_gap_into_a_migration(
+    operator_client, demo_fleet, django_assert_max_num_queries
+):
+    data = {
+        "name": "console",
+        "model_name": "llama-3.1-70b",
+        "prompt_tokens": "1000",
+        "output_tokens": "250",
+        "target_gpu_model": "GB200-NVL72",
+        "month_0": "2026-08-01",
+        "tokens_0": "3000000",
+        "month_1": "2026-10-01",
+        "tokens_1": "7000000",
+    }
     r = operator_client.post("/plans/capacity/", data)
     plan = CapacityPlan.objects.get()
     assert r.status_code == 302 and r["Location"] == f"/plans/capacity/{plan.pk}/"
@@ -154,9 +185,14 @@ def test_console_sizes_charts_and_turns_the_gap_into_a_migration(operator_client
 def test_capacity_figures_are_data():
     from planning.charts import capacity_need_figure, capacity_power_figure
 
-    result = {"target_gpu_model": "GB200-NVL72", "gap": [{"current_gpus": 0}, {"current_gpus": 0}],
-              "months": [{"month": "2026-08-01", "needs": [{"gpu_model": "GB200-NVL72", "gpus": 476, "kw": 924.0}]},
-                         {"month": "2026-10-01", "needs": [{"gpu_model": "GB200-NVL72", "gpus": 1110, "kw": 2112.0}]}]}
+    result = {
+        "target_gpu_model": "GB200-NVL72",
+        "gap": [{"current_gpus": 0}, {"current_gpus": 0}],
+        "months": [
+            {"month": "2026-08-01", "needs": [{"gpu_model": "GB200-NVL72", "gpus": 476, "kw": 924.0}]},
+            {"month": "2026-10-01", "needs": [{"gpu_model": "GB200-NVL72", "gpus": 1110, "kw": 2112.0}]},
+        ],
+    }
     need = {t.name: t for t in capacity_need_figure(result).data}
     assert list(need["GB200-NVL72: GPUs needed"].y) == [476, 1110]
     assert list(need["GB200-NVL72: GPUs today"].y) == [0, 0]

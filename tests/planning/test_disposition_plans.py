@@ -1,5 +1,6 @@
 """Disposition plans through the ops API and the console: the split covers every selected node,
 redeploy is served first, and the pages' query counts do not grow with the plan."""
+
 import uuid
 from datetime import UTC
 from decimal import Decimal
@@ -12,18 +13,26 @@ from planning.models import DispositionAssignment, DispositionPlan
 
 pytestmark = pytest.mark.django_db
 
-DEMANDS = [{"pool": "inference", "nodes_wanted": 8, "value_per_gpu_hour": "2.00", "utilisation": "0.80",
-            "horizon_months": 24}]
+DEMANDS = [
+    {"pool": "inference", "nodes_wanted": 8, "value_per_gpu_hour": "2.00", "utilisation": "0.80", "horizon_months": 24}
+]
 
 
 def body(**overrides):
-    return {"name": "H100 refresh", "selection": {"gpu_model": "H100"}, "demands": DEMANDS,
-            "horizon_months": 24, "channel": "broker", **overrides}
+    return {
+        "name": "H100 refresh",
+        "selection": {"gpu_model": "H100"},
+        "demands": DEMANDS,
+        "horizon_months": 24,
+        "channel": "broker",
+        **overrides,
+    }
 
 
 def create(ops_api, **overrides):
-    return ops_api.post("/api/v1/ops/disposition-plans", body(**overrides), format="json",
-                        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    return ops_api.post(
+        "/api/v1/ops/disposition-plans", body(**overrides), format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4())
+    )
 
 
 def test_plan_over_256_gpus_splits_every_node_redeploy_first(ops_api):
@@ -52,13 +61,19 @@ def test_overrides_are_applied_and_cited(ops_api, small_fleet):
     assert r.status_code == 201
     result = r.json()["result"]
     assert result["freed_power_value_per_kw_month"] == "0.00"
-    assert {a["name"]: a["source"] for a in result["assumptions"]}["freed_power_value_per_kw_month"] == \
-        "overridden in this plan"
+    assert {a["name"]: a["source"] for a in result["assumptions"]}[
+        "freed_power_value_per_kw_month"
+    ] == "overridden in this plan"
 
 
 def test_bad_plan_input_is_400_with_errors(ops_api, small_fleet):
-    r = create(ops_api, horizon_months=0, channel="ebay", assumption_overrides={"pue": "-1", "magic": "2"},
-               demands=[{"pool": "x"}])
+    r = create(
+        ops_api,
+        horizon_months=0,
+        channel="ebay",
+        assumption_overrides={"pue": "-1", "magic": "2"},
+        demands=[{"pool": "x"}],
+    )
     assert r.status_code == 400
     fields = {e["field"] for e in r.json()["errors"]}
     assert {"horizon_months", "channel"} <= fields and any("nodes_wanted" in f for f in fields)
@@ -94,14 +109,26 @@ def test_plan_pages_have_a_fixed_query_count(operator_client, ops_api, django_as
 
 
 def test_console_form_creates_a_plan_and_runs_sanitize(operator_client, small_fleet):
-    r = operator_client.post("/plans/disposition/", {
-        "name": "console plan", "gpu_model": "H100", "horizon_months": "24", "channel": "broker",
-        "pool_0": "inference", "nodes_0": "2", "value_0": "2.00", "util_0": "0.8", "months_0": "24"})
+    r = operator_client.post(
+        "/plans/disposition/",
+        {
+            "name": "console plan",
+            "gpu_model": "H100",
+            "horizon_months": "24",
+            "channel": "broker",
+            "pool_0": "inference",
+            "nodes_0": "2",
+            "value_0": "2.00",
+            "util_0": "0.8",
+            "months_0": "24",
+        },
+    )
     assert r.status_code == 302
     plan = DispositionPlan.objects.get(name="console plan")
     node = plan.assignments.order_by("node__hostname").first().node
-    refused = operator_client.post(f"/plans/disposition/{plan.pk}/nodes/", {"action": "sanitize", "node": [node.pk]},
-                                   follow=True)
+    refused = operator_client.post(
+        f"/plans/disposition/{plan.pk}/nodes/", {"action": "sanitize", "node": [node.pk]}, follow=True
+    )
     assert "allowed from: decommissioning" in refused.content.decode()
     bad = operator_client.post("/plans/disposition/", {"name": "", "horizon_months": "x"})
     assert bad.status_code == 200 and b"horizon_months" in bad.content
@@ -111,8 +138,9 @@ def _migration(ops_api, body):
     r = ops_api.post("/api/v1/ops/migration-plans", body, format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
     assert r.status_code == 201, r.json()
     plan_id = r.json()["id"]
-    applied = ops_api.post(f"/api/v1/ops/migration-plans/{plan_id}/apply", None, format="json",
-                           HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    applied = ops_api.post(
+        f"/api/v1/ops/migration-plans/{plan_id}/apply", None, format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4())
+    )
     assert applied.status_code == 200, applied.json()
     return plan_id
 
@@ -127,9 +155,18 @@ def test_linked_migration_values_freed_power_once_from_its_reuse_with_cash_apart
     # Four NVL72 units against a 1,536-GPU floor: 16 racks land in hall-1's CDU positions, where the
     # drained H100s' power is freed; reuse is what they draw beyond the hall's spare power, from the
     # week the first of them lands there (the CDUs are ready 2027-07-06).
-    plan_id = _migration(ops_api, {"start": "2026-07-06", "floor_unit": "gpus", "capacity_floor_gpus": 1536,
-                                   "deliveries": [{"date": d, "scalable_units": 1, "racks_per_unit": 8}
-                                                  for d in ("2026-08-03", "2026-09-28", "2027-04-12", "2027-07-19")]})
+    plan_id = _migration(
+        ops_api,
+        {
+            "start": "2026-07-06",
+            "floor_unit": "gpus",
+            "capacity_floor_gpus": 1536,
+            "deliveries": [
+                {"date": d, "scalable_units": 1, "racks_per_unit": 8}
+                for d in ("2026-08-03", "2026-09-28", "2027-04-12", "2027-07-19")
+            ],
+        },
+    )
     # No lease market: every node is sold, so every freed kW leaves (a leased node keeps its kW).
     r = create(ops_api, selection={"migration_plan_id": plan_id}, demands=[], lease_cap_nodes=0)
     assert r.status_code == 201, r.json()

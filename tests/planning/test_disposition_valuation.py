@@ -205,9 +205,7 @@ def test_unknown_channel_is_rejected():
 
 def test_ties_go_to_the_earlier_option():
     # Nothing to sell for and nothing to scrap for: resale and recycle tie.
-    flat = dataclasses.replace(
-        DEFAULTS, new_price_per_gpu={"h100": Decimal(0)}, recycle_value_per_node=Decimal(0)
-    )
+    flat = dataclasses.replace(DEFAULTS, new_price_per_gpu={"h100": Decimal(0)}, recycle_value_per_node=Decimal(0))
     values = value_options(h100_block(4), None, flat, 12)
     assert values.resale.return_per_node == values.recycle.return_per_node
     split = recommend_split([h100_block(4)], [], flat, 12, lease_cap_nodes=0)
@@ -286,9 +284,7 @@ def test_raising_resale_prices_never_sends_fewer_nodes_to_resale(block, demand_l
 def test_raising_internal_value_never_redeploys_fewer_nodes(block, demand_list, which, horizon, channel, cap, raise_by):
     index = which % len(demand_list)
     raised = list(demand_list)
-    raised[index] = dataclasses.replace(
-        raised[index], value_per_gpu_hour=raised[index].value_per_gpu_hour + raise_by
-    )
+    raised[index] = dataclasses.replace(raised[index], value_per_gpu_hour=raised[index].value_per_gpu_hour + raise_by)
     before = recommend_split([block], demand_list, DEFAULTS, horizon, channel, cap)
     after = recommend_split([block], raised, DEFAULTS, horizon, channel, cap)
     assert after.node_counts[Option.REDEPLOY] >= before.node_counts[Option.REDEPLOY]

@@ -11,7 +11,9 @@ from planning.engines.migration import MigrationPlanResult, demo_inputs, plan_mi
 @cache
 def _plan() -> MigrationPlanResult:
     """Four scalable units against a raw floor of 1,536 GPUs."""
-    return plan_migration(demo_inputs(delivery_weeks=(4, 12, 40, 56), capacity_floor_gpus=1536, capacity_floor_perf=None))
+    return plan_migration(
+        demo_inputs(delivery_weeks=(4, 12, 40, 56), capacity_floor_gpus=1536, capacity_floor_perf=None)
+    )
 
 
 @cache

@@ -76,8 +76,10 @@ def test_two_nvl72_units_replace_all_256_h100_nodes_against_an_h100_equivalent_f
     assert naive[DECOMMISSION_FIRST].min_capacity_perf == 0
     assert v.naive_trough_perf_days[DECOMMISSION_FIRST] == 104_760.32
     assert v.naive_trough_perf_days[ONE_FOR_ONE_SWAP] == 82_432.0
-    assert any("delay draining the old fleet by 13 weeks" in n and "2,048 H100-equivalent" in n
-               for n in naive[DECOMMISSION_FIRST].notes)
+    assert any(
+        "delay draining the old fleet by 13 weeks" in n and "2,048 H100-equivalent" in n
+        for n in naive[DECOMMISSION_FIRST].notes
+    )
     assert plan.headline.startswith("feasible: done by 2026-10-26, minimum 2,048 H100-equivalent (training)")
 
 
@@ -98,8 +100,9 @@ def test_normalised_fix_is_computed_in_the_floor_unit():
     # One SU: 576 x 2.53 = 1,457.28 short of 2,048 by 590.72 = 234 GPUs (590.72 / 2.53) = 4 racks.
     plan = plan_migration(demo_inputs(delivery_weeks=(4,)))
     assert not plan.feasible
-    assert plan.fixes[0].startswith("deliver 4 more GB200-NVL72 racks (234 GPUs), or lower the floor to 1,457.3 "
-                                    "H100-equivalent (training)")
+    assert plan.fixes[0].startswith(
+        "deliver 4 more GB200-NVL72 racks (234 GPUs), or lower the floor to 1,457.3 H100-equivalent (training)"
+    )
 
 
 def test_inference_ratios_come_from_their_own_column():
@@ -206,7 +209,9 @@ def test_shared_cdu_capacity_is_n_plus_one_and_limits_landing():
     short = plan_migration(dataclasses.replace(inputs, halls=(inputs.halls[0], small), horizon_weeks=40))
     assert not short.feasible
     # 10 racks x 92.4 kW + 6 more x 92.4 = 1,478.4 kW, 478.4 kW over the 1,000 kW usable: one more 1,000 kW unit.
-    assert any(f.startswith("add 1 CDU units of 1,000 kW in hall H2 so 6 more GB200-NVL72 racks fit") for f in short.fixes)
+    assert any(
+        f.startswith("add 1 CDU units of 1,000 kW in hall H2 so 6 more GB200-NVL72 racks fit") for f in short.fixes
+    )
 
 
 def test_existing_target_racks_are_occupied_and_powered():
@@ -232,7 +237,9 @@ def test_too_small_budget_is_infeasible_with_concrete_fixes():
 def test_late_cdu_is_infeasible_and_says_how_much_earlier():
     plan = plan_migration(dataclasses.replace(demo_inputs(**LEGACY), horizon_weeks=50))
     assert not plan.feasible
-    assert any(f.startswith("start the cdu_install for 16 positions (H1-R113..H1-R128) 13 weeks earlier") for f in plan.fixes)
+    assert any(
+        f.startswith("start the cdu_install for 16 positions (H1-R113..H1-R128) 13 weeks earlier") for f in plan.fixes
+    )
     assert "add 16 positions that can take GB200-NVL72 (132 kW liquid)" in plan.fixes
 
 
@@ -273,7 +280,15 @@ def plan_inputs(draw) -> PlanInputs:
                     cooling_after=draw(st.sampled_from(["liquid", "rear_door"])),
                 )
             kw = draw(st.sampled_from([20.4, 40.0, 60.0, 140.0]))
-            pos = Position(f"H{h}-R{i}", f"H{h}", f"H{h}-R{i}", draw(st.sampled_from(["air", "rear_door", "liquid"])), kw, kw, upgrade)
+            pos = Position(
+                f"H{h}-R{i}",
+                f"H{h}",
+                f"H{h}-R{i}",
+                draw(st.sampled_from(["air", "rear_door", "liquid"])),
+                kw,
+                kw,
+                upgrade,
+            )
             hall_positions.append(pos)
             if draw(st.booleans()):
                 old_positions.append(pos)
@@ -281,7 +296,9 @@ def plan_inputs(draw) -> PlanInputs:
         budget = initial_kw / 0.95 + draw(st.sampled_from([0.0, 60.0, 150.0, 600.0]))
         halls.append(Hall(f"H{h}", f"hall {h}", budget, draw(st.sampled_from([None, 1.2]))))
         positions.extend(hall_positions)
-    fleet = (FleetBlock("old", h100, 2 * len(old_positions), tuple(p.id for p in old_positions)),) if old_positions else ()
+    fleet = (
+        (FleetBlock("old", h100, 2 * len(old_positions), tuple(p.id for p in old_positions)),) if old_positions else ()
+    )
     initial_gpus = 16 * len(old_positions)
     deliveries = tuple(
         Delivery(START + timedelta(weeks=draw(st.integers(0, 20))), 1, draw(st.integers(1, 2 * target.nodes_per_rack)))
@@ -387,10 +404,16 @@ def covered_inputs(draw) -> PlanInputs:
     else:
         floor_gpus, floor_perf = draw(st.integers(0, min(old_gpus, new_gpus))), None
     return PlanInputs(
-        start=START, halls=halls, positions=tuple(old_positions + new_positions),
+        start=START,
+        halls=halls,
+        positions=tuple(old_positions + new_positions),
         fleet=(FleetBlock("old", h100, 2 * old_racks, tuple(p.id for p in old_positions)),),
-        target=target, deliveries=deliveries, capacity_floor_gpus=floor_gpus, capacity_floor_perf=floor_perf,
-        largest_job_gpus=draw(st.integers(0, min(old_gpus, new_gpus))), horizon_weeks=draw(st.integers(16, 40)),
+        target=target,
+        deliveries=deliveries,
+        capacity_floor_gpus=floor_gpus,
+        capacity_floor_perf=floor_perf,
+        largest_job_gpus=draw(st.integers(0, min(old_gpus, new_gpus))),
+        horizon_weeks=draw(st.integers(16, 40)),
         workload=workload,
     )
 

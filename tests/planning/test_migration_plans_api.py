@@ -1,4 +1,5 @@
 """Migration plans through the ops API: create, read, apply; auth, idempotency, validation."""
+
 import uuid
 
 import pytest
@@ -94,20 +95,28 @@ def test_missing_idempotency_key_is_refused(ops_api, small_fleet):
     assert not MigrationPlan.objects.exists()
 
 
-@pytest.mark.parametrize("body, fields", [
-    ({"deliveries": [{"date": "2026-13-01", "scalable_units": 0, "racks_per_unit": 8}]},
-     {"deliveries[0].date", "deliveries[0].scalable_units"}),
-    ({"halls": [str(uuid.UUID(int=1))]}, {"halls[0]"}),
-    ({"target_node_type": "no-such-type"}, {"target_node_type"}),
-    ({"facility_upgrades": [{"positions": ["hall-1-r9999"]}]}, {"facility_upgrades[0].positions[0]"}),
-    ({"deliveries": [{"date": "2026-01-01", "scalable_units": 1, "racks_per_unit": 8}]}, {"deliveries[0].date"}),
-    ({"capacity_floor_gpus": -1, "horizon_weeks": "many"}, {"capacity_floor_gpus", "horizon_weeks"}),
-    ({"workload": "mining", "floor_unit": "watts"}, {"workload", "floor_unit"}),
-    ({"perf_overrides": {"h100-sxm-8x": 0}, "target_perf_per_gpu": 1e9}, {"perf_overrides.h100-sxm-8x", "target_perf_per_gpu"}),
-    ({"hall_facilities": [{"hall": str(uuid.UUID(int=1)), "cdu_units": 0}]}, {"hall_facilities[0].cdu_units"}),
-    ({"hall_facilities": [{"hall": str(uuid.UUID(int=1))}]}, {"hall_facilities[0].hall"}),
-    ([1, 2], {"non_field_errors"}),
-])
+@pytest.mark.parametrize(
+    "body, fields",
+    [
+        (
+            {"deliveries": [{"date": "2026-13-01", "scalable_units": 0, "racks_per_unit": 8}]},
+            {"deliveries[0].date", "deliveries[0].scalable_units"},
+        ),
+        ({"halls": [str(uuid.UUID(int=1))]}, {"halls[0]"}),
+        ({"target_node_type": "no-such-type"}, {"target_node_type"}),
+        ({"facility_upgrades": [{"positions": ["hall-1-r9999"]}]}, {"facility_upgrades[0].positions[0]"}),
+        ({"deliveries": [{"date": "2026-01-01", "scalable_units": 1, "racks_per_unit": 8}]}, {"deliveries[0].date"}),
+        ({"capacity_floor_gpus": -1, "horizon_weeks": "many"}, {"capacity_floor_gpus", "horizon_weeks"}),
+        ({"workload": "mining", "floor_unit": "watts"}, {"workload", "floor_unit"}),
+        (
+            {"perf_overrides": {"h100-sxm-8x": 0}, "target_perf_per_gpu": 1e9},
+            {"perf_overrides.h100-sxm-8x", "target_perf_per_gpu"},
+        ),
+        ({"hall_facilities": [{"hall": str(uuid.UUID(int=1)), "cdu_units": 0}]}, {"hall_facilities[0].cdu_units"}),
+        ({"hall_facilities": [{"hall": str(uuid.UUID(int=1))}]}, {"hall_facilities[0].hall"}),
+        ([1, 2], {"non_field_errors"}),
+    ],
+)
 def test_bad_input_is_a_validation_problem_with_field_errors(ops_api, small_fleet, body, fields):
     response = _post(ops_api, body if not isinstance(body, dict) else {"start": START, **body})
     assert response.status_code == 400
@@ -154,23 +163,26 @@ def test_schema_describes_the_endpoints(api, db):
     assert "deliveries" in schema["components"]["schemas"]["PlanParametersRequest"]["properties"]
 
 
-@pytest.mark.parametrize("extra", [
-    {"horizon_weeks": 4},
-    {"deliveries": [{"date": "2030-01-01", "scalable_units": 1, "racks_per_unit": 1}]},
-    {"burn_in_days": 365, "drain_days": 365},
-    {"capacity_floor_gpus": 0, "largest_job_gpus": 10_000_000},
-    {"target_node_type": "h100-sxm-8x"},
-    {"target_node_type": "a100-sxm-8x"},
-    {"power_margin": 0.5, "target_perf_per_gpu": 0.01},
-    {"facility_upgrades": [{"positions": ["hall-1-r0001"], "lead_time_days": 0, "power_kw_after": 0}]},
-    {"facility_upgrades": [{"positions": ["hall-1-r0001", "hall-1-r0001"]}]},
-    {"deliveries": [{"date": "2026-07-06", "scalable_units": 1000, "racks_per_unit": 1000}]},
-    {"halls": []},
-    {"name": "x" * 500},
-    {"workload": "inference", "floor_unit": "gpus", "capacity_floor_perf": 1e9},
-    {"perf_overrides": {"no-such-type": 3}},
-    {"start": None, "deliveries": None, "facility_upgrades": None},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"horizon_weeks": 4},
+        {"deliveries": [{"date": "2030-01-01", "scalable_units": 1, "racks_per_unit": 1}]},
+        {"burn_in_days": 365, "drain_days": 365},
+        {"capacity_floor_gpus": 0, "largest_job_gpus": 10_000_000},
+        {"target_node_type": "h100-sxm-8x"},
+        {"target_node_type": "a100-sxm-8x"},
+        {"power_margin": 0.5, "target_perf_per_gpu": 0.01},
+        {"facility_upgrades": [{"positions": ["hall-1-r0001"], "lead_time_days": 0, "power_kw_after": 0}]},
+        {"facility_upgrades": [{"positions": ["hall-1-r0001", "hall-1-r0001"]}]},
+        {"deliveries": [{"date": "2026-07-06", "scalable_units": 1000, "racks_per_unit": 1000}]},
+        {"halls": []},
+        {"name": "x" * 500},
+        {"workload": "inference", "floor_unit": "gpus", "capacity_floor_perf": 1e9},
+        {"perf_overrides": {"no-such-type": 3}},
+        {"start": None, "deliveries": None, "facility_upgrades": None},
+    ],
+)
 def test_odd_input_is_planned_or_refused_never_a_server_error(ops_api, small_fleet, extra):
     response = _post(ops_api, {"start": START, **extra})
     assert response.status_code in (201, 400)

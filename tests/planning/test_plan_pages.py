@@ -1,4 +1,5 @@
 """The /plans/ console: form prefilled from the fleet, plan page verdict-first, fixed query counts, apply."""
+
 import pytest
 
 from planning.models import MigrationPlan, PlannedAction
@@ -6,8 +7,11 @@ from planning.services.migration_plans import create_plan
 
 START = "2026-07-06"
 # The 64-GPU fleet is replaced by one NVL72 rack landing in the liquid hall.
-SMALL = {"start": START, "deliveries": [{"date": "2026-08-03", "scalable_units": 1, "racks_per_unit": 1}],
-         "facility_upgrades": []}
+SMALL = {
+    "start": START,
+    "deliveries": [{"date": "2026-08-03", "scalable_units": 1, "racks_per_unit": 1}],
+    "facility_upgrades": [],
+}
 
 
 def _form(client):
@@ -15,12 +19,26 @@ def _form(client):
     assert html.status_code == 200
     ctx = html.context["values"]
     return {
-        "name": "demo", "start": START, "halls": ctx["halls"], "target_node_type": ctx["target_node_type"],
-        "target_perf_per_gpu": "", "workload": ctx["workload"], "floor_unit": ctx["floor_unit"], "deliveries": ctx["deliveries"], "burn_in_days": "", "cut_over_days": "1",
-        "drain_days": "7", "sanitise_days": "7", "ship_days": "7", "cdu_positions": ctx["cdu_positions"],
-        "cdu_start": START, "cdu_lead_time_days": "", "cdu_kw_after": "",
+        "name": "demo",
+        "start": START,
+        "halls": ctx["halls"],
+        "target_node_type": ctx["target_node_type"],
+        "target_perf_per_gpu": "",
+        "workload": ctx["workload"],
+        "floor_unit": ctx["floor_unit"],
+        "deliveries": ctx["deliveries"],
+        "burn_in_days": "",
+        "cut_over_days": "1",
+        "drain_days": "7",
+        "sanitise_days": "7",
+        "ship_days": "7",
+        "cdu_positions": ctx["cdu_positions"],
+        "cdu_start": START,
+        "cdu_lead_time_days": "",
+        "cdu_kw_after": "",
         "capacity_floor_gpus": str(ctx["capacity_floor_gpus"]),
-        "capacity_floor_perf": str(ctx["capacity_floor_perf"]), "largest_job_gpus": str(ctx["largest_job_gpus"]),
+        "capacity_floor_perf": str(ctx["capacity_floor_perf"]),
+        "largest_job_gpus": str(ctx["largest_job_gpus"]),
         "horizon_weeks": "104",
     }
 
@@ -53,8 +71,15 @@ def test_plan_page_shows_verdict_first_charts_and_sources_then_apply(operator_cl
     assert plan.feasible, plan.result["fixes"]
     html = operator_client.get(f"/plans/{plan.id}/").content.decode()
     assert html.index('id="facility-verdict"') < html.index('id="summary"') < html.index('id="phases"')
-    for marker in ('id="chart-gpus-data"', 'id="chart-power-data"', "GPU-days below floor", "generations.csv",
-                   "facility.csv", "Apply plan", "vendor/plotly.min.js"):
+    for marker in (
+        'id="chart-gpus-data"',
+        'id="chart-power-data"',
+        "GPU-days below floor",
+        "generations.csv",
+        "facility.csv",
+        "Apply plan",
+        "vendor/plotly.min.js",
+    ):
         assert marker in html, marker
     response = operator_client.post(f"/plans/{plan.id}/apply/")
     assert response.status_code == 302

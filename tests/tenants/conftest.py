@@ -1,4 +1,5 @@
 """Tenancy fixtures: two tenants with tokens, and helpers that play the node agent's part."""
+
 import pytest
 from rest_framework.test import APIClient
 

@@ -1,4 +1,5 @@
-"""The tenant API contract (API.md): shapes, validation, quota, capacity, roles, pages, query counts."""
+"""The tenant API contract (docs/api.md): shapes, validation, quota, capacity, roles, pages, query counts."""
+
 import pytest
 
 from tenants.models import Allocation
@@ -23,13 +24,16 @@ def test_instance_types(small_fleet, client_a):
     assert h100["price_per_gpu_hour"] == "2.35"  # economics.csv rental_h100 upper bound
 
 
-@pytest.mark.parametrize("body, field", [
-    ({**BODY, "node_count": 0}, "node_count"),
-    ({**BODY, "node_count": "many"}, "node_count"),
-    ({**BODY, "instance_type": "z100"}, "instance_type"),
-    ({**BODY, "fabric": "shared"}, "fabric"),
-    ({k: v for k, v in BODY.items() if k != "name"}, "name"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({**BODY, "node_count": 0}, "node_count"),
+        ({**BODY, "node_count": "many"}, "node_count"),
+        ({**BODY, "instance_type": "z100"}, "instance_type"),
+        ({**BODY, "fabric": "shared"}, "fabric"),
+        ({k: v for k, v in BODY.items() if k != "name"}, "name"),
+    ],
+)
 def test_create_validation(small_fleet, client_a, body, field):
     r = post(client_a, "/api/v1/allocations", body)
     assert r.status_code == 400 and r.json()["code"] == "validation_error"
@@ -55,6 +59,7 @@ def test_keys_are_scoped_per_tenant(small_fleet, client_a, client_b):
 
 def test_quota_and_capacity(small_fleet, tenant_a, client_a):
     from tenants.models import Quota
+
     Quota.objects.filter(tenant=tenant_a).update(max_nodes=3)
     assert post(client_a, "/api/v1/allocations", BODY, key="a").status_code == 202
     r = post(client_a, "/api/v1/allocations", BODY, key="b")
@@ -75,6 +80,7 @@ def test_roles(small_fleet, tenant_a, ops_api):
     assert ops_api.get("/api/v1/allocations").status_code == 403
     assert ops_api.get("/api/v1/tenant").status_code == 403
     from rest_framework.test import APIClient
+
     assert APIClient().get("/api/v1/allocations").status_code == 401
 
 
@@ -116,10 +122,13 @@ def test_list_query_count_is_fixed(small_fleet, tenant_a, client_a, django_asser
 
 def test_pagination_walk_with_inserts_sees_no_duplicate_and_no_skip(small_fleet, client_a):
     from fleet.models import NodeType
+
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
     tenant = client_a.get("/api/v1/tenant").data
-    existing = {str(Allocation.objects.create(tenant_id=tenant["id"], name=f"a{i}", instance_type=node_type,
-                                              node_count=1).pk) for i in range(23)}
+    existing = {
+        str(Allocation.objects.create(tenant_id=tenant["id"], name=f"a{i}", instance_type=node_type, node_count=1).pk)
+        for i in range(23)
+    }
     seen, token, inserted = [], None, 0
     while True:
         url = "/api/v1/allocations?page_size=5" + (f"&page_token={token}" if token else "")
@@ -157,16 +166,18 @@ def test_agent_token_is_forbidden_on_the_tenant_api(small_fleet):
 
 
 @pytest.mark.parametrize("count", [2, 9])
-def test_partition_and_volume_lists_have_fixed_query_counts(small_fleet, tenant_a, client_a,
-                                                            django_assert_max_num_queries, count):
+def test_partition_and_volume_lists_have_fixed_query_counts(
+    small_fleet, tenant_a, client_a, django_assert_max_num_queries, count
+):
     from fleet.models import FabricDomain
     from tenants.services.partitions import create_partition
     from tenants.services.volumes import create_volume
 
     first = FabricDomain.objects.first()
     for i in range(count):
-        domain = FabricDomain.objects.create(site=first.site, name=f"pod-x{i}", technology=first.technology,
-                                             generation=first.generation)
+        domain = FabricDomain.objects.create(
+            site=first.site, name=f"pod-x{i}", technology=first.technology, generation=first.generation
+        )
         partition = create_partition(tenant=tenant_a, fabric_domain=domain, name=f"p{i}", actor="t")
         create_volume(tenant=tenant_a, name=f"v{i}", size_gb=10, export_partition=partition, actor="t")
     with django_assert_max_num_queries(3):  # token, its last-used stamp, the page

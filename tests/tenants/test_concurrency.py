@@ -1,4 +1,5 @@
 """Real concurrency on PostgreSQL: threads, each with its own connection."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,11 +22,13 @@ def _in_thread(fn):
             return fn(*args)
         finally:
             connection.close()
+
     return run
 
 
 def test_fifty_retries_with_one_key_create_one_allocation(tenant_a):
     from devtools.services.fleet_seed import seed_fleet
+
     seed_fleet(gpus=64)
     clients = [tenant_client(tenant_a) for _ in range(50)]
     body = {"name": "train", "instance_type": "h100-sxm-8x", "node_count": 2}
@@ -54,11 +57,14 @@ def test_fifty_retries_with_one_key_create_one_allocation(tenant_a):
 def test_two_hundred_placements_for_one_hundred_nodes(tenant_a):
     from devtools.services.fleet_seed import seed_fleet
     from tenants.services.placement import place_allocation
+
     seed_fleet(gpus=800)
     assert Node.objects.filter(lifecycle=Lifecycle.AVAILABLE).count() == 100
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
-    allocations = [Allocation.objects.create(tenant=tenant_a, name=f"a{i}", instance_type=node_type, node_count=1)
-                   for i in range(200)]
+    allocations = [
+        Allocation.objects.create(tenant=tenant_a, name=f"a{i}", instance_type=node_type, node_count=1)
+        for i in range(200)
+    ]
     barrier = threading.Barrier(32)
 
     @_in_thread

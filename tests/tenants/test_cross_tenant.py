@@ -1,5 +1,6 @@
 """Every tenant route and verb with another tenant's ids (path, query, body, page token):
 404 (400 for a page token), and nothing changes."""
+
 import pytest
 
 from core.models import AuditEvent, IdempotencyRecord
@@ -11,23 +12,42 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def b_objects(small_fleet, client_b):
-    alloc = client_b.post("/api/v1/allocations", {"name": "b", "instance_type": "h100-sxm-8x", "node_count": 1},
-                          format="json", HTTP_IDEMPOTENCY_KEY="b1").data
-    part = client_b.post("/api/v1/fabric-partitions", {"name": "bp", "fabric_domain": "dc1-ndr-pod01"},
-                         format="json", HTTP_IDEMPOTENCY_KEY="b2").data
+    alloc = client_b.post(
+        "/api/v1/allocations",
+        {"name": "b", "instance_type": "h100-sxm-8x", "node_count": 1},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="b1",
+    ).data
+    part = client_b.post(
+        "/api/v1/fabric-partitions",
+        {"name": "bp", "fabric_domain": "dc1-ndr-pod01"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="b2",
+    ).data
     vol = client_b.post("/api/v1/volumes", {"name": "bv", "size_gb": 5}, format="json", HTTP_IDEMPOTENCY_KEY="b3").data
     client_b.post("/api/v1/volumes", {"name": "bv2", "size_gb": 5}, format="json", HTTP_IDEMPOTENCY_KEY="b4")
     # A second domain so tenant B has two partitions (and a second page).
     first = FabricDomain.objects.get(name="dc1-ndr-pod01")
-    FabricDomain.objects.create(site=first.site, name="dc1-ndr-pod99", technology=first.technology,
-                                generation=first.generation)
-    client_b.post("/api/v1/fabric-partitions", {"name": "bp2", "fabric_domain": "dc1-ndr-pod99"},
-                  format="json", HTTP_IDEMPOTENCY_KEY="b5")
+    FabricDomain.objects.create(
+        site=first.site, name="dc1-ndr-pod99", technology=first.technology, generation=first.generation
+    )
+    client_b.post(
+        "/api/v1/fabric-partitions",
+        {"name": "bp2", "fabric_domain": "dc1-ndr-pod99"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="b5",
+    )
     for i in range(2):
-        client_b.post("/api/v1/allocations", {"name": f"b{i}", "instance_type": "h100-sxm-8x", "node_count": 1},
-                      format="json", HTTP_IDEMPOTENCY_KEY=f"bx{i}")
-    tokens = {path: client_b.get(f"/api/v1/{path}?page_size=1").data["next_page_token"]
-              for path in ("allocations", "fabric-partitions", "volumes")}
+        client_b.post(
+            "/api/v1/allocations",
+            {"name": f"b{i}", "instance_type": "h100-sxm-8x", "node_count": 1},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY=f"bx{i}",
+        )
+    tokens = {
+        path: client_b.get(f"/api/v1/{path}?page_size=1").data["next_page_token"]
+        for path in ("allocations", "fabric-partitions", "volumes")
+    }
     return {"alloc": alloc["id"], "part": part["id"], "vol": vol["id"], "tokens": tokens}
 
 
@@ -53,9 +73,13 @@ def _fill(text: str, ids: dict) -> str:
 
 
 def _state():
-    return (list(Allocation.objects.values_list("id", "state", "cancel_requested_at", "updated_at")),
-            FabricPartition.objects.count(), Volume.objects.count(), AuditEvent.objects.count(),
-            IdempotencyRecord.objects.count())
+    return (
+        list(Allocation.objects.values_list("id", "state", "cancel_requested_at", "updated_at")),
+        FabricPartition.objects.count(),
+        Volume.objects.count(),
+        AuditEvent.objects.count(),
+        IdempotencyRecord.objects.count(),
+    )
 
 
 @pytest.mark.parametrize("method, template, body, status", CASES)

@@ -1,5 +1,6 @@
 """An operator drains a node a tenant is using: the tenant moves to a replacement, the drained
 node is stopped and wiped by the real loops, and it stays cordoned."""
+
 import pytest
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
@@ -14,12 +15,18 @@ pytestmark = pytest.mark.django_db
 
 
 def _agent_succeeds(action: str) -> None:
-    NodeAgentAction.objects.filter(action=action, state=AgentActionState.PENDING).update(state=AgentActionState.SUCCEEDED)
+    NodeAgentAction.objects.filter(action=action, state=AgentActionState.PENDING).update(
+        state=AgentActionState.SUCCEEDED
+    )
 
 
 def test_operator_drain_moves_the_tenant_and_wipes_the_node(small_fleet, client_a, ops_api):
-    created = client_a.post("/api/v1/allocations", {"name": "train", "instance_type": "h100-sxm-8x", "node_count": 2,
-                                                    "fabric": "isolated"}, format="json", HTTP_IDEMPOTENCY_KEY="d1")
+    created = client_a.post(
+        "/api/v1/allocations",
+        {"name": "train", "instance_type": "h100-sxm-8x", "node_count": 2, "fabric": "isolated"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="d1",
+    )
     run_allocation_loop()
     provision_succeeds()
     run_allocation_loop()
@@ -27,8 +34,12 @@ def test_operator_drain_moves_the_tenant_and_wipes_the_node(small_fleet, client_
     assert allocation.state == "active"
     drained = AllocationNode.objects.filter(allocation=allocation).first().node
 
-    response = ops_api.post(f"/api/v1/ops/nodes/{drained.pk}/actions", {"action": "drain", "reason": "fan noise"},
-                            format="json", HTTP_IDEMPOTENCY_KEY="drain-1")
+    response = ops_api.post(
+        f"/api/v1/ops/nodes/{drained.pk}/actions",
+        {"action": "drain", "reason": "fan noise"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="drain-1",
+    )
     assert response.status_code == 202, response.content
     run_allocation_loop()
 

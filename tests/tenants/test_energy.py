@@ -1,5 +1,6 @@
 """Energy from the agents' cumulative counters to a tenant's usage, through the real endpoints:
 heartbeats in (with a clock the test drives), GET /api/v1/usage and the portal usage page out."""
+
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -38,9 +39,12 @@ def clock(monkeypatch):
 
 
 def _active_allocation(client, started_at, node_count=1):
-    created = client.post("/api/v1/allocations", {"name": "train", "instance_type": "h100-sxm-8x",
-                                                  "node_count": node_count, "fabric": "isolated"},
-                          format="json", HTTP_IDEMPOTENCY_KEY=f"k-{node_count}-{started_at.isoformat()}")
+    created = client.post(
+        "/api/v1/allocations",
+        {"name": "train", "instance_type": "h100-sxm-8x", "node_count": node_count, "fabric": "isolated"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=f"k-{node_count}-{started_at.isoformat()}",
+    )
     assert created.status_code == 202, created.content
     run_allocation_loop()
     provision_succeeds()
@@ -60,11 +64,17 @@ def _agent(node):
 
 def _beat(agent, clock, at, *, wall_j=None, watts=8000, gpu_mj=None, source="bmc"):
     clock.at = at
-    body = {"observed_at": at.isoformat().replace("+00:00", "Z"), "power_state": "on",
-            "gpus": [{"index": i, "power_w": 425.0, **({"energy_mj": gpu_mj[i]} if gpu_mj else {})} for i in range(8)]}
+    body = {
+        "observed_at": at.isoformat().replace("+00:00", "Z"),
+        "power_state": "on",
+        "gpus": [{"index": i, "power_w": 425.0, **({"energy_mj": gpu_mj[i]} if gpu_mj else {})} for i in range(8)],
+    }
     if wall_j is not None or watts is not None:
-        body["wall_power"] = {"source": source, **({"watts": watts} if watts is not None else {}),
-                              **({"energy_j": wall_j} if wall_j is not None else {})}
+        body["wall_power"] = {
+            "source": source,
+            **({"watts": watts} if watts is not None else {}),
+            **({"energy_j": wall_j} if wall_j is not None else {}),
+        }
     response = agent.post("/api/agent/v1/heartbeat", body, format="json")
     assert response.status_code == 202, response.content
     return response
@@ -82,7 +92,8 @@ def _hour_ago(hours):
 
 
 def test_constant_8_kw_for_an_hour_across_an_agent_outage_is_8_kwh_it_and_8_x_pue_facility(
-        small_fleet, client_a, clock):
+    small_fleet, client_a, clock
+):
     t0 = _hour_ago(3)
     alloc_id, (node,) = _active_allocation(client_a, t0)
     agent = _agent(node)
@@ -214,15 +225,18 @@ def test_portal_usage_page_shows_kwh_and_co2_that_add_up(small_fleet, client_a, 
     assert f'id="energy-co2-total">{row["kg_co2e"]}<' in page
 
 
-@pytest.mark.parametrize("wall", [
-    {"watts": 8000, "source": "ipmi"},
-    {"watts": -1, "source": "bmc"},
-    {"watts": 8000, "source": "bmc", "energy_j": -5},
-    {"watts": 8000, "source": "bmc", "energy_j": 2**70},
-    {"watts": "8000", "source": "bmc"},
-    {"source": "bmc"},
-    "8000",
-])
+@pytest.mark.parametrize(
+    "wall",
+    [
+        {"watts": 8000, "source": "ipmi"},
+        {"watts": -1, "source": "bmc"},
+        {"watts": 8000, "source": "bmc", "energy_j": -5},
+        {"watts": 8000, "source": "bmc", "energy_j": 2**70},
+        {"watts": "8000", "source": "bmc"},
+        {"source": "bmc"},
+        "8000",
+    ],
+)
 def test_bad_wall_power_is_a_400_problem(small_fleet, wall):
     node = Node.objects.order_by("hostname").first()
     body = {"observed_at": "2026-11-02T10:00:00Z", "power_state": "on", "gpus": [], "wall_power": wall}
@@ -241,7 +255,8 @@ def test_bad_gpu_energy_counter_is_a_400_problem(small_fleet):
 
 
 def test_the_invoice_for_a_month_shows_kwh_and_co2_that_add_up_from_its_allocations(
-        small_fleet, client_a, client_b, tenant_a, tenant_b, clock):
+    small_fleet, client_a, client_b, tenant_a, tenant_b, clock
+):
     from django.contrib.auth import get_user_model
     from django.test import Client
 

@@ -1,4 +1,5 @@
 """Portal and operator pages, through the browser-facing views."""
+
 import pytest
 
 from core.choices import TenantRole
@@ -16,8 +17,10 @@ def member(django_user_model, tenant_a):
 
 
 def _create(client, key="f1", n=1):
-    return client.post("/portal/allocations/", {"name": "web", "instance_type": "h100-sxm-8x", "node_count": n,
-                                                "fabric": "isolated", "form_key": key})
+    return client.post(
+        "/portal/allocations/",
+        {"name": "web", "instance_type": "h100-sxm-8x", "node_count": n, "fabric": "isolated", "form_key": key},
+    )
 
 
 def test_member_creates_and_cancels_from_the_portal(small_fleet, client, member):
@@ -37,8 +40,12 @@ def test_portal_refuses_quota_and_other_tenants(small_fleet, client, member, cli
     client.force_login(member)
     _create(client, n=500)
     assert not Allocation.objects.exists()
-    other = client_b.post("/api/v1/allocations", {"name": "b", "instance_type": "h100-sxm-8x", "node_count": 1},
-                          format="json", HTTP_IDEMPOTENCY_KEY="b").data["id"]
+    other = client_b.post(
+        "/api/v1/allocations",
+        {"name": "b", "instance_type": "h100-sxm-8x", "node_count": 1},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="b",
+    ).data["id"]
     assert client.post(f"/portal/allocations/{other}/cancel/").status_code == 404
     assert client.post("/portal/allocations/not-a-uuid/cancel/").status_code == 404
     assert Allocation.objects.get().cancel_requested_at is None

@@ -1,5 +1,6 @@
 """schemathesis against the served schema for the tenant endpoints, with a tenant token:
 no 5xx and no response that breaks the schema (status codes, content types, bodies, headers)."""
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -14,8 +15,13 @@ from schemathesis.specs.openapi.checks import (
 from config.wsgi import application
 
 TENANT_PATHS = r"^/api/v1/(instance-types|allocations|fabric-partitions|volumes|tenant)"
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          response_headers_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """Storage quotas: a tenant cannot fill the storage system with volumes (count) or size (GB)."""
+
 import pytest
 
 from core.models import AuditEvent
@@ -11,13 +12,14 @@ pytestmark = pytest.mark.django_db
 
 
 def _create(client, key, size_gb, name="data"):
-    return client.post("/api/v1/volumes", {"name": name, "size_gb": size_gb}, format="json",
-                       HTTP_IDEMPOTENCY_KEY=key)
+    return client.post("/api/v1/volumes", {"name": name, "size_gb": size_gb}, format="json", HTTP_IDEMPOTENCY_KEY=key)
 
 
 def test_a_new_tenant_gets_the_default_storage_quota(tenant_a):
-    assert (tenant_a.storage_quota.max_volumes, tenant_a.storage_quota.max_gb) == (DEFAULT_MAX_VOLUMES,
-                                                                                   DEFAULT_MAX_STORAGE_GB)
+    assert (tenant_a.storage_quota.max_volumes, tenant_a.storage_quota.max_gb) == (
+        DEFAULT_MAX_VOLUMES,
+        DEFAULT_MAX_STORAGE_GB,
+    )
 
 
 def test_one_huge_volume_over_the_gb_quota_is_403(tenant_a, client_a):
@@ -67,8 +69,9 @@ def test_create_tenant_command_sets_the_storage_quota(db):
     from django.core.management import call_command
 
     out = StringIO()
-    call_command("create_tenant", "initech", "--max-nodes", "4", "--max-volumes", "5", "--max-storage-gb", "500",
-                 stdout=out)
+    call_command(
+        "create_tenant", "initech", "--max-nodes", "4", "--max-volumes", "5", "--max-storage-gb", "500", stdout=out
+    )
     quota = Tenant.objects.get(slug="initech").storage_quota
     assert (quota.max_volumes, quota.max_gb) == (5, 500) and "5 volume(s), 500 GB" in out.getvalue()
 

@@ -1,4 +1,5 @@
-"""`manage.py run_billing --period YYYY-MM [--finalize]` (API.md)."""
+"""`manage.py run_billing --period YYYY-MM [--finalize]` (docs/api.md)."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.periods import format_period, parse_period
@@ -20,6 +21,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         run = outcome.run
         verb = "rated" if outcome.created else "already finalized; unchanged"
-        self.stdout.write(f"{format_period(month)} {verb}: {run.invoices} invoice(s), "
-                          f"{'finalized' if run.finalize else 'draft'}, price book v{run.price_book_version}, "
-                          f"watermark {run.watermark}, output {run.output_hash}")
+        self.stdout.write(
+            f"{format_period(month)} {verb}: {run.invoices} invoice(s), "
+            f"{'finalized' if run.finalize else 'draft'}, price book v{run.price_book_version}, "
+            f"watermark {run.watermark}, output {run.output_hash}"
+        )

@@ -1,4 +1,5 @@
-"""Run the control loops without Celery (API.md, "Management commands")."""
+"""Run the control loops without Celery (docs/api.md, "Management commands")."""
+
 import time
 
 from django.core.management.base import BaseCommand

@@ -1,4 +1,5 @@
 """Write the periodic schedule registry (core.periodic) into django-celery-beat. Idempotent."""
+
 import json
 
 from django.core.management.base import BaseCommand
@@ -16,15 +17,23 @@ class Command(BaseCommand):
         names = set()
         for spec in PERIODIC_TASKS:
             names.add(spec.name)
-            defaults = {"task": spec.task, "enabled": True, "interval": None, "crontab": None,
-                        "expire_seconds": spec.expires_seconds, "kwargs": json.dumps({})}
+            defaults = {
+                "task": spec.task,
+                "enabled": True,
+                "interval": None,
+                "crontab": None,
+                "expire_seconds": spec.expires_seconds,
+                "kwargs": json.dumps({}),
+            }
             if spec.every_seconds:
                 defaults["interval"], _ = IntervalSchedule.objects.get_or_create(
-                    every=spec.every_seconds, period=IntervalSchedule.SECONDS)
+                    every=spec.every_seconds, period=IntervalSchedule.SECONDS
+                )
             else:
                 minute, hour, dom, month, dow = spec.crontab.split()
                 defaults["crontab"], _ = CrontabSchedule.objects.get_or_create(
-                    minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow, timezone="UTC")
+                    minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow, timezone="UTC"
+                )
             PeriodicTask.objects.update_or_create(name=spec.name, defaults=defaults)
         stale = PeriodicTask.objects.exclude(name__in=names).exclude(name__startswith="celery.")
         removed = stale.count()

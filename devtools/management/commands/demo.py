@@ -1,5 +1,6 @@
 """`manage.py demo`: seed the demo (idempotent), then run web + worker + beat (+ the fleet
 simulator when present) until Ctrl-C, printing the URL and logins."""
+
 import importlib
 import os
 import signal
@@ -35,21 +36,26 @@ class Command(BaseCommand):
         self._serve()
 
     def _serve(self):
-        env = {**os.environ, "DEBUG": os.environ.get("DEBUG", "true"),
-               "ACCESS_LOG_LEVEL": os.environ.get("ACCESS_LOG_LEVEL", "WARNING")}
+        env = {
+            **os.environ,
+            "DEBUG": os.environ.get("DEBUG", "true"),
+            "ACCESS_LOG_LEVEL": os.environ.get("ACCESS_LOG_LEVEL", "WARNING"),
+        }
         children = []
         for label, argv in DEMO_PROCESSES:
             children.append((label, subprocess.Popen([sys.executable, *argv], env=env)))
         username, password = DEMO_OPERATOR
-        self.stdout.write(self.style.SUCCESS(
-            "\nHangar demo is running.\n"
-            "  Console:  http://127.0.0.1:8000/\n"
-            f"  Operator: {username} / {password}   (admin at http://127.0.0.1:8000/admin/)\n"
-            "  Tenants:  acme-admin / hangar-demo, globex-admin / hangar-demo   (portal at /portal/)\n"
-            "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
-            f"  Processes: {', '.join(label for label, _ in children)}\n"
-            "Press Ctrl-C to stop."
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                "\nHangar demo is running.\n"
+                "  Console:  http://127.0.0.1:8000/\n"
+                f"  Operator: {username} / {password}   (admin at http://127.0.0.1:8000/admin/)\n"
+                "  Tenants:  acme-admin / hangar-demo, globex-admin / hangar-demo   (portal at /portal/)\n"
+                "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
+                f"  Processes: {', '.join(label for label, _ in children)}\n"
+                "Press Ctrl-C to stop."
+            )
+        )
         stop = False
 
         def _stop(signum, frame):

@@ -1,4 +1,5 @@
 """`manage.py seed_fleet --gpus N`: build a realistic fleet (2048 for the demo, 100000 for scale)."""
+
 import time
 
 from django.core.management.base import BaseCommand, CommandError
@@ -22,15 +23,20 @@ class Command(BaseCommand):
             self.stdout.write(f"Fleet already has {existing} nodes; nothing to seed.")
             return
         if Site.objects.filter(slug=site).exists():
-            raise CommandError(f"Site {site!r} already exists. Pass --site with a new slug, or start from an empty database.")
+            raise CommandError(
+                f"Site {site!r} already exists. Pass --site with a new slug, or start from an empty database."
+            )
         started = time.monotonic()
         try:
-            result = seed_fleet(gpus=gpus, site_slug=site, seed=seed,
-                                progress=lambda message: self.stdout.write(f"  {message}"))
+            result = seed_fleet(
+                gpus=gpus, site_slug=site, seed=seed, progress=lambda message: self.stdout.write(f"  {message}")
+            )
         except (ValueError, RuntimeError) as exc:
             raise CommandError(str(exc)) from exc
         elapsed = time.monotonic() - started
-        self.stdout.write(self.style.SUCCESS(
-            f"Seeded {result.gpus} GPUs in {result.nodes} nodes, {result.racks} racks, {result.halls} halls, "
-            f"{result.fabric_domains} fabric domain(s), {result.drives} drives in {elapsed:.1f} s."
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Seeded {result.gpus} GPUs in {result.nodes} nodes, {result.racks} racks, {result.halls} halls, "
+                f"{result.fabric_domains} fabric domain(s), {result.drives} drives in {elapsed:.1f} s."
+            )
+        )

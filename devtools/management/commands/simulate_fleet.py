@@ -1,4 +1,5 @@
 """`manage.py simulate_fleet [--url URL] [--speed X]`: run a simulated node agent for every node."""
+
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -12,15 +13,22 @@ REPORT_EVERY = 60.0
 
 
 class Command(BaseCommand):
-    help = ("Run one simulated node agent per node against the control plane at URL, through the real agent "
-            "code and HTTP endpoints, with faults at the reference rates.")
+    help = (
+        "Run one simulated node agent per node against the control plane at URL, through the real agent "
+        "code and HTTP endpoints, with faults at the reference rates."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="control-plane URL")
         parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
         parser.add_argument("--seed", type=int, default=1, help="random seed (reproducible fleets)")
-        parser.add_argument("--scenario", action="append", default=[], metavar="HOST:SCRIPT",
-                            help='scripted faults for one node, e.g. "dc1-gpu00007:xid 79 on gpu 3 at 30s" (repeatable)')
+        parser.add_argument(
+            "--scenario",
+            action="append",
+            default=[],
+            metavar="HOST:SCRIPT",
+            help='scripted faults for one node, e.g. "dc1-gpu00007:xid 79 on gpu 3 at 30s" (repeatable)',
+        )
         parser.add_argument("--duration", type=float, default=None, help="stop after this many wall seconds")
         parser.add_argument("--tick", type=float, default=1.0, help="wall seconds between ticks")
 
@@ -31,11 +39,18 @@ class Command(BaseCommand):
         for item in scenario:
             host, sep, script = item.partition(":")
             if not sep or not script.strip():
-                raise CommandError(f"--scenario {item!r}: write it as HOST:SCRIPT, e.g. 'dc1-gpu00007:xid 79 on gpu 3 at 30s'.")
+                raise CommandError(
+                    f"--scenario {item!r}: write it as HOST:SCRIPT, e.g. 'dc1-gpu00007:xid 79 on gpu 3 at 30s'."
+                )
             scenarios[host] = script
         # The simulated nodes' energy counters outlive the simulator, as BMC and driver counters do.
-        simulator = FleetSimulator(url=url.rstrip("/"), speed=speed, seed=seed, scenarios=scenarios,
-                                   counter_dir=str(settings.VAR_DIR / "simulated-energy"))
+        simulator = FleetSimulator(
+            url=url.rstrip("/"),
+            speed=speed,
+            seed=seed,
+            scenarios=scenarios,
+            counter_dir=str(settings.VAR_DIR / "simulated-energy"),
+        )
         started = time.monotonic()
         count = simulator.refresh(datetime.now(UTC))
         if not count:

@@ -1,4 +1,5 @@
 """`manage.py create_tenant SLUG [--name NAME] [--max-nodes N]`."""
+
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import slugify
 
@@ -20,9 +21,17 @@ class Command(BaseCommand):
             raise CommandError(f"{slug!r} is not a slug; try {slugify(slug)!r}.")
         if max_nodes < 0 or (max_volumes or 0) < 0 or (max_storage_gb or 0) < 0:
             raise CommandError("--max-nodes, --max-volumes and --max-storage-gb must be 0 or more.")
-        tenant, created = create_tenant(slug=slug, name=name, max_nodes=max_nodes, actor="system:create_tenant",
-                                        max_volumes=max_volumes, max_storage_gb=max_storage_gb)
+        tenant, created = create_tenant(
+            slug=slug,
+            name=name,
+            max_nodes=max_nodes,
+            actor="system:create_tenant",
+            max_volumes=max_volumes,
+            max_storage_gb=max_storage_gb,
+        )
         storage = tenant.storage_quota
-        self.stdout.write(f"{'created' if created else 'updated'} tenant {tenant.slug} ({tenant.pk}); "
-                          f"quota {max_nodes} node(s) per generation, {storage.max_volumes} volume(s), "
-                          f"{storage.max_gb} GB")
+        self.stdout.write(
+            f"{'created' if created else 'updated'} tenant {tenant.slug} ({tenant.pk}); "
+            f"quota {max_nodes} node(s) per generation, {storage.max_volumes} volume(s), "
+            f"{storage.max_gb} GB"
+        )

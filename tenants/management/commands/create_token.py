@@ -4,6 +4,7 @@
 
 Prints the plain token alone on the last line of stdout (scripts read it from there).
 """
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
@@ -29,7 +30,6 @@ class Command(BaseCommand):
     def handle(self, *args, tenant=None, operator=None, agent=None, role=None, name="", **options):
         actor = "system:create_token"
         if agent:
-
             node = Node.objects.filter(hostname=agent).first()
             if node is None:
                 raise CommandError(f"No node with hostname {agent!r}.")
@@ -39,7 +39,6 @@ class Command(BaseCommand):
             except NodeRetired as exc:
                 raise CommandError(str(exc)) from None
         elif tenant:
-
             if not role:
                 raise CommandError("--tenant needs --role (admin, member or viewer).")
             tenant_obj = Tenant.objects.filter(slug=tenant).first()

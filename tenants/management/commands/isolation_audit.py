@@ -1,4 +1,5 @@
 """`manage.py isolation_audit`: check live tenancy state; exit 1 on any violation."""
+
 import sys
 
 from django.core.management.base import BaseCommand
