@@ -58,9 +58,17 @@ class ClockSkewed(Exception):
         self.skew_seconds = skew_seconds
 
 
+# A clock years off is reported as this many seconds at most: the column is a 32-bit integer on
+# PostgreSQL, and "ten years off" says all an operator needs to know.
+SKEW_REPORTED_LIMIT_S = 10 * 365 * 24 * 3600
+
+
 def clock_skew_seconds(observed_at: datetime | None, now: datetime) -> int | None:
-    """The agent's clock minus the server's (positive: the agent runs ahead)."""
-    return None if observed_at is None else round((observed_at - now).total_seconds())
+    """The agent's clock minus the server's (positive: the agent runs ahead), within ±10 years."""
+    if observed_at is None:
+        return None
+    skew = round((observed_at - now).total_seconds())
+    return max(-SKEW_REPORTED_LIMIT_S, min(SKEW_REPORTED_LIMIT_S, skew))
 
 
 def _shape(node_id) -> _NodeShape:

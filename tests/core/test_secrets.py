@@ -22,6 +22,8 @@ CLEARED = (
     "SECURE_HSTS_SECONDS",
     "SECURE_PROXY_SSL_HEADER",
     "DJANGO_SETTINGS_MODULE",
+    # set by the browser tests' live server in this process; a deployment never sets it
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
 )
 
 
