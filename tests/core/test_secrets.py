@@ -145,3 +145,12 @@ def test_plain_http_is_redirected_to_https_in_production(tmp_path):
     redirected, behind_proxy = done.stdout.strip().splitlines()[-2:]
     assert redirected == "301 https://testserver/api/v1/ops/nodes"
     assert behind_proxy.startswith("401 max-age=31536000; includeSubDomains; preload")
+
+
+def test_manage_py_on_an_unconfigured_checkout_runs_in_development_mode(tmp_path):
+    """No SECRET_KEY and no .env: a developer's checkout, so `manage.py` works as `make` does;
+    a host that configured anything still gets the refusal."""
+    bare = _run(tmp_path, ["manage.py", "makemigrations", "--check", "--dry-run"])
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    configured = _run(tmp_path, ["manage.py", "check"], SECRET_KEY=_key())
+    assert configured.returncode != 0 and "AGENT_TOKEN_KEY is not set" in configured.stderr
