@@ -86,10 +86,6 @@ def _shape(node_id) -> _NodeShape:
     return _node_shapes[node_id]
 
 
-def _expected_gpus(node_id) -> int | None:
-    return _shape(node_id).gpus
-
-
 def _thermal(gpu: dict, sku_slowdown_c: int | None) -> str | None:
     """Why the GPU is in thermal slowdown now (throttle reasons first, then temperature against its
     own slowdown threshold, else the SKU's), or None."""
