@@ -1,0 +1,392 @@
+"""Node types, nodes, their GPUs and drives, and each node's event trail and agent work items.
+Cross-object placement rules live in `placement_errors`, used by `Node.clean()`."""
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from core.ids import uuid7
+from core.models import BaseModel
+
+from ..choices import (
+    COOLING_SATISFIES,
+    AgentAction,
+    AgentActionState,
+    Attribution,
+    CoolingRequirement,
+    DriveInterface,
+    Health,
+    Lifecycle,
+    PowerState,
+    WallPowerSource,
+)
+from ..validators import normalise_mac, validate_bmc_address, validate_gpu_uuid, validate_hostname, validate_mac
+from .facility import KW, FabricDomain, Rack
+
+
+class NodeType(BaseModel):
+    """A sellable server model. The catalogue ships from shared reference data
+    (generations.csv) with its sources."""
+
+    slug = models.SlugField(max_length=50, unique=True, help_text="instance type name, e.g. h100-sxm-8x")
+    vendor_model = models.CharField(max_length=100)
+    gpu_model = models.CharField(max_length=100)
+    generation = models.CharField(max_length=32)
+    gpus_per_node = models.PositiveSmallIntegerField()
+    node_kw = models.DecimalField(**KW, help_text="maximum draw of one node (kW)")
+    rack_kw = models.DecimalField(
+        **KW,
+        null=True,
+        blank=True,
+        help_text="for rack-scale systems (NVL72): the whole rack's draw; such a type needs a rack that carries it",
+    )
+    cooling_requirement = models.CharField(max_length=16, choices=CoolingRequirement.choices)
+    u_height = models.PositiveSmallIntegerField(default=8)
+    cuda_compute_capability = models.CharField(max_length=8)
+    nvlink_domain_gpus = models.PositiveSmallIntegerField(default=8)
+    fabric = models.CharField(max_length=32, help_text="fabric the node ships with, e.g. ib-ndr-400g")
+    year = models.PositiveSmallIntegerField()
+    source = models.TextField(blank=True, help_text="where the figures come from")
+
+    class Meta:
+        ordering = ["generation", "slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def is_rack_scale(self) -> bool:
+        return self.rack_kw is not None
+
+    # What nodes, allocations and bills were sized by: fixed once a node has this type.
+    FIXED_WHEN_IN_USE = ("generation", "gpus_per_node", "cooling_requirement", "node_kw", "rack_kw", "u_height")
+
+    def clean(self):
+        super().clean()
+        if not self.pk:
+            return
+        stored = NodeType.objects.filter(pk=self.pk).values(*self.FIXED_WHEN_IN_USE).first()
+        if stored is None:
+            return
+        changed = [f for f in self.FIXED_WHEN_IN_USE if stored[f] != getattr(self, f)]
+        if not changed:
+            return
+        in_use = Node.objects.filter(node_type_id=self.pk).count()
+        if in_use:
+            raise ValidationError(
+                {
+                    f: (
+                        f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
+                        f"cannot change under them (was {stored[f]}). Create a new node type instead."
+                    )
+                    for f in changed
+                }
+            )
+
+
+class Node(BaseModel):
+    """One server. Its lifecycle changes only through fleet.services.lifecycle.transition()."""
+
+    hostname = models.CharField(max_length=100, unique=True, validators=[validate_hostname])
+    serial = models.CharField(max_length=100, unique=True)
+    rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="nodes")
+    u_position = models.PositiveSmallIntegerField(help_text="lowest U the node occupies (1 = bottom)")
+    node_type = models.ForeignKey(NodeType, on_delete=models.PROTECT, related_name="nodes")
+    fabric_domain = models.ForeignKey(
+        FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes"
+    )
+    leaf_switch = models.CharField(max_length=50, blank=True, help_text="the fabric leaf the node's ports land on")
+    bmc_address = models.CharField(
+        max_length=253, blank=True, validators=[validate_bmc_address], help_text="the BMC's IP address or DNS name"
+    )
+    bmc_mac = models.CharField(
+        max_length=17,
+        blank=True,
+        validators=[validate_mac],
+        verbose_name="BMC MAC",
+        help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56",
+    )
+    commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
+
+    lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
+    target_lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, blank=True)
+    state_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="a working state past this moves to its failure state"
+    )
+    power_state = models.CharField(max_length=8, choices=PowerState.choices, default=PowerState.UNKNOWN)
+    cordoned = models.BooleanField(default=False)
+    cordon_reason = models.CharField(max_length=200, blank=True)
+    attribution = models.CharField(max_length=16, choices=Attribution.choices, blank=True)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.UNKNOWN, db_index=True)
+    last_error = models.TextField(blank=True)
+    failed_attempts = models.PositiveSmallIntegerField(default=0, help_text="consecutive failed actions (backoff)")
+    next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="backoff: not retried before this")
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_clock_skew_s = models.IntegerField(
+        null=True, blank=True, help_text="the agent's clock minus the server's at its last heartbeat (seconds)"
+    )
+    gpu_power_w = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="sum of the GPUs' board power at the last heartbeat (W): GPU power, not the node's wall draw",
+    )
+    # The node's wall draw as a meter reports it (the BMC's chassis power or a metered PDU outlet),
+    # when the agent relays one. Kept apart from GPU power: never shown under the other's name.
+    wall_power_w = models.IntegerField(null=True, blank=True, help_text="wall draw last reported by a meter (W)")
+    wall_power_source = models.CharField(max_length=8, choices=WallPowerSource.choices, blank=True)
+    wall_power_at = models.DateTimeField(null=True, blank=True, help_text="when the control plane received it")
+    # A drain asked of a node that carries a live allocation: the allocation loop moves the
+    # tenant off by the deadline (fleet.selectors.nodes_to_drain()); cleared once it is off.
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
+    drain_deadline = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hostname"]
+        constraints = [
+            models.UniqueConstraint(fields=["rack", "u_position"], name="fleet_node_rack_u_unique"),
+            models.CheckConstraint(condition=Q(lifecycle__in=Lifecycle.values), name="fleet_node_lifecycle_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),
+            # placement reads only the free nodes of one type per domain: keep them in their own small index
+            models.Index(
+                fields=["node_type", "fabric_domain", "leaf_switch"],
+                condition=Q(lifecycle="available", cordoned=False),
+                name="fleet_node_free_by_type_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    @property
+    def gpu_count(self) -> int:
+        return self.node_type.gpus_per_node
+
+    # What an allocation depends on: fixed while the node carries a tenant.
+    LOCKED_WHILE_ALLOCATED = ("rack_id", "u_position", "node_type_id", "fabric_domain_id", "leaf_switch")
+
+    def is_allocated(self) -> bool:
+        return bool(self.pk) and (
+            self.lifecycle in ALLOCATED_LIFECYCLES or self.allocation_memberships.filter(ended_at__isnull=True).exists()
+        )
+
+    def clean(self):
+        super().clean()
+        if self.bmc_mac:
+            self.bmc_mac = normalise_mac(self.bmc_mac)
+        if not (self.rack_id and self.node_type_id):
+            return
+        errors = []
+        if self.pk:
+            stored = Node.objects.filter(pk=self.pk).values(*self.LOCKED_WHILE_ALLOCATED).first()
+            if stored and self.is_allocated():
+                moved = [f.removesuffix("_id") for f in self.LOCKED_WHILE_ALLOCATED if stored[f] != getattr(self, f)]
+                if moved:
+                    raise ValidationError(
+                        f"{self.hostname} carries a tenant allocation; its {', '.join(moved)} cannot change under it. "
+                        "Drain it first (node actions), then edit it once it is available."
+                    )
+            surplus = self.gpus.filter(index__gte=self.node_type.gpus_per_node).count() if stored else 0
+            if surplus:
+                errors.append(
+                    f"{self.node_type.slug} has {self.node_type.gpus_per_node} GPUs; {self.hostname} has "
+                    f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type."
+                )
+        others = Node.objects.filter(rack=self.rack).exclude(pk=self.pk).select_related("node_type")
+        errors += placement_errors(
+            rack=self.rack,
+            node_type=self.node_type,
+            u_position=self.u_position,
+            fabric_domain=self.fabric_domain,
+            others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others],
+        )
+        if errors:
+            raise ValidationError(errors)
+
+
+ALLOCATED_LIFECYCLES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
+
+
+def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_domain, others) -> list[str]:
+    """Whether a node of `node_type` fits at `u_position` in `rack` next to `others`
+    ((hostname, u_position, u_height, node_kw) of the nodes already there). Pure: the admin's
+    clean() passes rows from the database, the importer rows from the database and the file."""
+    errors = []
+    if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
+        errors.append(
+            f"{node_type.slug} needs {node_type.get_cooling_requirement_display().lower()} cooling; "
+            f"rack {rack.name} is {rack.get_cooling_display().lower()}-cooled. Choose a rack with suitable cooling."
+        )
+    if node_type.is_rack_scale and rack.usable_kw < node_type.rack_kw:
+        errors.append(
+            f"{node_type.slug} is a rack-scale system drawing {node_type.rack_kw} kW; rack {rack.name} can power and "
+            f"cool only {rack.usable_kw} kW. Choose a position rated for at least {node_type.rack_kw} kW."
+        )
+    placed = sum((Decimal(o[3]) for o in others), Decimal("0")).quantize(Decimal("0.01"))
+    if placed + node_type.node_kw > rack.usable_kw:
+        errors.append(
+            f"Rack {rack.name} can power and cool {rack.usable_kw} kW; it already carries {placed} kW and "
+            f"{node_type.slug} adds {node_type.node_kw} kW. Choose another rack or move a node out."
+        )
+    if u_position is not None:
+        top = u_position + node_type.u_height - 1
+        if u_position < 1 or top > rack.u_height:
+            errors.append(f"U{u_position}-U{top} does not fit in the {rack.u_height}U rack {rack.name}.")
+        for hostname, other_u, other_height, _kw in others:
+            other_top = other_u + other_height - 1
+            if u_position <= other_top and other_u <= top:
+                errors.append(f"U{u_position}-U{top} overlaps {hostname} at U{other_u}-U{other_top}.")
+    if fabric_domain is not None and fabric_domain.site_id != rack.hall.site_id:
+        errors.append(
+            f"Fabric {fabric_domain.name} is in site {fabric_domain.site}; rack {rack.name} is in "
+            f"{rack.hall.site}. A node and its fabric must be in one site."
+        )
+    return errors
+
+
+class GPU(models.Model):
+    """One GPU in a node."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[validate_gpu_uuid],
+        help_text="NVML UUID as nvidia-smi -L prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+    )
+    serial = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["node__hostname", "index"]
+        verbose_name = "GPU"
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="fleet_gpu_node_index_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}/gpu{self.index}"
+
+    def clean(self):
+        super().clean()
+        # index < the type's GPU count, with (node, index) unique, bounds a node's GPUs by its type.
+        if self.node_id and self.index is not None:
+            per_node = self.node.node_type.gpus_per_node
+            if self.index >= per_node:
+                raise ValidationError(
+                    {
+                        "index": (
+                            f"{self.node.hostname} is a {self.node.node_type.slug} with {per_node} GPUs (indexes 0-{per_node - 1}); "
+                            f"index {self.index} does not exist on it."
+                        )
+                    }
+                )
+
+
+class Drive(models.Model):
+    """A drive that may hold tenant data; nothing leaves before it is sanitised."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="drives")
+    serial = models.CharField(max_length=64, unique=True)
+    model = models.CharField(max_length=100)
+    capacity_gb = models.PositiveIntegerField()
+    interface = models.CharField(max_length=8, choices=DriveInterface.choices, default=DriveInterface.NVME)
+    self_encrypting = models.BooleanField(default=False)
+    purge_supported = models.BooleanField(
+        default=False,
+        help_text="the drive can be purged in place (NVMe sanitize or cryptographic erase); "
+        "a drive that cannot must be destroyed before it leaves the organisation",
+    )
+    # Reconciled from the agent's drive inventory (fleet.services.drive_inventory).
+    last_reported_at = models.DateTimeField(null=True, blank=True, help_text="last time the node agent saw it")
+    missing_since = models.DateTimeField(
+        null=True, blank=True, help_text="set when the agent's inventory no longer lists it; blocks every exit"
+    )
+
+    class Meta:
+        ordering = ["node__hostname", "serial"]
+
+    def __str__(self) -> str:
+        return self.serial
+
+
+class NodeDriveInventory(models.Model):
+    """The drives the node agent last reported (its health report's `drives`), as reported.
+
+    The exit gate compares this with the node's Drive rows, so a drive row deleted or moved
+    after the agent counted it is a disagreement, not a silent pass."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="drive_inventory")
+    reported_at = models.DateTimeField(help_text="when the agent observed the drives")
+    drives = models.JSONField(
+        default=list, help_text="[{serial, model, capacity_gb, self_encrypting, purge_supported}]"
+    )
+
+    def __str__(self) -> str:
+        return f"drive inventory of {self.node_id} at {self.reported_at:%Y-%m-%d %H:%M}"
+
+
+class NodeEvent(models.Model):
+    """A node's audit trail: every transition and operator action (who, what, from, to, why, when)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=50)
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    reason = models.TextField(blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["node", "-at"], name="fleet_nodeevent_node_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.action} {self.from_state}→{self.to_state}"
+
+
+class NodeAgentAction(models.Model):
+    """A unit of work for a node's agent (provision, stop, wipe, reset, diagnostics, sanitise).
+
+    The agent sees pending actions in its desired state and reports each outcome once; the
+    reconciler moves the node on from the results. At most one pending action of a kind per
+    node (and per drive for sanitize_drive), enforced by the database, so requesting the same
+    work twice is harmless.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_actions")
+    action = models.CharField(max_length=20, choices=AgentAction.choices)
+    params = models.JSONField(default=dict, blank=True)
+    drive = models.ForeignKey(Drive, null=True, blank=True, on_delete=models.CASCADE, related_name="agent_actions")
+    state = models.CharField(max_length=12, choices=AgentActionState.choices, default=AgentActionState.PENDING)
+    requested_by = models.CharField(max_length=200)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+    output = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "action"],
+                condition=Q(state="pending", drive__isnull=True),
+                name="fleet_agentaction_one_pending_per_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["drive", "action"],
+                condition=Q(state="pending", drive__isnull=False),
+                name="fleet_agentaction_one_pending_per_drive",
+            ),
+        ]
+        indexes = [models.Index(fields=["node", "state"], name="fleet_agentaction_node_state")]
+
+    def __str__(self) -> str:
+        return f"{self.action} on {self.node_id} ({self.state})"
