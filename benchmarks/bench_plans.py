@@ -3,7 +3,7 @@
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
 from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Hall
-from planning.engines import migration as mp
+from planning.engines.migration import planner as mp
 from planning.inputs import validate_parameters
 from planning.services.migration_plans import create_plan
 

@@ -27,7 +27,7 @@ from core.reference_data import generation as reference_generation
 from core.reference_data import parameter
 from fleet.choices import Lifecycle
 from fleet.models import Hall, Node, NodeType, Rack
-from planning.engines import migration as mp
+from planning.engines.migration import planner as mp
 
 # Nodes in these states are gone from the fleet a migration has to replace.
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)

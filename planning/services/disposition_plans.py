@@ -21,7 +21,7 @@ from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
 from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines import migration as mp
+from planning.engines.migration import planner as mp
 from planning.engines.disposition import (
     OPTION_ORDER,
     Assumptions,

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.models import Node, NodeType, Rack
-from planning.engines import migration as mp
+from planning.engines.migration import planner as mp
 from planning.inputs import (
     GONE,
     PlanInputError,

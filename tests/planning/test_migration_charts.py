@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
-from planning.engines.migration import MigrationPlanResult, demo_inputs, plan_migration
+from planning.engines.migration.planner import MigrationPlanResult, demo_inputs, plan_migration
 
 
 @cache

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from core.reference_data import generation, parameter
 from fleet.choices import Lifecycle
 from fleet.services.lifecycle import STATE_TIMEOUTS
-from planning.engines.migration import (
+from planning.engines.migration.planner import (
     DECOMMISSION_FIRST,
     ONE_FOR_ONE_SWAP,
     Delivery,
