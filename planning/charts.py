@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 import plotly.graph_objects as go
 
-from planning.engines.migration.planner import MigrationPlanResult, Timeline, TimelinePoint
+from planning.engines.migration.results import MigrationPlanResult, Timeline, TimelinePoint
 
 
 def _dates(timeline: Timeline) -> list[str]:

@@ -27,7 +27,8 @@ from core.reference_data import generation as reference_generation
 from core.reference_data import parameter
 from fleet.choices import Lifecycle
 from fleet.models import Hall, Node, NodeType, Rack
-from planning.engines.migration import planner as mp
+from planning.engines.migration import inputs as planner_inputs
+from planning.engines.migration.results import MigrationPlanResult
 
 # Nodes in these states are gone from the fleet a migration has to replace.
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
@@ -316,7 +317,7 @@ def default_parameters(
     cdu = air_racks[-DEFAULT_CDU_POSITIONS:]
     target_row = NodeType.objects.filter(slug=target_slug).first() or NodeType.objects.get(slug=DEFAULT_TARGET)
     try:
-        target = mp.NodeTypeSpec.from_reference(target_row.gpu_model, workload=workload)  # type: ignore[arg-type]
+        target = planner_inputs.NodeTypeSpec.from_reference(target_row.gpu_model, workload=workload)  # type: ignore[arg-type]
         per_gpu, per_rack = target.perf_per_gpu, target.gpus_per_rack
     except (KeyError, ValueError):  # no rack figure: size by nodes; build_inputs reports what is missing
         per_gpu, per_rack = 1.0, target_row.gpus_per_node
@@ -368,7 +369,7 @@ def default_parameters(
     }
 
 
-def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
+def validate_parameters(data: Any) -> tuple[dict, planner_inputs.PlanInputs]:
     """Operator parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``."""
     if not isinstance(data, dict):
         raise PlanInputError([{"field": "non_field_errors", "message": "Send a JSON object of plan parameters."}])
@@ -411,7 +412,7 @@ def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
     return params, build_inputs(params)
 
 
-def build_inputs(params: dict) -> mp.PlanInputs:
+def build_inputs(params: dict) -> planner_inputs.PlanInputs:
     """Complete parameters (from ``validate_parameters``) + inventory rows → ``PlanInputs``."""
     errors: list[dict] = []
     start = date.fromisoformat(params["start"])
@@ -440,7 +441,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         errors.append(
             {"field": "halls", "message": "The halls in scope have no rack positions; add racks or choose other halls."}
         )
-    upgrades: dict[str, mp.FacilityUpgrade] = {}
+    upgrades: dict[str, planner_inputs.FacilityUpgrade] = {}
     liquid = parameter("liquid_rack_capacity")
     for i, up in enumerate(params.get("facility_upgrades") or []):
         field = f"facility_upgrades[{i}]"
@@ -462,11 +463,11 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             adds_power = max(0.0, after_power - float(rack.rated_power_kw))
             adds_cooling = max(0.0, after_cooling - float(rack.cooling_capacity_kw))
             if up.get("lead_time_days") is None:
-                upgrade = mp.FacilityUpgrade.cdu_install(
+                upgrade = planner_inputs.FacilityUpgrade.cdu_install(
                     earliest_start=earliest, adds_power_kw=adds_power, adds_cooling_kw=adds_cooling
                 )
             else:
-                upgrade = mp.FacilityUpgrade(
+                upgrade = planner_inputs.FacilityUpgrade(
                     kind=up.get("kind", "cdu_install"),
                     lead_time_days=up["lead_time_days"],
                     earliest_start=earliest,
@@ -480,7 +481,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     if target_row is not None:
         override = params.get("target_perf_per_gpu")
         try:
-            target = mp.NodeTypeSpec.from_reference(
+            target = planner_inputs.NodeTypeSpec.from_reference(
                 target_row.gpu_model,
                 name=target_row.slug,
                 workload=workload,
@@ -493,7 +494,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     if errors:
         raise PlanInputError(errors)
     positions = tuple(
-        mp.Position(
+        planner_inputs.Position(
             str(r.id),
             hall_label[str(r.hall_id)],
             r.name,
@@ -518,7 +519,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             )
         facilities[str(fac["hall"])] = fac
     halls = tuple(
-        mp.Hall(
+        planner_inputs.Hall(
             hall_label[hid],
             hall_label[hid],
             float(h.it_power_budget_kw),
@@ -547,7 +548,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             ]
         )
     deliveries = tuple(
-        mp.Delivery(
+        planner_inputs.Delivery(
             date.fromisoformat(d["date"]),
             d["scalable_units"],
             d["racks_per_unit"] * target.nodes_per_rack,
@@ -555,7 +556,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         )
         for d in params["deliveries"]
     )
-    return mp.PlanInputs(
+    return planner_inputs.PlanInputs(
         start=start,
         halls=halls,
         positions=positions,
@@ -583,8 +584,8 @@ def _fleet_blocks(
     errors: list[dict],
     workload: str,
     overrides: dict,
-    target: mp.NodeTypeSpec | None,
-) -> tuple[tuple[mp.FleetBlock, ...], tuple[mp.FleetBlock, ...]]:
+    target: planner_inputs.NodeTypeSpec | None,
+) -> tuple[tuple[planner_inputs.FleetBlock, ...], tuple[planner_inputs.FleetBlock, ...]]:
     """The fleet in scope, one block per (node type, nodes per rack), racks in inventory order:
     (what migrates, what already is the target generation and stays)."""
     counts: Counter = Counter()
@@ -619,11 +620,11 @@ def _fleet_blocks(
         row = types[slug]
         if target_row is not None and slug == target_row.slug and target is not None:
             # Already the target generation: stays, occupies its rack, draws power, counts as capacity.
-            kept.append(mp.FleetBlock(f"{slug}x{per}", target, per * len(rack_list), tuple(rack_list)))
+            kept.append(planner_inputs.FleetBlock(f"{slug}x{per}", target, per * len(rack_list), tuple(rack_list)))
             continue
         try:
             override = overrides.get(slug)
-            spec = mp.NodeTypeSpec.from_reference(
+            spec = planner_inputs.NodeTypeSpec.from_reference(
                 row.gpu_model,
                 name=slug,
                 nodes_per_rack=per,
@@ -634,7 +635,7 @@ def _fleet_blocks(
         except (KeyError, ValueError) as exc:
             errors.append({"field": "positions", "message": f"{slug} in the scope cannot be planned: {exc}"})
             continue
-        blocks.append(mp.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
+        blocks.append(planner_inputs.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
     return tuple(blocks), tuple(kept)
 
 
@@ -655,14 +656,14 @@ def _plain(value):
     return value
 
 
-def inputs_to_json(inputs: mp.PlanInputs) -> dict:
+def inputs_to_json(inputs: planner_inputs.PlanInputs) -> dict:
     return _plain(asdict(inputs))
 
 
-def _upgrade(d: dict | None) -> mp.FacilityUpgrade | None:
+def _upgrade(d: dict | None) -> planner_inputs.FacilityUpgrade | None:
     if d is None:
         return None
-    return mp.FacilityUpgrade(
+    return planner_inputs.FacilityUpgrade(
         **{
             **d,
             "earliest_start": date.fromisoformat(d["earliest_start"]),
@@ -671,29 +672,33 @@ def _upgrade(d: dict | None) -> mp.FacilityUpgrade | None:
     )
 
 
-def _block(b: dict) -> mp.FleetBlock:
-    return mp.FleetBlock(
-        **{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])}
+def _block(b: dict) -> planner_inputs.FleetBlock:
+    return planner_inputs.FleetBlock(
+        **{**b, "node_type": planner_inputs.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])}
     )
 
 
-def inputs_from_json(d: dict) -> mp.PlanInputs:
+def inputs_from_json(d: dict) -> planner_inputs.PlanInputs:
     """Inverse of ``inputs_to_json``: stored plans recompute without reading the inventory."""
-    return mp.PlanInputs(
+    return planner_inputs.PlanInputs(
         **{
             **d,
             "start": date.fromisoformat(d["start"]),
-            "halls": tuple(mp.Hall(**h) for h in d["halls"]),
-            "positions": tuple(mp.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]),
+            "halls": tuple(planner_inputs.Hall(**h) for h in d["halls"]),
+            "positions": tuple(
+                planner_inputs.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]
+            ),
             "fleet": tuple(_block(b) for b in d["fleet"]),
             "kept": tuple(_block(b) for b in d.get("kept", ())),
-            "target": mp.NodeTypeSpec(**d["target"]),
-            "deliveries": tuple(mp.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]),
+            "target": planner_inputs.NodeTypeSpec(**d["target"]),
+            "deliveries": tuple(
+                planner_inputs.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]
+            ),
         }
     )
 
 
-def plan_to_json(plan: mp.MigrationPlanResult) -> dict:
+def plan_to_json(plan: MigrationPlanResult) -> dict:
     """The stored result: everything the planner said, plus its headline."""
     return {**_plain(asdict(plan)), "headline": plan.headline}
 

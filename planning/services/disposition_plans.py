@@ -21,7 +21,6 @@ from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
 from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines.migration import planner as mp
 from planning.engines.disposition import (
     OPTION_ORDER,
     Assumptions,
@@ -33,6 +32,7 @@ from planning.engines.disposition import (
     to_cents,
     value_options,
 )
+from planning.engines.migration.planner import plan_migration, power_reuse
 from planning.inputs import inputs_from_json
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
 
@@ -100,7 +100,7 @@ def power_reuse_of(plan: MigrationPlan, *, start: date, horizon_months: int) -> 
     part of the new racks' draw that needs it (beyond the hall's spare power), from the week it
     lands. ``kw_months_per_kw`` is the valuation's ``freed_kw_months_per_kw``."""
     inputs = inputs_from_json(plan.inputs["resolved"])
-    reuse = mp.power_reuse(inputs, mp.plan_migration(inputs))
+    reuse = power_reuse(inputs, plan_migration(inputs))
     freed = reuse.total_freed_kw
     kw_months = reuse.kw_months(start, horizon_months)
     first = reuse.first_reuse()

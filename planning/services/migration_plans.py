@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.models import Node, NodeType, Rack
-from planning.engines.migration import planner as mp
+from planning.engines.migration.planner import plan_migration
+from planning.engines.migration.results import MigrationPlanResult
 from planning.inputs import (
     GONE,
     PlanInputError,
@@ -31,7 +32,7 @@ def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
     """Validate ``parameters`` (raises ``PlanInputError``), plan over the inventory, store and audit it."""
     params, inputs = validate_parameters(parameters)
     try:
-        plan = mp.plan_migration(inputs)
+        plan = plan_migration(inputs)
     except ValueError as exc:  # the planner refuses inputs it cannot place (e.g. nodes that do not fit)
         raise PlanInputError([{"field": "non_field_errors", "message": str(exc)}]) from exc
     record = MigrationPlan.objects.create(
@@ -50,9 +51,9 @@ def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
     return record
 
 
-def recompute(record: MigrationPlan) -> mp.MigrationPlanResult:
+def recompute(record: MigrationPlan) -> MigrationPlanResult:
     """The planner's dataclasses for a stored plan (deterministic: equal to ``record.result``)."""
-    return mp.plan_migration(inputs_from_json(record.inputs["resolved"]))
+    return plan_migration(inputs_from_json(record.inputs["resolved"]))
 
 
 @transaction.atomic

@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import cache
 
 from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
-from planning.engines.migration.planner import MigrationPlanResult, demo_inputs, plan_migration
+from planning.engines.migration.planner import demo_inputs, plan_migration
+from planning.engines.migration.results import MigrationPlanResult
 
 
 @cache
