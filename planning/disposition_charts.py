@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from planning.engines.disposition import (
+from planning.engines.disposition.valuation import (
     OPTION_ORDER,
     DispositionRecommendation,
     OptionValues,

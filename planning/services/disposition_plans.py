@@ -21,7 +21,7 @@ from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
 from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines.disposition import (
+from planning.engines.disposition.valuation import (
     OPTION_ORDER,
     Assumptions,
     InternalDemand,

@@ -7,7 +7,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines.disposition import (
+from planning.engines.disposition.valuation import (
     InternalDemand,
     OutgoingBlock,
     load_default_assumptions,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planning.engines.disposition import (
+from planning.engines.disposition.valuation import (
     OPTION_ORDER,
     Assumptions,
     InternalDemand,
