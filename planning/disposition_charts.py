@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from planning.engines.disposition.valuation import (
-    OPTION_ORDER,
-    DispositionRecommendation,
-    OptionValues,
-    to_cents,
-)
+from planning.engines.disposition.types import OPTION_ORDER, DispositionRecommendation, OptionValues, to_cents
 
 
 def return_per_node_figure(values: OptionValues, horizon_months: int) -> go.Figure:

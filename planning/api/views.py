@@ -15,7 +15,7 @@ from core.api.lookups import uuid_or_404
 from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from core.api.schema import ProblemSerializer
-from planning.engines.disposition.valuation import InternalDemand
+from planning.engines.disposition.types import InternalDemand
 from planning.inputs import PlanInputError, PlanParametersSerializer
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.services import capacity_plans as capacity

@@ -21,17 +21,17 @@ from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
 from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines.disposition.valuation import (
+from planning.engines.disposition.assumptions import load_default_assumptions
+from planning.engines.disposition.split import recommend_split
+from planning.engines.disposition.types import (
     OPTION_ORDER,
     Assumptions,
     InternalDemand,
     OptionValue,
     OutgoingBlock,
-    load_default_assumptions,
-    recommend_split,
     to_cents,
-    value_options,
 )
+from planning.engines.disposition.valuation import value_options
 from planning.engines.migration.planner import plan_migration, power_reuse
 from planning.inputs import inputs_from_json
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan

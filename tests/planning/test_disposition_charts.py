@@ -7,14 +7,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines.disposition.valuation import (
-    InternalDemand,
-    OutgoingBlock,
-    load_default_assumptions,
-    recommend_split,
-    to_cents,
-    value_options,
-)
+from planning.engines.disposition.assumptions import load_default_assumptions
+from planning.engines.disposition.split import recommend_split
+from planning.engines.disposition.types import InternalDemand, OutgoingBlock, to_cents
+from planning.engines.disposition.valuation import value_options
 
 DEFAULTS = load_default_assumptions(Path(__file__).resolve().parents[2] / "core" / "reference")
 BLOCK = OutgoingBlock("hopper", "H100-SXM5-80GB", 8, 256, Decimal(3), "hall-a", 2, 10)

@@ -11,19 +11,17 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planning.engines.disposition.valuation import (
+from planning.engines.disposition.assumptions import load_default_assumptions, resale_fraction
+from planning.engines.disposition.split import recommend_split
+from planning.engines.disposition.types import (
     OPTION_ORDER,
     Assumptions,
     InternalDemand,
     Option,
     OutgoingBlock,
-    load_default_assumptions,
-    node_kw,
-    recommend_split,
-    resale_fraction,
     to_cents,
-    value_options,
 )
+from planning.engines.disposition.valuation import node_kw, value_options
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "core" / "reference"
 DEFAULTS = load_default_assumptions(REFERENCE_DIR)
