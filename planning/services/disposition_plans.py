@@ -10,9 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
-from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -36,7 +34,6 @@ from planning.engines.migration.planner import plan_migration, power_reuse
 from planning.inputs import inputs_from_json
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
 
-REFERENCE_DIR = Path(settings.BASE_DIR) / "core" / "reference"
 CHANNELS = ("broker", "auction", "distressed")
 # Nodes already on their way out or gone cannot be planned again.
 EXCLUDED_STATES = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
@@ -62,7 +59,7 @@ class Selection:
 
 
 def default_assumptions() -> Assumptions:
-    return load_default_assumptions(REFERENCE_DIR)
+    return load_default_assumptions()
 
 
 def apply_overrides(base: Assumptions, overrides: dict[str, Decimal]) -> Assumptions:

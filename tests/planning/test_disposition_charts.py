@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from decimal import Decimal
-from pathlib import Path
 
 from planning.disposition_charts import return_per_node_figure, split_figure
 from planning.engines.disposition.assumptions import load_default_assumptions
@@ -12,7 +11,7 @@ from planning.engines.disposition.split import recommend_split
 from planning.engines.disposition.types import InternalDemand, OutgoingBlock, to_cents
 from planning.engines.disposition.valuation import value_options
 
-DEFAULTS = load_default_assumptions(Path(__file__).resolve().parents[2] / "core" / "reference")
+DEFAULTS = load_default_assumptions()
 BLOCK = OutgoingBlock("hopper", "H100-SXM5-80GB", 8, 256, Decimal(3), "hall-a", 2, 10)
 INFERENCE = InternalDemand("inference", 64, Decimal("2.00"), Decimal("0.80"), 24)
 

@@ -24,7 +24,7 @@ from planning.engines.disposition.types import (
 from planning.engines.disposition.valuation import node_kw, value_options
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "core" / "reference"
-DEFAULTS = load_default_assumptions(REFERENCE_DIR)
+DEFAULTS = load_default_assumptions()
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -356,3 +356,10 @@ def test_demo_256_h100_nodes_with_inference_demand(capsys):
         print(f"  total {to_cents(split.total_return):,} USD")
         for sentence in split.reasoning:
             print("  -", sentence)
+
+
+def test_planning_reads_reference_data_through_the_one_loader():
+    """core/reference_data.py is the one loader: no planning module opens a CSV itself."""
+    root = Path(__file__).resolve().parents[2] / "planning"
+    readers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "import csv" in p.read_text())
+    assert readers == []

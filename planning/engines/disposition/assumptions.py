@@ -3,11 +3,10 @@ field; the figures not in the reference files are stated assumptions and say so.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from decimal import Decimal
-from pathlib import Path
 
+from core.reference_data import ReferenceValue, generation, generations, parameter
 from planning.engines.disposition.types import (
     Assumptions,
     PriceRange,
@@ -15,23 +14,19 @@ from planning.engines.disposition.types import (
 )
 
 
-def _read_rows(path: Path, key: str) -> dict[str, dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        return {row[key]: row for row in csv.DictReader(handle)}
+def _cite(row: ReferenceValue) -> str:
+    as_of = f", {row.as_of}" if row.as_of else ""
+    return f"{row.file} {row.name} = {row.value} {row.unit}: {row.source}{as_of}"
 
 
-def _cite(file: str, row: dict[str, str], name: str) -> str:
-    as_of = f", {row['as_of']}" if row.get("as_of") else ""
-    return f"{file} {name} = {row['value']} {row['unit']}: {row['source']}{as_of}"
+def _bounds(row: ReferenceValue) -> tuple[Decimal, Decimal]:
+    if row.low is None or row.high is None:
+        raise ValueError(f"{row.file} {row.name} is not a number or a range: {row.value!r}")
+    return row.low, row.high
 
 
-def _range(text: str) -> tuple[Decimal, Decimal]:
-    low, _, high = text.partition("-")
-    return Decimal(low), Decimal(high or low)
-
-
-def _midpoint(text: str) -> Decimal:
-    low, high = _range(text)
+def _midpoint(row: ReferenceValue) -> Decimal:
+    low, high = _bounds(row)
     return (low + high) / 2
 
 
@@ -66,16 +61,13 @@ _RECYCLE_PER_NODE = Decimal("300")
 _SERVICE_LIFE_YEARS = Decimal("7")
 
 
-def load_default_assumptions(reference_dir: Path) -> Assumptions:
+def load_default_assumptions() -> Assumptions:
     """Build the defaults from ``economics.csv``, ``facility.csv`` and
-    ``generations.csv`` in ``reference_dir``.
+    ``generations.csv`` through the one reference loader (``core.reference_data``).
 
     Numbers are read, never retyped, so a corrected CSV corrects the valuation;
     derived numbers cite every row they come from.
     """
-    econ = _read_rows(reference_dir / "economics.csv", "parameter")
-    fac = _read_rows(reference_dir / "facility.csv", "parameter")
-    gens = _read_rows(reference_dir / "generations.csv", "gpu_model")
     sources: dict[str, str] = {}
 
     rental: dict[str, PriceRange] = {}
@@ -86,9 +78,9 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         ("rental_h200", "h200"),
         ("rental_b200", "b200"),
     ):
-        low, high = _range(econ[name]["value"])
+        low, high = _bounds(parameter(name))
         rental[family] = PriceRange(low, high)
-        rental_cites.append(_cite("economics.csv", econ[name], name))
+        rental_cites.append(_cite(parameter(name)))
     sources["rental_per_gpu_hour"] = "; ".join(rental_cites)
 
     sources["lease_discount"] = (
@@ -100,28 +92,26 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         "a contracted lease bills every hour at the contracted rate, so it is not applied there"
     )
 
-    sources["rental_breakeven_per_gpu_hour"] = _cite(
-        "economics.csv", econ["rental_h100_breakeven"], "rental_h100_breakeven"
-    )
-    breakeven = {"h100": Decimal(econ["rental_h100_breakeven"]["value"])}
+    sources["rental_breakeven_per_gpu_hour"] = _cite(parameter("rental_h100_breakeven"))
+    breakeven = {"h100": _bounds(parameter("rental_h100_breakeven"))[0]}
 
-    curve_row = econ["resale_curve_by_age_years"]
-    curve = tuple(Decimal(p) for p in curve_row["value"].split(","))
-    sources["resale_curve"] = _cite("economics.csv", curve_row, "resale_curve_by_age_years")
+    curve_row = parameter("resale_curve_by_age_years")
+    curve = tuple(Decimal(p) for p in curve_row.value.split(","))
+    sources["resale_curve"] = _cite(curve_row)
 
-    channel_row = econ["resale_channel_factor"]
+    channel_row = parameter("resale_channel_factor")
     channels = {}
-    for part in channel_row["value"].split(","):
+    for part in channel_row.value.split(","):
         name, value = part.split()
         channels[name] = Decimal(value)
-    sources["channel_factors"] = _cite("economics.csv", channel_row, "resale_channel_factor")
+    sources["channel_factors"] = _cite(channel_row)
 
     typical = resale_fraction(curve, _TYPICAL_RESALE_AGE_YEARS)
     new_price = {}
     price_cites = []
     for name, family in (("resale_used_h100_sxm", "h100"), ("resale_used_a100", "a100")):
-        new_price[family] = _midpoint(econ[name]["value"]) / typical
-        price_cites.append(_cite("economics.csv", econ[name], name))
+        new_price[family] = _midpoint(parameter(name)) / typical
+        price_cites.append(_cite(parameter(name)))
     sources["new_price_per_gpu"] = (
         f"derived: midpoint of the used-price range / resale curve at a typical "
         f"secondary-market age of {_TYPICAL_RESALE_AGE_YEARS} years (assumption, "
@@ -132,12 +122,12 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         f"assumption: {_MONTHS_UNTIL_SALE} months from decision to sale (drain, sanitise, list, ship)"
     )
 
-    electricity = Decimal(econ["electricity_price"]["value"])
-    sources["electricity_usd_per_kwh"] = _cite("economics.csv", econ["electricity_price"], "electricity_price")
-    pue = Decimal(fac["pue_industry_average"]["value"])
-    sources["pue"] = _cite("facility.csv", fac["pue_industry_average"], "pue_industry_average")
-    all_in = Decimal(fac["all_in_kw_per_h100_gpu"]["value"])
-    sources["all_in_kw_per_gpu"] = _cite("facility.csv", fac["all_in_kw_per_h100_gpu"], "all_in_kw_per_h100_gpu")
+    electricity = _bounds(parameter("electricity_price"))[0]
+    sources["electricity_usd_per_kwh"] = _cite(parameter("electricity_price"))
+    pue = _bounds(parameter("pue_industry_average"))[0]
+    sources["pue"] = _cite(parameter("pue_industry_average"))
+    all_in = _bounds(parameter("all_in_kw_per_h100_gpu"))[0]
+    sources["all_in_kw_per_gpu"] = _cite(parameter("all_in_kw_per_h100_gpu"))
 
     sources["sanitisation_cost_per_drive"] = (
         f"assumption: {_SANITISATION_PER_DRIVE} USD per drive for a NIST SP 800-88 "
@@ -157,28 +147,24 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
     # Freed power: the wholesale rent of a kilowatt, i.e. what the kW is worth to whoever gets it.
     # Not new hardware's margin in it: that needs the new hardware's capex, which selling the
     # old node does not pay.
-    colo = econ["colocation_wholesale_kw_month"]
-    freed = Decimal(colo["value"])
+    colo = parameter("colocation_wholesale_kw_month")
+    freed = _bounds(colo)[0]
     sources["freed_power_value_per_kw_month"] = (
-        "wholesale colocation rent of a kW (not new capacity's margin, which needs its capex): "
-        + _cite("economics.csv", colo, "colocation_wholesale_kw_month")
+        "wholesale colocation rent of a kW (not new capacity's margin, which needs its capex): " + _cite(colo)
     )
     sources["freed_kw_months_per_kw"] = (
         "from the linked migration plan: kW-months it reuses (new racks' draw beyond the hall's spare power, "
         "up to what drains free) per kW it frees; 0 when no migration plan is linked"
     )
-    h100 = gens["H100-SXM5-80GB"]
-    h100_nameplate_per_gpu = Decimal(h100["node_kw"]) / Decimal(h100["gpus_per_node"])
+    h100 = generation("H100-SXM5-80GB")
+    h100_nameplate_per_gpu = h100.it_kw_per_gpu
     all_in_factor = all_in / h100_nameplate_per_gpu
     kw_per_gpu: dict[str, Decimal] = {}
     nameplate: dict[str, Decimal] = {}
-    for model, row in gens.items():
-        if row["node_kw"]:
-            per_gpu = Decimal(row["node_kw"]) / Decimal(row["gpus_per_node"])
-        else:
-            per_gpu = Decimal(row["rack_kw_typical"]) / Decimal(row["nvlink_domain_gpus"])
-        nameplate[gpu_family(model)] = per_gpu
-        kw_per_gpu[gpu_family(model)] = per_gpu * all_in_factor
+    for row in generations():
+        per_gpu = row.it_kw_per_gpu
+        nameplate[gpu_family(row.gpu_model)] = per_gpu
+        kw_per_gpu[gpu_family(row.gpu_model)] = per_gpu * all_in_factor
     sources["kw_per_gpu"] = (
         "generations.csv node kW / GPUs per node (rack kW / NVLink domain for rack-scale) per family, scaled by "
         f"facility.csv all_in_kw_per_h100_gpu / the H100's nameplate {h100_nameplate_per_gpu} kW "
@@ -192,10 +178,9 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
     sources["lease_on_demand"] = "operator choice: false = contracted lease billed every hour"
     sources["rank_with_freed_power"] = "operator choice: false = the split ranks options by cash"
 
-    life_row = econ["useful_life"]
+    life_row = parameter("useful_life")
     sources["useful_life_years"] = (
-        "accounting life (depreciation; reported, does not end service): midpoint of "
-        + _cite("economics.csv", life_row, "useful_life")
+        "accounting life (depreciation; reported, does not end service): midpoint of " + _cite(life_row)
     )
 
     return Assumptions(
@@ -216,7 +201,7 @@ def load_default_assumptions(reference_dir: Path) -> Assumptions:
         space_cost_per_rack_month=_SPACE_PER_RACK_MONTH,
         recycle_value_per_node=_RECYCLE_PER_NODE,
         freed_power_value_per_kw_month=freed,
-        useful_life_years=_midpoint(life_row["value"]),
+        useful_life_years=_midpoint(life_row),
         sources=sources,
         service_life_years=_SERVICE_LIFE_YEARS,
         kw_per_gpu=kw_per_gpu,
