@@ -3,9 +3,10 @@
 The planner (``planning.engines.migration``) is pure; this module is the only place
 that reads rows for it: halls in scope (IT budget, PUE), rack positions (cooling, kW), the
 current fleet per rack by node type, and the target node type from the catalogue. Operator
-parameters (deliveries, durations, facility upgrades, floor, largest job, perf factors) are
-validated here into ``[{field, message}]`` errors, so the API and the console form refuse
-bad input the same way. The resolved inputs are stored as canonical JSON so a stored plan
+parameters (deliveries, durations, facility upgrades, floor, largest job, perf factors), checked
+field by field by ``planning.api.serializers.PlanParametersSerializer``, are resolved against the
+inventory here; what does not resolve becomes ``[{field, message}]`` errors, so the API and the
+console form refuse bad input the same way. The resolved inputs are stored as canonical JSON so a stored plan
 can be recomputed (and charted) without touching the inventory again.
 """
 
@@ -17,11 +18,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from datetime import date, timedelta
 from decimal import Decimal
-from typing import Any
 
 from django.db.models import Count, Q
 from django.utils import timezone
-from rest_framework import serializers
 
 from core.reference_data import generation as reference_generation
 from core.reference_data import parameter
@@ -59,166 +58,6 @@ class PlanInputError(Exception):
         self.errors = errors
 
 
-class DeliverySerializer(serializers.Serializer):
-    date = serializers.DateField(help_text="day the scalable units arrive on site")
-    scalable_units = serializers.IntegerField(min_value=1, max_value=1000)
-    racks_per_unit = serializers.IntegerField(
-        min_value=1, max_value=1000, help_text="racks of the target type per unit"
-    )
-    label = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
-
-
-class FacilityUpgradeSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["cdu_install"], default="cdu_install")
-    positions = serializers.ListField(
-        child=serializers.CharField(max_length=100),
-        min_length=1,
-        max_length=10000,
-        help_text="rack ids or names (in the halls in scope) that get the upgrade",
-    )
-    earliest_start = serializers.DateField(required=False, help_text="default: the plan's start")
-    lead_time_days = serializers.IntegerField(
-        min_value=0,
-        max_value=3650,
-        required=False,
-        allow_null=True,
-        help_text="default: high end of cdu_lead_time (facility.csv)",
-    )
-    power_kw_after = serializers.FloatField(
-        min_value=0,
-        max_value=1000,
-        required=False,
-        allow_null=True,
-        help_text="position power after the upgrade; default: high end of liquid_rack_capacity (facility.csv)",
-    )
-    cooling_kw_after = serializers.FloatField(
-        min_value=0,
-        max_value=1000,
-        required=False,
-        allow_null=True,
-        help_text="position liquid cooling after the upgrade; default: as power_kw_after",
-    )
-
-
-class HallFacilitySerializer(serializers.Serializer):
-    hall = serializers.UUIDField(help_text="hall id in scope")
-    cdu_units = serializers.IntegerField(
-        min_value=1,
-        max_value=1000,
-        required=False,
-        allow_null=True,
-        help_text="CDUs serving the hall; capacity counts all but one (N+1)",
-    )
-    cdu_unit_kw = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
-    air_cooling_kw = serializers.FloatField(
-        min_value=0,
-        max_value=1_000_000,
-        required=False,
-        allow_null=True,
-        help_text="room-air heat the hall's air handlers remove",
-    )
-    floor_load_kpa = serializers.FloatField(
-        min_value=0, max_value=1000, required=False, allow_null=True, help_text="rated distributed floor load"
-    )
-
-
-class PlanParametersSerializer(serializers.Serializer):
-    """What an operator decides; every field has a default from the inventory or the reference data."""
-
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    start = serializers.DateField(required=False, help_text="first planned week; default: next Monday")
-    halls = serializers.ListField(
-        child=serializers.UUIDField(), required=False, min_length=1, help_text="hall ids in scope; default: all halls"
-    )
-    positions = serializers.ListField(
-        child=serializers.CharField(max_length=100),
-        required=False,
-        min_length=1,
-        help_text="rack ids or names in scope; default: every rack of the halls in scope",
-    )
-    target_node_type = serializers.SlugField(required=False, help_text=f"catalogue slug; default {DEFAULT_TARGET}")
-    target_perf_per_gpu = serializers.FloatField(
-        min_value=0.01,
-        max_value=100,
-        required=False,
-        allow_null=True,
-        help_text="H100-equivalents per target GPU for the workload; default: generations.csv",
-    )
-    perf_overrides = serializers.DictField(
-        child=serializers.FloatField(min_value=0.01, max_value=100),
-        required=False,
-        allow_empty=True,
-        help_text="node type slug -> H100-equivalents per GPU, overriding generations.csv for the current fleet",
-    )
-    workload = serializers.ChoiceField(
-        choices=["training", "inference"],
-        required=False,
-        help_text="which generations.csv ratio normalises capacity (default training)",
-    )
-    floor_unit = serializers.ChoiceField(
-        choices=list(FLOOR_UNITS), required=False, help_text="unit of the default floor: h100e (default) or gpus"
-    )
-    hall_facilities = HallFacilitySerializer(many=True, required=False, max_length=1000)
-    deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
-    burn_in_days = serializers.IntegerField(
-        min_value=0,
-        max_value=365,
-        required=False,
-        allow_null=True,
-        help_text="default: high end of burn_in_per_rack (facility.csv)",
-    )
-    cut_over_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=1)
-    drain_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
-    sanitise_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
-    ship_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
-    facility_upgrades = FacilityUpgradeSerializer(many=True, required=False)
-    capacity_floor_gpus = serializers.IntegerField(
-        min_value=0,
-        max_value=10_000_000,
-        required=False,
-        help_text="raw GPU floor; default: today's GPUs when floor_unit=gpus, else 0",
-    )
-    capacity_floor_perf = serializers.FloatField(
-        min_value=0,
-        max_value=1e9,
-        required=False,
-        allow_null=True,
-        help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none",
-    )
-    largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
-    horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
-    power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
-
-
-def field_errors(detail, prefix: str = "") -> list[dict]:
-    """DRF's nested errors → ``[{field, message}]`` with paths like ``deliveries[0].date``.
-
-    DRF keys list items by int (``{0: {...}}``); those become ``[0]`` so the paths read the
-    same as the ones this module writes itself.
-    """
-    if isinstance(detail, dict):
-        out = []
-        for key, value in detail.items():
-            if isinstance(key, int):
-                field = f"{prefix}[{key}]"
-            elif key == "non_field_errors":
-                field = prefix or "non_field_errors"
-            else:
-                field = f"{prefix}.{key}" if prefix else str(key)
-            out.extend(field_errors(value, field))
-        return out
-    if isinstance(detail, list):
-        out = []
-        for index, item in enumerate(detail):
-            out.extend(
-                field_errors(item, f"{prefix}[{index}]")
-                if isinstance(item, (dict, list))
-                else [{"field": prefix or "non_field_errors", "message": str(item)}]
-            )
-        return out
-    return [{"field": prefix or "non_field_errors", "message": str(detail)}]
-
-
 def next_monday(today: date | None = None) -> date:
     today = today or timezone.now().date()
     return today + timedelta(days=(7 - today.weekday()) % 7 or 7)
@@ -239,7 +78,7 @@ def _resolve_racks(
     return racks
 
 
-def _json_ready(data: dict) -> dict:
+def json_ready(data: dict) -> dict:
     """Validated data with dates and UUIDs as strings: the canonical, storable parameters."""
 
     def conv(value):
@@ -369,14 +208,14 @@ def default_parameters(
     }
 
 
-def validate_parameters(data: Any) -> tuple[dict, planner_inputs.PlanInputs]:
-    """Operator parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``."""
-    if not isinstance(data, dict):
-        raise PlanInputError([{"field": "non_field_errors", "message": "Send a JSON object of plan parameters."}])
-    serializer = PlanParametersSerializer(data=data)
-    if not serializer.is_valid():
-        raise PlanInputError(field_errors(serializer.errors))
-    given = _json_ready(dict(serializer.validated_data))
+def validate_parameters(given: dict) -> tuple[dict, planner_inputs.PlanInputs]:
+    """Validated parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``.
+
+    ``given`` is JSON-ready: a request body or form checked by ``PlanParametersSerializer``
+    (``planning.api.serializers.plan_parameters``), or parameters built by the product itself
+    (a capacity plan's gap). The checks here are the ones that need the inventory or more than
+    one field: defaults, deliveries after the start, racks and halls that exist.
+    """
     start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
     params = default_parameters(
         start=start,

@@ -21,7 +21,7 @@ from fleet.selectors import data_handling_status, halls_for_filter
 from fleet.services import sanitization
 from fleet.services.lifecycle import InvalidTransition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
-from planning.api.serializers import CapacityPlanIn, DispositionPlanIn
+from planning.api.serializers import CapacityPlanIn, DispositionPlanIn, field_errors, plan_parameters
 from planning.api.views import create_capacity_from, create_plan_from, migration_from_capacity
 from planning.charts import (
     capacity_gpus_figure,
@@ -31,7 +31,7 @@ from planning.charts import (
     power_figure,
 )
 from planning.engines.capacity import reference_models
-from planning.inputs import PlanInputError, default_parameters, field_errors, reference_citations
+from planning.inputs import PlanInputError, default_parameters, reference_citations
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.selectors import plan_list as plan_list_query
 from planning.selectors import scheduled_work, verdict_groups
@@ -148,7 +148,7 @@ def migration_create(request):
         params, errors = _parameters_from_post(request.POST)
         if not errors:
             try:
-                plan = create_plan(parameters=params, actor=actor_label(request.user))
+                plan = create_plan(parameters=plan_parameters(params), actor=actor_label(request.user))
             except PlanInputError as exc:
                 errors = exc.errors
             else:

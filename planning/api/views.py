@@ -16,7 +16,7 @@ from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from core.api.schema import ProblemSerializer
 from planning.engines.disposition.types import InternalDemand
-from planning.inputs import PlanInputError, PlanParametersSerializer
+from planning.inputs import PlanInputError
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.services import capacity_plans as capacity
 from planning.services import disposition_plans as disposition
@@ -28,6 +28,8 @@ from .serializers import (
     DispositionPlanIn,
     DispositionPlanOut,
     MigrationPlanSerializer,
+    PlanParametersSerializer,
+    plan_parameters,
 )
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -66,7 +68,7 @@ class MigrationPlanCollection(APIView):
 
         def perform() -> Response:
             try:
-                plan = create_plan(parameters=request.data, actor=request.user.actor)
+                plan = create_plan(parameters=plan_parameters(request.data), actor=request.user.actor)
             except PlanInputError as exc:
                 raise Problem(
                     400, "validation_error", "Some fields are invalid; see errors.", errors=exc.errors

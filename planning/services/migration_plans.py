@@ -29,7 +29,11 @@ class PlanNotApplicable(Exception):
 
 @transaction.atomic
 def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
-    """Validate ``parameters`` (raises ``PlanInputError``), plan over the inventory, store and audit it."""
+    """Plan checked ``parameters`` over the inventory, store and audit it (``PlanInputError`` when they do not
+    resolve: unknown halls or racks, deliveries before the start...).
+
+    ``parameters`` come from ``planning.api.serializers.plan_parameters`` (API and console) or from the
+    product itself (a capacity plan's gap, the demo)."""
     params, inputs = validate_parameters(parameters)
     try:
         plan = plan_migration(inputs)
