@@ -15,9 +15,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict
 from datetime import date, timedelta
-from decimal import Decimal
 
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -27,7 +25,6 @@ from core.reference_data import parameter
 from fleet.choices import Lifecycle
 from fleet.models import Hall, Node, NodeType, Rack
 from planning.engines.migration import inputs as planner_inputs
-from planning.engines.migration.results import MigrationPlanResult
 
 # Nodes in these states are gone from the fleet a migration has to replace.
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
@@ -476,114 +473,3 @@ def _fleet_blocks(
             continue
         blocks.append(planner_inputs.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
     return tuple(blocks), tuple(kept)
-
-
-# --------------------------------------------------------------------------- canonical JSON
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return round(value, 6)
-    return value
-
-
-def inputs_to_json(inputs: planner_inputs.PlanInputs) -> dict:
-    return _plain(asdict(inputs))
-
-
-def _upgrade(d: dict | None) -> planner_inputs.FacilityUpgrade | None:
-    if d is None:
-        return None
-    return planner_inputs.FacilityUpgrade(
-        **{
-            **d,
-            "earliest_start": date.fromisoformat(d["earliest_start"]),
-            "cost": Decimal(d["cost"]) if d["cost"] is not None else None,
-        }
-    )
-
-
-def _block(b: dict) -> planner_inputs.FleetBlock:
-    return planner_inputs.FleetBlock(
-        **{**b, "node_type": planner_inputs.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])}
-    )
-
-
-def inputs_from_json(d: dict) -> planner_inputs.PlanInputs:
-    """Inverse of ``inputs_to_json``: stored plans recompute without reading the inventory."""
-    return planner_inputs.PlanInputs(
-        **{
-            **d,
-            "start": date.fromisoformat(d["start"]),
-            "halls": tuple(planner_inputs.Hall(**h) for h in d["halls"]),
-            "positions": tuple(
-                planner_inputs.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]
-            ),
-            "fleet": tuple(_block(b) for b in d["fleet"]),
-            "kept": tuple(_block(b) for b in d.get("kept", ())),
-            "target": planner_inputs.NodeTypeSpec(**d["target"]),
-            "deliveries": tuple(
-                planner_inputs.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]
-            ),
-        }
-    )
-
-
-def plan_to_json(plan: MigrationPlanResult) -> dict:
-    """The stored result: everything the planner said, plus its headline."""
-    return {**_plain(asdict(plan)), "headline": plan.headline}
-
-
-def reference_citations() -> list[dict]:
-    """The reference rows the planner's defaults come from (shown beside the plan)."""
-    rows = [
-        parameter(n)
-        for n in (
-            "cdu_lead_time",
-            "liquid_rack_capacity",
-            "pue_industry_average",
-            "ndr_two_tier_fat_tree_max_endpoints",
-        )
-    ]
-    cited = [{"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"} for r in rows]
-    for r in (
-        parameter(n)
-        for n in (
-            "burn_in_deadline",
-            "air_cooled_rack_limit_max",
-            "liquid_rack_residual_air_fraction",
-            "cdu_redundancy",
-            "floor_loading_tia942_recommended",
-            "rack_footprint",
-            "empty_rack_weight",
-        )
-    ):
-        cited.append({"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"})
-    for model in ("H100-SXM5-80GB", "GB200-NVL72"):
-        g = reference_generation(model)
-        kw = f"{g.node_kw} kW/node" if g.node_kw is not None else f"{g.rack_kw_typical} kW/rack"
-        cited.append(
-            {
-                "name": model,
-                "value": f"{kw}, {g.cooling}, {g.fabric}",
-                "unit": "",
-                "source": f"generations.csv: {g.source}",
-            }
-        )
-        cited.append(
-            {
-                "name": f"{model} vs H100",
-                "value": f"training {g.training_vs_h100}, inference {g.inference_vs_h100}",
-                "unit": "H100-equivalents per GPU",
-                "source": f"generations.csv: {g.perf_source}",
-            }
-        )
-    return cited

@@ -31,10 +31,10 @@ from planning.charts import (
     power_figure,
 )
 from planning.engines.capacity import reference_models
-from planning.inputs import PlanInputError, default_parameters, reference_citations
+from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.selectors import plan_list as plan_list_query
-from planning.selectors import scheduled_work, verdict_groups
+from planning.selectors import reference_citations, scheduled_work, verdict_groups
 from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,

@@ -31,8 +31,8 @@ from planning.engines.disposition.types import (
 )
 from planning.engines.disposition.valuation import value_options
 from planning.engines.migration.planner import plan_migration, power_reuse
-from planning.inputs import inputs_from_json
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
+from planning.plan_json import inputs_from_json
 
 CHANNELS = ("broker", "auction", "distressed")
 # Nodes already on their way out or gone cannot be planned again.

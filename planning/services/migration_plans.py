@@ -15,12 +15,10 @@ from planning.engines.migration.results import MigrationPlanResult
 from planning.inputs import (
     GONE,
     PlanInputError,
-    inputs_from_json,
-    inputs_to_json,
-    plan_to_json,
     validate_parameters,
 )
 from planning.models import MigrationPlan, PlannedAction
+from planning.plan_json import inputs_from_json, inputs_to_json, plan_to_json
 
 
 class PlanNotApplicable(Exception):
