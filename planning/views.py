@@ -3,6 +3,7 @@ plan, selectors read, charts draw)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import plotly.io as pio
@@ -30,6 +31,7 @@ from planning.charts import (
     capacity_power_figure,
     power_figure,
 )
+from planning.disposition_charts import block_figures, split_figure
 from planning.engines.capacity import reference_models
 from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
@@ -61,6 +63,11 @@ _NULLABLE_FIELDS = ("burn_in_days", "target_perf_per_gpu", "capacity_floor_perf"
 def _chart_json(fig) -> str:
     # Embedded in a <script type="application/json">: never let the JSON close the tag.
     return pio.to_json(fig, validate=False).replace("</", "<\\/")
+
+
+def _figure_data(fig) -> dict:
+    """A figure as plain data for ``json_script`` (which escapes it for the page)."""
+    return json.loads(pio.to_json(fig, validate=False))
 
 
 def _form_values(params: dict) -> dict:
@@ -330,7 +337,10 @@ def disposition_detail(request, pk):
                 (o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
                 for o in result["split"]
             ],
-            "figures": result["figures"],
+            "figures": {
+                "split": _figure_data(split_figure(result)),
+                "returns": [{"block": label, "figure": _figure_data(fig)} for label, fig in block_figures(result)],
+            },
         },
     )
 

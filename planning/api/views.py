@@ -124,9 +124,7 @@ class MigrationPlanApply(APIView):
 
 
 def plan_body(plan: DispositionPlan) -> dict:
-    data = DispositionPlanOut(plan).data
-    data["result"] = {k: v for k, v in plan.result.items() if k != "figures"}  # figures are for the console
-    return data
+    return DispositionPlanOut(plan).data
 
 
 def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:

@@ -6,7 +6,6 @@ what `recommend_split` answers together with a per-node assignment.
 """
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
@@ -18,7 +17,6 @@ from django.utils import timezone
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
-from planning.disposition_charts import return_per_node_figure, split_figure
 from planning.engines.disposition.assumptions import load_default_assumptions
 from planning.engines.disposition.split import recommend_split
 from planning.engines.disposition.types import (
@@ -269,22 +267,12 @@ def create_disposition_plan(
     recommendation = recommend_split(blocks, demands, assumptions, horizon_months, channel, lease_cap_nodes)
 
     block_rows = []
-    figures = {"split": json.loads(split_figure(recommendation).to_json()), "returns": []}
     for block in blocks:
         external = value_options(block, None, assumptions, horizon_months, channel)
         redeploy = {}
         for d in demands:
             values = value_options(block, d, assumptions, horizon_months, channel)
             redeploy[d.pool] = _option_json(values.redeploy)
-        best_demand = max(
-            demands,
-            key=lambda d: value_options(block, d, assumptions, horizon_months, channel).redeploy.return_per_node,
-            default=None,
-        )
-        chart_values = value_options(block, best_demand, assumptions, horizon_months, channel)
-        figures["returns"].append(
-            {"block": block.label, "figure": json.loads(return_per_node_figure(chart_values, horizon_months).to_json())}
-        )
         block_rows.append(
             {
                 "label": block.label,
@@ -341,7 +329,6 @@ def create_disposition_plan(
         "blocks": block_rows,
         "reasoning": list(recommendation.reasoning),
         "assumptions": _assumptions_json(assumptions),
-        "figures": figures,
     }
     plan = DispositionPlan.objects.create(name=name, created_by=actor, inputs=inputs or {}, result=result)
     DispositionAssignment.objects.bulk_create(
