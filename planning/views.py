@@ -9,7 +9,9 @@ import re
 import plotly.io as pio
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
@@ -185,8 +187,14 @@ def migration_create(request):
 @operator_required
 def migration_detail(request, pk):
     record = get_object_or_404(MigrationPlan, pk=pk)
-    result = record.result
     params = record.inputs["parameters"]
+    if record.computation != MigrationPlan.Computation.DONE:
+        return render(
+            request,
+            "planning/migration_computing.html",
+            {"nav": "plans", "plan": record, "params": params, "racks": len(record.inputs["resolved"]["positions"])},
+        )
+    result = record.result
     hall_names = {h["id"]: h["name"] for h in record.inputs["resolved"]["halls"]}
     context = {
         "nav": "plans",
@@ -211,6 +219,21 @@ def migration_detail(request, pk):
             "chart-power": _chart_json(power_figure(plan)),
         }
     return render(request, "planning/migration_detail.html", context)
+
+
+@operator_required
+def migration_progress(request, pk):
+    """Where a plan's computation stands, for the plan page to poll (no page reload)."""
+    record = get_object_or_404(MigrationPlan.objects.only("id", "computation", "progress", "computation_error"), pk=pk)
+    return JsonResponse(
+        {
+            "computation": record.computation,
+            "computation_display": record.get_computation_display(),
+            "progress": record.progress,
+            "error": record.computation_error,
+            "url": reverse("planning:migration-plan-detail", kwargs={"pk": record.pk}),
+        }
+    )
 
 
 @operator_required
@@ -415,6 +438,19 @@ def disposition_node_action(request, pk):
 
 CAPACITY_PER_PAGE = 50
 CAPACITY_MONTHS = 6
+# The model select's value for "my own model": its figures come from the custom_* fields.
+CUSTOM_MODEL = "custom"
+# Form field → the API's model field (bounds in planning.api.serializers.ModelIn).
+CUSTOM_MODEL_FIELDS = (
+    ("custom_name", "name"),
+    ("custom_total_params_b", "total_params_b"),
+    ("custom_active_params_b", "active_params_b"),
+    ("custom_layers", "layers"),
+    ("custom_kv_heads", "kv_heads"),
+    ("custom_head_dim", "head_dim"),
+    ("custom_bytes_per_element", "bytes_per_element"),
+    ("custom_context_tokens", "context_tokens"),
+)
 
 
 def _capacity_body(post) -> dict:
@@ -431,13 +467,18 @@ def _capacity_body(post) -> dict:
                     "tpot_ms_target": post.get("tpot_ms_target") or None,
                 }
             )
-    return {
+    body = {
         "name": post.get("name", "").strip(),
         "model_name": post.get("model_name", ""),
         "forecast": forecast,
         "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
         "gpu_models": [m for m in post.getlist("gpu_models") if m],
     }
+    if body["model_name"] == CUSTOM_MODEL:
+        # The same ModelIn the API uses checks every figure's bounds; blanks are reported as missing.
+        body["model_name"] = ""
+        body["model"] = {key: post[field].strip() for field, key in CUSTOM_MODEL_FIELDS if post.get(field, "").strip()}
+    return body
 
 
 @operator_required
@@ -467,6 +508,8 @@ def capacity_list(request):
             "errors": errors,
             "models": reference_models(),
             "months": range(CAPACITY_MONTHS),
+            "custom_model": CUSTOM_MODEL,
+            "form": request.POST if request.method == "POST" else {},
         },
         status=400 if errors else 200,
     )

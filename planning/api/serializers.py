@@ -304,7 +304,13 @@ class PlanResultSerializer(serializers.Serializer):
 
 
 class MigrationPlanSerializer(serializers.ModelSerializer):
-    result = PlanResultSerializer()
+    result = PlanResultSerializer(allow_null=True, help_text="null until computed (computation: done)")
+    computation = serializers.ChoiceField(
+        choices=MigrationPlan.Computation.choices,
+        help_text="queued/running: a worker is computing this large plan; done: result holds it; failed: see "
+        "computation_error",
+    )
+    progress = serializers.FloatField(help_text="fraction of the planner's work done, as it reports (0..1)")
     inputs = serializers.JSONField(
         help_text="{parameters: the complete operator parameters, resolved: the planner inputs}"
     )
@@ -320,6 +326,10 @@ class MigrationPlanSerializer(serializers.ModelSerializer):
             "status",
             "applied_at",
             "feasible",
+            "computation",
+            "progress",
+            "computation_error",
+            "computed_at",
             "actions",
             "inputs",
             "result",

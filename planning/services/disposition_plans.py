@@ -74,6 +74,8 @@ def _migration_plan(plan_id: str) -> MigrationPlan:
     plan = MigrationPlan.objects.filter(pk=plan_id).first()
     if plan is None:
         raise SelectionError(f"no migration plan {plan_id}")
+    if plan.computation != MigrationPlan.Computation.DONE:
+        raise SelectionError(f"migration plan {plan.name!r} is {plan.computation}; link it once it is computed")
     return plan
 
 

@@ -3,6 +3,8 @@ replayed on the same inputs and measured against the same floors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planning.engines.migration.context import PlanContext
 from planning.engines.migration.inputs import DECOMMISSION_FIRST
 from planning.engines.migration.results import NaiveSequence
@@ -18,9 +20,9 @@ def floor_text(ctx: PlanContext) -> str:
     return " and ".join(parts)
 
 
-def naive_sequence(ctx: PlanContext, name: str) -> NaiveSequence:
+def naive_sequence(ctx: PlanContext, name: str, progress: Callable[[float], None] | None = None) -> NaiveSequence:
     inputs = ctx.inputs
-    run = simulate(ctx, name)
+    run = simulate(ctx, name, progress)
     timeline = build_timeline(ctx, run)
     low = timeline.min_capacity()
     trough = timeline.trough_gpu_days(ctx.floor_gpus)

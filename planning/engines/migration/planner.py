@@ -56,6 +56,7 @@ and weight, residual air heat, floor loading, performance ratios) are loaded fro
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -119,12 +120,27 @@ def fabric_notes_for(ctx: PlanContext, timeline: Timeline) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def plan_migration(inputs: PlanInputs) -> MigrationPlanResult:
-    """Plan moving ``inputs.fleet`` onto ``inputs.target``; pure and deterministic."""
+def _stage(progress: Callable[[float], None] | None, start: float, end: float) -> Callable[[float], None] | None:
+    """A stage's own 0..1 progress mapped onto [start, end] of the whole plan's."""
+    if progress is None:
+        return None
+    report = progress
+    return lambda fraction: report(start + (end - start) * fraction)
+
+
+def plan_migration(inputs: PlanInputs, progress: Callable[[float], None] | None = None) -> MigrationPlanResult:
+    """Plan moving ``inputs.fleet`` onto ``inputs.target``; pure and deterministic.
+
+    ``progress``, when given, is called with the fraction done (0..1, rising): the plan's own
+    replay is the first half, each naive sequence a fifth, and 1.0 once the result is built.
+    It only observes; the answer is the same with or without it."""
     ctx = build_context(inputs)
-    run = simulate(ctx, PLAN)
+    run = simulate(ctx, PLAN, _stage(progress, 0.0, 0.5))
     timeline = build_timeline(ctx, run)
-    naive = (naive_sequence(ctx, DECOMMISSION_FIRST), naive_sequence(ctx, ONE_FOR_ONE_SWAP))
+    naive = (
+        naive_sequence(ctx, DECOMMISSION_FIRST, _stage(progress, 0.5, 0.7)),
+        naive_sequence(ctx, ONE_FOR_ONE_SWAP, _stage(progress, 0.7, 0.9)),
+    )
     fixes = plan_fixes(ctx, run, timeline)
     phases = build_phases(ctx, run, with_prep=True)
     low = timeline.min_capacity()
@@ -176,6 +192,8 @@ def plan_migration(inputs: PlanInputs) -> MigrationPlanResult:
         for r in run.new
         if r.position is not None and r.land_week is not None
     )
+    if progress is not None:
+        progress(1.0)
     return MigrationPlanResult(
         feasible=feasible,
         fixes=tuple(fixes),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from itertools import accumulate
@@ -22,6 +23,9 @@ from planning.engines.migration.inputs import (
     Position,
 )
 from planning.engines.migration.results import Phase, Timeline, TimelinePoint
+
+# How often a replay reports progress: about every 1/PROGRESS_STEPS of the horizon.
+PROGRESS_STEPS = 20
 
 
 @dataclass
@@ -131,8 +135,10 @@ class FloorTracker:
         return ctx.floor_perf is not None and self.perf - perf < ctx.floor_perf - 1e-6
 
 
-def simulate(ctx: PlanContext, policy: str) -> Run:
-    """Replay ``policy`` week by week; every placement respects eligibility, space, power and cooling."""
+def simulate(ctx: PlanContext, policy: str, progress: Callable[[float], None] | None = None) -> Run:
+    """Replay ``policy`` week by week; every placement respects eligibility, space, power and cooling.
+
+    ``progress`` is told the fraction of weeks replayed (0..1), about every 5 %."""
     H = ctx.horizon
     inputs = ctx.inputs
     target = inputs.target
@@ -246,7 +252,10 @@ def simulate(ctx: PlanContext, policy: str) -> Run:
         if week is not None:
             eligible_from[min(week, H)] += 1
 
+    report_every = max(1, H // PROGRESS_STEPS)
     for w in range(H):
+        if progress is not None and w % report_every == 0:
+            progress(w / H)
         eligible_untaken += eligible_from.get(w, 0)
         for rack in service_add.pop(w, ()):
             floors.add(
