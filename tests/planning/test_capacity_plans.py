@@ -228,7 +228,12 @@ def test_console_form_takes_a_custom_model_within_bounds(operator_client, demo_f
     plan = CapacityPlan.objects.get()
     assert r.status_code == 302 and r["Location"] == f"/plans/capacity/{plan.pk}/"
     model = plan.result["model"]
-    assert (model["name"], model["total_params_b"], model["layers"], model["context_tokens"]) == ("my-8b", 8.0, 32, 8192)
+    assert (model["name"], model["total_params_b"], model["layers"], model["context_tokens"]) == (
+        "my-8b",
+        8.0,
+        32,
+        8192,
+    )
     # KV cache per token = 2 x layers x KV heads x head dim x bytes = 2 x 32 x 8 x 128 x 2.
     assert plan.result["kv_bytes_per_token"] == 131_072
     assert plan.result["weight_gb"] == 16.0  # 8B params x 2 bytes
