@@ -43,7 +43,6 @@ from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,
     create_plan,
-    recompute,
 )
 
 PLANS_PER_PAGE = 50
@@ -212,11 +211,11 @@ def migration_detail(request, pk):
         "citations": reference_citations(),
     }
     if record.feasible:
-        plan = recompute(record)
+        # Drawn from the stored result: the planner does not run again to show a plan.
         context["charts"] = {
-            "chart-gpus": _chart_json(capacity_gpus_figure(plan, params["capacity_floor_gpus"])),
-            "chart-perf": _chart_json(capacity_perf_figure(plan, params.get("capacity_floor_perf"))),
-            "chart-power": _chart_json(power_figure(plan)),
+            "chart-gpus": _chart_json(capacity_gpus_figure(result, params["capacity_floor_gpus"])),
+            "chart-perf": _chart_json(capacity_perf_figure(result, params.get("capacity_floor_perf"))),
+            "chart-power": _chart_json(power_figure(result)),
         }
     return render(request, "planning/migration_detail.html", context)
 
