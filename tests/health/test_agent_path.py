@@ -90,3 +90,22 @@ def test_desired_state_answers_304_to_an_unchanged_etag_and_200_once_it_changes(
     assert response.status_code == 202, response.content
     changed = agent.get("/api/agent/v1/desired-state", HTTP_IF_NONE_MATCH=etag)
     assert changed.status_code == 200 and changed["ETag"] != etag and changed.json() != first.json()
+
+
+def test_a_quiet_heartbeat_costs_three_redis_round_trips(nodes, agent_for, monkeypatch):
+    """The agent's own throttle (read + write) and the revocation list's cache entry; a validly
+    signed token skips the failed-authentication budget (core.api.authentication)."""
+    import redis.client
+
+    sent = []
+    original = redis.client.Redis.execute_command
+
+    def counting(self, *args, **kwargs):
+        sent.append(args[0])
+        return original(self, *args, **kwargs)
+
+    agent = agent_for(nodes[7])
+    assert agent.heartbeat().status_code == 202  # fills the revocation cache and the node-type cache
+    monkeypatch.setattr(redis.client.Redis, "execute_command", counting)
+    assert agent.heartbeat().status_code == 202
+    assert sent == ["GET", "GET", "SET"], sent
