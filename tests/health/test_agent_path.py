@@ -109,3 +109,12 @@ def test_a_quiet_heartbeat_costs_three_redis_round_trips(nodes, agent_for, monke
     monkeypatch.setattr(redis.client.Redis, "execute_command", counting)
     assert agent.heartbeat().status_code == 202
     assert sent == ["GET", "GET", "SET"], sent
+
+
+def test_the_shared_revocation_cache_outlives_the_heartbeat_interval(settings):
+    """Else every heartbeat at the 10 s interval finds its node's entry expired and pays a
+    SELECT and two cache writes (a write-through keeps the longer lifetime exact)."""
+    from hangar_agent.config import AgentConfig
+
+    assert "Redis" in settings.CACHES["default"]["BACKEND"]
+    assert settings.AGENT_REVOCATION_CACHE_SECONDS > 2 * AgentConfig().heartbeat_interval
