@@ -1,5 +1,7 @@
 """Migration planner benchmark: the 2,048-GPU demo migration, weekly over 24 months."""
 
+from datetime import date
+
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
 from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Hall
@@ -38,8 +40,6 @@ def worst_case_inputs(gpus: int = 100_000) -> planner_inputs.PlanInputs:
     """The worst delivery pattern for the planner's work: every new rack arrives in week 0 and
     can only land in converted positions of the old fleet, so each week re-examines a queue of
     hundreds of waiting racks while old racks drain under an H100-equivalent floor."""
-    from datetime import date
-
     start = date(2026, 7, 6)
     h100 = planner_inputs.NodeTypeSpec.from_reference("H100-SXM5-80GB")
     nvl72 = planner_inputs.NodeTypeSpec.from_reference("GB200-NVL72")

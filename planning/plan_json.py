@@ -9,7 +9,7 @@ from datetime import date
 from decimal import Decimal
 
 from planning.engines.migration import inputs as planner_inputs
-from planning.engines.migration.results import MigrationPlanResult
+from planning.engines.migration.results import MigrationPlanResult, Phase, Placement
 
 
 def _plain(value):
@@ -71,3 +71,24 @@ def inputs_from_json(d: dict) -> planner_inputs.PlanInputs:
 def plan_to_json(plan: MigrationPlanResult) -> dict:
     """The stored result: everything the planner said, plus its headline."""
     return {**_plain(asdict(plan)), "headline": plan.headline}
+
+
+def schedule_from_json(result: dict) -> tuple[tuple[Phase, ...], tuple[Placement, ...], tuple[date, ...]]:
+    """A stored result's phases, placements and timeline weeks, as the planner made them."""
+    phases = tuple(
+        Phase(
+            **{
+                **ph,
+                "start": date.fromisoformat(ph["start"]),
+                "end": date.fromisoformat(ph["end"]),
+                "position_ids": tuple(ph["position_ids"]),
+            }
+        )
+        for ph in result["phases"]
+    )
+    placements = tuple(
+        Placement(**{**pl, "land": date.fromisoformat(pl["land"]), "in_service": date.fromisoformat(pl["in_service"])})
+        for pl in result["placements"]
+    )
+    weeks = tuple(date.fromisoformat(p["date"]) for p in result["timeline"]["points"])
+    return phases, placements, weeks

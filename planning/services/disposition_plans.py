@@ -28,9 +28,9 @@ from planning.engines.disposition.types import (
     to_cents,
 )
 from planning.engines.disposition.valuation import value_options
-from planning.engines.migration.planner import plan_migration, power_reuse
+from planning.engines.migration.planner import power_reuse
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
-from planning.plan_json import inputs_from_json
+from planning.plan_json import inputs_from_json, schedule_from_json
 
 CHANNELS = ("broker", "auction", "distressed")
 # Nodes already on their way out or gone cannot be planned again.
@@ -97,7 +97,7 @@ def power_reuse_of(plan: MigrationPlan, *, start: date, horizon_months: int) -> 
     part of the new racks' draw that needs it (beyond the hall's spare power), from the week it
     lands. ``kw_months_per_kw`` is the valuation's ``freed_kw_months_per_kw``."""
     inputs = inputs_from_json(plan.inputs["resolved"])
-    reuse = power_reuse(inputs, plan_migration(inputs))
+    reuse = power_reuse(inputs, *schedule_from_json(plan.result))  # its stored schedule: no re-planning
     freed = reuse.total_freed_kw
     kw_months = reuse.kw_months(start, horizon_months)
     first = reuse.first_reuse()

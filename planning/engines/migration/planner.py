@@ -56,7 +56,7 @@ and weight, residual air heat, floor loading, performance ratios) are loaded fro
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -79,7 +79,7 @@ from planning.engines.migration.inputs import (
     Workload,
 )
 from planning.engines.migration.naive import naive_sequence
-from planning.engines.migration.results import MigrationPlanResult, Placement, Timeline, Verdicts
+from planning.engines.migration.results import MigrationPlanResult, Phase, Placement, Timeline, Verdicts
 from planning.engines.migration.schedule import build_phases, build_timeline, old_racks_of, simulate
 
 
@@ -247,8 +247,13 @@ class PowerReuse:
         return total / (365 / 12)
 
 
-def power_reuse(inputs: PlanInputs, plan: MigrationPlanResult) -> PowerReuse:
-    """What the plan frees and reuses, from its phases and placements (pure)."""
+def power_reuse(
+    inputs: PlanInputs, phases: Sequence[Phase], placements: Sequence[Placement], weeks: Sequence[date]
+) -> PowerReuse:
+    """What a plan frees and reuses week by week, from its phases, placements and timeline weeks (pure).
+
+    Takes the plan's parts rather than the whole result so a stored plan's own schedule can be
+    read back (``planning.plan_json``) without running the planner again."""
     ctx = build_context(inputs)
     positions = {p.id: p for p in inputs.positions}
     old_kw = {r.position.id: r.power_kw for r in old_racks_of(inputs.fleet, positions)}
@@ -257,14 +262,13 @@ def power_reuse(inputs: PlanInputs, plan: MigrationPlanResult) -> PowerReuse:
         initial[r.position.hall_id] += r.power_kw
     spare = {h: max(0.0, ctx.usable_kw[h] - initial[h]) for h in ctx.halls}
     released: list[tuple[date, str, float]] = []
-    for phase in plan.phases:
+    for phase in phases:
         if phase.kind == "sanitise":
             for pid in phase.position_ids:
                 released.append((phase.end, positions[pid].hall_id, old_kw.get(pid, 0.0)))
-    landed = [(pl.land, pl.hall_id, inputs.target.rack_power_kw(pl.nodes)) for pl in plan.placements]
+    landed = [(pl.land, pl.hall_id, inputs.target.rack_power_kw(pl.nodes)) for pl in placements]
     dates, freed_series, reused_series = [], [], []
-    for point in plan.timeline.points:
-        day = point.date
+    for day in weeks:
         freed = defaultdict(float)
         new = defaultdict(float)
         for when, hall, kw in released:
