@@ -80,3 +80,22 @@ def test_a_month_the_node_joined_inside_reads_hours_for_that_month_only(small_fl
     (row,) = allocation_energy(tenant_id=tenant_a.pk, start=start, end=end)
     hours = (end - start) / timedelta(hours=1) - 10.5
     assert row.it_kwh == Decimal(8 * hours).quantize(Decimal("0.001"))
+
+
+def test_facility_kwh_and_the_power_page_use_the_sites_pue_not_the_halls(small_fleet, client_a, tenant_a, clock):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from fleet.models import Hall
+
+    start, end = _month_two_back()
+    alloc_id, node = _eight_kw_across(client_a, clock, start, end)
+    Site.objects.update(pue=Decimal("1.20"))
+    Hall.objects.update(pue=Decimal("2.00"))  # the planner's design figure: not what energy is billed at
+    (row,) = [r for r in _usage(client_a, start, end) if r["allocation_id"] == alloc_id]
+    assert Decimal(row["facility_kwh"]) == (Decimal(row["it_kwh"]) * Decimal("1.20")).quantize(Decimal("0.001"))
+    operator = get_user_model().objects.create_superuser("pue-op", password="x")
+    page = Client()
+    page.force_login(operator)
+    html = page.get("/fleet/power/").content.decode()
+    assert '<td class="num">1.2</td>' in html and '<td class="num">2.0</td>' not in html
