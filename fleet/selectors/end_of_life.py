@@ -65,7 +65,7 @@ class DataHandlingStatus:
 
 def data_handling_status(node_ids) -> dict:
     """node id → DataHandlingStatus, in a fixed number of queries whatever the number of nodes."""
-    from .services.drive_gate import DISPOSE, RETIRE, gate_statuses
+    from ..services.drive_gate import DISPOSE, RETIRE, gate_statuses
 
     node_ids = list(node_ids)
     both = gate_statuses(node_ids, (RETIRE, DISPOSE))
