@@ -27,6 +27,7 @@ MICRO_PER_HOUR = 3600 * MICRO
 class Unit(models.TextChoices):
     GPU_SECOND = "gpu_second", "GPU-second"
     GPU_HOUR = "gpu_hour", "GPU-hour"
+    KWH = "kwh", "kWh"  # energy lines: facility kWh (billing.services.energy_lines)
 
 
 class PriceBookEntry(models.Model):
@@ -204,6 +205,7 @@ class LineKind(models.TextChoices):
     LATE_USAGE = "late_usage", "Late usage (earlier period)"
     SLA_CREDIT = "sla_credit", "SLA credit"
     MANUAL = "manual", "Manual adjustment"
+    ENERGY = "energy", "Energy (pass-through)"
 
 
 class InvoiceLine(models.Model):

@@ -346,6 +346,18 @@ def _rows(memberships: dict, energy: dict, profiled: dict, start: datetime, end:
     return sorted(out.values(), key=lambda r: (r.month, r.allocation_name, str(r.allocation_id)))
 
 
+def tenants_with_energy(*, start: datetime, end: datetime) -> list:
+    """Ids of the tenants whose allocations held nodes at some time in [start, end): the tenants
+    an energy line may be due for. One query."""
+    return list(
+        AllocationNode.objects.filter(started_at__lt=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        .values_list("allocation__tenant_id", flat=True)
+        .distinct()
+        .order_by("allocation__tenant_id")
+    )
+
+
 def energy_totals(rows: list[AllocationEnergy]) -> dict[str, dict]:
     """Per month: the sums of its allocations' rows (what an invoice's energy line adds up from)."""
     totals: dict[str, dict] = defaultdict(
