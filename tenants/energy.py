@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
 from django.db.models import DecimalField, ExpressionWrapper, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncMonth
@@ -100,13 +101,17 @@ def _next_month(moment: datetime) -> datetime:
     return (moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0) + timedelta(days=32)).replace(day=1)
 
 
-def _months_between(start: datetime, end: datetime):
-    """[(month label, month start, month end)] covering [start, end)."""
+@lru_cache(maxsize=4096)
+def _months_between(start: datetime, end: datetime) -> tuple:
+    """((month label, month start, month end), ...) covering [start, end). Cached: most of a
+    tenant's memberships span the same clipped window, and a month read walks each of them twice."""
+    out = []
     cursor = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     while cursor < end:
         nxt = (cursor + timedelta(days=32)).replace(day=1)
-        yield _month(cursor), max(cursor, start), min(nxt, end)
+        out.append((_month(cursor), max(cursor, start), min(nxt, end)))
         cursor = nxt
+    return tuple(out)
 
 
 def _memberships(tenant_id, start, end) -> dict:
@@ -180,12 +185,21 @@ def allocation_energy(*, tenant_id, start: datetime, end: datetime) -> list[Allo
         cell[1] += seconds
 
     if whole:
+        # By a join to the tenant's memberships rather than a list of node ids (a long IN list costs
+        # more to send and plan than the join); a node held twice in the window comes back twice,
+        # hence the distinct row ids.
+        seen = set()
         for r in NodeEnergyMonth.objects.filter(
-            node_id__in={node for node, _ in whole}, month__in={month for _, month in whole}
-        ).values_list("node_id", "month", "source", "it_energy_j", "seconds"):
-            membership_id = whole.get((r[0], r[1]))
-            if membership_id is not None:
-                add(membership_id, _month(r[1]), r[2], Decimal(r[3]), Decimal(r[4]))
+            Q(node__allocation_memberships__ended_at__isnull=True)
+            | Q(node__allocation_memberships__ended_at__gt=start),
+            node__allocation_memberships__allocation__tenant_id=tenant_id,
+            node__allocation_memberships__started_at__lt=end,
+            month__in={month for _, month in whole},
+        ).values_list("id", "node_id", "month", "source", "it_energy_j", "seconds"):
+            membership_id = whole.get((r[1], r[2]))
+            if membership_id is not None and r[0] not in seen:
+                seen.add(r[0])
+                add(membership_id, _month(r[2]), r[3], Decimal(r[4]), Decimal(r[5]))
     partly = Q(pk__in=[])
     for month_start, ids in partial.items():
         partly |= Q(
