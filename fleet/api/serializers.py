@@ -176,3 +176,13 @@ class DataHandlingOut(serializers.Serializer):
         child=serializers.DictField(), help_text="every drive: serial, required_method, record_id, ok, problem"
     )
     rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")
+
+
+class GridProfileOut(serializers.Serializer):
+    site_id = serializers.UUIDField()
+    hours = serializers.IntegerField(help_text="hours in the file, all saved")
+    replaced = serializers.IntegerField(help_text="of which hours that already had a figure")
+    first_hour = serializers.DateTimeField()
+    last_hour = serializers.DateTimeField()
+    mean_kg_co2e_per_kwh = serializers.DecimalField(max_digits=6, decimal_places=4)
+    sha256 = serializers.CharField(help_text="of the file as uploaded (also in the audit trail)")
