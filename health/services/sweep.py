@@ -19,7 +19,7 @@ from core.services.loop_clock import note_run, resumed_at
 from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_work import request_agent_actions
-from fleet.services.lifecycle import transition_many
+from fleet.services.lifecycle import state_entered_at, transition_many
 from health.choices import (
     ACTIONABLE,
     SEVERITY_RANK,
@@ -44,7 +44,7 @@ from health.policy import (
 )
 from health.services.conditions import apply_observations
 from health.services.escalations import escalate_thermal, hold_nvlink_domains, queue_idle_diagnostics
-from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
+from health.services.gate import apply_gate, send_repeat_triage_to_rma
 from health.services.incidents import (
     open_incidents_by_node,
     open_policy_incidents,
@@ -364,7 +364,7 @@ def _remediate(now: datetime) -> dict:
     nodes = list(
         Node.objects.filter(lifecycle=Lifecycle.REMEDIATING)
         .select_for_update(skip_locked=True)
-        .only("id", "hostname", "lifecycle", "state_deadline")
+        .only("id", "hostname", "lifecycle", "state_deadline", "state_entered_at")
     )
     if not nodes:
         return {"queued": 0, "validating": 0}
@@ -381,7 +381,7 @@ def _remediate(now: datetime) -> dict:
     done: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
     failed = []
     for node in nodes:
-        since = entered_at(node)
+        since = state_entered_at(node)
         mine = [a for a in actions.get(node.pk, []) if since is None or a[2] >= since]
         if not mine:
             kind = AgentAction.GPU_RESET if worst.get(node.pk) == S.RESET else AgentAction.REBOOT
