@@ -44,6 +44,7 @@ from health.policy import (
 )
 from health.services.conditions import apply_observations
 from health.services.escalations import escalate_thermal, hold_nvlink_domains, queue_idle_diagnostics
+from health.services.fabric import fabric_held, judge_fabric
 from health.services.gate import apply_gate, send_repeat_triage_to_rma
 from health.services.incidents import (
     open_incidents_by_node,
@@ -77,6 +78,7 @@ def sweep(*, now: datetime) -> dict:
     resumed = resumed_at("health_sweep")
     summary = {"pruned": _prune(now), "control_plane_outage_s": int(outage.length.total_seconds()) if outage else 0}
     summary.update(judge_lapses(now=now, resumed=resumed, actor=ACTOR))
+    summary.update(judge_fabric(now=now, actor=ACTOR))  # before the policy: a dead leaf is not N cable faults
     summary["heartbeat_lost"] = _lease(now, resumed)
     summary["thermal_throttle"] = escalate_thermal(now)
     _roll_up(now)
@@ -178,6 +180,7 @@ def _apply_policy(now: datetime) -> dict:
     rows = list(
         Condition.objects.filter(status=ConditionStatus.ACTIVE, node__lifecycle__in=POLICY_LIFECYCLES)
         .filter(Q(severity__in=ACTIONABLE) | Q(signal__in=COMBO_SIGNALS))
+        .exclude(fabric_held())
         .values("node_id", "signal", "severity", "count")
     )
     if not rows:
