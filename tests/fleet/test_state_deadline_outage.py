@@ -2,12 +2,11 @@
 (database, broker, beat or worker away) longer than a state's timeout fails no node, while a
 node that overruns its deadline with the loop running is still failed.
 
-The server's clock is moved (every `timezone.now()` in the process), not waited for."""
+The server's server_clock is moved (every `timezone.now()` in the process), not waited for."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from core.models import AuditEvent
 from fleet.models import Node
@@ -19,35 +18,16 @@ from .lifecycle_helpers import place
 pytestmark = pytest.mark.django_db
 
 
-class Clock:
-    def __init__(self):
-        self.at = datetime.now(UTC).replace(microsecond=0)
-
-    def now(self):
-        return self.at
-
-    def advance(self, delta: timedelta):
-        self.at += delta
-        return self.at
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(timezone, "now", clock.now)
-    return clock
-
-
 @pytest.fixture
 def node(small_fleet):
     return Node.objects.order_by("hostname").first()
 
 
-def _run_loop_for(clock, duration: timedelta, every=timedelta(seconds=30)):
+def _run_loop_for(server_clock, duration: timedelta, every=timedelta(seconds=30)):
     """The reconciler running normally for `duration` (a pass every 30 s, as beat would)."""
-    end = clock.now() + duration
-    while clock.now() < end:
-        clock.advance(every)
+    end = server_clock.now() + duration
+    while server_clock.now() < end:
+        server_clock.advance(every)
         reconcile_nodes()
 
 
@@ -55,12 +35,12 @@ def _run_loop_for(clock, duration: timedelta, every=timedelta(seconds=30)):
     ("state", "failure"),
     [("provisioning", "provision_failed"), ("validating", "triage"), ("burn_in", "burn_in_failed")],
 )
-def test_an_outage_longer_than_the_state_timeout_fails_no_node(node, clock, state, failure):
+def test_an_outage_longer_than_the_state_timeout_fails_no_node(node, server_clock, state, failure):
     place(node, state, entered_ago=timedelta(minutes=1))
     entered, deadline = node.state_entered_at, node.state_deadline
     reconcile_nodes()  # the loop was running before the outage
     outage = STATE_TIMEOUTS[state] + timedelta(minutes=5)
-    clock.advance(outage)
+    server_clock.advance(outage)
     result = reconcile_nodes()
     node.refresh_from_db()
     assert node.lifecycle == state, node.last_error
@@ -71,37 +51,37 @@ def test_an_outage_longer_than_the_state_timeout_fails_no_node(node, clock, stat
     assert event.after == {"nodes": 1, "gap_seconds": int(outage.total_seconds())}
 
 
-def test_a_real_overrun_after_the_outage_still_fails_the_node(node, clock):
+def test_a_real_overrun_after_the_outage_still_fails_the_node(node, server_clock):
     place(node, "provisioning", entered_ago=timedelta(minutes=5))  # 10 min of its 15 left
     reconcile_nodes()
-    clock.advance(timedelta(minutes=20))  # outage: nothing counts
+    server_clock.advance(timedelta(minutes=20))  # outage: nothing counts
     reconcile_nodes()
-    _run_loop_for(clock, timedelta(minutes=9, seconds=30))
+    _run_loop_for(server_clock, timedelta(minutes=9, seconds=30))
     node.refresh_from_db()
     assert node.lifecycle == "provisioning"
-    _run_loop_for(clock, timedelta(minutes=1))  # the 10 minutes left are used up with the loop running
+    _run_loop_for(server_clock, timedelta(minutes=1))  # the 10 minutes left are used up with the loop running
     node.refresh_from_db()
     assert node.lifecycle == "provision_failed"
     assert "not confirmed by the agent within 15 min" in node.last_error
 
 
-def test_scheduling_jitter_is_not_an_outage(node, clock):
+def test_scheduling_jitter_is_not_an_outage(node, server_clock):
     """Passes 50 s apart (beat late, a slow worker) re-arm nothing: the deadline is real time."""
     place(node, "releasing", entered_ago=timedelta(minutes=9))
     reconcile_nodes()
-    _run_loop_for(clock, timedelta(minutes=2), every=timedelta(seconds=50))
+    _run_loop_for(server_clock, timedelta(minutes=2), every=timedelta(seconds=50))
     node.refresh_from_db()
     assert node.lifecycle == "wipe_failed"
     assert not AuditEvent.objects.filter(action="node.state_deadlines_rearmed").exists()
 
 
-def test_a_node_that_entered_its_state_during_the_outage_gets_back_only_its_part(node, clock, small_fleet):
+def test_a_node_that_entered_its_state_during_the_outage_gets_back_only_its_part(node, server_clock, small_fleet):
     late, last = Node.objects.order_by("hostname")[1:3]
     place(node, "provisioning", entered_ago=timedelta(minutes=1))
     reconcile_nodes()
-    clock.advance(timedelta(minutes=20))
+    server_clock.advance(timedelta(minutes=20))
     place(late, "provisioning")  # an operator's move while the loops were away
-    clock.advance(timedelta(minutes=10))
+    server_clock.advance(timedelta(minutes=10))
     place(last, "provisioning")  # just before they resumed
     deadlines = {n.pk: n.state_deadline for n in (node, late, last)}
     assert reconcile_nodes().rearmed == 3
