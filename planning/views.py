@@ -3,12 +3,15 @@ plan, selectors read, charts draw)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import plotly.io as pio
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
@@ -21,7 +24,7 @@ from fleet.selectors import data_handling_status, halls_for_filter
 from fleet.services import sanitization
 from fleet.services.lifecycle import InvalidTransition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
-from planning.api.serializers import CapacityPlanIn, DispositionPlanIn
+from planning.api.serializers import CapacityPlanIn, DispositionPlanIn, field_errors, plan_parameters
 from planning.api.views import create_capacity_from, create_plan_from, migration_from_capacity
 from planning.charts import (
     capacity_gpus_figure,
@@ -30,16 +33,16 @@ from planning.charts import (
     capacity_power_figure,
     power_figure,
 )
+from planning.disposition_charts import block_figures, split_figure
 from planning.engines.capacity import reference_models
-from planning.inputs import PlanInputError, default_parameters, field_errors, reference_citations
+from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.selectors import plan_list as plan_list_query
-from planning.selectors import scheduled_work, verdict_groups
+from planning.selectors import reference_citations, scheduled_work, verdict_groups
 from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,
     create_plan,
-    recompute,
 )
 
 PLANS_PER_PAGE = 50
@@ -61,6 +64,11 @@ _NULLABLE_FIELDS = ("burn_in_days", "target_perf_per_gpu", "capacity_floor_perf"
 def _chart_json(fig) -> str:
     # Embedded in a <script type="application/json">: never let the JSON close the tag.
     return pio.to_json(fig, validate=False).replace("</", "<\\/")
+
+
+def _figure_data(fig) -> dict:
+    """A figure as plain data for ``json_script`` (which escapes it for the page)."""
+    return json.loads(pio.to_json(fig, validate=False))
 
 
 def _form_values(params: dict) -> dict:
@@ -148,7 +156,7 @@ def migration_create(request):
         params, errors = _parameters_from_post(request.POST)
         if not errors:
             try:
-                plan = create_plan(parameters=params, actor=actor_label(request.user))
+                plan = create_plan(parameters=plan_parameters(params), actor=actor_label(request.user))
             except PlanInputError as exc:
                 errors = exc.errors
             else:
@@ -178,8 +186,14 @@ def migration_create(request):
 @operator_required
 def migration_detail(request, pk):
     record = get_object_or_404(MigrationPlan, pk=pk)
-    result = record.result
     params = record.inputs["parameters"]
+    if record.computation != MigrationPlan.Computation.DONE:
+        return render(
+            request,
+            "planning/migration_computing.html",
+            {"nav": "plans", "plan": record, "params": params, "racks": len(record.inputs["resolved"]["positions"])},
+        )
+    result = record.result
     hall_names = {h["id"]: h["name"] for h in record.inputs["resolved"]["halls"]}
     context = {
         "nav": "plans",
@@ -197,13 +211,28 @@ def migration_detail(request, pk):
         "citations": reference_citations(),
     }
     if record.feasible:
-        plan = recompute(record)
+        # Drawn from the stored result: the planner does not run again to show a plan.
         context["charts"] = {
-            "chart-gpus": _chart_json(capacity_gpus_figure(plan, params["capacity_floor_gpus"])),
-            "chart-perf": _chart_json(capacity_perf_figure(plan, params.get("capacity_floor_perf"))),
-            "chart-power": _chart_json(power_figure(plan)),
+            "chart-gpus": _chart_json(capacity_gpus_figure(result, params["capacity_floor_gpus"])),
+            "chart-perf": _chart_json(capacity_perf_figure(result, params.get("capacity_floor_perf"))),
+            "chart-power": _chart_json(power_figure(result)),
         }
     return render(request, "planning/migration_detail.html", context)
+
+
+@operator_required
+def migration_progress(request, pk):
+    """Where a plan's computation stands, for the plan page to poll (no page reload)."""
+    record = get_object_or_404(MigrationPlan.objects.only("id", "computation", "progress", "computation_error"), pk=pk)
+    return JsonResponse(
+        {
+            "computation": record.computation,
+            "computation_display": record.get_computation_display(),
+            "progress": record.progress,
+            "error": record.computation_error,
+            "url": reverse("planning:migration-plan-detail", kwargs={"pk": record.pk}),
+        }
+    )
 
 
 @operator_required
@@ -330,7 +359,10 @@ def disposition_detail(request, pk):
                 (o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
                 for o in result["split"]
             ],
-            "figures": result["figures"],
+            "figures": {
+                "split": _figure_data(split_figure(result)),
+                "returns": [{"block": label, "figure": _figure_data(fig)} for label, fig in block_figures(result)],
+            },
         },
     )
 
@@ -405,6 +437,19 @@ def disposition_node_action(request, pk):
 
 CAPACITY_PER_PAGE = 50
 CAPACITY_MONTHS = 6
+# The model select's value for "my own model": its figures come from the custom_* fields.
+CUSTOM_MODEL = "custom"
+# Form field → the API's model field (bounds in planning.api.serializers.ModelIn).
+CUSTOM_MODEL_FIELDS = (
+    ("custom_name", "name"),
+    ("custom_total_params_b", "total_params_b"),
+    ("custom_active_params_b", "active_params_b"),
+    ("custom_layers", "layers"),
+    ("custom_kv_heads", "kv_heads"),
+    ("custom_head_dim", "head_dim"),
+    ("custom_bytes_per_element", "bytes_per_element"),
+    ("custom_context_tokens", "context_tokens"),
+)
 
 
 def _capacity_body(post) -> dict:
@@ -421,13 +466,18 @@ def _capacity_body(post) -> dict:
                     "tpot_ms_target": post.get("tpot_ms_target") or None,
                 }
             )
-    return {
+    body = {
         "name": post.get("name", "").strip(),
         "model_name": post.get("model_name", ""),
         "forecast": forecast,
         "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
         "gpu_models": [m for m in post.getlist("gpu_models") if m],
     }
+    if body["model_name"] == CUSTOM_MODEL:
+        # The same ModelIn the API uses checks every figure's bounds; blanks are reported as missing.
+        body["model_name"] = ""
+        body["model"] = {key: post[field].strip() for field, key in CUSTOM_MODEL_FIELDS if post.get(field, "").strip()}
+    return body
 
 
 @operator_required
@@ -457,6 +507,8 @@ def capacity_list(request):
             "errors": errors,
             "models": reference_models(),
             "months": range(CAPACITY_MONTHS),
+            "custom_model": CUSTOM_MODEL,
+            "form": request.POST if request.method == "POST" else {},
         },
         status=400 if errors else 200,
     )

@@ -231,7 +231,7 @@ def test_unreadable_files_are_refused_with_a_message(small_fleet, inventory_admi
 
 
 def test_a_file_over_the_size_limit_is_refused_before_it_is_read(small_fleet, inventory_admin, settings, monkeypatch):
-    monkeypatch.setattr("fleet.admin.IMPORT_MAX_BYTES", 1024)
+    monkeypatch.setattr("fleet.admin.inventory_files.IMPORT_MAX_BYTES", 1024)
     big = csv_upload([[f"n{i}", f"S{i}", "r", 1, "t", "", "", "", "", ""] for i in range(100)])
     preview = _preview(inventory_admin, big)
     assert preview.status_code == 413

@@ -1,0 +1,333 @@
+"""Admin of nodes: NetBox-style lists and filters, GPUs, drives and events inline, and the
+state machine's fields never editable from a form (actions go through the operator actions)."""
+
+import uuid
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.db import transaction
+from django.urls import reverse
+from django.utils.html import format_html
+
+from core.admin import form_diff
+from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
+
+from ..models import (
+    GPU,
+    Drive,
+    Node,
+    NodeEvent,
+    Rack,
+)
+from ..selectors import drive_removal_refusal, hardware_change_refusal
+from ..services.inventory_import import (
+    columns_of,
+    record_enrolment,
+    record_inventory_update,
+)
+from ..services.lifecycle import InvalidTransition
+from ..services.operator_actions import ActionRefused, perform_operator_action
+from .inventory_files import InventoryFileAdmin
+
+
+class GPUInline(admin.TabularInline):
+    model = GPU
+    extra = 0
+    fields = ("index", "uuid", "serial")
+
+    def get_max_num(self, request, obj=None, **kwargs):
+        return obj.node_type.gpus_per_node if obj is not None else None
+
+    def has_add_permission(self, request, obj=None):
+        return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and hardware_change_refusal(obj) is None
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and hardware_change_refusal(obj) is None
+
+
+class DriveInline(admin.TabularInline):
+    model = Drive
+    extra = 0
+    fields = (
+        "serial",
+        "model",
+        "capacity_gb",
+        "interface",
+        "self_encrypting",
+        "purge_supported",
+        "last_reported_at",
+        "missing_since",
+    )
+    # what the agent saw is the agent's to say (fleet.services.drive_inventory)
+    readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
+
+    def has_add_permission(self, request, obj=None):
+        return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and hardware_change_refusal(obj) is None
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and drive_removal_refusal(obj) is None
+
+
+class NodeEventInline(admin.TabularInline):
+    model = NodeEvent
+    extra = 0
+    can_delete = False
+    fields = ("at", "actor", "action", "from_state", "to_state", "reason")
+    readonly_fields = fields
+    ordering = ("-at",)
+    max_num = 0
+    verbose_name_plural = "history (latest first)"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).order_by("-at")
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class RackFilter(admin.SimpleListFilter):
+    """`?rack=<id>` (the rack page links here); shows only the chosen rack, not all of them."""
+
+    title = "rack"
+    parameter_name = "rack"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        if not value:
+            return []
+        rack = Rack.objects.filter(pk=value).first() if _is_uuid(value) else None
+        # Always an entry when a value is given: a filter without one is skipped, and an export
+        # of "rack=<typo>" must not silently become an export of every node.
+        return [(str(rack.pk), rack.name)] if rack else [(value, "unknown rack")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if not value:
+            return queryset
+        if not _is_uuid(value):
+            raise IncorrectLookupParameters("rack must be a rack id")
+        return queryset.filter(rack_id=value)
+
+
+class RackRowFilter(admin.SimpleListFilter):
+    title = "rack row"
+    parameter_name = "rack_row"
+
+    def lookups(self, request, model_admin):
+        rows = (
+            Rack.objects.values_list("hall__site__slug", "hall__name", "row")
+            .distinct()
+            .order_by("hall__site__slug", "hall__name", "row")
+        )
+        return [(f"{site}/{hall}/{row}", f"{site}/{hall} row {row}") for site, hall, row in rows]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if not value:
+            return queryset
+        site, _, rest = value.partition("/")
+        hall, _, row = rest.rpartition("/")
+        if not (site and hall and row.isdigit()):
+            raise IncorrectLookupParameters("rack_row is site/hall/row")
+        return queryset.filter(rack__hall__site__slug=site, rack__hall__name=hall, rack__row=int(row))
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+STATE_FIELDS = (
+    "lifecycle",
+    "target_lifecycle",
+    "state_deadline",
+    "health",
+    "power_state",
+    "cordoned",
+    "cordon_reason",
+    "attribution",
+    "drain_requested_at",
+    "drain_deadline",
+    "last_error",
+    "failed_attempts",
+    "next_attempt_at",
+    "last_heartbeat_at",
+    "gpu_power_w",
+    "wall_power_w",
+    "wall_power_source",
+    "wall_power_at",
+)
+
+
+@admin.register(Node)
+class NodeAdmin(InventoryFileAdmin):
+    sheet = "nodes"
+    list_display = (
+        "hostname",
+        "serial",
+        "rack_link",
+        "u_position",
+        "node_type",
+        "fabric_domain",
+        "lifecycle",
+        "health",
+        "cordoned",
+        "power_state",
+    )
+    list_filter = (
+        "lifecycle",
+        "health",
+        "cordoned",
+        "power_state",
+        "node_type__generation",
+        "node_type",
+        "rack__hall__site",
+        "rack__hall",
+        RackRowFilter,
+        RackFilter,
+    )
+    search_fields = ("hostname", "serial", "rack__name", "gpus__uuid", "drives__serial", "bmc_address", "bmc_mac")
+    list_select_related = ("rack", "node_type", "fabric_domain")
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "hostname",
+                    "serial",
+                    "node_type",
+                    "rack",
+                    "u_position",
+                    "fabric_domain",
+                    "leaf_switch",
+                    "bmc_address",
+                    "bmc_mac",
+                    "commissioned_on",
+                    "allocation",
+                )
+            },
+        ),
+        (
+            "State (changed only by the state machine and the node actions)",
+            {
+                "fields": (*STATE_FIELDS, "created_at", "updated_at"),
+            },
+        ),
+    )
+    inlines = [GPUInline, DriveInline, NodeEventInline]
+    autocomplete_fields = ("rack",)
+    show_full_result_count = False
+    actions = ["cordon_nodes", "uncordon_nodes", "drain_nodes"]
+
+    @admin.display(description="rack", ordering="rack__name")
+    def rack_link(self, node):
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:fleet_rack_change", args=[node.rack_id]), node.rack.name
+        )
+
+    @admin.display(description="allocation")
+    def allocation(self, node):
+        membership = node.allocation_memberships.filter(ended_at__isnull=True).select_related("allocation").first()
+        if membership is None:
+            return "—"
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:tenants_allocation_change", args=[membership.allocation_id]),
+            str(membership.allocation),
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = [*STATE_FIELDS, "created_at", "updated_at", "allocation"]
+        if obj is not None and obj.is_allocated():
+            fields += ["rack", "u_position", "node_type", "fabric_domain", "leaf_switch"]
+        return fields
+
+    def has_delete_permission(self, request, obj=None):
+        # An enrolled node is evidence (events, drives, sanitisation, bills): it leaves the fleet
+        # through decommission, retire and dispose, never by deletion.
+        return False
+
+    def save_model(self, request, obj, form, change):
+        before, after = form_diff(form)
+        actor = actor_label(request.user)
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if not change:
+                record_enrolment(obj, actor=actor, reason="enrolled in the admin")
+            elif form.changed_data:
+                record_inventory_update(
+                    obj, actor=actor, changes={f: (before.get(f), after.get(f)) for f in form.changed_data}
+                )
+
+    def _node_action(self, request, queryset, action: str):
+        """The console's path: each node through perform_operator_action (checked, evented, audited)."""
+        done, refused = 0, []
+        for node_id, hostname in queryset.values_list("pk", "hostname"):
+            try:
+                perform_operator_action(
+                    node_id=node_id,
+                    action=action,
+                    actor=actor_label(request.user),
+                    reason="admin bulk action",
+                    user=request.user,
+                )
+                done += 1
+            except (InvalidTransition, ActionRefused) as exc:
+                refused.append(f"{hostname}: {exc.detail}")
+            except PermissionMissing as exc:
+                self.message_user(request, exc.detail, messages.ERROR)
+                return
+        if done:
+            self.message_user(request, f"{action}: {done} node(s) done.", messages.SUCCESS)
+        for line in refused[:20]:
+            self.message_user(request, line, messages.WARNING)
+
+    @admin.action(description="Cordon selected nodes", permissions=["change"])
+    def cordon_nodes(self, request, queryset):
+        self._node_action(request, queryset, "cordon")
+
+    @admin.action(description="Uncordon selected nodes", permissions=["change"])
+    def uncordon_nodes(self, request, queryset):
+        self._node_action(request, queryset, "uncordon")
+
+    @admin.action(description="Drain selected nodes", permissions=["change"])
+    def drain_nodes(self, request, queryset):
+        self._node_action(request, queryset, "drain")
+
+    def export_rows(self, queryset):
+        for node in queryset.select_related("rack", "node_type", "fabric_domain").iterator(chunk_size=2000):
+            yield [
+                node.hostname,
+                node.serial,
+                node.rack.name,
+                node.u_position,
+                node.node_type.slug,
+                node.fabric_domain.name if node.fabric_domain else "",
+                node.leaf_switch,
+                node.bmc_address,
+                node.bmc_mac,
+                node.commissioned_on.isoformat() if node.commissioned_on else "",
+            ]
+
+    def extra_export_sheets(self, request, queryset):
+        sheets = []
+        ids = queryset.values("pk")
+        if request.user.has_perm("fleet.view_gpu"):
+            gpus = GPU.objects.filter(node__in=ids).values_list("node__hostname", "index", "uuid", "serial")
+            sheets.append(("gpus", columns_of("gpus"), (list(r) for r in gpus.iterator(chunk_size=5000))))
+        if request.user.has_perm("fleet.view_drive"):
+            drives = Drive.objects.filter(node__in=ids).values_list(
+                "node__hostname", "serial", "model", "capacity_gb", "interface", "self_encrypting"
+            )
+            sheets.append(("drives", columns_of("drives"), (list(r) for r in drives.iterator(chunk_size=5000))))
+        return sheets

@@ -1,0 +1,253 @@
+"""The import's vocabulary: the plan and its row errors, and each sheet's columns with the
+parser that turns a cell into a value (or a message saying what to write instead)."""
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from fleet.choices import Cooling, DriveInterface
+from fleet.models import (
+    GPU,
+    Drive,
+    Node,
+    Rack,
+)
+
+MAX_VALUE_ECHO = 60
+CHUNK = 2000
+
+
+class ImportRejected(Exception):
+    """The file (or the inventory under it) does not allow the import; `plan.errors` says why."""
+
+    def __init__(self, plan: "ImportPlan"):
+        self.plan = plan
+        super().__init__(f"{len(plan.errors)} problem(s); nothing was imported")
+
+
+@dataclass(frozen=True)
+class RowError:
+    sheet: str
+    row: int  # spreadsheet row number (the header is row 1); 0 for the file as a whole
+    column: str
+    value: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.sheet} row {self.row}" if self.row else (self.sheet or "file")
+        if self.column:
+            where += f", column {self.column}"
+        if self.value:
+            where += f", value {self.value}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class PlannedRow:
+    sheet: str
+    row: int
+    key: str
+    action: str  # "create" | "update" | "unchanged"
+    diff: dict = field(default_factory=dict)  # field -> (before, after), for updates
+
+
+@dataclass
+class ImportPlan:
+    errors: list[RowError] = field(default_factory=list)
+    rows: list[PlannedRow] = field(default_factory=list)
+    new_racks: list[Rack] = field(default_factory=list)
+    new_nodes: list[Node] = field(default_factory=list)
+    new_gpus: list[GPU] = field(default_factory=list)
+    new_drives: list[Drive] = field(default_factory=list)
+    updates: list[tuple[object, list[str], dict]] = field(default_factory=list)  # (instance, fields, diff)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for row in self.rows:
+            out.setdefault(row.sheet, {"create": 0, "update": 0, "unchanged": 0})[row.action] += 1
+        return out
+
+    def sheets_with(self, action: str) -> set[str]:
+        return {row.sheet for row in self.rows if row.action == action}
+
+
+# ---- columns ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    parse: Callable
+    required: bool = False
+    attribute: str = ""  # model attribute when it differs from the column name
+
+    @property
+    def attr(self) -> str:
+        return self.attribute or self.name
+
+
+def _text(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def _int(value) -> int:
+    if isinstance(value, bool):
+        raise ValueError("is not a whole number")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("is not a whole number")
+        number = int(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = int(Decimal(text)) if Decimal(text) == Decimal(text).to_integral_value() else None
+        except InvalidOperation:
+            number = None
+        if number is None:
+            raise ValueError("is not a whole number")
+    if number < 0 or number > 32767:
+        raise ValueError("must be between 0 and 32767")
+    return number
+
+
+def _decimal(value) -> Decimal:
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValueError("is not a number (write e.g. 40 or 40.5, without units)") from None
+    if not number.is_finite():
+        raise ValueError("is not a finite number")
+    if number < 0:
+        raise ValueError("cannot be negative")
+    return number
+
+
+def _date(value) -> datetime.date:
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    try:
+        return datetime.date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ValueError("is not a date; write it as YYYY-MM-DD") from None
+
+
+_TRUE, _FALSE = {"true", "yes", "y", "1"}, {"false", "no", "n", "0"}
+
+
+def _bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = _text(value).lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("is not yes/no (write true or false)")
+
+
+def _choice(choices) -> Callable:
+    def parse(value):
+        text = _text(value).lower()
+        if text in choices.values:
+            return text
+        for choice_value, label in choices.choices:
+            if text == str(label).lower():
+                return choice_value
+        raise ValueError(f"is not one of {', '.join(choices.values)}")
+
+    return parse
+
+
+SPECS: dict[str, tuple[str, list[Column]]] = {
+    "racks": (
+        "name",
+        [
+            Column("name", _text, True),
+            Column("hall", _text, True),
+            Column("row", _int),
+            Column("column", _int),
+            Column("u_height", _int),
+            Column("rated_power_kw", _decimal, True),
+            Column("cooling", _choice(Cooling)),
+            Column("cooling_capacity_kw", _decimal, True),
+        ],
+    ),
+    "nodes": (
+        "hostname",
+        [
+            Column("hostname", _text, True),
+            Column("serial", _text, True),
+            Column("rack", _text, True),
+            Column("u_position", _int, True),
+            Column("node_type", _text, True),
+            Column("fabric_domain", _text),
+            Column("leaf_switch", _text),
+            Column("bmc_address", _text),
+            Column("bmc_mac", _text),
+            Column("commissioned_on", _date),
+        ],
+    ),
+    "gpus": (
+        "uuid",
+        [
+            Column("node", _text, True),
+            Column("index", _int, True),
+            Column("uuid", _text, True),
+            Column("serial", _text),
+        ],
+    ),
+    "drives": (
+        "serial",
+        [
+            Column("node", _text, True),
+            Column("serial", _text, True),
+            Column("model", _text, True),
+            Column("capacity_gb", _int, True),
+            Column("interface", _choice(DriveInterface)),
+            Column("self_encrypting", _bool),
+        ],
+    ),
+}
+REFERENCE_COLUMNS = {"hall", "rack", "node_type", "fabric_domain", "node"}
+UPDATABLE = {"racks", "nodes"}
+MODEL_OF_SHEET = {"racks": Rack, "nodes": Node, "gpus": GPU, "drives": Drive}
+
+
+def columns_of(sheet: str) -> list[str]:
+    return [c.name for c in SPECS[sheet][1]]
+
+
+def echo_value(value) -> str:
+    text = "" if value is None else str(value)
+    return repr(text if len(text) <= MAX_VALUE_ECHO else text[:MAX_VALUE_ECHO] + "…")
+
+
+def is_blank(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def in_chunks(values: list, size: int = CHUNK):
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+# ---- planning --------------------------------------------------------------------------------
+
+
+def plain_value(value):
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, (Decimal, datetime.date)):
+        return str(value)
+    return str(value)
