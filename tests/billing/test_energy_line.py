@@ -78,6 +78,14 @@ def test_with_an_energy_price_the_invoice_charges_facility_kwh_at_it(ingest, met
         "12.640000",
         "1.56",
     )
+    # and on the portal's invoice page: the line, and the energy card saying it is charged
+    user = get_user_model().objects.create_user("acme-payer", password="x")
+    Membership.objects.create(user=user, tenant=acme, role="member")
+    portal = Client()
+    portal.force_login(user)
+    page = portal.get(f"/portal/invoices/{invoice.pk}/").content.decode()
+    assert "12.640000 kWh" in page and "0.123400 / kWh" in page
+    assert 'as line <span id="invoice-energy-line">2</span>' in page and "(informational)" not in page
 
 
 def test_without_an_energy_price_energy_stays_informational(ingest, metered_node, tenants):
