@@ -205,4 +205,7 @@ def seed_demo_plan(stdout) -> None:
         stdout.write("  no fleet to plan; skipped the migration plan")
         return
     record = create_plan(parameters={}, actor="system:demo")
-    stdout.write(f"  migration plan: {record.result['headline']}")
+    if record.result is None:  # a large seeded fleet: a worker computes it
+        stdout.write(f"  migration plan: {record.computation}, computed by the Celery worker")
+    else:
+        stdout.write(f"  migration plan: {record.result['headline']}")
