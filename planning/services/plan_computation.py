@@ -9,10 +9,13 @@ with its reason so the page says what happened instead of spinning.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from uuid import UUID
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import KombuError
 
 from core.services.audit import record_audit
 from planning.engines.migration.planner import plan_migration
@@ -48,7 +51,31 @@ def store_result(record: MigrationPlan, plan: MigrationPlanResult) -> None:
     record.save(update_fields=[*fields, "updated_at"])
 
 
-def _record_failure(plan_id: UUID | str, reason: str) -> None:
+def failure_reason(exc: BaseException) -> str:
+    """What the operator reads on the plan page: what failed, and what to do about it."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return (
+            "the planner ran past the worker's time limit; narrow the scope (fewer halls or positions) "
+            "or shorten the horizon, then create the plan again"
+        )
+    return f"{type(exc).__name__}: {exc}"
+
+
+def queue_computation(plan_id: str, enqueue: Callable[[str], object]) -> None:
+    """Hand the plan to the worker (``enqueue(plan_id)``, e.g. the task's ``delay``); a broker that
+    cannot be reached fails the plan with what to check instead of leaving it queued forever."""
+    try:
+        enqueue(plan_id)
+    except KombuError as exc:
+        logger.exception("could not queue migration plan %s", plan_id)
+        record_failure(
+            plan_id,
+            f"could not queue the computation ({exc}); check the broker (REDIS_URL) and that a Celery worker "
+            "runs, then create the plan again",
+        )
+
+
+def record_failure(plan_id: UUID | str, reason: str) -> None:
     with transaction.atomic():
         record = MigrationPlan.objects.select_for_update().filter(pk=plan_id).first()
         if record is None:
@@ -89,7 +116,7 @@ def compute_plan(plan_id: UUID | str) -> MigrationPlan | None:
         plan = plan_migration(inputs_from_json(record.inputs["resolved"]), report)
     except Exception as exc:  # any failure (bad inputs, time limit) is recorded for the operator, never lost
         logger.exception("migration plan %s failed", plan_id)
-        _record_failure(plan_id, f"{type(exc).__name__}: {exc}")
+        record_failure(plan_id, failure_reason(exc))
         return None
     with transaction.atomic():
         record = MigrationPlan.objects.select_for_update().get(pk=plan_id)

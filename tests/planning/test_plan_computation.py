@@ -4,8 +4,10 @@ planner reports, then done (or failed with its reason); the plan page follows it
 import uuid
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from django.contrib.auth.models import Group
 from django.test import Client
+from kombu.exceptions import OperationalError
 from rest_framework.test import APIClient
 
 from config.celery import app as celery_app
@@ -151,3 +153,27 @@ def test_only_a_role_with_the_permission_may_start_a_plan(
     browser.force_login(console)
     refused = browser.post("/plans/new/", {"start": START})
     assert refused.status_code == 403 and MigrationPlan.objects.count() == 1
+
+
+def test_a_plan_past_the_time_limit_or_an_unreachable_broker_fails_saying_what_to_do(
+    ops_api, small_fleet, large, eager, monkeypatch, django_capture_on_commit_callbacks
+):
+    def too_slow(inputs, report):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(plan_computation, "plan_migration", too_slow)
+    with django_capture_on_commit_callbacks(execute=True):
+        slow = MigrationPlan.objects.get(pk=_post(ops_api).json()["id"])
+    slow.refresh_from_db()
+    assert slow.computation == "failed" and "time limit" in slow.computation_error
+    assert "narrow the scope" in slow.computation_error
+
+    def broker_down(plan_id):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(compute_migration_plan, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        created = _post(ops_api)
+    assert created.status_code == 201  # the plan is stored; its page says why it is not computing
+    stuck = MigrationPlan.objects.get(pk=created.json()["id"])
+    assert stuck.computation == "failed" and "check the broker (REDIS_URL)" in stuck.computation_error
