@@ -13,7 +13,7 @@ from tenants.services.placement import InsufficientCapacity
 
 from .conftest import tenant_client
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _in_thread(fn):

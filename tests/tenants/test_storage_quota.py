@@ -77,7 +77,7 @@ def test_create_tenant_command_sets_the_storage_quota(db):
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_twenty_concurrent_creates_cannot_squeeze_past_the_quota(tenant_a):
     """Each create locks the tenant row before counting, so racing requests see each other."""
     import threading
