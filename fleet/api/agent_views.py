@@ -19,7 +19,6 @@ from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
 from fleet.services.lifecycle import GONE
-from tenants.selectors import live_allocation_of_node
 
 from .serializers import ActionResultIn, DesiredStateOut
 
@@ -53,16 +52,18 @@ class DesiredStateView(AgentView):
     )
     def get(self, request):
         node = self.node(request)
-        live = live_allocation_of_node(node)
         actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
+        # One grant per live membership, and a node has at most one (a partial unique index):
+        # the grants name the live allocation, so it costs no query of its own.
+        grants = metering_grants_for_node(node, now=timezone.now())
         state = {
             "lifecycle": node.lifecycle,
-            "allocation_id": str(live[0]) if live else None,
-            "tenant_id": str(live[1]) if live else None,
+            "allocation_id": grants[0]["allocation_id"] if grants else None,
+            "tenant_id": grants[0]["tenant_id"] if grants else None,
             "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
             "sku": node.node_type.slug,
             "gpus": node.node_type.gpus_per_node,
-            "metering_grants": metering_grants_for_node(node, now=timezone.now()),
+            "metering_grants": grants,
         }
         etag = _etag(state)
         wanted = parse_etags(request.headers.get("If-None-Match", ""))

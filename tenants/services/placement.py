@@ -82,6 +82,7 @@ def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> lis
         .filter(fabric_domain_id=domain_id)
         .annotate(leaf_healthy=Window(Count("id", filter=Q(health=Health.HEALTHY)), partition_by=[F("leaf_switch")]))
         .values_list("id", "leaf_switch", "health", "leaf_healthy")
+        .order_by()  # the outer query orders; a sort inside the CTE would be wasted
     )
     ranked_sql, ranked_params = ranked.query.sql_with_params()
     table = Node._meta.db_table

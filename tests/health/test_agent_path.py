@@ -118,3 +118,12 @@ def test_the_shared_revocation_cache_outlives_the_heartbeat_interval(settings):
 
     assert "Redis" in settings.CACHES["default"]["BACKEND"]
     assert settings.AGENT_REVOCATION_CACHE_SECONDS > 2 * AgentConfig().heartbeat_interval
+
+
+def test_a_desired_state_poll_costs_three_queries(nodes, agent_for):
+    """The node, its pending actions, its grants (which also name the live allocation)."""
+    agent = agent_for(nodes[6]).client
+    agent.get("/api/agent/v1/desired-state")  # the revocation entry is cached from here on
+    with CaptureQueriesContext(connection) as ctx:
+        assert agent.get("/api/agent/v1/desired-state").status_code == 200
+    assert len(ctx) == 3, [q["sql"][:80] for q in ctx.captured_queries]
