@@ -42,6 +42,7 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("node.cordon", _OPERATE, "cordon a node"),
     ("node.uncordon", _OPERATE, "uncordon a node"),
     ("node.drain", _OPERATE, "drain a node"),
+    ("node.start_bring_up", _OPERATE, "start (or retry) the bring-up ladder"),
     ("node.start_burn_in", _OPERATE, "start burn-in"),
     ("node.validate", _OPERATE, "run validation (DCGM level 3)"),
     ("node.remediate", _OPERATE, "remediate (GPU reset)"),

@@ -1,10 +1,19 @@
 """Fleet API shapes (docs/api.md: node agent API and operator API)."""
 
+from datetime import timedelta
+
+from django.utils import timezone
 from rest_framework import serializers
 
-from fleet.choices import AgentActionState, CustodyKind, SanitizationMethod
+from fleet.choices import AgentActionState, ComponentState, CustodyKind, SanitizationMethod
 from fleet.models import NodeEvent
+from fleet.models.software import COMPONENT_NAME_RE
 from fleet.services import sanitization
+from fleet.services.software_inventory import MAX_COMPONENTS
+
+# A report stamped further ahead than this would shadow every later one (older reports are
+# ignored as replays), so it is refused: the node's clock needs fixing first.
+MAX_FUTURE_SKEW = timedelta(minutes=5)
 
 
 class ActionResultIn(serializers.Serializer):
@@ -176,3 +185,36 @@ class DataHandlingOut(serializers.Serializer):
         child=serializers.DictField(), help_text="every drive: serial, required_method, record_id, ok, problem"
     )
     rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")
+
+
+class SoftwareComponentIn(serializers.Serializer):
+    component = serializers.RegexField(
+        COMPONENT_NAME_RE, max_length=40, help_text="e.g. gpu_driver, gpu_vbios, kernel, fabric_manager"
+    )
+    version = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
+    state = serializers.ChoiceField(choices=ComponentState.choices)
+    detail = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
+
+    def validate_version(self, value):
+        if not value.isprintable():
+            raise serializers.ValidationError("The version must be printable text.")
+        return value
+
+
+class SoftwareInventoryIn(serializers.Serializer):
+    observed_at = serializers.DateTimeField(help_text="when the agent read the stack (RFC 3339, UTC)")
+    components = SoftwareComponentIn(many=True, max_length=MAX_COMPONENTS, allow_empty=False)
+
+    def validate_observed_at(self, value):
+        if value > timezone.now() + MAX_FUTURE_SKEW:
+            raise serializers.ValidationError(
+                "observed_at is more than 5 min ahead of the server's clock; fix the node's time sync (NTP/PTP)."
+            )
+        return value
+
+    def validate_components(self, value):
+        names = [c["component"] for c in value]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise serializers.ValidationError(f"Each component at most once; repeated: {', '.join(duplicated)}.")
+        return value
