@@ -201,3 +201,26 @@ class ComponentState(models.TextChoices):
     INACTIVE = "inactive", "Installed, not running"
     FAILED = "failed", "Failed"
     MISSING = "missing", "Not installed"
+
+
+class RolloutState(models.TextChoices):
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class RolloutNodeState(models.TextChoices):
+    """A node's way through a rollout: waiting its wave, waiting for its tenant to leave (cordoned,
+    with a deadline), upgrading (agent work), validating (the gate), then done, failed or skipped."""
+
+    PENDING = "pending", "Waiting for its wave"
+    WAITING_FREE = "waiting_free", "Waiting for its tenant to leave"
+    UPGRADING = "upgrading", "Upgrading"
+    VALIDATING = "validating", "Validating"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+
+
+ROLLOUT_NODE_FINISHED = frozenset({RolloutNodeState.DONE, RolloutNodeState.FAILED, RolloutNodeState.SKIPPED})

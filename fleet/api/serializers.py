@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from fleet.choices import AgentActionState, ComponentState, CustodyKind, SanitizationMethod
 from fleet.models import NodeEvent
-from fleet.models.software import COMPONENT_NAME_RE
+from fleet.models.software import COMPONENT_NAME_RE, baseline_version_errors
 from fleet.services import sanitization
 from fleet.services.software_inventory import MAX_COMPONENTS
 
@@ -218,3 +218,47 @@ class SoftwareInventoryIn(serializers.Serializer):
         if duplicated:
             raise serializers.ValidationError(f"Each component at most once; repeated: {', '.join(duplicated)}.")
         return value
+
+
+class BaselineIn(serializers.Serializer):
+    node_type = serializers.SlugField(max_length=50, help_text="the node type's slug, e.g. h100-sxm-8x")
+    name = serializers.CharField(max_length=80)
+    versions = serializers.DictField(
+        child=serializers.CharField(max_length=100), help_text='{"gpu_driver": "570.133.20", ...}'
+    )
+    golden = serializers.BooleanField(required=False, default=False)
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    def validate_versions(self, value):
+        errors = baseline_version_errors(value)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+class BaselineOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    node_type = serializers.CharField(source="node_type.slug")
+    name = serializers.CharField()
+    versions = serializers.DictField(child=serializers.CharField())
+    golden = serializers.BooleanField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    golden_set_by = serializers.CharField()
+    golden_set_at = serializers.DateTimeField(allow_null=True)
+
+
+class DriftVersionOut(serializers.Serializer):
+    actual = serializers.CharField(help_text="the version the nodes run, or '- (missing)' / 'v (failed)'")
+    count = serializers.IntegerField()
+    hostnames = serializers.ListField(child=serializers.CharField(), help_text="the first 50, sorted")
+
+
+class DriftComponentOut(serializers.Serializer):
+    component = serializers.CharField()
+    node_type = serializers.CharField()
+    baseline = serializers.CharField()
+    expected = serializers.CharField()
+    nodes_on_baseline = serializers.IntegerField()
+    nodes_drifting = serializers.IntegerField()
+    drifting = DriftVersionOut(many=True)
