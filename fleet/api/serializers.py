@@ -1,6 +1,7 @@
 """Fleet API shapes (docs/api.md: node agent API and operator API)."""
 
 from datetime import timedelta
+from decimal import Decimal
 
 from django.utils import timezone
 from rest_framework import serializers
@@ -262,3 +263,67 @@ class DriftComponentOut(serializers.Serializer):
     nodes_on_baseline = serializers.IntegerField()
     nodes_drifting = serializers.IntegerField()
     drifting = DriftVersionOut(many=True)
+
+
+class RolloutIn(serializers.Serializer):
+    baseline_id = serializers.UUIDField()
+    name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+    node_ids = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=5000,
+        help_text="default: every node of the baseline's type that is off it",
+    )
+    canary_size = serializers.IntegerField(min_value=1, max_value=50, default=1)
+    wave_size = serializers.IntegerField(min_value=1, max_value=500, default=4)
+    max_domain_share = serializers.DecimalField(
+        max_digits=3, decimal_places=2, min_value=Decimal("0.01"), max_value=Decimal("0.50"), default=Decimal("0.25")
+    )
+    capacity_floor_gpus = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
+    max_failures = serializers.IntegerField(min_value=0, max_value=1000, default=0)
+    drain_minutes = serializers.IntegerField(min_value=1, max_value=7 * 24 * 60, default=120)
+    force = serializers.BooleanField(default=False)
+    force_reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class RolloutNodeOut(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    hostname = serializers.CharField(source="node.hostname")
+    wave = serializers.IntegerField()
+    state = serializers.CharField()
+    taken_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    detail = serializers.CharField()
+
+
+class RolloutOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    baseline_id = serializers.UUIDField()
+    baseline = serializers.CharField(source="baseline.name")
+    node_type = serializers.CharField(source="baseline.node_type.slug")
+    state = serializers.CharField()
+    paused_reason = serializers.CharField()
+    canary_size = serializers.IntegerField()
+    wave_size = serializers.IntegerField()
+    max_domain_share = serializers.DecimalField(max_digits=3, decimal_places=2)
+    capacity_floor_gpus = serializers.IntegerField()
+    max_failures = serializers.IntegerField()
+    drain_minutes = serializers.IntegerField()
+    force = serializers.BooleanField()
+    force_reason = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="nodes per state")
+
+
+class RolloutDetailOut(RolloutOut):
+    nodes = RolloutNodeOut(many=True)
+
+
+class RolloutControlIn(serializers.Serializer):
+    action = serializers.ChoiceField(choices=["pause", "resume", "cancel"])
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
