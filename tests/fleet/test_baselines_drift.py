@@ -155,3 +155,21 @@ def test_placement_refuses_off_baseline_nodes_for_a_tenant_that_asks(nodes):
     assert nodes[0].pk not in {n.pk for n in placed}
     last = Allocation.objects.create(tenant=relaxed, name="last", instance_type=nodes[0].node_type, node_count=1)
     assert [n.pk for n in place_allocation(last)] == [nodes[0].pk]  # a tenant that does not ask gets it
+
+
+def test_the_admin_creates_baselines_through_the_service_and_makes_one_golden(nodes, operator_client):
+    node_type = nodes[0].node_type
+    response = operator_client.post(
+        "/admin/fleet/softwarebaseline/add/",
+        {"node_type": node_type.pk, "name": "admin-made", "versions": '{"gpu_driver": "570.133.20"}'},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    baseline = SoftwareBaseline.objects.get(name="admin-made")
+    assert AuditEvent.objects.filter(action="baseline.create", object_id=str(baseline.pk)).exists()
+    operator_client.post(
+        "/admin/fleet/softwarebaseline/",
+        {"action": "make_golden", "_selected_action": [str(baseline.pk)]},
+    )
+    baseline.refresh_from_db()
+    assert baseline.golden
+    assert operator_client.get("/admin/fleet/nodesoftware/").status_code == 200
