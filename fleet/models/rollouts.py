@@ -64,6 +64,9 @@ class RolloutNode(models.Model):
     taken_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     detail = models.TextField(blank=True)
+    # The validation gate returns a node to service uncordoned; an operator's cordon from before
+    # the rollout is put back once the node is done.
+    kept_cordon = models.CharField(max_length=200, blank=True, help_text="an operator's cordon reason to restore")
 
     class Meta:
         ordering = ["rollout", "wave", "node__hostname"]

@@ -284,6 +284,8 @@ def _step_in_flight(entry: RolloutNode, rollout: Rollout, now, result: RolloutPa
                 return  # the gate passed; the agent's report of the new stack is still on its way
             entry.state, entry.finished_at = S.DONE, now
             _release(node, actor=ACTOR, reason=f"rollout {rollout.name}: on {rollout.baseline.name}")
+            if entry.kept_cordon:
+                Node.objects.filter(pk=node.pk).update(cordoned=True, cordon_reason=entry.kept_cordon, updated_at=now)
             _log(entry, rollout, "done", f"validated and on {rollout.baseline.name}")
         elif node.lifecycle != L.VALIDATING:
             entry.state, entry.finished_at = S.FAILED, now
@@ -292,7 +294,7 @@ def _step_in_flight(entry: RolloutNode, rollout: Rollout, now, result: RolloutPa
             return
     else:
         return
-    entry.save(update_fields=["state", "action", "deadline", "taken_at", "finished_at", "detail"])
+    entry.save(update_fields=["state", "action", "deadline", "taken_at", "finished_at", "detail", "kept_cordon"])
     result.stepped += 1
 
 
@@ -318,14 +320,17 @@ def _take(entry: RolloutNode, rollout: Rollout, now, result: RolloutPass) -> boo
     if not busy and not node.cordoned and node.health in PLACEABLE_HEALTH:
         if free_gpus(node_type) - node_type.gpus_per_node < rollout.capacity_floor_gpus:
             return False
-    _cordon(node, f"rollout {rollout.name}")
+    if node.cordoned:  # an operator's cordon (and its reason) stays theirs to lift
+        entry.kept_cordon = node.cordon_reason
+    else:
+        _cordon(node, f"rollout {rollout.name}")
     if busy:
         entry.state, entry.deadline = S.WAITING_FREE, now + timedelta(minutes=rollout.drain_minutes)
         entry.taken_at = now
         _log(entry, rollout, "wait", f"cordoned; waiting up to {rollout.drain_minutes} min for the tenant to leave")
     else:
         _start_upgrade(entry, rollout, now, "free")
-    entry.save(update_fields=["state", "action", "deadline", "taken_at", "finished_at", "detail"])
+    entry.save(update_fields=["state", "action", "deadline", "taken_at", "finished_at", "detail", "kept_cordon"])
     result.taken += 1
     return True
 

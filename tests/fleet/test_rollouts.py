@@ -163,3 +163,14 @@ def test_waves_take_at_most_a_share_of_each_fabric_domain():
     assert all(count <= (3 if d == "a" else 1) for (w, d), count in per_wave_domain.items())
     assert sum(1 for n in nodes if waves[n.pk] == 0) == 2
     assert Rollout  # imported for the schema; the model is exercised above
+
+
+def test_an_operators_cordon_survives_the_rollout(nodes, baseline):
+    Node.objects.filter(pk=nodes[0].pk).update(cordoned=True, cordon_reason="fan noise, ticket 42")
+    rollout = create_rollout(baseline=baseline, actor="user:op", node_ids=[nodes[0].pk])
+    for _ in range(4):
+        _cycle(nodes)
+    rollout.refresh_from_db()
+    node = Node.objects.get(pk=nodes[0].pk)
+    assert rollout.state == "completed"
+    assert (node.cordoned, node.cordon_reason) == (True, "fan noise, ticket 42")
