@@ -129,7 +129,7 @@ def test_drift_reads_have_a_fixed_query_count(nodes, django_assert_max_num_queri
     _golden(nodes[0].node_type)
     for n in nodes[:reporting]:
         report_stack(n)
-    with django_assert_max_num_queries(3):
+    with django_assert_max_num_queries(4):
         drift_report()
 
 
