@@ -55,10 +55,14 @@ class Agent:
         spool: Spool,
         rng: random.Random | None = None,
         software: Callable[[], list[dict[str, Any]]] | None = None,
+        stamp: Callable[[datetime], datetime] | None = None,
     ) -> None:
-        """`software` reads the node's stack (hangar_agent.software); None sends no inventory."""
+        """`software` reads the node's stack (hangar_agent.software); None sends no inventory.
+        `stamp` maps the tick's clock to the time written into reports (observed_at,
+        finished_at); a real node's tick clock is the wall clock, so by default it is itself."""
         self.config = config
         self.software = software
+        self.stamp = stamp or _same
         self.transport = transport
         self.hardware = hardware
         self.executors = executors
@@ -173,7 +177,7 @@ class Agent:
         for gpu in gpus:
             gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
         payload = {
-            "observed_at": rfc3339(now),
+            "observed_at": rfc3339(self.stamp(now)),
             "power_state": self.hardware.power_state(),
             "agent_version": __version__,
             "gpus": gpus,
@@ -252,7 +256,7 @@ class Agent:
                     "status": outcome["status"],
                     "detail": outcome["detail"],
                     "output": outcome.get("output") or {},
-                    "finished_at": rfc3339(now),
+                    "finished_at": rfc3339(self.stamp(now)),
                 },
                 key=f"action:{action_id}",
             )
@@ -277,7 +281,7 @@ class Agent:
         self, now: datetime, checks: list[dict[str, Any]], drives: list[dict[str, Any]] | None = None
     ) -> None:
         if checks or drives is not None:
-            body: dict[str, Any] = {"observed_at": rfc3339(now), "checks": checks}
+            body: dict[str, Any] = {"observed_at": rfc3339(self.stamp(now)), "checks": checks}
             if drives is not None:
                 body["drives"] = drives
             self.spool.append(HEALTH_REPORT_KIND, body)
@@ -289,7 +293,7 @@ class Agent:
             log.exception("reading the software inventory failed")
             return
         if components:
-            self.spool.append(SOFTWARE_KIND, {"observed_at": rfc3339(now), "components": components})
+            self.spool.append(SOFTWARE_KIND, {"observed_at": rfc3339(self.stamp(now)), "components": components})
 
     def _drive_inventory(self) -> list[dict[str, Any]] | None:
         """Every drive the machine shows, as the control plane's Drive rows need it (no device
@@ -323,6 +327,10 @@ class _Immediate:
         return self.outcome
 
 
+def _same(moment: datetime) -> datetime:
+    return moment
+
+
 def _due(deadline: datetime | None, now: datetime) -> bool:
     return deadline is None or now >= deadline
 
@@ -344,6 +352,7 @@ def simulated_agent(
     spool_path: str = ":memory:",
     counter_file: str | None = None,
     missing_software: set[str] | None = None,
+    stamp: Callable[[datetime], datetime] | None = None,
     **config: Any,
 ) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
@@ -380,8 +389,10 @@ def simulated_agent(
     transport = AgentTransport(
         url, token, session=session, max_attempts=1, timeout=(cfg.connect_timeout, cfg.read_timeout)
     )
-    stack = SimulatedStack(random.Random(rng.getrandbits(64)), generation, missing=missing_software)
     executors = simulated_executors(hardware, random.Random(rng.getrandbits(64)))
+    agent_rng = random.Random(rng.getrandbits(64))
+    # drawn after everything else, so a seeded fleet's hardware and faults stay what they were
+    stack = SimulatedStack(random.Random(rng.getrandbits(64)), generation, missing=missing_software)
     executors["upgrade"] = SimulatedUpgrade(stack, random.Random(rng.getrandbits(64)), hardware.wall)
     return Agent(
         config=cfg,
@@ -389,6 +400,7 @@ def simulated_agent(
         hardware=hardware,
         executors=executors,
         spool=Spool(spool_path),
-        rng=random.Random(rng.getrandbits(64)),
+        rng=agent_rng,
         software=stack.components,
+        stamp=stamp,
     )

@@ -61,6 +61,7 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("baseline.set_golden", "fleet.change_softwarebaseline", "make a baseline its node type's golden one"),
     ("rollout.create", "fleet.add_rollout", "start a rolling upgrade of nodes to a baseline"),
     ("rollout.control", "fleet.change_rollout", "pause, resume or cancel a rolling upgrade"),
+    ("site.upload_grid_profile", "fleet.add_gridintensityhour", "upload a site's hourly grid carbon intensity"),
     ("disposition_plan.create", "planning.add_dispositionplan", "create a disposition plan"),
     ("migration_plan.create", "planning.add_migrationplan", "create a migration plan"),
     ("migration_plan.apply", "planning.change_migrationplan", "apply a migration plan (schedules node actions)"),

@@ -327,3 +327,13 @@ class RolloutDetailOut(RolloutOut):
 class RolloutControlIn(serializers.Serializer):
     action = serializers.ChoiceField(choices=["pause", "resume", "cancel"])
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class GridProfileOut(serializers.Serializer):
+    site_id = serializers.UUIDField()
+    hours = serializers.IntegerField(help_text="hours in the file, all saved")
+    replaced = serializers.IntegerField(help_text="of which hours that already had a figure")
+    first_hour = serializers.DateTimeField()
+    last_hour = serializers.DateTimeField()
+    mean_kg_co2e_per_kwh = serializers.DecimalField(max_digits=6, decimal_places=4)
+    sha256 = serializers.CharField(help_text="of the file as uploaded (also in the audit trail)")

@@ -25,6 +25,7 @@ ops_urlpatterns = [
     ),
     api_route(r"nodes/(?P<pk>[^/]+)/custody-transfers", views.CustodyTransfers.as_view(), "ops-node-custody-transfers"),
     api_route(r"nodes/(?P<pk>[^/]+)", views.NodeDetailView.as_view(), "ops-node-detail"),
+    api_route(r"sites/(?P<pk>[^/]+)/grid-intensity", views.SiteGridIntensity.as_view(), "ops-site-grid-intensity"),
     api_route(
         r"drives/(?P<pk>[^/]+)/sanitization-records",
         views.SanitizationRecordCreate.as_view(),

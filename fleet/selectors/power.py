@@ -27,6 +27,7 @@ from ..choices import COOLING_SATISFIES, Health
 from ..models import (
     Hall,
     Node,
+    PowerPoint,
     Rack,
 )
 from ..wall_power import SourceMix, host_share_kw
@@ -176,7 +177,7 @@ def hall_power(*, now: datetime) -> list[HallPower]:
             hall_id=h.pk,
             name=str(h),
             budget_kw=float(h.it_power_budget_kw),
-            pue=float(h.pue),
+            pue=float(h.site.pue),  # the site's PUE, the one the energy figures use
             drawn_kw=round(h.drawn, 1),
             rated_kw=round(h.rated, 1),
             nodes=h.nodes_n,
@@ -191,8 +192,6 @@ def hall_power(*, now: datetime) -> list[HallPower]:
 def hall_power_history(*, since: datetime, resolution: str) -> list[dict]:
     """Per hall and recorded point: summed rack draw and whether any rack's point was not measured
     (`sources`: the distinct sources behind it). One grouped query."""
-    from .models import PowerPoint
-
     rows = (
         PowerPoint.objects.filter(resolution=resolution, at__gte=since)
         .values("at", hall=F("rack__hall__name"), site=F("rack__hall__site__slug"))
