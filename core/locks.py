@@ -23,6 +23,8 @@ LOCK_NAMES = frozenset(
         "fleet_snapshot",
         "power_history",
         "rack_power",
+        "advance_bring_up",
+        "advance_rollouts",
     }
 )
 

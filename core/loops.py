@@ -5,6 +5,8 @@ here. Order matters for `--once`: nodes converge first, then allocations, then h
 
 LOOPS: tuple[tuple[str, str, int], ...] = (
     ("reconcile_nodes", "fleet.services.reconcile.reconcile_nodes", 10),
+    ("bring_up", "fleet.services.bring_up.advance_bring_up", 30),
+    ("rollouts", "fleet.services.rollouts.advance_rollouts", 30),
     ("allocation_loop", "tenants.services.allocation_loop.run_allocation_loop", 10),
     ("health_sweep", "health.services.sweep.run_health_sweep", 30),
     ("power_history", "fleet.services.power_history.record_power_history", 60),

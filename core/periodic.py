@@ -26,6 +26,8 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("rack power condition", "health.tasks.rack_power_check", every_seconds=60, expires_seconds=50),
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),
     PeriodicSpec("reconcile nodes", "fleet.tasks.reconcile_nodes", every_seconds=10, expires_seconds=10),
+    PeriodicSpec("bring-up ladder", "fleet.tasks.advance_bring_up", every_seconds=30, expires_seconds=30),
+    PeriodicSpec("rolling upgrades", "fleet.tasks.advance_rollouts", every_seconds=30, expires_seconds=30),
     PeriodicSpec("allocation loop", "tenants.tasks.allocation_loop", every_seconds=10, expires_seconds=10),
     # Drafts hourly; a closed month is finalized on the first hourly check after its grace
     # period (BILLING_FINALIZE_GRACE_HOURS), i.e. on the 1st.

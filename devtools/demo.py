@@ -3,6 +3,7 @@ is imported lazily so an app adds its own step here without touching the command
 
 DEMO_SEED_STEPS: tuple[str, ...] = (
     "devtools.services.fleet_seed.seed_demo_fleet",
+    "devtools.services.demo_software.seed_demo_software",
     "fleet.services.snapshots.seed_demo_history",
     "planning.services.migration_plans.seed_demo_plan",
     "devtools.services.demo_users.ensure_demo_operator",

@@ -7,6 +7,8 @@ class Lifecycle(models.TextChoices):
     """Node lifecycle (docs/design, "Node"). Transitions live in fleet.services.lifecycle only."""
 
     ENROLLED = "enrolled", "Enrolled"
+    BRINGING_UP = "bringing_up", "Bringing up"
+    BRING_UP_FAILED = "bring_up_failed", "Bring-up failed"
     BURN_IN = "burn_in", "Burn-in"
     BURN_IN_FAILED = "burn_in_failed", "Burn-in failed"
     AVAILABLE = "available", "Available"
@@ -31,6 +33,8 @@ class Lifecycle(models.TextChoices):
 
 LIFECYCLE_COLORS = {
     Lifecycle.ENROLLED: "#9aa5b1",
+    Lifecycle.BRINGING_UP: "#c1a3e0",
+    Lifecycle.BRING_UP_FAILED: "#d64545",
     Lifecycle.BURN_IN: "#f0b429",
     Lifecycle.BURN_IN_FAILED: "#d64545",
     Lifecycle.AVAILABLE: "#3ebd93",
@@ -147,6 +151,7 @@ class AgentAction(models.TextChoices):
     DCGM_R4 = "dcgm_r4", "DCGM level 4"
     BURN_IN = "burn_in", "Burn-in"
     SANITIZE_DRIVE = "sanitize_drive", "Sanitize drive"
+    UPGRADE = "upgrade", "Upgrade software to a baseline"
 
 
 class AgentActionState(models.TextChoices):
@@ -179,3 +184,43 @@ class DispositionOption(models.TextChoices):
     LEASE = "lease", "Lease as a cheaper SKU"
     RESALE = "resale", "Resale"
     RECYCLE = "recycle", "Recycle"
+
+
+class InventorySource(models.TextChoices):
+    """Who reported a component of a node's software and firmware stack."""
+
+    AGENT = "agent", "Node agent"
+    BMC = "bmc", "BMC (Redfish firmware inventory)"
+
+
+class ComponentState(models.TextChoices):
+    """A reported component's state: `ok` (installed and running/loaded), `inactive` (installed,
+    not running: a stopped service, an unloaded module), `failed`, or `missing` (not installed)."""
+
+    OK = "ok", "OK"
+    INACTIVE = "inactive", "Installed, not running"
+    FAILED = "failed", "Failed"
+    MISSING = "missing", "Not installed"
+
+
+class RolloutState(models.TextChoices):
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class RolloutNodeState(models.TextChoices):
+    """A node's way through a rollout: waiting its wave, waiting for its tenant to leave (cordoned,
+    with a deadline), upgrading (agent work), validating (the gate), then done, failed or skipped."""
+
+    PENDING = "pending", "Waiting for its wave"
+    WAITING_FREE = "waiting_free", "Waiting for its tenant to leave"
+    UPGRADING = "upgrading", "Upgrading"
+    VALIDATING = "validating", "Validating"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+
+
+ROLLOUT_NODE_FINISHED = frozenset({RolloutNodeState.DONE, RolloutNodeState.FAILED, RolloutNodeState.SKIPPED})

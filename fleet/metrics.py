@@ -19,7 +19,7 @@ from core.api.authentication import BearerTokenAuthentication
 from core.api.permissions import IsOperator
 
 from .models import Node
-from .selectors import hall_power, racks_with_draw
+from .selectors import drift_report, hall_power, racks_with_draw
 
 
 class FleetCollector:
@@ -101,6 +101,7 @@ class FleetCollector:
         yield budget
         yield facility
         yield from agent_clock_skew()
+        yield from software_drift()
         yield from periodic_task_lag(now)
         yield from process_metrics.beat_lease_families(now)
         yield from process_metrics.REGISTRY.collect()
@@ -124,6 +125,27 @@ def agent_clock_skew():
     yield GaugeMetricFamily(
         "hangar_agent_clock_skew_max_abs_seconds", "Largest agent clock skew in the fleet (seconds)", value=worst
     )
+
+
+def software_drift():
+    """Nodes off their type's golden baseline, per component (drift is computed, never stored)."""
+    off = GaugeMetricFamily(
+        "hangar_nodes_off_baseline",
+        "Nodes whose reported version of a component differs from their type's golden baseline",
+        labels=["node_type", "component"],
+    )
+    unreported = GaugeMetricFamily(
+        "hangar_nodes_software_unreported",
+        "Nodes of a type with a golden baseline that have not reported their software stack",
+        labels=["node_type"],
+    )
+    report = drift_report()
+    for group in report.groups:
+        off.add_metric([group.node_type, group.component], group.drifting_count)
+    for slug, count in sorted(report.unreported.items()):
+        unreported.add_metric([slug], count)
+    yield off
+    yield unreported
 
 
 def periodic_task_lag(now):

@@ -5,8 +5,10 @@ import time
 from celery import shared_task
 
 from core.metrics import observe_loop
+from fleet.services.bring_up import advance_bring_up as advance_bring_up_service
 from fleet.services.power_history import record_power_history as record_power_history_service
 from fleet.services.reconcile import reconcile_nodes as reconcile_nodes_service
+from fleet.services.rollouts import advance_rollouts as advance_rollouts_service
 from fleet.services.snapshots import record_snapshot
 
 
@@ -31,4 +33,20 @@ def record_power_history() -> dict | None:
     started = time.perf_counter()
     result = record_power_history_service()
     observe_loop("power_history", time.perf_counter() - started)
+    return result
+
+
+@shared_task(name="fleet.tasks.advance_bring_up", soft_time_limit=25, time_limit=30)
+def advance_bring_up() -> dict:
+    started = time.perf_counter()
+    result = advance_bring_up_service().as_dict()
+    observe_loop("bring_up", time.perf_counter() - started)
+    return result
+
+
+@shared_task(name="fleet.tasks.advance_rollouts", soft_time_limit=25, time_limit=30)
+def advance_rollouts() -> dict:
+    started = time.perf_counter()
+    result = advance_rollouts_service().as_dict()
+    observe_loop("rollouts", time.perf_counter() - started)
     return result

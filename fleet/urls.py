@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import software_pages, views
 from .metrics import MetricsView
 
 app_name = "fleet"
@@ -16,6 +16,9 @@ urlpatterns = [
     path("fleet/charts/<slug:name>.json", views.chart_json, name="chart-json"),
     path("metrics", MetricsView.as_view(), name="metrics"),
     # node lifecycle: list, node page, operator actions
+    path("fleet/software/drift/", software_pages.drift, name="software-drift"),
+    path("fleet/rollouts/", software_pages.rollout_list, name="rollout-list"),
+    path("fleet/rollouts/<str:pk>/", software_pages.rollout_detail_page, name="rollout-detail"),
     path("fleet/nodes/", views.node_list, name="node-list"),
     path("fleet/nodes/<str:pk>/", views.node_detail, name="node-detail"),
     path("fleet/nodes/<str:pk>/actions/", views.node_action, name="node-action"),

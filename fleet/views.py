@@ -48,6 +48,7 @@ from .services.operator_actions import (
     available_actions,
     perform_operator_action,
 )
+from .software_pages import node_software_context
 from .wall_power import SourceMix
 
 DEFAULT_REFRESH_SECONDS = 30
@@ -283,6 +284,7 @@ def node_detail(request, pk):
             "pending": pending_agent_actions(node),
             "events": node.events.order_by("-at", "-id")[:100],
             "actions": available_actions(node, request.user),
+            **node_software_context(node),
         },
     )
 

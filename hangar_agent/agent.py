@@ -24,6 +24,7 @@ from .executors import ActionRun, Executor, result, simulated_executors
 from .hardware.base import HardwareBackend
 from .hardware.simulated import SimulatedHardware
 from .metering import METER_KIND, Meter, Usage, pick_grant, rfc3339
+from .software import SimulatedStack, SimulatedUpgrade
 from .spool import Flusher, Spool
 from .transport import MAX_METER_BATCH, AgentAPI, AgentTransport, TransportError
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 ACTION_RESULT_KIND = "action_result"
 HEALTH_REPORT_KIND = "health_report"
+SOFTWARE_KIND = "software_inventory"
 HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "burn_in"})
 FINISHED_STATE = "finished_actions"
 RUNNING_STATE = "running_action"
@@ -52,11 +54,14 @@ class Agent:
         executors: Mapping[str, Executor],
         spool: Spool,
         rng: random.Random | None = None,
+        software: Callable[[], list[dict[str, Any]]] | None = None,
         stamp: Callable[[datetime], datetime] | None = None,
     ) -> None:
-        """`stamp` maps the tick's clock to the time written into reports (observed_at,
+        """`software` reads the node's stack (hangar_agent.software); None sends no inventory.
+        `stamp` maps the tick's clock to the time written into reports (observed_at,
         finished_at); a real node's tick clock is the wall clock, so by default it is itself."""
         self.config = config
+        self.software = software
         self.stamp = stamp or _same
         self.transport = transport
         self.hardware = hardware
@@ -68,6 +73,7 @@ class Agent:
         self.flushers = [
             Flusher(spool, ACTION_RESULT_KIND, lambda b: transport.action_result(b[0]), **backoff),
             Flusher(spool, HEALTH_REPORT_KIND, lambda b: transport.health_report(b[0]), **backoff),
+            Flusher(spool, SOFTWARE_KIND, lambda b: transport.software_inventory(b[0]), **backoff),
             Flusher(spool, METER_KIND, self._send_meter_events, batch_size=MAX_METER_BATCH, **backoff),
         ]
         self.desired: dict[str, Any] | None = spool.get_state(DESIRED_STATE)
@@ -82,6 +88,7 @@ class Agent:
         self.next_heartbeat: datetime | None = None
         self.next_desired: datetime | None = None
         self.next_health: datetime | None = None
+        self.next_software: datetime | None = None
         self._recover_interrupted_action()
 
     # ---- the loop -------------------------------------------------------------------
@@ -102,6 +109,9 @@ class Agent:
             self.next_health = now + timedelta(seconds=self.config.health_report_interval)
             # the periodic report also carries the drive inventory the exit gate relies on
             self._report_health(now, self.hardware.health_checks(), drives=self._drive_inventory())
+        if self.software is not None and _due(self.next_software, now):
+            self.next_software = now + timedelta(seconds=self.config.software_inventory_interval)
+            self._report_software(now)
         self.meter.observe(now, self.usage())
         for flusher in self.flushers:
             flusher.flush(now)
@@ -253,6 +263,8 @@ class Agent:
             self.finished = (self.finished + [action_id])[-REMEMBERED_ACTIONS:]
             self.spool.set_state(FINISHED_STATE, self.finished)
             self.spool.set_state(RUNNING_STATE, None)
+            if name == "upgrade":
+                self.next_software = None  # report the new versions on this tick
             if name in HEALTH_ACTIONS:
                 self._report_health(
                     now,
@@ -273,6 +285,15 @@ class Agent:
             if drives is not None:
                 body["drives"] = drives
             self.spool.append(HEALTH_REPORT_KIND, body)
+
+    def _report_software(self, now: datetime) -> None:
+        try:
+            components = self.software()
+        except Exception:  # an unreadable stack is not an empty one: send nothing this time
+            log.exception("reading the software inventory failed")
+            return
+        if components:
+            self.spool.append(SOFTWARE_KIND, {"observed_at": rfc3339(self.stamp(now)), "components": components})
 
     def _drive_inventory(self) -> list[dict[str, Any]] | None:
         """Every drive the machine shows, as the control plane's Drive rows need it (no device
@@ -330,6 +351,7 @@ def simulated_agent(
     drives: list[dict[str, Any]] | None = None,
     spool_path: str = ":memory:",
     counter_file: str | None = None,
+    missing_software: set[str] | None = None,
     stamp: Callable[[datetime], datetime] | None = None,
     **config: Any,
 ) -> Agent:
@@ -367,12 +389,18 @@ def simulated_agent(
     transport = AgentTransport(
         url, token, session=session, max_attempts=1, timeout=(cfg.connect_timeout, cfg.read_timeout)
     )
+    executors = simulated_executors(hardware, random.Random(rng.getrandbits(64)))
+    agent_rng = random.Random(rng.getrandbits(64))
+    # drawn after everything else, so a seeded fleet's hardware and faults stay what they were
+    stack = SimulatedStack(random.Random(rng.getrandbits(64)), generation, missing=missing_software)
+    executors["upgrade"] = SimulatedUpgrade(stack, random.Random(rng.getrandbits(64)), hardware.wall)
     return Agent(
         config=cfg,
         transport=transport,
         hardware=hardware,
-        executors=simulated_executors(hardware, random.Random(rng.getrandbits(64))),
+        executors=executors,
         spool=Spool(spool_path),
-        rng=random.Random(rng.getrandbits(64)),
+        rng=agent_rng,
+        software=stack.components,
         stamp=stamp,
     )

@@ -16,6 +16,7 @@ from .config import AgentConfig, ConfigError, load_config
 from .executors import real_executors, simulated_executors
 from .hardware.nvml import NvmlBackend, NvmlUnavailable
 from .hardware.simulated import SimulatedHardware
+from .software import SimulatedStack, SimulatedUpgrade, read_host_stack
 from .spool import Spool
 from .transport import AgentTransport
 
@@ -56,6 +57,7 @@ def build_agent(config: AgentConfig) -> Agent:
     if config.backend == "nvml":
         hardware = NvmlBackend()
         executors = real_executors()
+        software = read_host_stack
     else:
         hardware = SimulatedHardware(
             rng=random.Random(rng.getrandbits(64)),
@@ -65,6 +67,9 @@ def build_agent(config: AgentConfig) -> Agent:
             scenario=config.scenario or None,
         )
         executors = simulated_executors(hardware, random.Random(rng.getrandbits(64)))
+        stack = SimulatedStack(random.Random(rng.getrandbits(64)), config.generation)
+        executors["upgrade"] = SimulatedUpgrade(stack, random.Random(rng.getrandbits(64)), hardware.wall)
+        software = stack.components
     return Agent(
         config=config,
         transport=transport,
@@ -72,6 +77,7 @@ def build_agent(config: AgentConfig) -> Agent:
         executors=executors,
         spool=Spool(config.spool_path),
         rng=rng,
+        software=software,
     )
 
 

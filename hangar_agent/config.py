@@ -25,6 +25,8 @@ class AgentConfig:
     heartbeat_interval: float = 10.0
     meter_interval: float = 60.0
     health_report_interval: float = 300.0
+    # the stack changes on upgrades only; it is also re-sent right after an upgrade action
+    software_inventory_interval: float = 900.0
     desired_state_interval: float = 10.0
     connect_timeout: float = 3.05
     read_timeout: float = 10.0
@@ -54,6 +56,7 @@ class AgentConfig:
             "heartbeat_interval",
             "meter_interval",
             "health_report_interval",
+            "software_inventory_interval",
             "desired_state_interval",
             "connect_timeout",
             "read_timeout",

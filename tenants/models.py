@@ -22,6 +22,10 @@ class Tenant(BaseModel):
 
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
+    require_baseline = models.BooleanField(
+        default=False,
+        help_text="place this tenant only on nodes that run their type's golden software baseline",
+    )
 
     class Meta:
         ordering = ["slug"]

@@ -19,8 +19,9 @@ from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
 from fleet.services.lifecycle import GONE
+from fleet.services.software_inventory import Component, store_software_inventory
 
-from .serializers import ActionResultIn, DesiredStateOut
+from .serializers import ActionResultIn, DesiredStateOut, SoftwareInventoryIn
 
 
 class AgentView(APIView):
@@ -104,3 +105,22 @@ class ActionResultsView(AgentView):
             {"action_id": str(recorded.action.pk), "state": recorded.action.state, "duplicate": recorded.duplicate},
             status=202,
         )
+
+
+class SoftwareInventoryView(AgentView):
+    """The node's software and firmware stack as the agent reads it (a separate, infrequent
+    report: versions change on upgrades, not every heartbeat)."""
+
+    @extend_schema(
+        request=SoftwareInventoryIn, responses={202: None}, summary="Report the node's software and firmware stack"
+    )
+    def post(self, request):
+        body = SoftwareInventoryIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        stored = store_software_inventory(
+            node=self.node(request),
+            components=[Component(**c) for c in data["components"]],
+            observed_at=data["observed_at"],
+        )
+        return Response({"stored": stored.stored, "stale": stored.stale}, status=202)

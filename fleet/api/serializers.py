@@ -1,10 +1,20 @@
 """Fleet API shapes (docs/api.md: node agent API and operator API)."""
 
+from datetime import timedelta
+from decimal import Decimal
+
+from django.utils import timezone
 from rest_framework import serializers
 
-from fleet.choices import AgentActionState, CustodyKind, SanitizationMethod
+from fleet.choices import AgentActionState, ComponentState, CustodyKind, SanitizationMethod
 from fleet.models import NodeEvent
+from fleet.models.software import COMPONENT_NAME_RE, baseline_version_errors
 from fleet.services import sanitization
+from fleet.services.software_inventory import MAX_COMPONENTS
+
+# A report stamped further ahead than this would shadow every later one (older reports are
+# ignored as replays), so it is refused: the node's clock needs fixing first.
+MAX_FUTURE_SKEW = timedelta(minutes=5)
 
 
 class ActionResultIn(serializers.Serializer):
@@ -176,6 +186,147 @@ class DataHandlingOut(serializers.Serializer):
         child=serializers.DictField(), help_text="every drive: serial, required_method, record_id, ok, problem"
     )
     rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")
+
+
+class SoftwareComponentIn(serializers.Serializer):
+    component = serializers.RegexField(
+        COMPONENT_NAME_RE, max_length=40, help_text="e.g. gpu_driver, gpu_vbios, kernel, fabric_manager"
+    )
+    version = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
+    state = serializers.ChoiceField(choices=ComponentState.choices)
+    detail = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
+
+    def validate_version(self, value):
+        if not value.isprintable():
+            raise serializers.ValidationError("The version must be printable text.")
+        return value
+
+
+class SoftwareInventoryIn(serializers.Serializer):
+    observed_at = serializers.DateTimeField(help_text="when the agent read the stack (RFC 3339, UTC)")
+    components = SoftwareComponentIn(many=True, max_length=MAX_COMPONENTS, allow_empty=False)
+
+    def validate_observed_at(self, value):
+        if value > timezone.now() + MAX_FUTURE_SKEW:
+            raise serializers.ValidationError(
+                "observed_at is more than 5 min ahead of the server's clock; fix the node's time sync (NTP/PTP)."
+            )
+        return value
+
+    def validate_components(self, value):
+        names = [c["component"] for c in value]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise serializers.ValidationError(f"Each component at most once; repeated: {', '.join(duplicated)}.")
+        return value
+
+
+class BaselineIn(serializers.Serializer):
+    node_type = serializers.SlugField(max_length=50, help_text="the node type's slug, e.g. h100-sxm-8x")
+    name = serializers.CharField(max_length=80)
+    versions = serializers.DictField(
+        child=serializers.CharField(max_length=100), help_text='{"gpu_driver": "570.133.20", ...}'
+    )
+    golden = serializers.BooleanField(required=False, default=False)
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    def validate_versions(self, value):
+        errors = baseline_version_errors(value)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+class BaselineOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    node_type = serializers.CharField(source="node_type.slug")
+    name = serializers.CharField()
+    versions = serializers.DictField(child=serializers.CharField())
+    golden = serializers.BooleanField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    golden_set_by = serializers.CharField()
+    golden_set_at = serializers.DateTimeField(allow_null=True)
+
+
+class DriftVersionOut(serializers.Serializer):
+    actual = serializers.CharField(help_text="the version the nodes run, or '- (missing)' / 'v (failed)'")
+    count = serializers.IntegerField()
+    hostnames = serializers.ListField(child=serializers.CharField(), help_text="the first 50, sorted")
+
+
+class DriftComponentOut(serializers.Serializer):
+    component = serializers.CharField()
+    node_type = serializers.CharField()
+    baseline = serializers.CharField()
+    expected = serializers.CharField()
+    nodes_on_baseline = serializers.IntegerField()
+    nodes_drifting = serializers.IntegerField()
+    drifting = DriftVersionOut(many=True)
+
+
+class RolloutIn(serializers.Serializer):
+    baseline_id = serializers.UUIDField()
+    name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+    node_ids = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=5000,
+        help_text="default: every node of the baseline's type that is off it",
+    )
+    canary_size = serializers.IntegerField(min_value=1, max_value=50, default=1)
+    wave_size = serializers.IntegerField(min_value=1, max_value=500, default=4)
+    max_domain_share = serializers.DecimalField(
+        max_digits=3, decimal_places=2, min_value=Decimal("0.01"), max_value=Decimal("0.50"), default=Decimal("0.25")
+    )
+    capacity_floor_gpus = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
+    max_failures = serializers.IntegerField(min_value=0, max_value=1000, default=0)
+    drain_minutes = serializers.IntegerField(min_value=1, max_value=7 * 24 * 60, default=120)
+    force = serializers.BooleanField(default=False)
+    force_reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class RolloutNodeOut(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    hostname = serializers.CharField(source="node.hostname")
+    wave = serializers.IntegerField()
+    state = serializers.CharField()
+    taken_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    detail = serializers.CharField()
+
+
+class RolloutOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    baseline_id = serializers.UUIDField()
+    baseline = serializers.CharField(source="baseline.name")
+    node_type = serializers.CharField(source="baseline.node_type.slug")
+    state = serializers.CharField()
+    paused_reason = serializers.CharField()
+    canary_size = serializers.IntegerField()
+    wave_size = serializers.IntegerField()
+    max_domain_share = serializers.DecimalField(max_digits=3, decimal_places=2)
+    capacity_floor_gpus = serializers.IntegerField()
+    max_failures = serializers.IntegerField()
+    drain_minutes = serializers.IntegerField()
+    force = serializers.BooleanField()
+    force_reason = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="nodes per state")
+
+
+class RolloutDetailOut(RolloutOut):
+    nodes = RolloutNodeOut(many=True)
+
+
+class RolloutControlIn(serializers.Serializer):
+    action = serializers.ChoiceField(choices=["pause", "resume", "cancel"])
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class GridProfileOut(serializers.Serializer):

@@ -4,11 +4,17 @@ config/urls.py: ``urlpatterns`` under /api/v1/ (tenant API), ``ops_urlpatterns``
 
 from core.api.routes import api_route
 
-from . import agent_views, views
+from . import agent_views, rollout_views, software_views, views
 
 urlpatterns: list = []
 
 ops_urlpatterns = [
+    api_route("baselines", software_views.BaselineList.as_view(), "ops-baseline-list"),
+    api_route(r"baselines/(?P<pk>[^/]+)/golden", software_views.BaselineGolden.as_view(), "ops-baseline-golden"),
+    api_route("rollouts", rollout_views.RolloutList.as_view(), "ops-rollout-list"),
+    api_route(r"rollouts/(?P<pk>[^/]+)/control", rollout_views.RolloutControl.as_view(), "ops-rollout-control"),
+    api_route(r"rollouts/(?P<pk>[^/]+)", rollout_views.RolloutDetail.as_view(), "ops-rollout-detail"),
+    api_route("software-drift", software_views.SoftwareDrift.as_view(), "ops-software-drift"),
     api_route("nodes", views.NodeListView.as_view(), "ops-node-list"),
     api_route(r"nodes/(?P<pk>[^/]+)/actions", views.NodeActionsView.as_view(), "ops-node-actions"),
     api_route(r"nodes/(?P<pk>[^/]+)/events", views.NodeEventsView.as_view(), "ops-node-events"),
@@ -30,4 +36,5 @@ ops_urlpatterns = [
 agent_urlpatterns = [
     api_route("desired-state", agent_views.DesiredStateView.as_view(), "agent-desired-state"),
     api_route("action-results", agent_views.ActionResultsView.as_view(), "agent-action-results"),
+    api_route("software-inventory", agent_views.SoftwareInventoryView.as_view(), "agent-software-inventory"),
 ]

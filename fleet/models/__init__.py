@@ -9,3 +9,5 @@ from .end_of_life import *  # noqa: F403
 from .facility import *  # noqa: F403
 from .nodes import *  # noqa: F403
 from .power import *  # noqa: F403
+from .rollouts import *  # noqa: F403
+from .software import *  # noqa: F403

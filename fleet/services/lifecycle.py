@@ -30,7 +30,13 @@ GONE = frozenset({L.RETIRED, L.DISPOSED})
 # table are marked with why they exist.
 TRANSITIONS: dict[str, frozenset[str]] = {
     # intake
-    L.ENROLLED: frozenset({L.BURN_IN, L.DECOMMISSIONING}),
+    # The bring-up ladder (fleet.services.bring_up) verifies each layer of the stack before
+    # burn-in. enrolled → burn_in stays for nodes whose stack was verified outside Hangar.
+    L.ENROLLED: frozenset({L.BRINGING_UP, L.BURN_IN, L.DECOMMISSIONING}),
+    L.BRINGING_UP: frozenset({L.BURN_IN, L.BRING_UP_FAILED}),
+    L.BRING_UP_FAILED: frozenset(
+        {L.BRINGING_UP, L.TRIAGE, L.DECOMMISSIONING}
+    ),  # operator retry once the layer is fixed
     L.BURN_IN: frozenset({L.AVAILABLE, L.BURN_IN_FAILED}),
     L.BURN_IN_FAILED: frozenset({L.TRIAGE}),
     # tenant use

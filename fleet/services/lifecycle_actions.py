@@ -16,6 +16,7 @@ from fleet.selectors import occupied_node_ids
 
 from .action_base import OperatorAction
 from .agent_work import request_agent_action
+from .bring_up import start_ladder
 from .lifecycle import STATE_TIMEOUTS, TRANSITIONS, record_node_event, transition
 
 # Nothing is done to a node that has left the fleet.
@@ -156,6 +157,20 @@ class TransitionAction(OperatorAction):
 
 class StartBurnIn(TransitionAction):
     name, label, to_state, agent_action = "start_burn_in", "Start burn-in", L.BURN_IN, AgentAction.BURN_IN
+    # a node on the ladder gets to burn-in by passing its last step, not by an operator skipping it
+    only_from = frozenset({L.ENROLLED, L.REPAIR, L.RMA})
+
+
+class StartBringUp(TransitionAction):
+    """Climb the bring-up ladder (fleet.services.bring_up) from its first step; from
+    `bring_up_failed` this is the retry once the layer that failed is fixed."""
+
+    name, label, to_state = "start_bring_up", "Start bring-up", L.BRINGING_UP
+
+    def execute(self, node, *, actor, reason):
+        node = super().execute(node, actor=actor, reason=reason)
+        start_ladder(node, timezone.now())
+        return node
 
 
 class Validate(TransitionAction):

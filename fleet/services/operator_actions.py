@@ -30,6 +30,7 @@ ACTION_CLASSES: tuple[type[OperatorAction], ...] = (
     lifecycle_actions.Cordon,
     lifecycle_actions.Uncordon,
     lifecycle_actions.Drain,
+    lifecycle_actions.StartBringUp,
     lifecycle_actions.StartBurnIn,
     lifecycle_actions.Validate,
     lifecycle_actions.Remediate,

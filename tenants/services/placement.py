@@ -19,6 +19,7 @@ from django.utils import timezone
 from core.errors import Conflict
 from fleet.choices import AgentAction, Health, Lifecycle
 from fleet.models import Node, NodeType
+from fleet.selectors import on_golden_baseline
 from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
 from tenants.choices import AllocationNodeRole, FabricMode
@@ -34,20 +35,27 @@ class InsufficientCapacity(Conflict):
     code = "insufficient_capacity"
 
 
-def placeable_nodes(*, instance_type: NodeType | None = None):
-    """Nodes a new allocation may use now."""
+def placeable_nodes(*, instance_type: NodeType | None = None, on_baseline_only: bool = False):
+    """Nodes a new allocation may use now; `on_baseline_only` (a tenant's `require_baseline`)
+    keeps only nodes running their type's golden baseline."""
     unwiped = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=False, wiped_at__isnull=True)
     qs = Node.objects.filter(
         lifecycle=Lifecycle.AVAILABLE, cordoned=False, health__in=PLACEABLE_HEALTH, fabric_domain__isnull=False
     ).exclude(Exists(unwiped))
     if instance_type is not None:
         qs = qs.filter(node_type=instance_type)
+        if on_baseline_only:
+            qs = on_golden_baseline(qs, instance_type)
     return qs
 
 
-def free_by_domain(*, instance_type: NodeType) -> dict:
+def free_by_domain(*, instance_type: NodeType, on_baseline_only: bool = False) -> dict:
     """fabric domain id → placeable node count (one grouped query)."""
-    rows = placeable_nodes(instance_type=instance_type).values("fabric_domain").annotate(n=Count("id"))
+    rows = (
+        placeable_nodes(instance_type=instance_type, on_baseline_only=on_baseline_only)
+        .values("fabric_domain")
+        .annotate(n=Count("id"))
+    )
     return {r["fabric_domain"]: r["n"] for r in rows}
 
 
@@ -72,13 +80,15 @@ _PREFERENCE = (
 )
 
 
-def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> list[Node] | None:
+def _claim_in_domain(
+    instance_type: NodeType, domain_id, node_count: int, on_baseline_only: bool = False
+) -> list[Node] | None:
     """Choose and lock `node_count` nodes of one domain in one statement: the placeable nodes
     ranked in SQL (`_PREFERENCE`), `LIMIT node_count`, and on PostgreSQL `FOR UPDATE SKIP
     LOCKED`, so rows a concurrent placement holds are passed over for the next best ones and
     concurrent placements take disjoint nodes. None when the domain cannot hold them now."""
     ranked = (
-        placeable_nodes(instance_type=instance_type)
+        placeable_nodes(instance_type=instance_type, on_baseline_only=on_baseline_only)
         .filter(fabric_domain_id=domain_id)
         .annotate(leaf_healthy=Window(Count("id", filter=Q(health=Health.HEALTHY)), partition_by=[F("leaf_switch")]))
         .values_list("id", "leaf_switch", "health", "leaf_healthy")
@@ -112,14 +122,15 @@ def claim_nodes(
     """Claim `node_count` nodes in one domain for `allocation`: membership rows, nodes
     available→provisioning, `provision` queued. All or nothing (raises InsufficientCapacity):
     each domain is tried in its own transaction (a savepoint inside a caller's)."""
-    free = free_by_domain(instance_type=instance_type)
+    on_baseline_only = allocation.tenant.require_baseline
+    free = free_by_domain(instance_type=instance_type, on_baseline_only=on_baseline_only)
     if fabric_domain_id is not None:
         free = {k: v for k, v in free.items() if k == fabric_domain_id}
     domains = sorted((d for d, n in free.items() if n >= node_count), key=lambda d: (free[d], str(d)))
     for domain_id in domains:
         try:
             with transaction.atomic():
-                nodes = _claim_in_domain(instance_type, domain_id, node_count)
+                nodes = _claim_in_domain(instance_type, domain_id, node_count, on_baseline_only)
                 if nodes is None:
                     continue
                 partition = None
@@ -166,7 +177,8 @@ def claim_nodes(
                 return nodes
         except IntegrityError:
             continue  # lost a race for a node in this domain; the next domain may still fit
-    raise InsufficientCapacity(f"no fabric domain has {node_count} free {instance_type.slug} node(s)")
+    on = " on the golden software baseline (the tenant requires it)" if on_baseline_only else ""
+    raise InsufficientCapacity(f"no fabric domain has {node_count} free {instance_type.slug} node(s){on}")
 
 
 def place_allocation(allocation: Allocation, *, actor: str = "system:allocation-loop") -> list[Node]:

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.django_db
 # url name → (ops action, POST data) for every console form that changes something.
 CONSOLE_ACTIONS = {
     "fleet:node-action": ("node.cordon", {"action": "cordon", "reason": "console matrix"}),
+    "fleet:rollout-list": ("rollout.create", {"baseline_id": "00000000-0000-0000-0000-000000000000"}),
+    "fleet:rollout-detail": ("rollout.control", {"action": "pause"}),
     "planning:disposition-plan-list": ("disposition_plan.create", {"name": "x"}),
     "planning:disposition-plan-nodes": ("node.record_bmc_reset", {"action": "bmc_reset"}),
     "planning:migration-plan-create": ("migration_plan.create", {}),
@@ -40,6 +42,7 @@ NOT_OPERATOR_ACTIONS = {
     "fleet:chart-json",
     "fleet:metrics",
     "fleet:node-list",
+    "fleet:software-drift",
     "fleet:node-detail",
     "fleet:node-certificate",
     "fleet:node-certificate-pdf",

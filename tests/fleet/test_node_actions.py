@@ -19,16 +19,26 @@ pytestmark = pytest.mark.django_db
 
 # action → (states it is allowed from, where it leaves the node). None: lifecycle unchanged.
 EXPECTED = {
+    "start_bring_up": ({"enrolled", "bring_up_failed"}, "bringing_up"),
     "start_burn_in": ({"enrolled", "repair", "rma"}, "burn_in"),
     "validate": ({"available", "remediating", "triage"}, "validating"),
     "remediate": ({"draining"}, "remediating"),
     "triage": (
-        {"burn_in_failed", "provision_failed", "wipe_failed", "quarantined", "draining", "remediating", "validating"},
+        {
+            "bring_up_failed",
+            "burn_in_failed",
+            "provision_failed",
+            "wipe_failed",
+            "quarantined",
+            "draining",
+            "remediating",
+            "validating",
+        },
         "triage",
     ),
     "repair": ({"triage"}, "repair"),
     "rma": ({"triage"}, "rma"),
-    "decommission": ({"enrolled", "available", "triage", "rma"}, "decommissioning"),
+    "decommission": ({"enrolled", "bring_up_failed", "available", "triage", "rma"}, "decommissioning"),
     "drain": ({"available", "provisioning", "active", "quarantined"}, None),
     "cordon": (set(Lifecycle.values) - {"retired", "disposed"}, None),
 }
