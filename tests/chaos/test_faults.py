@@ -193,8 +193,9 @@ def _usage_events(allocation_id) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _start_metering(nodes) -> object:
-    """A tenant's allocation running on `nodes` (active, one live membership each), so their agents meter."""
+def _start_metering(nodes, *, since: datetime | None = None) -> object:
+    """A tenant's allocation running on `nodes` (active, one live membership each, from `since`),
+    so their agents meter and the ledger's reconciliation finds the membership behind the usage."""
     from django.utils import timezone
 
     from fleet.choices import Lifecycle
@@ -203,7 +204,7 @@ def _start_metering(nodes) -> object:
     from tenants.services.tenants import create_tenant
 
     tenant = create_tenant(slug="metered", name="Metered", max_nodes=8, actor="test")[0]
-    now = timezone.now()
+    now = since or timezone.now()
     allocation = Allocation.objects.create(
         tenant=tenant,
         name="train",
@@ -367,17 +368,17 @@ django.setup()
 from billing.models import BillingRun, Invoice
 if sys.argv[1] == "ingest":
     from billing.services.ingest import ingest_meter_events
-    ingest_meter_events(node_id=uuid.uuid4(), events=json.loads(sys.argv[2]))
+    ingest_meter_events(node_id=uuid.UUID(sys.argv[3]), events=json.loads(sys.argv[2]))
 period = json.loads(sys.argv[2])[0]["start"][:8] + "01"  # the month the usage falls in
 print(json.dumps({"invoices": Invoice.objects.count(), "runs": BillingRun.objects.filter(period=period).count()}))
 """
 
 
-def ledger(tmp_path, command: str, events) -> dict:
+def ledger(tmp_path, command: str, events, node_id=None) -> dict:
     """Ingest (or just count) through a child process: invoices, and billing runs of the usage's month
     (a draft refresh also re-rates last month while it is in grace: that run is not counted)."""
     out = subprocess.run(
-        [sys.executable, "-c", LEDGER_SNIPPET, command, json.dumps(events)],
+        [sys.executable, "-c", LEDGER_SNIPPET, command, json.dumps(events), str(node_id)],
         cwd=ROOT,
         env=child_env(),
         capture_output=True,
@@ -387,27 +388,33 @@ def ledger(tmp_path, command: str, events) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_killed_billing_task_is_rerun_within_minutes_and_bills_once(tmp_path):
+def test_a_killed_billing_task_is_rerun_within_minutes_and_bills_once(fleet, tmp_path):
+    from billing.selectors import metering_grants_for_node
     from config.celery import app
+    from fleet.models import Node
 
-    tenant = uuid.uuid4()
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     if start.month != datetime.now(UTC).month:  # keep the usage inside the current (draft) month
         start = datetime.now(UTC).replace(microsecond=0, second=0, minute=0)
+    # Real usage: a membership behind it, else billing holds it as disputed and invoices nothing.
+    node = Node.objects.select_related("node_type", "fabric_domain").order_by("hostname").first()
+    allocation = _start_metering([node], since=start - timedelta(minutes=1))
+    grant = metering_grants_for_node(node, now=datetime.now(UTC))[0]["grant"]  # what desired-state hands the agent
     events = [
         {
             "event_id": str(uuid.uuid4()),
-            "allocation_id": str(uuid.UUID(int=1)),
-            "tenant_id": str(tenant),
+            "allocation_id": str(allocation.pk),
+            "tenant_id": str(allocation.tenant_id),
             "sku": "h100-sxm-8x",
             "start": (start + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
             "end": (start + timedelta(minutes=i + 1)).isoformat().replace("+00:00", "Z"),
             "quantity": "480",
             "unit": "gpu_second",
+            "grant": grant,
         }
         for i in range(5)
     ]
-    assert ledger(tmp_path, "ingest", events) == {"invoices": 0, "runs": 0}
+    assert ledger(tmp_path, "ingest", events, node.pk) == {"invoices": 0, "runs": 0}
     first = _worker(tmp_path, HANGAR_FAULT_POINTS=f"billing.after_write=exit-once:{tmp_path / 'fired'}")
     second = None
     try:
