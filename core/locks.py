@@ -23,6 +23,7 @@ LOCK_NAMES = frozenset(
         "fleet_snapshot",
         "power_history",
         "rack_power",
+        "bmc_power_sync",
     }
 )
 
