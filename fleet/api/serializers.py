@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from fleet.choices import AgentActionState, CustodyKind, SanitizationMethod
+from fleet.choices import AgentActionState, CustodyKind, PowerAction, SanitizationMethod
 from fleet.models import NodeEvent
 from fleet.services import sanitization
 
@@ -176,3 +176,77 @@ class DataHandlingOut(serializers.Serializer):
         child=serializers.DictField(), help_text="every drive: serial, required_method, record_id, ok, problem"
     )
     rma_gate = serializers.DictField(help_text="the same gate for an RMA (drives sanitised, or shipped aboard)")
+
+
+# ---- out-of-band: BMC records and power actions (docs/bmc.md)
+
+
+class BMCIn(serializers.Serializer):
+    """Credentials are write-only: they are never part of any answer."""
+
+    redfish_url = serializers.CharField(max_length=300, help_text="the BMC's Redfish service, e.g. https://10.1.2.3")
+    system_path = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
+    username = serializers.CharField(max_length=256, required=False, write_only=True)
+    password = serializers.CharField(max_length=256, required=False, write_only=True, style={"input_type": "password"})
+    reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+
+class PowerActionIn(serializers.Serializer):
+    action = serializers.ChoiceField(choices=PowerAction.choices)
+    reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+
+class PowerActionOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    action = serializers.CharField()
+    state = serializers.CharField(help_text="pending, accepted (by the BMC), succeeded (observed) or failed")
+    requested_by = serializers.CharField()
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    sent_at = serializers.DateTimeField(allow_null=True)
+    deadline = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    reset_type = serializers.CharField(help_text="the Redfish ResetType sent")
+    bmc_response = serializers.CharField(help_text="what the BMC answered")
+    detail = serializers.CharField()
+
+
+class BMCOut(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    hostname = serializers.CharField()
+    redfish_url = serializers.CharField(allow_null=True)
+    system_path = serializers.CharField(allow_null=True)
+    credentials_set = serializers.BooleanField(help_text="whether credentials are stored (they are never shown)")
+    credentials_changed_at = serializers.DateTimeField(allow_null=True)
+    reachable = serializers.BooleanField(allow_null=True)
+    last_checked_at = serializers.DateTimeField(allow_null=True)
+    last_ok_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField()
+    last_error_kind = serializers.CharField()
+    power_state = serializers.CharField(help_text="what the BMC (or the agent) last reported")
+    desired_power = serializers.CharField(help_text="on, off, or empty for no opinion")
+    drift_since = serializers.DateTimeField(allow_null=True)
+    power_actions = PowerActionOut(many=True, help_text="the last 10, newest first")
+
+
+def bmc_body(node, status: dict) -> dict:
+    bmc = status["bmc"]
+    return BMCOut(
+        {
+            "node_id": node.pk,
+            "hostname": node.hostname,
+            "redfish_url": bmc.redfish_url if bmc else None,
+            "system_path": bmc.system_path if bmc else None,
+            "credentials_set": bool(bmc and bmc.has_credentials),
+            "credentials_changed_at": bmc.credentials_changed_at if bmc else None,
+            "reachable": bmc.reachable if bmc else None,
+            "last_checked_at": bmc.last_checked_at if bmc else None,
+            "last_ok_at": bmc.last_ok_at if bmc else None,
+            "last_error": bmc.last_error if bmc else "",
+            "last_error_kind": bmc.last_error_kind if bmc else "",
+            "power_state": status["power_state"],
+            "desired_power": bmc.desired_power if bmc else "",
+            "drift_since": bmc.drift_since if bmc else None,
+            "power_actions": status["actions"],
+        }
+    ).data

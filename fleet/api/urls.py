@@ -4,7 +4,7 @@ config/urls.py: ``urlpatterns`` under /api/v1/ (tenant API), ``ops_urlpatterns``
 
 from core.api.routes import api_route
 
-from . import agent_views, views
+from . import agent_views, bmc_views, views
 
 urlpatterns: list = []
 
@@ -18,6 +18,8 @@ ops_urlpatterns = [
         r"nodes/(?P<pk>[^/]+)/asset-tags-removed", views.AssetTagsRemoved.as_view(), "ops-node-asset-tags-removed"
     ),
     api_route(r"nodes/(?P<pk>[^/]+)/custody-transfers", views.CustodyTransfers.as_view(), "ops-node-custody-transfers"),
+    api_route(r"nodes/(?P<pk>[^/]+)/bmc", bmc_views.NodeBMCView.as_view(), "ops-node-bmc"),
+    api_route(r"nodes/(?P<pk>[^/]+)/power", bmc_views.NodePowerView.as_view(), "ops-node-power"),
     api_route(r"nodes/(?P<pk>[^/]+)", views.NodeDetailView.as_view(), "ops-node-detail"),
     api_route(
         r"drives/(?P<pk>[^/]+)/sanitization-records",

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import Conflict, Invalid
-from core.services.audit import record_audit
+from core.services.audit import AuditEntry, record_audit, record_audits
 from core.services.permissions import require_permission
 from fleet.choices import POWER_ACTION_RESULT, Lifecycle, PowerAction, PowerActionState
 from fleet.models import BMCPowerAction, Node, NodeBMC, NodeEvent
@@ -232,3 +232,42 @@ def perform_power_action(*, node: Node, action: str, actor: str, reason: str = "
 def observed_done(action: BMCPowerAction, observed: str) -> bool:
     """An accepted action is done when the BMC reports the state it leads to."""
     return action.state == PowerActionState.ACCEPTED and observed == POWER_ACTION_RESULT[action.action]
+
+
+def nodes_with_bmc(node_ids) -> set:
+    """Which of these nodes Hangar can reach out of band (a BMC record with credentials)."""
+    return set(
+        NodeBMC.objects.filter(node_id__in=list(node_ids))
+        .exclude(username_encrypted="")
+        .values_list("node_id", flat=True)
+    )
+
+
+@transaction.atomic(savepoint=False)  # all-or-nothing in the caller's transaction (the health sweep)
+def request_power_actions(*, nodes: list[Node], action: str, actor: str, reason: str) -> list[BMCPowerAction]:
+    """Batch form for loops: one open action per node (nodes with one already keep it). The
+    caller has drained the nodes; sending is the power sync's (or a task queued on commit)."""
+    nodes = list(nodes)
+    busy = set(BMCPowerAction.objects.filter(node__in=nodes, state__in=OPEN_STATES).values_list("node_id", flat=True))
+    now = timezone.now()
+    rows = [
+        BMCPowerAction(node=n, action=action, requested_by=actor, reason=reason, deadline=now + DEADLINES[action])
+        for n in nodes
+        if n.pk not in busy
+    ]
+    BMCPowerAction.objects.bulk_create(rows, ignore_conflicts=True)
+    NodeBMC.objects.filter(node_id__in=[r.node_id for r in rows]).update(
+        desired_power=POWER_ACTION_RESULT[action], drift_since=None
+    )
+    NodeEvent.objects.bulk_create(
+        [_event(n, actor=actor, action=f"power_{action}", reason=reason, at=now) for n in nodes if n.pk not in busy]
+    )
+    record_audits(
+        actor=actor,
+        entries=[
+            AuditEntry(action="node.power", target=n, after={"power_action": action}, reason=reason)
+            for n in nodes
+            if n.pk not in busy
+        ],
+    )
+    return rows

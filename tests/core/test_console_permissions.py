@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db
 # url name → (ops action, POST data) for every console form that changes something.
 CONSOLE_ACTIONS = {
     "fleet:node-action": ("node.cordon", {"action": "cordon", "reason": "console matrix"}),
+    "fleet:node-power": ("node.power", {"action": "power_on", "confirm": "yes", "reason": "console matrix"}),
     "planning:disposition-plan-list": ("disposition_plan.create", {"name": "x"}),
     "planning:disposition-plan-nodes": ("node.record_bmc_reset", {"action": "bmc_reset"}),
     "planning:migration-plan-create": ("migration_plan.create", {}),
@@ -91,7 +92,7 @@ def _url(name: str) -> str:
     route = _console_routes()[name]
     if "<" not in route:
         return reverse(name)
-    pk = node.pk if name == "fleet:node-action" else uuid.uuid4()
+    pk = node.pk if name in ("fleet:node-action", "fleet:node-power") else uuid.uuid4()
     return reverse(name, kwargs={"pk": str(pk)})
 
 
