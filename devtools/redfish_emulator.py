@@ -152,3 +152,33 @@ class RedfishEmulator:
             time.sleep(0.25)
             current = self.power_state(name)
         return current
+
+
+def main(argv=None) -> int:
+    """`python -m devtools.redfish_emulator --port 8001 --systems-file FILE`: serve the systems
+    named in FILE (one per line) until stopped (`make demo` runs it)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="Run sushy-emulator (fake driver) for the Hangar demo.")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--systems-file", required=True)
+    parser.add_argument("--username", default="admin")
+    parser.add_argument("--password", default="redfish-emulator-password")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in Path(args.systems_file).read_text().splitlines() if n.strip()]
+    emulator = RedfishEmulator(systems=names, port=args.port, username=args.username, password=args.password)
+    emulator.start(timeout_s=120)
+    print(f"Redfish emulator: {len(names)} systems at {emulator.url} (user {args.username})", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: (emulator.stop(), sys.exit(0)))
+    try:
+        emulator.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emulator.stop()
+    return emulator.process.returncode or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

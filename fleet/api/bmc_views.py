@@ -6,11 +6,14 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from core.api.idempotency import idempotent_create, read_key
+from core.api.problems import Problem
+from fleet.models import NodeType, Rack
 from fleet.selectors import bmc_status
 from fleet.services.bmc_credentials import set_bmc
+from fleet.services.bmc_enrolment import enrol_from_bmcs
 from fleet.services.power_actions import request_power_action, send_power_actions
 
-from .serializers import BMCIn, BMCOut, PowerActionIn, bmc_body
+from .serializers import BMCEnrolmentIn, BMCIn, BMCOut, EnrolmentOut, PowerActionIn, bmc_body
 from .views import IDEMPOTENCY_HEADER, OpsView, _node_or_404
 
 
@@ -81,3 +84,41 @@ class NodePowerView(OpsView):
         send_power_actions(asked, actor=request.user.actor)
         node.refresh_from_db()
         return Response(bmc_body(node, bmc_status(node)), status=status.HTTP_202_ACCEPTED)
+
+
+class BMCEnrolmentView(OpsView):
+    ops_action = "fleet.enrol_from_bmcs"
+
+    @extend_schema(
+        operation_id="ops_bmc_enrolment",
+        request=BMCEnrolmentIn,
+        responses={201: EnrolmentOut},
+        summary="Enrol the systems found at a range of BMC addresses as nodes in `enrolled`",
+    )
+    def post(self, request):
+        body = BMCEnrolmentIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        rack = Rack.objects.filter(pk=data["rack_id"]).first()
+        node_type = NodeType.objects.filter(slug=data["node_type"]).first()
+        if rack is None or node_type is None:
+            raise Problem(
+                400,
+                "validation_error",
+                "Unknown rack or node type.",
+                errors=[{"field": "rack_id" if rack is None else "node_type", "message": "not found"}],
+            )
+        # Not wrapped in the idempotency transaction: discovery talks to every BMC first, and a
+        # repeated enrolment is harmless (systems already in the fleet are skipped by serial).
+        report = enrol_from_bmcs(
+            addresses=data["addresses"],
+            scheme=data["scheme"],
+            username=data["username"],
+            password=data["password"],
+            rack=rack,
+            node_type=node_type,
+            hostname_prefix=data["hostname_prefix"],
+            u_start=data["u_start"],
+            actor=request.user.actor,
+        )
+        return Response(EnrolmentOut(report.as_dict()).data, status=status.HTTP_201_CREATED)

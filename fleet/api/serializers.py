@@ -166,6 +166,9 @@ class DataHandlingOut(serializers.Serializer):
     drives_sanitized = serializers.IntegerField()
     unsanitized_drives = serializers.ListField(child=serializers.DictField())
     bmc_reset_at = serializers.DateTimeField(allow_null=True)
+    bmc_reset_evidence = serializers.DictField(
+        allow_null=True, help_text="the BMC's answer to the Redfish reset, or what the operator recorded"
+    )
     asset_tags_removed_at = serializers.DateTimeField(allow_null=True)
     custody_transfers = serializers.IntegerField()
     retire_missing = serializers.ListField(child=serializers.CharField())
@@ -179,6 +182,15 @@ class DataHandlingOut(serializers.Serializer):
 
 
 # ---- out-of-band: BMC records and power actions (docs/bmc.md)
+
+
+class BmcResetIn(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+    manual = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="record a reset an operator did by hand (the reason is its evidence) instead of asking the BMC",
+    )
 
 
 class BMCIn(serializers.Serializer):
@@ -250,3 +262,27 @@ def bmc_body(node, status: dict) -> dict:
             "power_actions": status["actions"],
         }
     ).data
+
+
+class BMCEnrolmentIn(serializers.Serializer):
+    addresses = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        min_length=1,
+        max_length=256,
+        help_text="BMC addresses, URLs, CIDR blocks (10.0.1.0/28) or ranges (10.0.1.10-10.0.1.40); at most 256 in all",
+    )
+    scheme = serializers.ChoiceField(choices=["https", "http"], default="https", required=False)
+    username = serializers.CharField(max_length=256, write_only=True)
+    password = serializers.CharField(max_length=256, write_only=True, style={"input_type": "password"})
+    rack_id = serializers.UUIDField()
+    node_type = serializers.SlugField(max_length=50)
+    hostname_prefix = serializers.RegexField(r"^[a-z0-9][a-z0-9-]{0,39}$", help_text="e.g. r07-gpu; numbered 001, 002…")
+    u_start = serializers.IntegerField(min_value=1, max_value=60, default=1, required=False)
+
+
+class EnrolmentOut(serializers.Serializer):
+    enrolled = serializers.ListField(
+        child=serializers.DictField(), help_text="[{hostname, serial, system_path, u_position}]"
+    )
+    skipped = serializers.ListField(child=serializers.DictField(), help_text="[{address, system_path, serial, why}]")
+    unreachable = serializers.ListField(child=serializers.DictField(), help_text="[{address, kind, detail}]")

@@ -9,6 +9,7 @@ from . import agent_views, bmc_views, views
 urlpatterns: list = []
 
 ops_urlpatterns = [
+    api_route("bmc-enrolments", bmc_views.BMCEnrolmentView.as_view(), "ops-bmc-enrolments"),
     api_route("nodes", views.NodeListView.as_view(), "ops-node-list"),
     api_route(r"nodes/(?P<pk>[^/]+)/actions", views.NodeActionsView.as_view(), "ops-node-actions"),
     api_route(r"nodes/(?P<pk>[^/]+)/events", views.NodeEventsView.as_view(), "ops-node-events"),

@@ -28,6 +28,11 @@ class NodeBMC(BaseModel):
     username_encrypted = models.TextField(blank=True, help_text="Fernet token; never shown")
     password_encrypted = models.TextField(blank=True, help_text="Fernet token; never shown")
     credentials_changed_at = models.DateTimeField(null=True, blank=True)
+    inventory = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="what the BMC reported of the system at enrolment: serial, model, manufacturer, uuid, MACs",
+    )
     desired_power = models.CharField(
         max_length=8, choices=PowerState.choices, blank=True, help_text="what the node should be; empty: no opinion"
     )
