@@ -76,24 +76,16 @@ def power_sync_pass(*, budget_s: float, concurrency: int | None = None) -> dict:
     concurrency = concurrency or settings.BMC_SYNC_CONCURRENCY
     summary = {"sent": send_pending(concurrency), "read": 0, "unreachable": 0, "errors": 0, "changed": 0}
     summary.update(drift=0, confirmed=0, timed_out=0)
-    seen: set = set()
     pass_started = timezone.now()
     while time.monotonic() - started < budget_s:
-        batch = list(
-            NodeBMC.objects.exclude(username_encrypted="")
-            .exclude(pk__in=seen)
-            .filter(last_checked_at__isnull=True)
-            .select_related("node")[:BATCH]
-        ) or list(
-            NodeBMC.objects.exclude(username_encrypted="")
-            .exclude(pk__in=seen)
-            .filter(last_checked_at__lt=pass_started)
-            .select_related("node")
-            .order_by("last_checked_at")[:BATCH]
+        # Never checked first, then the least recently checked; every BMC read in this pass gets
+        # last_checked_at >= pass_started, so it is not picked twice.
+        base = NodeBMC.objects.exclude(username_encrypted="").select_related("node")
+        batch = list(base.filter(last_checked_at__isnull=True)[:BATCH]) or list(
+            base.filter(last_checked_at__lt=pass_started).order_by("last_checked_at")[:BATCH]
         )
         if not batch:
             break
-        seen.update(b.pk for b in batch)
         items = []
         for bmc in batch:
             try:

@@ -79,3 +79,24 @@ def test_a_node_without_a_bmc_still_gets_the_agents_reboot(nodes, agent_for):
     assert NodeAgentAction.objects.filter(node=node, action=AgentAction.REBOOT).exists()
     assert not BMCPowerAction.objects.exists()
     assert Node.objects.get(pk=node.pk).lifecycle == Lifecycle.REMEDIATING
+
+
+def test_a_hung_node_is_recovered_through_its_bmc(nodes, agent_for, redfish_emulator, emulated_system):
+    """No XID at all: the host simply stops answering (kernel wedged). The lease expires, and
+    the only way to act on it is out of band."""
+    node, agent = nodes[0], agent_for(nodes[0])
+    system = emulated_system()
+    attach_bmc(node, redfish_emulator, system)
+    agent.heartbeat()
+    start = timezone.now()
+    for seconds in range(10, 300, 30):  # the sweep keeps running while the node is silent
+        run_health_sweep(now=start + timedelta(seconds=seconds))
+    run_health_sweep(now=start + timedelta(seconds=301))
+    node = refresh(node)
+    assert node.lifecycle == Lifecycle.REMEDIATING
+    assert BMCPowerAction.objects.get(node=node).action == "power_cycle"
+    power_sync_pass(budget_s=30)
+    assert redfish_emulator.wait_for_power(system, "On") == "On"
+    power_sync_pass(budget_s=30)
+    run_health_sweep(now=start + timedelta(seconds=331))
+    assert refresh(node).lifecycle == Lifecycle.VALIDATING
