@@ -74,6 +74,6 @@ def power_sync() -> Measurement:
         note=(
             f"{len(hostnames)} systems on {len(emulators)} emulator processes, concurrency {concurrency}; projected "
             "12,500 nodes: "
-            f"{projected:.0f} s at this rate (each read is 2 Redfish GETs: service root + system)"
+            f"{projected:.0f} s at this rate (each read is one Redfish GET of the system)"
         ),
     )
