@@ -58,6 +58,7 @@ def power_sync() -> Measurement:
 
         session = requests.Session()
         session.auth = (emulator.username, emulator.password)
+        session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=concurrency))
         paths = [f"{url_of[h]}/redfish/v1/Systems/{system_uuid(h)}" for h in hostnames]
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
