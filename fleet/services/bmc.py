@@ -117,10 +117,15 @@ def translate(exc: Exception, target: Target, doing: str) -> BMCError:
             "and password on the node's BMC record.",
         )
     if isinstance(exc, sx.ResourceNotFoundError):
+        if target.system_path and target.system_path in str(exc):
+            return BMCError(
+                BMCErrorKind.NOT_FOUND,
+                f"{where} has no {target.system_path} (HTTP 404) while {doing}. Correct the system path on the BMC "
+                "record (enrolment discovery lists the BMC's systems).",
+            )
         return BMCError(
-            BMCErrorKind.NOT_FOUND,
-            f"{where} has no {target.system_path or 'system'} (HTTP 404) while {doing}. Correct the system path on "
-            "the BMC record (list the BMC's systems with enrolment discovery).",
+            BMCErrorKind.NOT_SUPPORTED,
+            f"{where} does not serve what {doing} needs (HTTP 404: {_short(exc)}); this BMC does not offer it.",
         )
     if isinstance(exc, sx.UnknownDefaultError):
         return BMCError(

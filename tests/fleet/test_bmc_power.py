@@ -164,3 +164,16 @@ def test_inventory_reads_identity_and_macs(node, redfish_emulator, emulated_syst
     assert inventory.name == system and inventory.serial == inventory.uuid  # the emulator has no SerialNumber
     assert inventory.macs == sorted([system_mac(system, 0), system_mac(system, 1)])
     assert redfish.read_power_watts(target_for(bmc)) is None  # no chassis power readings on the emulator
+    with pytest.raises(redfish.BMCError) as no_firmware:  # nor firmware inventory members
+        redfish.read_firmware_inventory(target_for(bmc))
+    assert no_firmware.value.kind in (BMCErrorKind.NOT_SUPPORTED, BMCErrorKind.NOT_FOUND)
+    assert "firmware inventory" in no_firmware.value.detail
+
+
+def test_a_wrong_system_path_says_so(node, redfish_emulator):
+    bmc = attach_bmc(node, redfish_emulator, "sys-000")
+    NodeBMC.objects.filter(pk=bmc.pk).update(system_path="/redfish/v1/Systems/no-such-system")
+    bmc.refresh_from_db()
+    with pytest.raises(redfish.BMCError) as error:
+        redfish.read_power_state(target_for(bmc))
+    assert error.value.kind == BMCErrorKind.NOT_FOUND and "Correct the system path" in error.value.detail
