@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # with DEBUG=false the settings demand real SECRET_KEY and AGENT_TOKEN_KEY (README).
 DEV := DEBUG=$${DEBUG:-true}
 
-.PHONY: demo test lint format install migrate bench ci clean chaos
+.PHONY: demo test lint format install migrate bench ci clean chaos loadtest
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ chaos: install
 
 bench: migrate
 	@$(PY) -m benchmarks
+
+# N node agents (locust, headless) against gunicorn on PostgreSQL; docs/PERFORMANCE.md.
+# e.g. make loadtest LOADTEST_ARGS="--nodes 2048 --workers 2 --duration 60"
+loadtest: install
+	@$(PY) -m benchmarks.loadtest $(LOADTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var

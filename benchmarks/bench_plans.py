@@ -1,9 +1,12 @@
 """Migration planner benchmark: the 2,048-GPU demo migration, weekly over 24 months."""
 
+from datetime import date
+
 from benchmarks.harness import Measurement, benchmark, count_queries, timed
 from devtools.services.fleet_seed import seed_fleet
 from fleet.models import Hall
-from planning.engines import migration as mp
+from planning.engines.migration import inputs as planner_inputs
+from planning.engines.migration.planner import plan_migration
 from planning.inputs import validate_parameters
 from planning.services.migration_plans import create_plan
 
@@ -19,7 +22,7 @@ def plan_2048() -> Measurement:
     queries = count_queries(lambda: plans.append(create_plan(parameters=body, actor="system:bench")))
     ours = timed(lambda: create_plan(parameters=body, actor="system:bench"), repeat=3)
     _, inputs = validate_parameters(body)
-    pure = timed(lambda: mp.plan_migration(inputs), repeat=3)
+    pure = timed(lambda: plan_migration(inputs), repeat=3)
     v = plans[0].result["verdicts"]
     return Measurement(
         ours,
@@ -33,30 +36,31 @@ def plan_2048() -> Measurement:
     )
 
 
-def worst_case_inputs(gpus: int = 100_000) -> mp.PlanInputs:
+def worst_case_inputs(gpus: int = 100_000) -> planner_inputs.PlanInputs:
     """The worst delivery pattern for the planner's work: every new rack arrives in week 0 and
     can only land in converted positions of the old fleet, so each week re-examines a queue of
     hundreds of waiting racks while old racks drain under an H100-equivalent floor."""
-    from datetime import date
-
     start = date(2026, 7, 6)
-    h100 = mp.NodeTypeSpec.from_reference("H100-SXM5-80GB")
-    nvl72 = mp.NodeTypeSpec.from_reference("GB200-NVL72")
+    h100 = planner_inputs.NodeTypeSpec.from_reference("H100-SXM5-80GB")
+    nvl72 = planner_inputs.NodeTypeSpec.from_reference("GB200-NVL72")
     old_racks = gpus // h100.gpus_per_rack
-    upgrade = mp.FacilityUpgrade("cdu_install", 28, start, 120.0, 120.0)
+    upgrade = planner_inputs.FacilityUpgrade("cdu_install", 28, start, 120.0, 120.0)
     positions = tuple(
-        mp.Position(f"P{i:06d}", f"H{i // 1024}", f"P{i:06d}", "air", 20.4, 20.4, upgrade) for i in range(old_racks)
+        planner_inputs.Position(f"P{i:06d}", f"H{i // 1024}", f"P{i:06d}", "air", 20.4, 20.4, upgrade)
+        for i in range(old_racks)
     )
-    halls = tuple(mp.Hall(f"H{h}", f"hall {h}", 1024 * 20.4 / 0.95 + 6000) for h in range(-(-old_racks // 1024)))
+    halls = tuple(
+        planner_inputs.Hall(f"H{h}", f"hall {h}", 1024 * 20.4 / 0.95 + 6000) for h in range(-(-old_racks // 1024))
+    )
     perf = gpus * 1.0
     new_racks = int(perf * 1.125 / (nvl72.gpus_per_rack * nvl72.perf_per_gpu)) + 1
-    return mp.PlanInputs(
+    return planner_inputs.PlanInputs(
         start=start,
         halls=halls,
         positions=positions,
-        fleet=(mp.FleetBlock("h100", h100, old_racks * 2, tuple(p.id for p in positions)),),
+        fleet=(planner_inputs.FleetBlock("h100", h100, old_racks * 2, tuple(p.id for p in positions)),),
         target=nvl72,
-        deliveries=(mp.Delivery(start, new_racks, nvl72.nodes_per_rack, "all at once"),),
+        deliveries=(planner_inputs.Delivery(start, new_racks, nvl72.nodes_per_rack, "all at once"),),
         capacity_floor_gpus=0,
         capacity_floor_perf=perf * 0.9,
         largest_job_gpus=1024,
@@ -73,8 +77,8 @@ def plan_100k_worst() -> Measurement:
     inputs = worst_case_inputs()
     small = worst_case_inputs(10_000)
     plans: list = []
-    ours = timed(lambda: plans.append(mp.plan_migration(inputs)), repeat=3)
-    tenth = timed(lambda: mp.plan_migration(small), repeat=3)
+    ours = timed(lambda: plans.append(plan_migration(inputs)), repeat=3)
+    tenth = timed(lambda: plan_migration(small), repeat=3)
     plan = plans[0]
     return Measurement(
         ours,

@@ -3,6 +3,8 @@
 from fleet.models import Node
 
 SCALE_GPUS = 100_000  # 12,500 nodes
+SCALE_125K_GPUS = 1_000_000  # 125,000 nodes
+LARGE = "scale125k"  # its rows run on their own (benchmarks/__main__.py)
 
 
 def build(name: str) -> None:
@@ -11,5 +13,14 @@ def build(name: str) -> None:
             from devtools.services.fleet_seed import seed_fleet
 
             seed_fleet(gpus=SCALE_GPUS, site_slug="scale")
+        return
+    if name == LARGE:
+        count = Node.objects.count()
+        if count and count < SCALE_125K_GPUS // 8:
+            raise RuntimeError("the 125,000-node rows need their own run: python -m benchmarks --only '125,000 nodes'")
+        if not count:
+            from devtools.services.fleet_seed import seed_fleet
+
+            seed_fleet(gpus=SCALE_125K_GPUS, site_slug="scale")
         return
     raise KeyError(f"unknown fixture {name!r}")

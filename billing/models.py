@@ -27,6 +27,7 @@ MICRO_PER_HOUR = 3600 * MICRO
 class Unit(models.TextChoices):
     GPU_SECOND = "gpu_second", "GPU-second"
     GPU_HOUR = "gpu_hour", "GPU-hour"
+    KWH = "kwh", "kWh"  # energy lines: facility kWh (billing.services.energy_lines)
 
 
 class PriceBookEntry(models.Model):
@@ -204,6 +205,7 @@ class LineKind(models.TextChoices):
     LATE_USAGE = "late_usage", "Late usage (earlier period)"
     SLA_CREDIT = "sla_credit", "SLA credit"
     MANUAL = "manual", "Manual adjustment"
+    ENERGY = "energy", "Energy (pass-through)"
 
 
 class InvoiceLine(models.Model):
@@ -216,7 +218,9 @@ class InvoiceLine(models.Model):
     sku = models.CharField(max_length=50, blank=True)
     description = models.CharField(max_length=300)
     usage_period = models.DateField(help_text="the month the usage or credit belongs to")
-    quantity = ExactDecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for display")
+    quantity = ExactDecimalField(
+        max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for display (facility kWh on an energy line)"
+    )
     quantity_micro = models.BigIntegerField(default=0, help_text="exact GPU-microseconds the amount is computed from")
     unit = models.CharField(max_length=16, choices=Unit.choices, default=Unit.GPU_HOUR)
     unit_price = ExactDecimalField(
@@ -224,7 +228,7 @@ class InvoiceLine(models.Model):
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="list price per GPU-hour in force for this line",
+        help_text="list price per GPU-hour (per kWh on an energy line) in force for this line",
     )
     rate = ExactDecimalField(
         max_digits=9,

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods
 
 from billing.charts import daily_gpu_hours_figure
 from billing.exports import invoice_csv
-from billing.models import DisputeStatus
+from billing.models import DisputeStatus, LineKind
 from billing.periods import next_period
 from billing.selectors import (
     daily_gpu_hours,
@@ -197,6 +197,8 @@ def portal_invoice_detail(request, pk):
             "invoice": invoice,
             "energy_rows": energy,
             "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
+            # the lines are prefetched with the invoice: no query
+            "energy_line": next((line for line in invoice.lines.all() if line.kind == LineKind.ENERGY), None),
         },
     )
 

@@ -303,7 +303,7 @@ API_THROTTLE_RATES = {
 CACHES = (
     {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "core.cache.ReusingRedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "hangar",
         }
@@ -344,5 +344,8 @@ METER_MAX_EVENT_AGE_HOURS = env.int("METER_MAX_EVENT_AGE_HOURS", default=7 * 24)
 # Usage this far outside the node's allocation membership is held as disputed (an agent learns
 # of a release at its next desired-state poll, so the last interval may overhang a little).
 BILLING_DISPUTE_TOLERANCE_SECONDS = env.int("BILLING_DISPUTE_TOLERANCE_SECONDS", default=300)
-# How long an agent request trusts the cached revocation entry of its node.
-AGENT_REVOCATION_CACHE_SECONDS = env.int("AGENT_REVOCATION_CACHE_SECONDS", default=10)
+# How long an agent request trusts the cached revocation entry of its node. With the shared
+# (Redis) cache a revocation replaces the entry at once, so the lifetime only bounds a missed
+# write; it is longer than the 10 s heartbeat interval, else every heartbeat missed the cache
+# and paid a SELECT and two writes (docs/PERFORMANCE.md). A per-process cache keeps 10 s.
+AGENT_REVOCATION_CACHE_SECONDS = env.int("AGENT_REVOCATION_CACHE_SECONDS", default=120 if REDIS_URL else 10)

@@ -175,3 +175,12 @@ def burn_in_deadline() -> timedelta:
     row = parameter("burn_in_deadline")
     assert row.low is not None and row.unit == "hours"
     return timedelta(hours=float(row.low))
+
+
+@cache
+def table(filename: str) -> tuple[dict[str, str], ...]:
+    """Every row of a tabular reference file (e.g. ``models.csv``) as written, in file order.
+
+    For files whose rows are records rather than named parameters; the caller types the
+    columns it reads. Cached: treat the rows as read-only."""
+    return tuple(_rows(filename))

@@ -1,31 +1,43 @@
 """The fleet simulator: one simulated node agent per node, all in one process.
 
 Every agent is the real `hangar_agent.Agent` on a simulated hardware backend, talking to the
-control plane over the real HTTP endpoints through one shared connection pool. The
-simulator only steps them (`tick`) on one thread, so 256 agents (the 2,048-GPU demo) fit on
-one core at 1× speed. Faults come from the agent's simulated hardware at the rates and cause
-mix of core/reference/reliability.csv; a scripted scenario ("xid 79 on gpu 3 at 30s") can be
-given per node for tests and demos.
+control plane over the real HTTP endpoints. Agents are stepped concurrently: they are dealt
+into `workers` lanes, each lane one thread with its own HTTP session (connection pool), so a
+slow answer holds up only its lane and 2,048 agents make their 10 s heartbeats while the
+server takes tens of milliseconds per call. Every call's latency and every agent's heartbeat
+age is measured (devtools.simulator_stats). Faults come from the agent's simulated hardware
+at the rates and cause mix of core/reference/reliability.csv; a scripted scenario ("xid 79 on
+gpu 3 at 30s") can be given per node for tests and demos.
+
+Reports are stamped with this machine's clock, never the simulated one: at `speed` above 1 (or
+when a test steps time forward) the simulated clock runs ahead of the server's, and the
+server refuses reports stamped more than 300 s from its own clock (clock-skew check).
 """
 
 import logging
 import random
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
-import requests
 from django.db import DatabaseError, close_old_connections
-from requests.adapters import HTTPAdapter
 
 from core.api.agent_tokens import mint_agent_token
+from devtools.simulator_stats import CallStats, LagSummary, TimedSession
 from fleet.choices import Lifecycle
 from fleet.models import Node
 from hangar_agent.agent import Agent, simulated_agent
 
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
+MAX_WORKERS = 256
 log = logging.getLogger(__name__)
+
+
+def server_clock(_simulated: datetime) -> datetime:
+    """What reports are stamped with: this machine's (the server's) clock, whatever the tick's."""
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -40,15 +52,31 @@ class FleetSimulator:
     failed_leaves: set[str] = field(default_factory=set)  # leaf switches the simulation has killed
     refresh_failures: int = 0
     counter_dir: str | None = None  # where each simulated node keeps its energy counters
+    workers: int = 16  # concurrent lanes (threads, each with its own HTTP session)
+    heartbeat_interval: float = 10.0  # the agents' (AgentConfig default); the lag report judges by it
 
     def __post_init__(self):
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be 1..{MAX_WORKERS}, got {self.workers}")
         if self.counter_dir:
             Path(self.counter_dir).mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(self.seed)
-        self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self.stats = CallStats()
+        # One session per lane: a lane's agents run one after another on its thread, so no
+        # session is ever used by two threads at once.
+        self.sessions = [TimedSession(self.stats, pool=2) for _ in range(self.workers)]
+        self.lane_of: dict[str, int] = {}
+        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="agent-lane")
+        self._next_lane = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        for session in self.sessions:
+            session.close()
+
+    def lag(self) -> LagSummary:
+        """The calls' latency and heartbeat ages since the last call (devtools.simulator_stats)."""
+        return self.stats.take(agents=len(self.agents), lanes=self.workers, interval=self.heartbeat_interval)
 
     def refresh(self, start: datetime) -> int:
         """Start agents for nodes that appeared; stop those of nodes that left. Returns the count.
@@ -76,13 +104,18 @@ class FleetSimulator:
                 self.leaf_of[hostname] = f"{domain}/{node.leaf_switch}"
         for hostname in set(self.agents) - set(current):
             del self.agents[hostname]
+            self.lane_of.pop(hostname, None)
         for hostname, node in current.items():
             if hostname not in self.agents:
+                lane = self.lane_of[hostname] = self._next_lane
+                self._next_lane = (self._next_lane + 1) % self.workers
                 self.agents[hostname] = simulated_agent(
                     url=self.url,
                     token=mint_agent_token(node.pk),
                     hostname=hostname,
-                    session=self.session,
+                    session=self.sessions[lane],
+                    stamp=server_clock,
+                    heartbeat_interval=self.heartbeat_interval,
                     rng=self.rng,
                     start=start,
                     speed=self.speed,
@@ -114,12 +147,21 @@ class FleetSimulator:
         self.failed_leaves.discard(leaf)
 
     def step(self, now: datetime) -> None:
-        """One tick of every agent (each does only what is due). A failing tick is logged and
-        the next agent goes on: one agent's error never stops the fleet."""
+        """One tick of every agent (each does only what is due), the lanes side by side; returns
+        when every lane is done. A failing tick is logged and the lane's next agent goes on: one
+        agent's error never stops the fleet."""
+        lanes: list[list[tuple[str, Agent]]] = [[] for _ in range(self.workers)]
         for hostname, agent in self.agents.items():
             if self.leaf_of.get(hostname) in self.failed_leaves:
                 continue  # cut off: nothing it would send gets through
-            try:
-                agent.tick(now)
-            except Exception:
-                log.exception("agent %s: tick failed; continuing", hostname)
+            lanes[self.lane_of[hostname]].append((hostname, agent))
+        for done in [self.pool.submit(_tick_lane, lane, now) for lane in lanes if lane]:
+            done.result()
+
+
+def _tick_lane(lane: list[tuple[str, Agent]], now: datetime) -> None:
+    for hostname, agent in lane:
+        try:
+            agent.tick(now)
+        except Exception:
+            log.exception("agent %s: tick failed; continuing", hostname)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,8 +52,12 @@ class Agent:
         executors: Mapping[str, Executor],
         spool: Spool,
         rng: random.Random | None = None,
+        stamp: Callable[[datetime], datetime] | None = None,
     ) -> None:
+        """`stamp` maps the tick's clock to the time written into reports (observed_at,
+        finished_at); a real node's tick clock is the wall clock, so by default it is itself."""
         self.config = config
+        self.stamp = stamp or _same
         self.transport = transport
         self.hardware = hardware
         self.executors = executors
@@ -163,7 +167,7 @@ class Agent:
         for gpu in gpus:
             gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
         payload = {
-            "observed_at": rfc3339(now),
+            "observed_at": rfc3339(self.stamp(now)),
             "power_state": self.hardware.power_state(),
             "agent_version": __version__,
             "gpus": gpus,
@@ -242,7 +246,7 @@ class Agent:
                     "status": outcome["status"],
                     "detail": outcome["detail"],
                     "output": outcome.get("output") or {},
-                    "finished_at": rfc3339(now),
+                    "finished_at": rfc3339(self.stamp(now)),
                 },
                 key=f"action:{action_id}",
             )
@@ -265,7 +269,7 @@ class Agent:
         self, now: datetime, checks: list[dict[str, Any]], drives: list[dict[str, Any]] | None = None
     ) -> None:
         if checks or drives is not None:
-            body: dict[str, Any] = {"observed_at": rfc3339(now), "checks": checks}
+            body: dict[str, Any] = {"observed_at": rfc3339(self.stamp(now)), "checks": checks}
             if drives is not None:
                 body["drives"] = drives
             self.spool.append(HEALTH_REPORT_KIND, body)
@@ -302,6 +306,10 @@ class _Immediate:
         return self.outcome
 
 
+def _same(moment: datetime) -> datetime:
+    return moment
+
+
 def _due(deadline: datetime | None, now: datetime) -> bool:
     return deadline is None or now >= deadline
 
@@ -322,6 +330,7 @@ def simulated_agent(
     drives: list[dict[str, Any]] | None = None,
     spool_path: str = ":memory:",
     counter_file: str | None = None,
+    stamp: Callable[[datetime], datetime] | None = None,
     **config: Any,
 ) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
@@ -365,4 +374,5 @@ def simulated_agent(
         executors=simulated_executors(hardware, random.Random(rng.getrandbits(64))),
         spool=Spool(spool_path),
         rng=random.Random(rng.getrandbits(64)),
+        stamp=stamp,
     )

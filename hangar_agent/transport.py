@@ -115,6 +115,9 @@ class AgentTransport:
         self.rng = rng or random.Random()
         self.sleep = sleep
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        # desired-state is polled every 10 s and rarely changes: the last answer and its ETag let
+        # the server reply 304 with no body (and skip rendering it).
+        self._desired: tuple[str, Any] | None = None
 
     def heartbeat(self, payload: dict[str, Any]) -> Any:
         return self._call("POST", "heartbeat", payload)
@@ -128,6 +131,7 @@ class AgentTransport:
         return self._call("POST", "meter-events", {"events": events})
 
     def desired_state(self) -> dict[str, Any]:
+        """The node's desired state; `304 Not Modified` to the last ETag returns the last answer."""
         return self._call("GET", "desired-state")
 
     def action_result(self, payload: dict[str, Any]) -> Any:
@@ -150,13 +154,21 @@ class AgentTransport:
 
     def _once(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
         url = self.base_url + path
+        conditional = path == "desired-state" and self._desired is not None
+        headers = {**self._headers, "If-None-Match": self._desired[0]} if conditional else self._headers
         try:
-            response = self.session.request(method, url, headers=self._headers, json=payload, timeout=self.timeout)
+            response = self.session.request(method, url, headers=headers, json=payload, timeout=self.timeout)
         except (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError) as exc:
             raise RetryableError(f"{method} {url}: {exc}") from exc
         status = response.status_code
+        if status == 304 and conditional:
+            return self._desired[1]
         if status < 400:
-            return _body(response) if status != 204 else None
+            body = _body(response) if status != 204 else None
+            etag = (getattr(response, "headers", None) or {}).get("ETag")
+            if path == "desired-state":
+                self._desired = (etag, body) if etag else None
+            return body
         body = _body(response)
         message = f"{method} {url}: HTTP {status}"
         if status >= 500 or status in RETRYABLE_STATUSES:

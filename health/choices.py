@@ -85,3 +85,5 @@ class IncidentScope(models.TextChoices):
     RACK = "rack", "Rack (PDU or top-of-rack switch)"
     SITE = "site", "Site (network or control plane lost the fleet)"
     CONTROL_PLANE = "control_plane", "Control plane outage"
+    FABRIC_LEAF = "fabric_leaf", "Fabric leaf switch (links lost together)"
+    FABRIC_DOMAIN = "fabric_domain", "Fabric domain (spine or subnet manager)"

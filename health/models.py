@@ -185,6 +185,36 @@ class LapseHold(models.Model):
         return f"hold of {self.node_id} in {self.incident_id}"
 
 
+class FabricHold(models.Model):
+    """A node whose lost fabric link is put down to its leaf switch or fabric domain: while the
+    hold is open its fabric signals (ib_link, ib_port_down, ib_link_flapping) are not judged per
+    node, so it is not quarantined nor sent for a cable repair (health.services.fabric)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="fabric_holds")
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="fabric_holds")
+    held_at = models.DateTimeField()
+    failing_since = models.DateTimeField(help_text="when the node's first fabric signal was raised")
+    signals = models.JSONField(default=list, help_text="the fabric signals active when it was held")
+    returned_at = models.DateTimeField(null=True, blank=True, help_text="its fabric signals cleared")
+    released_at = models.DateTimeField(
+        null=True, blank=True, help_text="handed back to per-node judgement (its group came back, it did not)"
+    )
+
+    class Meta:
+        ordering = ["held_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"],
+                name="health_one_open_fabric_hold_per_node",
+                condition=models.Q(returned_at__isnull=True, released_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"fabric hold of {self.node_id} in {self.incident_id}"
+
+
 class RackPowerCondition(models.Model):
     """A rack drawing more than it can power and cool (usable kW) for RACK_OVER_MINUTES in a row
     (health.services.rack_power). Active until a minute's draw falls back to usable kW; the

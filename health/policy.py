@@ -57,6 +57,16 @@ SITE_LAPSE_MIN_NODES = 3
 LAPSE_WINDOW = timedelta(seconds=60)
 GROUP_LAPSE_MIN_NODES = 3
 GROUP_LAPSE_SHARE = 0.5
+# Correlated fabric failures (health.services.fabric): a dead leaf switch, or a fabric domain's
+# spine or subnet manager, takes down the links of many nodes at once. The thresholds are the
+# lapse rules' (per leaf, and per fabric domain as per site), over a window of one health-report
+# interval (300 s, when the ib_link checks of a leaf's nodes come in) plus one sweep.
+FABRIC_SIGNALS = frozenset({"ib_link", "ib_port_down", "ib_link_flapping"})
+FABRIC_WINDOW = timedelta(seconds=330)
+FABRIC_LEAF_MIN_NODES = GROUP_LAPSE_MIN_NODES
+FABRIC_LEAF_SHARE = GROUP_LAPSE_SHARE
+FABRIC_DOMAIN_MIN_NODES = SITE_LAPSE_MIN_NODES
+FABRIC_DOMAIN_SHARE = SITE_LAPSE_SHARE
 
 REPEAT_WINDOW = timedelta(days=7)  # same fault twice in 7 days → fatal
 FLAP_WINDOW = timedelta(days=7)  # failed validation (or burn-in) twice in 7 days → an operator decides

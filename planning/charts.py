@@ -1,8 +1,10 @@
-"""Plotly figures for a ``MigrationPlanResult``: pure functions from a plan to a ``go.Figure``.
+"""Plotly figures of stored plans: pure functions from a plan's stored result (plain JSON) to a
+``go.Figure``, drawn at render time.
 
-They read only the plan's weekly timelines, so the console, a report and the
-tests draw the same thing. Naive sequences are dashed so the trough the plan
-avoids stands out against the floor line.
+Migration figures read only the stored weekly timelines (``planning.plan_json.plan_to_json``), so
+the console, a report and the tests draw the same thing without running the planner again.
+Naive sequences are dashed so the trough the plan avoids stands out against the floor line. A
+plan without weeks draws a figure that says so.
 """
 
 from __future__ import annotations
@@ -11,51 +13,61 @@ from collections.abc import Callable, Mapping
 
 import plotly.graph_objects as go
 
-from planning.engines.migration import MigrationPlanResult, Timeline, TimelinePoint
+Point = Mapping
 
 
-def _dates(timeline: Timeline) -> list[str]:
-    return [p.date.isoformat() for p in timeline.points]
+def _empty(title: str, message: str) -> go.Figure:
+    figure = go.Figure()
+    figure.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    figure.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False})
+    return figure
+
+
+def _points(timeline: Mapping) -> list[Point]:
+    return list(timeline.get("points") or [])
+
+
+def _dates(timeline: Mapping) -> list[str]:
+    return [p["date"] for p in _points(timeline)]
 
 
 def _capacity(
-    plan: MigrationPlanResult,
-    value: Callable[[TimelinePoint], float],
-    per_generation: Callable[[TimelinePoint], Mapping[str, float]],
+    result: Mapping,
+    value: Callable[[Point], float],
+    per_generation: Callable[[Point], Mapping[str, float]],
     unit: str,
     floor: float | None,
 ) -> go.Figure:
-    x = _dates(plan.timeline)
+    points = _points(result["timeline"])
+    if not points:
+        return _empty(f"Capacity ({unit})", "This plan has no weeks to draw.")
+    x = _dates(result["timeline"])
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x, y=[value(p) for p in plan.timeline.points], name="plan: total", mode="lines"))
-    generations = sorted(per_generation(plan.timeline.points[0]))
-    for gen in generations:
-        fig.add_trace(
-            go.Scatter(x=x, y=[per_generation(p)[gen] for p in plan.timeline.points], name=f"plan: {gen}", mode="lines")
-        )
+    fig.add_trace(go.Scatter(x=x, y=[value(p) for p in points], name="plan: total", mode="lines"))
+    for gen in sorted(per_generation(points[0])):
+        fig.add_trace(go.Scatter(x=x, y=[per_generation(p)[gen] for p in points], name=f"plan: {gen}", mode="lines"))
     if unit == "GPUs":
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=[p.largest_pool_gpus for p in plan.timeline.points],
+                y=[p["largest_pool_gpus"] for p in points],
                 name="plan: largest single-generation pool",
                 mode="lines",
                 line={"dash": "dot"},
             )
         )
-    for naive in plan.naive:
+    for naive in result.get("naive", []):
+        if unit == "GPUs" and floor:
+            below = f" ({naive['trough_gpu_days']:,} GPU-days below floor)"
+        elif floor:
+            below = f" ({naive.get('trough_perf_days', 0.0):,.0f} {unit}-days below floor)"
+        else:
+            below = ""
         fig.add_trace(
             go.Scatter(
-                x=_dates(naive.timeline),
-                y=[value(p) for p in naive.timeline.points],
-                name=f"naive {naive.name}: total"
-                + (
-                    f" ({naive.trough_gpu_days:,} GPU-days below floor)"
-                    if unit == "GPUs" and floor
-                    else f" ({naive.trough_perf_days:,.0f} {unit}-days below floor)"
-                    if floor
-                    else ""
-                ),
+                x=_dates(naive["timeline"]),
+                y=[value(p) for p in _points(naive["timeline"])],
+                name=f"naive {naive['name']}: total{below}",
                 mode="lines",
                 line={"dash": "dash"},
             )
@@ -72,53 +84,46 @@ def _capacity(
     return fig
 
 
-def capacity_gpus_figure(plan: MigrationPlanResult, floor_gpus: int) -> go.Figure:
+def capacity_gpus_figure(result: Mapping, floor_gpus: int) -> go.Figure:
     """Raw GPUs over time: total, per generation, largest pool, naive totals, and the floor."""
-
-    def value(p: TimelinePoint) -> float:
-        return p.total_gpus
-
-    def per_generation(p: TimelinePoint) -> Mapping[str, float]:
-        return p.gpus_by_generation
-
-    return _capacity(plan, value, per_generation, "GPUs", floor_gpus)
+    return _capacity(result, lambda p: p["total_gpus"], lambda p: p["gpus_by_generation"], "GPUs", floor_gpus)
 
 
-def capacity_perf_figure(plan: MigrationPlanResult, floor_perf: float | None = None) -> go.Figure:
+def capacity_perf_figure(result: Mapping, floor_perf: float | None = None) -> go.Figure:
     """H100-equivalents over time (GPUs x perf_per_gpu for the plan's workload); floor drawn when one is given."""
-
-    def value(p: TimelinePoint) -> float:
-        return p.perf_total
-
-    def per_generation(p: TimelinePoint) -> Mapping[str, float]:
-        return p.perf_by_generation
-
-    return _capacity(plan, value, per_generation, plan.perf_unit, floor_perf)
+    unit = result.get("perf_unit") or "H100-equivalent"
+    return _capacity(result, lambda p: p["perf_total"], lambda p: p["perf_by_generation"], unit, floor_perf)
 
 
-def power_figure(plan: MigrationPlanResult) -> go.Figure:
+def power_figure(result: Mapping) -> go.Figure:
     """IT power per hall and in total against the budgets, plus facility power (IT x PUE)."""
-    points = plan.timeline.points
-    x = _dates(plan.timeline)
+    points = _points(result["timeline"])
+    if not points:
+        return _empty("Power", "This plan has no weeks to draw.")
+    x = _dates(result["timeline"])
     fig = go.Figure()
-    for hall in sorted(points[0].power_kw_by_hall):
-        fig.add_trace(go.Scatter(x=x, y=[p.power_kw_by_hall[hall] for p in points], name=f"IT kW {hall}", mode="lines"))
+    for hall in sorted(points[0]["power_kw_by_hall"]):
+        fig.add_trace(
+            go.Scatter(x=x, y=[p["power_kw_by_hall"][hall] for p in points], name=f"IT kW {hall}", mode="lines")
+        )
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=[p.budget_kw_by_hall[hall] for p in points],
+                y=[p["budget_kw_by_hall"][hall] for p in points],
                 name=f"budget kW {hall}",
                 mode="lines",
                 line={"dash": "dash"},
             )
         )
-    fig.add_trace(go.Scatter(x=x, y=[p.power_kw_total for p in points], name="IT kW total", mode="lines"))
+    fig.add_trace(go.Scatter(x=x, y=[p["power_kw_total"] for p in points], name="IT kW total", mode="lines"))
     fig.add_trace(
         go.Scatter(
-            x=x, y=[p.budget_kw_total for p in points], name="budget kW total", mode="lines", line={"dash": "dash"}
+            x=x, y=[p["budget_kw_total"] for p in points], name="budget kW total", mode="lines", line={"dash": "dash"}
         )
     )
-    fig.add_trace(go.Scatter(x=x, y=[p.facility_power_kw for p in points], name="facility kW (IT x PUE)", mode="lines"))
+    fig.add_trace(
+        go.Scatter(x=x, y=[p["facility_power_kw"] for p in points], name="facility kW (IT x PUE)", mode="lines")
+    )
     fig.update_layout(
         title="Power", xaxis_title="week", yaxis_title="kW", legend={"orientation": "h", "y": -0.25}, margin={"t": 40}
     )

@@ -3,9 +3,10 @@
 The planner (``planning.engines.migration``) is pure; this module is the only place
 that reads rows for it: halls in scope (IT budget, PUE), rack positions (cooling, kW), the
 current fleet per rack by node type, and the target node type from the catalogue. Operator
-parameters (deliveries, durations, facility upgrades, floor, largest job, perf factors) are
-validated here into ``[{field, message}]`` errors, so the API and the console form refuse
-bad input the same way. The resolved inputs are stored as canonical JSON so a stored plan
+parameters (deliveries, durations, facility upgrades, floor, largest job, perf factors), checked
+field by field by ``planning.api.serializers.PlanParametersSerializer``, are resolved against the
+inventory here; what does not resolve becomes ``[{field, message}]`` errors, so the API and the
+console form refuse bad input the same way. The resolved inputs are stored as canonical JSON so a stored plan
 can be recomputed (and charted) without touching the inventory again.
 """
 
@@ -14,20 +15,16 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict
 from datetime import date, timedelta
-from decimal import Decimal
-from typing import Any
 
 from django.db.models import Count, Q
 from django.utils import timezone
-from rest_framework import serializers
 
 from core.reference_data import generation as reference_generation
 from core.reference_data import parameter
 from fleet.choices import Lifecycle
 from fleet.models import Hall, Node, NodeType, Rack
-from planning.engines import migration as mp
+from planning.engines.migration import inputs as planner_inputs
 
 # Nodes in these states are gone from the fleet a migration has to replace.
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
@@ -58,166 +55,6 @@ class PlanInputError(Exception):
         self.errors = errors
 
 
-class DeliverySerializer(serializers.Serializer):
-    date = serializers.DateField(help_text="day the scalable units arrive on site")
-    scalable_units = serializers.IntegerField(min_value=1, max_value=1000)
-    racks_per_unit = serializers.IntegerField(
-        min_value=1, max_value=1000, help_text="racks of the target type per unit"
-    )
-    label = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
-
-
-class FacilityUpgradeSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["cdu_install"], default="cdu_install")
-    positions = serializers.ListField(
-        child=serializers.CharField(max_length=100),
-        min_length=1,
-        max_length=10000,
-        help_text="rack ids or names (in the halls in scope) that get the upgrade",
-    )
-    earliest_start = serializers.DateField(required=False, help_text="default: the plan's start")
-    lead_time_days = serializers.IntegerField(
-        min_value=0,
-        max_value=3650,
-        required=False,
-        allow_null=True,
-        help_text="default: high end of cdu_lead_time (facility.csv)",
-    )
-    power_kw_after = serializers.FloatField(
-        min_value=0,
-        max_value=1000,
-        required=False,
-        allow_null=True,
-        help_text="position power after the upgrade; default: high end of liquid_rack_capacity (facility.csv)",
-    )
-    cooling_kw_after = serializers.FloatField(
-        min_value=0,
-        max_value=1000,
-        required=False,
-        allow_null=True,
-        help_text="position liquid cooling after the upgrade; default: as power_kw_after",
-    )
-
-
-class HallFacilitySerializer(serializers.Serializer):
-    hall = serializers.UUIDField(help_text="hall id in scope")
-    cdu_units = serializers.IntegerField(
-        min_value=1,
-        max_value=1000,
-        required=False,
-        allow_null=True,
-        help_text="CDUs serving the hall; capacity counts all but one (N+1)",
-    )
-    cdu_unit_kw = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
-    air_cooling_kw = serializers.FloatField(
-        min_value=0,
-        max_value=1_000_000,
-        required=False,
-        allow_null=True,
-        help_text="room-air heat the hall's air handlers remove",
-    )
-    floor_load_kpa = serializers.FloatField(
-        min_value=0, max_value=1000, required=False, allow_null=True, help_text="rated distributed floor load"
-    )
-
-
-class PlanParametersSerializer(serializers.Serializer):
-    """What an operator decides; every field has a default from the inventory or the reference data."""
-
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    start = serializers.DateField(required=False, help_text="first planned week; default: next Monday")
-    halls = serializers.ListField(
-        child=serializers.UUIDField(), required=False, min_length=1, help_text="hall ids in scope; default: all halls"
-    )
-    positions = serializers.ListField(
-        child=serializers.CharField(max_length=100),
-        required=False,
-        min_length=1,
-        help_text="rack ids or names in scope; default: every rack of the halls in scope",
-    )
-    target_node_type = serializers.SlugField(required=False, help_text=f"catalogue slug; default {DEFAULT_TARGET}")
-    target_perf_per_gpu = serializers.FloatField(
-        min_value=0.01,
-        max_value=100,
-        required=False,
-        allow_null=True,
-        help_text="H100-equivalents per target GPU for the workload; default: generations.csv",
-    )
-    perf_overrides = serializers.DictField(
-        child=serializers.FloatField(min_value=0.01, max_value=100),
-        required=False,
-        allow_empty=True,
-        help_text="node type slug -> H100-equivalents per GPU, overriding generations.csv for the current fleet",
-    )
-    workload = serializers.ChoiceField(
-        choices=["training", "inference"],
-        required=False,
-        help_text="which generations.csv ratio normalises capacity (default training)",
-    )
-    floor_unit = serializers.ChoiceField(
-        choices=list(FLOOR_UNITS), required=False, help_text="unit of the default floor: h100e (default) or gpus"
-    )
-    hall_facilities = HallFacilitySerializer(many=True, required=False, max_length=1000)
-    deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
-    burn_in_days = serializers.IntegerField(
-        min_value=0,
-        max_value=365,
-        required=False,
-        allow_null=True,
-        help_text="default: high end of burn_in_per_rack (facility.csv)",
-    )
-    cut_over_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=1)
-    drain_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
-    sanitise_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
-    ship_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
-    facility_upgrades = FacilityUpgradeSerializer(many=True, required=False)
-    capacity_floor_gpus = serializers.IntegerField(
-        min_value=0,
-        max_value=10_000_000,
-        required=False,
-        help_text="raw GPU floor; default: today's GPUs when floor_unit=gpus, else 0",
-    )
-    capacity_floor_perf = serializers.FloatField(
-        min_value=0,
-        max_value=1e9,
-        required=False,
-        allow_null=True,
-        help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none",
-    )
-    largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
-    horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
-    power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
-
-
-def field_errors(detail, prefix: str = "") -> list[dict]:
-    """DRF's nested errors → ``[{field, message}]`` with paths like ``deliveries[0].date``.
-
-    DRF keys list items by int (``{0: {...}}``); those become ``[0]`` so the paths read the
-    same as the ones this module writes itself.
-    """
-    if isinstance(detail, dict):
-        out = []
-        for key, value in detail.items():
-            if isinstance(key, int):
-                field = f"{prefix}[{key}]"
-            elif key == "non_field_errors":
-                field = prefix or "non_field_errors"
-            else:
-                field = f"{prefix}.{key}" if prefix else str(key)
-            out.extend(field_errors(value, field))
-        return out
-    if isinstance(detail, list):
-        out = []
-        for index, item in enumerate(detail):
-            out.extend(
-                field_errors(item, f"{prefix}[{index}]")
-                if isinstance(item, (dict, list))
-                else [{"field": prefix or "non_field_errors", "message": str(item)}]
-            )
-        return out
-    return [{"field": prefix or "non_field_errors", "message": str(detail)}]
-
-
 def next_monday(today: date | None = None) -> date:
     today = today or timezone.now().date()
     return today + timedelta(days=(7 - today.weekday()) % 7 or 7)
@@ -238,7 +75,7 @@ def _resolve_racks(
     return racks
 
 
-def _json_ready(data: dict) -> dict:
+def json_ready(data: dict) -> dict:
     """Validated data with dates and UUIDs as strings: the canonical, storable parameters."""
 
     def conv(value):
@@ -316,7 +153,7 @@ def default_parameters(
     cdu = air_racks[-DEFAULT_CDU_POSITIONS:]
     target_row = NodeType.objects.filter(slug=target_slug).first() or NodeType.objects.get(slug=DEFAULT_TARGET)
     try:
-        target = mp.NodeTypeSpec.from_reference(target_row.gpu_model, workload=workload)  # type: ignore[arg-type]
+        target = planner_inputs.NodeTypeSpec.from_reference(target_row.gpu_model, workload=workload)  # type: ignore[arg-type]
         per_gpu, per_rack = target.perf_per_gpu, target.gpus_per_rack
     except (KeyError, ValueError):  # no rack figure: size by nodes; build_inputs reports what is missing
         per_gpu, per_rack = 1.0, target_row.gpus_per_node
@@ -368,14 +205,14 @@ def default_parameters(
     }
 
 
-def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
-    """Operator parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``."""
-    if not isinstance(data, dict):
-        raise PlanInputError([{"field": "non_field_errors", "message": "Send a JSON object of plan parameters."}])
-    serializer = PlanParametersSerializer(data=data)
-    if not serializer.is_valid():
-        raise PlanInputError(field_errors(serializer.errors))
-    given = _json_ready(dict(serializer.validated_data))
+def validate_parameters(given: dict) -> tuple[dict, planner_inputs.PlanInputs]:
+    """Validated parameters → (canonical complete parameters, planner inputs); raises ``PlanInputError``.
+
+    ``given`` is JSON-ready: a request body or form checked by ``PlanParametersSerializer``
+    (``planning.api.serializers.plan_parameters``), or parameters built by the product itself
+    (a capacity plan's gap). The checks here are the ones that need the inventory or more than
+    one field: defaults, deliveries after the start, racks and halls that exist.
+    """
     start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
     params = default_parameters(
         start=start,
@@ -411,7 +248,7 @@ def validate_parameters(data: Any) -> tuple[dict, mp.PlanInputs]:
     return params, build_inputs(params)
 
 
-def build_inputs(params: dict) -> mp.PlanInputs:
+def build_inputs(params: dict) -> planner_inputs.PlanInputs:
     """Complete parameters (from ``validate_parameters``) + inventory rows → ``PlanInputs``."""
     errors: list[dict] = []
     start = date.fromisoformat(params["start"])
@@ -440,7 +277,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         errors.append(
             {"field": "halls", "message": "The halls in scope have no rack positions; add racks or choose other halls."}
         )
-    upgrades: dict[str, mp.FacilityUpgrade] = {}
+    upgrades: dict[str, planner_inputs.FacilityUpgrade] = {}
     liquid = parameter("liquid_rack_capacity")
     for i, up in enumerate(params.get("facility_upgrades") or []):
         field = f"facility_upgrades[{i}]"
@@ -462,11 +299,11 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             adds_power = max(0.0, after_power - float(rack.rated_power_kw))
             adds_cooling = max(0.0, after_cooling - float(rack.cooling_capacity_kw))
             if up.get("lead_time_days") is None:
-                upgrade = mp.FacilityUpgrade.cdu_install(
+                upgrade = planner_inputs.FacilityUpgrade.cdu_install(
                     earliest_start=earliest, adds_power_kw=adds_power, adds_cooling_kw=adds_cooling
                 )
             else:
-                upgrade = mp.FacilityUpgrade(
+                upgrade = planner_inputs.FacilityUpgrade(
                     kind=up.get("kind", "cdu_install"),
                     lead_time_days=up["lead_time_days"],
                     earliest_start=earliest,
@@ -480,7 +317,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     if target_row is not None:
         override = params.get("target_perf_per_gpu")
         try:
-            target = mp.NodeTypeSpec.from_reference(
+            target = planner_inputs.NodeTypeSpec.from_reference(
                 target_row.gpu_model,
                 name=target_row.slug,
                 workload=workload,
@@ -493,7 +330,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
     if errors:
         raise PlanInputError(errors)
     positions = tuple(
-        mp.Position(
+        planner_inputs.Position(
             str(r.id),
             hall_label[str(r.hall_id)],
             r.name,
@@ -518,7 +355,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             )
         facilities[str(fac["hall"])] = fac
     halls = tuple(
-        mp.Hall(
+        planner_inputs.Hall(
             hall_label[hid],
             hall_label[hid],
             float(h.it_power_budget_kw),
@@ -547,7 +384,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
             ]
         )
     deliveries = tuple(
-        mp.Delivery(
+        planner_inputs.Delivery(
             date.fromisoformat(d["date"]),
             d["scalable_units"],
             d["racks_per_unit"] * target.nodes_per_rack,
@@ -555,7 +392,7 @@ def build_inputs(params: dict) -> mp.PlanInputs:
         )
         for d in params["deliveries"]
     )
-    return mp.PlanInputs(
+    return planner_inputs.PlanInputs(
         start=start,
         halls=halls,
         positions=positions,
@@ -583,8 +420,8 @@ def _fleet_blocks(
     errors: list[dict],
     workload: str,
     overrides: dict,
-    target: mp.NodeTypeSpec | None,
-) -> tuple[tuple[mp.FleetBlock, ...], tuple[mp.FleetBlock, ...]]:
+    target: planner_inputs.NodeTypeSpec | None,
+) -> tuple[tuple[planner_inputs.FleetBlock, ...], tuple[planner_inputs.FleetBlock, ...]]:
     """The fleet in scope, one block per (node type, nodes per rack), racks in inventory order:
     (what migrates, what already is the target generation and stays)."""
     counts: Counter = Counter()
@@ -619,11 +456,11 @@ def _fleet_blocks(
         row = types[slug]
         if target_row is not None and slug == target_row.slug and target is not None:
             # Already the target generation: stays, occupies its rack, draws power, counts as capacity.
-            kept.append(mp.FleetBlock(f"{slug}x{per}", target, per * len(rack_list), tuple(rack_list)))
+            kept.append(planner_inputs.FleetBlock(f"{slug}x{per}", target, per * len(rack_list), tuple(rack_list)))
             continue
         try:
             override = overrides.get(slug)
-            spec = mp.NodeTypeSpec.from_reference(
+            spec = planner_inputs.NodeTypeSpec.from_reference(
                 row.gpu_model,
                 name=slug,
                 nodes_per_rack=per,
@@ -634,112 +471,5 @@ def _fleet_blocks(
         except (KeyError, ValueError) as exc:
             errors.append({"field": "positions", "message": f"{slug} in the scope cannot be planned: {exc}"})
             continue
-        blocks.append(mp.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
+        blocks.append(planner_inputs.FleetBlock(f"{slug}x{per}", spec, per * len(rack_list), tuple(rack_list)))
     return tuple(blocks), tuple(kept)
-
-
-# --------------------------------------------------------------------------- canonical JSON
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return round(value, 6)
-    return value
-
-
-def inputs_to_json(inputs: mp.PlanInputs) -> dict:
-    return _plain(asdict(inputs))
-
-
-def _upgrade(d: dict | None) -> mp.FacilityUpgrade | None:
-    if d is None:
-        return None
-    return mp.FacilityUpgrade(
-        **{
-            **d,
-            "earliest_start": date.fromisoformat(d["earliest_start"]),
-            "cost": Decimal(d["cost"]) if d["cost"] is not None else None,
-        }
-    )
-
-
-def _block(b: dict) -> mp.FleetBlock:
-    return mp.FleetBlock(
-        **{**b, "node_type": mp.NodeTypeSpec(**b["node_type"]), "position_ids": tuple(b["position_ids"])}
-    )
-
-
-def inputs_from_json(d: dict) -> mp.PlanInputs:
-    """Inverse of ``inputs_to_json``: stored plans recompute without reading the inventory."""
-    return mp.PlanInputs(
-        **{
-            **d,
-            "start": date.fromisoformat(d["start"]),
-            "halls": tuple(mp.Hall(**h) for h in d["halls"]),
-            "positions": tuple(mp.Position(**{**p, "upgrade": _upgrade(p["upgrade"])}) for p in d["positions"]),
-            "fleet": tuple(_block(b) for b in d["fleet"]),
-            "kept": tuple(_block(b) for b in d.get("kept", ())),
-            "target": mp.NodeTypeSpec(**d["target"]),
-            "deliveries": tuple(mp.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]),
-        }
-    )
-
-
-def plan_to_json(plan: mp.MigrationPlanResult) -> dict:
-    """The stored result: everything the planner said, plus its headline."""
-    return {**_plain(asdict(plan)), "headline": plan.headline}
-
-
-def reference_citations() -> list[dict]:
-    """The reference rows the planner's defaults come from (shown beside the plan)."""
-    rows = [
-        parameter(n)
-        for n in (
-            "cdu_lead_time",
-            "liquid_rack_capacity",
-            "pue_industry_average",
-            "ndr_two_tier_fat_tree_max_endpoints",
-        )
-    ]
-    cited = [{"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"} for r in rows]
-    for r in (
-        parameter(n)
-        for n in (
-            "burn_in_deadline",
-            "air_cooled_rack_limit_max",
-            "liquid_rack_residual_air_fraction",
-            "cdu_redundancy",
-            "floor_loading_tia942_recommended",
-            "rack_footprint",
-            "empty_rack_weight",
-        )
-    ):
-        cited.append({"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"})
-    for model in ("H100-SXM5-80GB", "GB200-NVL72"):
-        g = reference_generation(model)
-        kw = f"{g.node_kw} kW/node" if g.node_kw is not None else f"{g.rack_kw_typical} kW/rack"
-        cited.append(
-            {
-                "name": model,
-                "value": f"{kw}, {g.cooling}, {g.fabric}",
-                "unit": "",
-                "source": f"generations.csv: {g.source}",
-            }
-        )
-        cited.append(
-            {
-                "name": f"{model} vs H100",
-                "value": f"training {g.training_vs_h100}, inference {g.inference_vs_h100}",
-                "unit": "H100-equivalents per GPU",
-                "source": f"generations.csv: {g.perf_source}",
-            }
-        )
-    return cited

@@ -54,13 +54,30 @@ class MigrationPlan(BaseModel):
         DRAFT = "draft", "Draft"
         APPLIED = "applied", "Applied"
 
+    class Computation(models.TextChoices):
+        """Where the planner's answer stands: small plans are computed in the request (done at
+        once); large ones are queued for a worker, which reports its progress as it runs."""
+
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
     name = models.CharField(max_length=100)
     created_by = models.CharField(max_length=200, help_text="actor who created it (user:NAME or token:ID)")
     inputs = models.JSONField(help_text="operator parameters and the resolved planner inputs (canonical JSON)")
-    result = models.JSONField(help_text="the serialised plan: verdicts, phases, timeline, naive sequences, fixes")
-    feasible = models.BooleanField()
+    result = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="the serialised plan: verdicts, phases, timeline, naive sequences, fixes (null until computed)",
+    )
+    feasible = models.BooleanField(null=True, help_text="null until computed")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
     applied_at = models.DateTimeField(null=True, blank=True)
+    computation = models.CharField(max_length=8, choices=Computation.choices, default=Computation.DONE)
+    progress = models.FloatField(default=1.0, help_text="fraction of the planner's work done (0..1), as it reports")
+    computation_error = models.TextField(blank=True, help_text="why the computation failed, for the operator")
+    computed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "fleet_migrationplan"

@@ -1,4 +1,4 @@
-"""Reads for the migration-plan console pages (fixed query counts)."""
+"""Reads for the plan console pages (fixed query counts) and the reference rows they cite."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections import defaultdict
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.fields.json import KT
 
+from core.reference_data import generation as reference_generation
+from core.reference_data import parameter
 from planning.models import MigrationPlan, PlannedAction
 
 
@@ -53,3 +55,50 @@ def verdict_groups(position_verdicts: list[dict], hall_names: dict[str, str]) ->
         for (hall, status, ready), vs in groups.items()
     ]
     return sorted(rows, key=lambda r: (rank[r["status"]], r["hall"], r["ready"] or ""))
+
+
+def reference_citations() -> list[dict]:
+    """The reference rows the planner's defaults come from (shown beside the plan)."""
+    rows = [
+        parameter(n)
+        for n in (
+            "cdu_lead_time",
+            "liquid_rack_capacity",
+            "pue_industry_average",
+            "ndr_two_tier_fat_tree_max_endpoints",
+        )
+    ]
+    cited = [{"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"} for r in rows]
+    for r in (
+        parameter(n)
+        for n in (
+            "burn_in_deadline",
+            "air_cooled_rack_limit_max",
+            "liquid_rack_residual_air_fraction",
+            "cdu_redundancy",
+            "floor_loading_tia942_recommended",
+            "rack_footprint",
+            "empty_rack_weight",
+        )
+    ):
+        cited.append({"name": r.name, "value": r.value, "unit": r.unit, "source": f"{r.file}: {r.source}"})
+    for model in ("H100-SXM5-80GB", "GB200-NVL72"):
+        g = reference_generation(model)
+        kw = f"{g.node_kw} kW/node" if g.node_kw is not None else f"{g.rack_kw_typical} kW/rack"
+        cited.append(
+            {
+                "name": model,
+                "value": f"{kw}, {g.cooling}, {g.fabric}",
+                "unit": "",
+                "source": f"generations.csv: {g.source}",
+            }
+        )
+        cited.append(
+            {
+                "name": f"{model} vs H100",
+                "value": f"training {g.training_vs_h100}, inference {g.inference_vs_h100}",
+                "unit": "H100-equivalents per GPU",
+                "source": f"generations.csv: {g.perf_source}",
+            }
+        )
+    return cited

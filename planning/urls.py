@@ -11,6 +11,7 @@ urlpatterns = [
     path("plans/new/", views.migration_create, name="migration-plan-create"),
     path("plans/<uuid:pk>/", views.migration_detail, name="migration-plan-detail"),
     path("plans/<uuid:pk>/apply/", views.migration_apply, name="migration-plan-apply"),
+    path("plans/<uuid:pk>/progress/", views.migration_progress, name="migration-plan-progress"),
     path("plans/capacity/", views.capacity_list, name="capacity-plan-list"),
     path("plans/capacity/<uuid:pk>/", views.capacity_detail, name="capacity-plan-detail"),
     path("plans/capacity/<uuid:pk>/migration/", views.capacity_to_migration, name="capacity-plan-to-migration"),

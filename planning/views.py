@@ -3,12 +3,14 @@ plan, selectors read, charts draw)."""
 
 from __future__ import annotations
 
-import re
+import json
 
 import plotly.io as pio
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
@@ -21,7 +23,7 @@ from fleet.selectors import data_handling_status, halls_for_filter
 from fleet.services import bmc_disposal, sanitization
 from fleet.services.lifecycle import InvalidTransition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
-from planning.api.serializers import CapacityPlanIn, DispositionPlanIn
+from planning.api.serializers import CapacityPlanIn, DispositionPlanIn, field_errors, plan_parameters
 from planning.api.views import create_capacity_from, create_plan_from, migration_from_capacity
 from planning.charts import (
     capacity_gpus_figure,
@@ -30,32 +32,30 @@ from planning.charts import (
     capacity_power_figure,
     power_figure,
 )
+from planning.disposition_charts import block_figures, split_figure
 from planning.engines.capacity import reference_models
-from planning.inputs import PlanInputError, default_parameters, field_errors, reference_citations
+from planning.forms import (
+    CAPACITY_MONTHS,
+    CUSTOM_MODEL,
+    DEFAULT_DEMANDS,
+    DEMAND_ROWS,
+    capacity_body_from_post,
+    disposition_body_from_post,
+    flat_errors,
+    migration_form_values,
+    migration_parameters_from_post,
+)
+from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.selectors import plan_list as plan_list_query
-from planning.selectors import scheduled_work, verdict_groups
+from planning.selectors import reference_citations, scheduled_work, verdict_groups
 from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,
     create_plan,
-    recompute,
 )
 
 PLANS_PER_PAGE = 50
-_NUMBER_FIELDS = (
-    "target_perf_per_gpu",
-    "burn_in_days",
-    "cut_over_days",
-    "drain_days",
-    "sanitise_days",
-    "ship_days",
-    "capacity_floor_gpus",
-    "capacity_floor_perf",
-    "largest_job_gpus",
-    "horizon_weeks",
-)
-_NULLABLE_FIELDS = ("burn_in_days", "target_perf_per_gpu", "capacity_floor_perf")
 
 
 def _chart_json(fig) -> str:
@@ -63,75 +63,9 @@ def _chart_json(fig) -> str:
     return pio.to_json(fig, validate=False).replace("</", "<\\/")
 
 
-def _form_values(params: dict) -> dict:
-    """Parameters → the strings the form shows."""
-    upgrade = (params.get("facility_upgrades") or [{}])[0] if params.get("facility_upgrades") else {}
-    return {
-        **{
-            k: "" if params.get(k) is None else params[k]
-            for k in ("name", "start", "target_node_type", "workload", "floor_unit", *_NUMBER_FIELDS)
-        },
-        "halls": params.get("halls", []),
-        "deliveries": "\n".join(
-            ", ".join(str(x) for x in (d["date"], d["scalable_units"], d["racks_per_unit"], d.get("label", ""))).rstrip(
-                ", "
-            )
-            for d in params.get("deliveries", [])
-        ),
-        "cdu_positions": " ".join(upgrade.get("positions", [])),
-        "cdu_start": upgrade.get("earliest_start") or "",
-        "cdu_lead_time_days": "" if upgrade.get("lead_time_days") is None else upgrade["lead_time_days"],
-        "cdu_kw_after": "" if upgrade.get("power_kw_after") is None else upgrade["power_kw_after"],
-    }
-
-
-def _parameters_from_post(post) -> tuple[dict, list[dict]]:
-    """The form's strings → API parameters (the service validates them like an API body)."""
-    params: dict = {"halls": post.getlist("halls")}
-    for key in ("name", "start", "target_node_type", "workload", "floor_unit"):
-        if post.get(key, "").strip():
-            params[key] = post[key].strip()
-    for key in _NUMBER_FIELDS:
-        value = post.get(key, "").strip()
-        if value:
-            params[key] = value
-        elif key in _NULLABLE_FIELDS:
-            params[key] = None
-    errors = []
-    deliveries = []
-    for n, line in enumerate(post.get("deliveries", "").splitlines(), start=1):
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3:
-            errors.append(
-                {"field": "deliveries", "message": f"line {n}: write 'date, scalable units, racks per unit[, label]'"}
-            )
-            continue
-        deliveries.append(
-            {
-                "date": parts[0],
-                "scalable_units": parts[1],
-                "racks_per_unit": parts[2],
-                "label": parts[3] if len(parts) > 3 else "",
-            }
-        )
-    if deliveries:
-        params["deliveries"] = deliveries
-    positions = [p for p in re.split(r"[\s,]+", post.get("cdu_positions", "")) if p]
-    if positions:
-        upgrade = {"kind": "cdu_install", "positions": positions}
-        for form_key, key in (
-            ("cdu_start", "earliest_start"),
-            ("cdu_lead_time_days", "lead_time_days"),
-            ("cdu_kw_after", "power_kw_after"),
-        ):
-            if post.get(form_key, "").strip():
-                upgrade[key] = post[form_key].strip()
-        params["facility_upgrades"] = [upgrade]
-    else:
-        params["facility_upgrades"] = []
-    return params, errors
+def _figure_data(fig) -> dict:
+    """A figure as plain data for ``json_script`` (which escapes it for the page)."""
+    return json.loads(pio.to_json(fig, validate=False))
 
 
 @operator_required
@@ -145,21 +79,21 @@ def migration_list(request):
 def migration_create(request):
     errors: list[dict] = []
     if request.method == "POST":
-        params, errors = _parameters_from_post(request.POST)
+        params, errors = migration_parameters_from_post(request.POST)
         if not errors:
             try:
-                plan = create_plan(parameters=params, actor=actor_label(request.user))
+                plan = create_plan(parameters=plan_parameters(params), actor=actor_label(request.user))
             except PlanInputError as exc:
                 errors = exc.errors
             else:
                 return redirect("planning:migration-plan-detail", pk=plan.id)
-        values = _form_values(params)
+        values = migration_form_values(params)
         values["deliveries"] = request.POST.get("deliveries", "")
         values["cdu_positions"] = request.POST.get("cdu_positions", "")
         for key in ("cdu_start", "cdu_lead_time_days", "cdu_kw_after"):
             values[key] = request.POST.get(key, "")
     else:
-        values = _form_values(default_parameters())
+        values = migration_form_values(default_parameters())
     return render(
         request,
         "planning/migration_form.html",
@@ -178,8 +112,14 @@ def migration_create(request):
 @operator_required
 def migration_detail(request, pk):
     record = get_object_or_404(MigrationPlan, pk=pk)
-    result = record.result
     params = record.inputs["parameters"]
+    if record.computation != MigrationPlan.Computation.DONE:
+        return render(
+            request,
+            "planning/migration_computing.html",
+            {"nav": "plans", "plan": record, "params": params, "racks": len(record.inputs["resolved"]["positions"])},
+        )
+    result = record.result
     hall_names = {h["id"]: h["name"] for h in record.inputs["resolved"]["halls"]}
     context = {
         "nav": "plans",
@@ -197,13 +137,28 @@ def migration_detail(request, pk):
         "citations": reference_citations(),
     }
     if record.feasible:
-        plan = recompute(record)
+        # Drawn from the stored result: the planner does not run again to show a plan.
         context["charts"] = {
-            "chart-gpus": _chart_json(capacity_gpus_figure(plan, params["capacity_floor_gpus"])),
-            "chart-perf": _chart_json(capacity_perf_figure(plan, params.get("capacity_floor_perf"))),
-            "chart-power": _chart_json(power_figure(plan)),
+            "chart-gpus": _chart_json(capacity_gpus_figure(result, params["capacity_floor_gpus"])),
+            "chart-perf": _chart_json(capacity_perf_figure(result, params.get("capacity_floor_perf"))),
+            "chart-power": _chart_json(power_figure(result)),
         }
     return render(request, "planning/migration_detail.html", context)
+
+
+@operator_required
+def migration_progress(request, pk):
+    """Where a plan's computation stands, for the plan page to poll (no page reload)."""
+    record = get_object_or_404(MigrationPlan.objects.only("id", "computation", "progress", "computation_error"), pk=pk)
+    return JsonResponse(
+        {
+            "computation": record.computation,
+            "computation_display": record.get_computation_display(),
+            "progress": record.progress,
+            "error": record.computation_error,
+            "url": reverse("planning:migration-plan-detail", kwargs={"pk": record.pk}),
+        }
+    )
 
 
 @operator_required
@@ -227,40 +182,7 @@ def migration_apply(request, pk):
 
 # ---- disposition plans
 
-DEMAND_ROWS = 3
 NODES_PER_PAGE = 100
-DEFAULT_DEMANDS = [("inference", 64, "2.00", "0.80", 24), ("batch", 32, "1.40", "0.70", 24)]
-
-
-def _form_to_body(post) -> dict:
-    demands = []
-    for i in range(DEMAND_ROWS):
-        pool = post.get(f"pool_{i}", "").strip()
-        if pool:
-            demands.append(
-                {
-                    "pool": pool,
-                    "nodes_wanted": post.get(f"nodes_{i}"),
-                    "value_per_gpu_hour": post.get(f"value_{i}"),
-                    "utilisation": post.get(f"util_{i}"),
-                    "horizon_months": post.get(f"months_{i}"),
-                }
-            )
-    selection = {k: post.get(k, "").strip() for k in ("generation", "gpu_model")}
-    if post.get("hall_id"):
-        selection["hall_id"] = post["hall_id"]
-    if post.get("min_age_years", "").strip():
-        selection["min_age_years"] = post["min_age_years"].strip()
-    body = {
-        "name": post.get("name", "").strip(),
-        "selection": selection,
-        "demands": demands,
-        "horizon_months": post.get("horizon_months"),
-        "channel": post.get("channel", "broker"),
-    }
-    if post.get("lease_cap_nodes", "").strip():
-        body["lease_cap_nodes"] = post["lease_cap_nodes"].strip()
-    return body
 
 
 @operator_required
@@ -269,7 +191,7 @@ def disposition_list(request):
     errors, form = [], None
     if request.method == "POST":
         form = request.POST
-        body = DispositionPlanIn(data=_form_to_body(request.POST))
+        body = DispositionPlanIn(data=disposition_body_from_post(request.POST))
         if body.is_valid():
             try:
                 plan = create_plan_from(body.validated_data, actor=actor_label(request.user))
@@ -277,7 +199,7 @@ def disposition_list(request):
             except Problem as exc:
                 errors = [f"{e['field']}: {e['message']}" for e in exc.errors]
         else:
-            errors = [f"{field}: {msg}" for field, msg in _flat(body.errors)]
+            errors = [f"{field}: {msg}" for field, msg in flat_errors(body.errors)]
     plans = DispositionPlan.objects.only("id", "name", "created_by", "created_at", "result")[:50]
     return render(
         request,
@@ -295,18 +217,6 @@ def disposition_list(request):
             "channels": ("broker", "auction", "distressed"),
         },
     )
-
-
-def _flat(errors, prefix=""):
-    if isinstance(errors, dict):
-        for k, v in errors.items():
-            yield from _flat(v, f"{prefix}.{k}" if prefix else k)
-    elif isinstance(errors, list):
-        for i, v in enumerate(errors):
-            if isinstance(v, (dict, list)):
-                yield from _flat(v, f"{prefix}[{i}]")
-            else:
-                yield prefix, str(v)
 
 
 @operator_required
@@ -330,7 +240,10 @@ def disposition_detail(request, pk):
                 (o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
                 for o in result["split"]
             ],
-            "figures": result["figures"],
+            "figures": {
+                "split": _figure_data(split_figure(result)),
+                "returns": [{"block": label, "figure": _figure_data(fig)} for label, fig in block_figures(result)],
+            },
         },
     )
 
@@ -404,30 +317,6 @@ def disposition_node_action(request, pk):
 # ---- capacity plans
 
 CAPACITY_PER_PAGE = 50
-CAPACITY_MONTHS = 6
-
-
-def _capacity_body(post) -> dict:
-    forecast = []
-    for i in range(CAPACITY_MONTHS):
-        month = post.get(f"month_{i}", "").strip()
-        if month:
-            forecast.append(
-                {
-                    "month": month,
-                    "tokens_per_s": post.get(f"tokens_{i}") or None,
-                    "prompt_tokens": post.get("prompt_tokens") or 0,
-                    "output_tokens": post.get("output_tokens") or 0,
-                    "tpot_ms_target": post.get("tpot_ms_target") or None,
-                }
-            )
-    return {
-        "name": post.get("name", "").strip(),
-        "model_name": post.get("model_name", ""),
-        "forecast": forecast,
-        "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
-        "gpu_models": [m for m in post.getlist("gpu_models") if m],
-    }
 
 
 @operator_required
@@ -435,7 +324,7 @@ def _capacity_body(post) -> dict:
 def capacity_list(request):
     errors: list[dict] = []
     if request.method == "POST":
-        body = CapacityPlanIn(data=_capacity_body(request.POST))
+        body = CapacityPlanIn(data=capacity_body_from_post(request.POST))
         if body.is_valid():
             try:
                 plan = create_capacity_from(body.validated_data, actor=actor_label(request.user))
@@ -457,6 +346,8 @@ def capacity_list(request):
             "errors": errors,
             "models": reference_models(),
             "months": range(CAPACITY_MONTHS),
+            "custom_model": CUSTOM_MODEL,
+            "form": request.POST if request.method == "POST" else {},
         },
         status=400 if errors else 200,
     )

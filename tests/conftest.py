@@ -2,9 +2,11 @@
 PostgreSQL-only and browser tests."""
 
 import os
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 
@@ -95,3 +97,25 @@ def is_postgres():
 def chromium_path() -> str | None:
     path = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     return path if os.path.exists(path) else None
+
+
+class ServerClock:
+    """The server's clock, moved by tests: long outages are simulated, not waited for."""
+
+    def __init__(self):
+        self.at = datetime.now(UTC).replace(microsecond=0)
+
+    def now(self):
+        return self.at
+
+    def advance(self, by: float | timedelta):
+        self.at += by if isinstance(by, timedelta) else timedelta(seconds=by)
+        return self.at
+
+
+@pytest.fixture
+def server_clock(monkeypatch):
+    """Every `timezone.now()` in the process (the live server's thread too) reads this clock."""
+    clock = ServerClock()
+    monkeypatch.setattr(timezone, "now", clock.now)
+    return clock

@@ -56,13 +56,18 @@ class InvoiceLineSerializer(serializers.Serializer):
     sku = serializers.CharField()
     description = serializers.CharField()
     usage_period = PeriodField()
-    quantity = serializers.DecimalField(max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for reading")
+    quantity = serializers.DecimalField(
+        max_digits=20, decimal_places=6, help_text="GPU-hours, rounded for reading (facility kWh when unit is kwh)"
+    )
     gpu_seconds = serializers.DecimalField(
         max_digits=24, decimal_places=6, help_text="the exact quantity the amount is computed from"
     )
     unit = serializers.CharField()
     unit_price = serializers.DecimalField(
-        max_digits=12, decimal_places=6, allow_null=True, help_text="per GPU-hour, the price in force for this line"
+        max_digits=12,
+        decimal_places=6,
+        allow_null=True,
+        help_text="per GPU-hour (per kWh when unit is kwh), the price in force for this line",
     )
     rate = serializers.DecimalField(max_digits=9, decimal_places=6, help_text="share of the unit price charged")
     price_version = serializers.IntegerField(allow_null=True)
@@ -147,15 +152,25 @@ class AllocationEnergySerializer(serializers.Serializer):
     estimated_kwh = serializers.DecimalField(
         max_digits=16, decimal_places=3, help_text="of it_kwh, estimated from GPU counters + the host share"
     )
-    facility_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="it_kwh × the hall's PUE")
+    facility_kwh = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="it_kwh × the site's PUE")
     kg_co2e = serializers.DecimalField(
-        max_digits=16, decimal_places=3, help_text="facility_kwh × the site's grid carbon intensity"
+        max_digits=16,
+        decimal_places=3,
+        help_text="facility_kwh × the site's grid carbon intensity: the hour's where the site's uploaded "
+        "hourly profile covers it, the site's constant elsewhere (see carbon_source)",
+    )
+    carbon_source = serializers.CharField(help_text="profile, constant, mixed or none: which intensity kg_co2e is at")
+    carbon_profile_pct = serializers.DecimalField(
+        max_digits=4,
+        decimal_places=1,
+        allow_null=True,
+        help_text="share of facility_kwh at a profiled hour's intensity",
     )
     energy_cost = serializers.DecimalField(
         max_digits=16,
         decimal_places=2,
-        help_text="facility_kwh × the site's electricity price; informational, "
-        "not charged unless the price book prices energy",
+        help_text="facility_kwh × the site's electricity price; informational (the invoice's energy line, "
+        "when the price book prices energy, is at the price book's price)",
     )
     currency = serializers.CharField()
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=3)

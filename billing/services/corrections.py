@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, InvoiceLine, InvoiceStatus
 from billing.services.credits import require_operator
+from billing.services.energy_lines import with_energy_lines
 from billing.services.rating import PriceBook, rate_period
 from billing.services.runs import BillingRunError, cutoff_of, line_rows, number_documents
 from core.locks import advisory_lock
@@ -182,8 +183,12 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
             now,
         )
         old.save(using=LEDGER, update_fields=["status", "void_reason", "voided_at", "voided_by", "updated_at"])
-        rated = rate_period(
-            period=old.period, cutoff=cutoff_of(run), book=PriceBook.load(), tenant_ids=[old.tenant_id]
+        book = PriceBook.load()
+        rated = with_energy_lines(
+            rate_period(period=old.period, cutoff=cutoff_of(run), book=book, tenant_ids=[old.tenant_id]),
+            period=old.period,
+            book=book,
+            tenant_ids=[old.tenant_id],
         ).get(old.tenant_id, [])
         new = Invoice(
             tenant_id=old.tenant_id,

@@ -267,7 +267,9 @@ def _pieces(event: _Event) -> list[tuple[datetime, datetime, int]]:
 
 
 def known_skus() -> set[str]:
-    return set(PriceBookEntry.objects.using(LEDGER).values_list("sku", flat=True).distinct())
+    """Instance types a meter event may name: the price book's SKUs less its energy price (kWh
+    are rated from the control plane's energy counters, never metered)."""
+    return set(PriceBookEntry.objects.using(LEDGER).exclude(unit=Unit.KWH).values_list("sku", flat=True).distinct())
 
 
 _COLUMNS = (

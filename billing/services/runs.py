@@ -37,6 +37,7 @@ from billing.models import (
 )
 from billing.periods import format_period, period_end, period_of, previous_period
 from billing.services.disputes import hold_disputed_usage
+from billing.services.energy_lines import with_energy_lines
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from core.faults import fault_point
 from core.locks import advisory_lock
@@ -248,7 +249,7 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         cutoff = _cutoff(watermark, adjustment_watermark)
         # Reconcile first: usage the allocation history contradicts is held, not rated.
         disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
-        rated = rate_period(period=period, cutoff=cutoff, book=book)
+        rated = with_energy_lines(rate_period(period=period, cutoff=cutoff, book=book), period=period, book=book)
         digest = output_hash(period=period, price_book_version=version, rated=rated)
         run = BillingRun(
             period=period,

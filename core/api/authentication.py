@@ -130,7 +130,19 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
 
 class AgentTokenAuthentication(BearerTokenAuthentication):
-    """Agent routes: anything that is not a valid agent signature is 401 (docs/api.md)."""
+    """Agent routes: anything that is not a valid agent signature is 401 (docs/api.md).
+
+    A validly signed token is checked before the address's failed-authentication budget, not
+    after: the signature check is local arithmetic (no guess reaches the database), so the
+    budget only has guesses to count; it saves the heartbeat path one Redis round trip, and one
+    broken agent behind a shared NAT address cannot lock its neighbours out. Anything else
+    (forged, malformed) goes through the budget as before."""
+
+    def authenticate(self, request):
+        plain = _bearer(request)
+        if plain is not None and verify_agent_token(plain) is not None:
+            return _agent_principal(plain), plain
+        return super().authenticate(request)
 
     def verify(self, request):
         plain = _bearer(request)

@@ -59,6 +59,7 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("node.record_bmc_reset", "fleet.change_nodedisposal", "record the BMC reset"),
     ("node.record_asset_tags_removed", "fleet.change_nodedisposal", "record the asset tags removed"),
     ("node.record_custody_transfer", "fleet.add_custodytransfer", "record a chain-of-custody transfer"),
+    ("site.upload_grid_profile", "fleet.add_gridintensityhour", "upload a site's hourly grid carbon intensity"),
     ("disposition_plan.create", "planning.add_dispositionplan", "create a disposition plan"),
     ("migration_plan.create", "planning.add_migrationplan", "create a migration plan"),
     ("migration_plan.apply", "planning.change_migrationplan", "apply a migration plan (schedules node actions)"),

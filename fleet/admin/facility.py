@@ -21,7 +21,7 @@ from .inventory_files import InventoryFileAdmin
 
 @admin.register(Site)
 class SiteAdmin(AuditedModelAdmin):
-    list_display = ("name", "slug", "region", "electricity_usd_per_kwh", "grid_kg_co2e_per_kwh")
+    list_display = ("name", "slug", "region", "pue", "electricity_usd_per_kwh", "grid_kg_co2e_per_kwh")
     search_fields = ("name", "slug", "region")
     prepopulated_fields = {"slug": ("name",)}
 
@@ -41,7 +41,7 @@ class RackInline(admin.TabularInline):
 
 @admin.register(Hall)
 class HallAdmin(AuditedModelAdmin):
-    list_display = ("name", "site", "it_power_budget_kw", "pue")
+    list_display = ("name", "site", "it_power_budget_kw", "pue")  # the design PUE the planner models
     list_filter = ("site",)
     search_fields = ("name", "site__name")
     list_select_related = ("site",)

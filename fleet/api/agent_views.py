@@ -1,6 +1,11 @@
 """Node agent API: what the node should do now, and what it did (docs/api.md, "Node agent API")."""
 
+import hashlib
+import json
+
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
+from django.utils.http import parse_etags, quote_etag
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -39,22 +44,37 @@ class AgentView(APIView):
 
 
 class DesiredStateView(AgentView):
-    @extend_schema(responses=DesiredStateOut, summary="What the control plane wants this node to do now")
+    @extend_schema(
+        responses={200: DesiredStateOut, 304: None},
+        summary="What the control plane wants this node to do now",
+        description="Carries an `ETag`; sent back as `If-None-Match`, an unchanged state answers "
+        "`304 Not Modified` with no body (the grants in it change once an hour, so a quiet node's "
+        "polls are 304s).",
+    )
     def get(self, request):
         node = self.node(request)
         live = live_allocation_of_node(node)
         actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
-        return Response(
-            {
-                "lifecycle": node.lifecycle,
-                "allocation_id": str(live[0]) if live else None,
-                "tenant_id": str(live[1]) if live else None,
-                "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
-                "sku": node.node_type.slug,
-                "gpus": node.node_type.gpus_per_node,
-                "metering_grants": metering_grants_for_node(node, now=timezone.now()),
-            }
-        )
+        state = {
+            "lifecycle": node.lifecycle,
+            "allocation_id": str(live[0]) if live else None,
+            "tenant_id": str(live[1]) if live else None,
+            "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
+            "sku": node.node_type.slug,
+            "gpus": node.node_type.gpus_per_node,
+            "metering_grants": metering_grants_for_node(node, now=timezone.now()),
+        }
+        etag = _etag(state)
+        wanted = parse_etags(request.headers.get("If-None-Match", ""))
+        if etag in wanted or "*" in wanted:
+            return Response(status=304, headers={"ETag": etag})
+        return Response(state, headers={"ETag": etag})
+
+
+def _etag(state: dict) -> str:
+    """A strong validator of the body: a digest of its canonical JSON."""
+    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
+    return quote_etag(hashlib.sha256(canonical.encode()).hexdigest()[:32])
 
 
 class ActionResultsView(AgentView):

@@ -286,3 +286,13 @@ class EnrolmentOut(serializers.Serializer):
     )
     skipped = serializers.ListField(child=serializers.DictField(), help_text="[{address, system_path, serial, why}]")
     unreachable = serializers.ListField(child=serializers.DictField(), help_text="[{address, kind, detail}]")
+
+
+class GridProfileOut(serializers.Serializer):
+    site_id = serializers.UUIDField()
+    hours = serializers.IntegerField(help_text="hours in the file, all saved")
+    replaced = serializers.IntegerField(help_text="of which hours that already had a figure")
+    first_hour = serializers.DateTimeField()
+    last_hour = serializers.DateTimeField()
+    mean_kg_co2e_per_kwh = serializers.DecimalField(max_digits=6, decimal_places=4)
+    sha256 = serializers.CharField(help_text="of the file as uploaded (also in the audit trail)")

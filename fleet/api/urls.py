@@ -22,6 +22,7 @@ ops_urlpatterns = [
     api_route(r"nodes/(?P<pk>[^/]+)/bmc", bmc_views.NodeBMCView.as_view(), "ops-node-bmc"),
     api_route(r"nodes/(?P<pk>[^/]+)/power", bmc_views.NodePowerView.as_view(), "ops-node-power"),
     api_route(r"nodes/(?P<pk>[^/]+)", views.NodeDetailView.as_view(), "ops-node-detail"),
+    api_route(r"sites/(?P<pk>[^/]+)/grid-intensity", views.SiteGridIntensity.as_view(), "ops-site-grid-intensity"),
     api_route(
         r"drives/(?P<pk>[^/]+)/sanitization-records",
         views.SanitizationRecordCreate.as_view(),

@@ -3,8 +3,9 @@ records, BMC reset, asset tags, custody). The node agent's routes are in agent_v
 
 from django.db.models import F
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import parsers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,10 +17,11 @@ from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from fleet import selectors
 from fleet.filters import NodeFilterSet
-from fleet.models import Drive, Node, NodeEvent
+from fleet.models import Drive, Node, NodeEvent, Site
 from fleet.selectors import data_handling_status
 from fleet.services import bmc_disposal, sanitization
 from fleet.services.drive_gate import RMA, gate_status
+from fleet.services.grid_profile import MAX_BYTES, upload_grid_profile
 from fleet.services.lifecycle import ExitRefused, InvalidTransition
 from fleet.services.operator_actions import (
     REGISTRY,
@@ -34,6 +36,7 @@ from .serializers import (
     BmcResetIn,
     CustodyTransferIn,
     DataHandlingOut,
+    GridProfileOut,
     NodeActionIn,
     NodeEventOut,
     NodeOut,
@@ -203,6 +206,34 @@ class SanitizationRecordCreate(OpsView):
             return Response(SanitizationRecordOut(record).data, status=status.HTTP_201_CREATED)
 
         return idempotent_create(request, scope=request.user.idempotency_scope, key=key, perform=perform)
+
+
+class CsvBodyParser(parsers.BaseParser):
+    """A text/csv request body, as bytes, read no further than one byte past the service's limit
+    (the service refuses anything longer with a clear 400)."""
+
+    media_type = "text/csv"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return stream.read(MAX_BYTES + 1) if stream is not None else b""
+
+
+class SiteGridIntensity(OpsView):
+    ops_action = "site.upload_grid_profile"
+    parser_classes = [CsvBodyParser]
+
+    @extend_schema(
+        operation_id="ops_site_grid_intensity_upload",
+        request={"text/csv": OpenApiTypes.STR},
+        responses={200: GridProfileOut},
+        summary="Upload a site's hourly grid carbon intensity (CSV: hour,kg_co2e_per_kwh)",
+    )
+    def put(self, request, pk):
+        site = Site.objects.filter(pk=uuid_or_404(pk)).first()
+        if site is None:
+            raise Problem(404, "not_found", "No site with this id; the admin lists the sites.")
+        summary = upload_grid_profile(site=site, raw=request.data or b"", actor=request.user.actor)
+        return Response(GridProfileOut(summary).data)
 
 
 def data_handling_body(node: Node) -> dict:

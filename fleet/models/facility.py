@@ -33,6 +33,10 @@ def default_grid_carbon_intensity() -> Decimal:
     return _reference_decimal("grid_carbon_intensity_us_average")
 
 
+def default_pue() -> Decimal:
+    return _reference_decimal("pue_industry_average")
+
+
 class Site(BaseModel):
     """A data-centre campus, with what its energy costs and emits."""
 
@@ -53,6 +57,17 @@ class Site(BaseModel):
         validators=[MinValueValidator(Decimal("0"))],
         help_text="grid carbon intensity; default facility.csv grid_carbon_intensity_us_average",
     )
+    # The site's PUE, not a hall's: the utility meters the site, and its overhead (chillers,
+    # UPS losses, lighting) is shared by every hall, so facility kWh and the facility power
+    # figure are IT × this one number.
+    pue = models.DecimalField(
+        max_digits=4,
+        decimal_places=2,
+        default=default_pue,
+        validators=[MinValueValidator(Decimal("1"))],
+        help_text="power usage effectiveness of the site: facility kWh = IT kWh × PUE; "
+        "default facility.csv pue_industry_average",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -72,7 +87,8 @@ class Hall(BaseModel):
         decimal_places=2,
         default=Decimal("1.58"),
         validators=[MinValueValidator(Decimal("1"))],
-        help_text="Power usage effectiveness; default 1.58 = Uptime Institute 2023 industry average",
+        help_text="the hall's design PUE, an input of the migration planner only; metered figures "
+        "(facility kW, facility kWh) use the site's PUE",
     )
     grid_columns = models.PositiveSmallIntegerField(default=16, help_text="racks per row on the floor map")
 

@@ -115,6 +115,9 @@ class Node(BaseModel):
     state_deadline = models.DateTimeField(
         null=True, blank=True, help_text="a working state past this moves to its failure state"
     )
+    # Kept apart from the deadline: the reconciler moves the deadline later after a control-plane
+    # outage, while agent results and check requests still count from the real entry.
+    state_entered_at = models.DateTimeField(null=True, blank=True, help_text="when the node entered its current state")
     power_state = models.CharField(max_length=8, choices=PowerState.choices, default=PowerState.UNKNOWN)
     cordoned = models.BooleanField(default=False)
     cordon_reason = models.CharField(max_length=200, blank=True)

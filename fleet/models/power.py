@@ -9,7 +9,7 @@ from ..choices import (
     EnergySource,
     WallPowerSource,
 )
-from .facility import Hall, Rack
+from .facility import Hall, Rack, Site
 from .nodes import Node
 
 
@@ -51,6 +51,43 @@ class NodeEnergyHour(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.hour:%Y-%m-%d %H}h {self.source}"
+
+
+class NodeEnergyMonth(models.Model):
+    """The sum of one node's NodeEnergyHour rows in one UTC month and source, kept in step with
+    them in the same transaction (fleet.services.energy), so a month's energy is one row per
+    node instead of ~720 (tenants.energy reads it for months an allocation held a node whole)."""
+
+    id = models.BigAutoField(primary_key=True)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="energy_months")
+    month = models.DateField(help_text="first day of the UTC month")
+    source = models.CharField(max_length=8, choices=EnergySource.choices)
+    it_energy_j = models.BigIntegerField(default=0, help_text="node wall (IT) energy (J)")
+    gpu_energy_j = models.BigIntegerField(default=0, help_text="of which GPU board energy (J)")
+    seconds = models.PositiveIntegerField(default=0, help_text="seconds of the month the counters cover")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "month", "source"], name="fleet_energymonth_unique")]
+        indexes = [models.Index(fields=["month", "node"], name="fleet_energymonth_month_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.month:%Y-%m} {self.source}"
+
+
+class GridIntensityHour(models.Model):
+    """A site's grid carbon intensity in one UTC hour, from a profile an operator uploaded
+    (fleet.services.grid_profile). Hours without a row use the site's constant."""
+
+    id = models.BigAutoField(primary_key=True)
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="grid_intensity_hours")
+    hour = models.DateTimeField(help_text="start of the UTC hour")
+    kg_co2e_per_kwh = models.DecimalField(max_digits=6, decimal_places=4)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["site", "hour"], name="fleet_gridhour_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.site_id} {self.hour:%Y-%m-%d %H}h {self.kg_co2e_per_kwh}"
 
 
 class PowerPoint(models.Model):

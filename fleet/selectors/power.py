@@ -177,7 +177,7 @@ def hall_power(*, now: datetime) -> list[HallPower]:
             hall_id=h.pk,
             name=str(h),
             budget_kw=float(h.it_power_budget_kw),
-            pue=float(h.pue),
+            pue=float(h.site.pue),  # the site's PUE, the one the energy figures use
             drawn_kw=round(h.drawn, 1),
             rated_kw=round(h.rated, 1),
             nodes=h.nodes_n,

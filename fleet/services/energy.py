@@ -17,14 +17,14 @@ the gap's UTC hours (nothing says how it was distributed inside the gap).
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from fleet.choices import EnergySource
-from fleet.models import NodeEnergyCounter, NodeEnergyHour
+from fleet.models import NodeEnergyCounter, NodeEnergyHour, NodeEnergyMonth
 from fleet.wall_power import spread_over_hours
 
 log = logging.getLogger(__name__)
@@ -121,16 +121,36 @@ def record_counters(
             return "nothing"
         start = now - timedelta(seconds=elapsed)
         gpu_parts = dict((hour, j) for hour, j, _ in spread_over_hours(start, now, gpu_j or 0))
-        for hour, joules, seconds in spread_over_hours(start, now, it_j):
-            _add(node_id, hour, source, joules, gpu_parts.get(hour, 0), seconds)
+        _add(
+            node_id,
+            source,
+            [
+                (hour, joules, gpu_parts.get(hour, 0), seconds)
+                for hour, joules, seconds in spread_over_hours(start, now, it_j)
+            ],
+        )
         return "recorded"
 
 
-def _add(node_id, hour: datetime, source: str, it_j: int, gpu_j: int, seconds: int) -> None:
-    updated = NodeEnergyHour.objects.filter(node_id=node_id, hour=hour, source=source).update(
-        it_energy_j=F("it_energy_j") + it_j, gpu_energy_j=F("gpu_energy_j") + gpu_j, seconds=F("seconds") + seconds
-    )
-    if not updated:
-        NodeEnergyHour.objects.create(
-            node_id=node_id, hour=hour, source=source, it_energy_j=it_j, gpu_energy_j=gpu_j, seconds=seconds
-        )
+def _add(node_id, source: str, parts: list[tuple[datetime, int, int, int]]) -> None:
+    """Add (hour, IT J, GPU J, seconds) parts to the node's hour rows and, in the same
+    transaction, to its month roll-up rows (one statement per month touched, however long the
+    gap). The caller holds the node's counter row locked, so no other writer races these rows."""
+    months: dict = {}
+    for hour, it_j, gpu_j, seconds in parts:
+        _bump(NodeEnergyHour, {"node_id": node_id, "hour": hour, "source": source}, it_j, gpu_j, seconds)
+        month = hour.astimezone(UTC).date().replace(day=1)
+        m = months.setdefault(month, [0, 0, 0])
+        m[0], m[1], m[2] = m[0] + it_j, m[1] + gpu_j, m[2] + seconds
+    for month, (it_j, gpu_j, seconds) in months.items():
+        _bump(NodeEnergyMonth, {"node_id": node_id, "month": month, "source": source}, it_j, gpu_j, seconds)
+
+
+def _bump(model, key: dict, it_j: int, gpu_j: int, seconds: int) -> None:
+    sums = {
+        "it_energy_j": F("it_energy_j") + it_j,
+        "gpu_energy_j": F("gpu_energy_j") + gpu_j,
+        "seconds": F("seconds") + seconds,
+    }
+    if not model.objects.filter(**key).update(**sums):
+        model.objects.create(**key, it_energy_j=it_j, gpu_energy_j=gpu_j, seconds=seconds)

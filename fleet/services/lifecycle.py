@@ -9,7 +9,7 @@ answer `409 invalid_transition` with the reason.
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -164,6 +164,19 @@ def _deadline_for(state: str, now):
     return now + timeout if timeout else None
 
 
+def state_entered_at(node: Node) -> datetime | None:
+    """When the node entered its current timed state: agent results and check requests from
+    before that belong to an earlier visit. `state_entered_at` is set by every move; a row put
+    in its state without transition() (a raw update) falls back to its deadline minus the
+    state's timeout, which holds until a control-plane outage moved the deadline."""
+    if node.state_entered_at is not None:
+        return node.state_entered_at
+    timeout = STATE_TIMEOUTS.get(node.lifecycle)
+    if node.state_deadline is None or timeout is None:
+        return None
+    return node.state_deadline - timeout
+
+
 @transaction.atomic
 def transition(
     node: Node,
@@ -187,6 +200,7 @@ def transition(
     updates = {
         "lifecycle": to_state,
         "state_deadline": _deadline_for(to_state, now),
+        "state_entered_at": now,
         "target_lifecycle": target_lifecycle,
         "updated_at": now,
     }
@@ -257,6 +271,7 @@ def transition_many(
         updates = {
             "lifecycle": to_state,
             "state_deadline": _deadline_for(to_state, now),
+            "state_entered_at": now,
             "target_lifecycle": "",
             "failed_attempts": 0,
             "next_attempt_at": None,

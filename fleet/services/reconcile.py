@@ -14,6 +14,9 @@ entered that state, never at events it might have missed. For each batch of clai
 - moves a `draining` node whose tenant has left on to `remediating`;
 - flags a `sanitizing` node past its deadline (`last_error`); it is never moved on from here.
 
+Deadlines count only time the reconciler was running: after a detected outage (its loop clock,
+core.services.loop_clock) every running state deadline moves later by the gap.
+
 Validating and remediating outcomes depend on health checks (the health app decides them);
 only their deadlines are enforced here.
 
@@ -30,19 +33,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import DurationField, ExpressionWrapper, F, Q, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from core.locks import locked_run
+from core.models import LoopClock
+from core.services.audit import record_audit
+from core.services.loop_clock import Outage, note_run
 from fleet.choices import AgentAction, AgentActionState
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeAgentAction
 from fleet.selectors import occupied_node_ids
 
 from .agent_work import request_agent_actions
-from .lifecycle import DEADLINE_FAILURE, STATE_TIMEOUTS, transition_many
+from .lifecycle import DEADLINE_FAILURE, STATE_TIMEOUTS, state_entered_at, transition_many
 
 ACTOR = "system:reconciler"
+LOOP_NAME = "reconcile_nodes"
+LOOP_INTERVAL = timedelta(seconds=10)  # core.periodic "reconcile nodes"
 BATCH_SIZE = 500
 TIME_BUDGET_S = 7.0  # the beat interval is 10 s: stop claiming new batches well before the next run
 BACKOFF_BASE_S = 5
@@ -93,6 +102,7 @@ class PassResult:
     retried: int = 0
     complete: bool = True  # False when the time budget stopped it before every node was seen
     skipped: bool = False  # another run held the lock
+    rearmed: int = 0  # state deadlines moved later after a detected outage
 
     def as_dict(self) -> dict:
         return {
@@ -103,16 +113,8 @@ class PassResult:
             "retried": self.retried,
             "complete": self.complete,
             "skipped": self.skipped,
+            "rearmed": self.rearmed,
         }
-
-
-def _entered_at(node: Node) -> datetime | None:
-    """When the node entered its current state: its deadline minus the state's timeout.
-    Agent results from before that belong to an earlier visit of the state and are ignored."""
-    timeout = STATE_TIMEOUTS.get(node.lifecycle)
-    if node.state_deadline is None or timeout is None:
-        return None
-    return node.state_deadline - timeout
 
 
 def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
@@ -125,6 +127,7 @@ def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
         "hostname",
         "lifecycle",
         "state_deadline",
+        "state_entered_at",
         "failed_attempts",
         "next_attempt_at",
         "last_error",
@@ -164,7 +167,7 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
         state = node.lifecycle
         if state in STEPS:
             step, success, max_attempts = STEPS[state]
-            entered = _entered_at(node)
+            entered = state_entered_at(node)
             # This visit's work: anything pending, and results requested or finished since the node
             # entered the state (work queued just before the move, e.g. by placement, counts too).
             mine = [
@@ -271,11 +274,41 @@ def reconcile_pass(
     return result
 
 
+def rearm_state_deadlines(outage: Outage) -> int:
+    """Give back the time nobody could act in: every state deadline still running when the
+    outage began moves later by the part of the outage the node spent in its state (the whole
+    gap, or from its entry if it entered meanwhile, e.g. an operator's move). One UPDATE, one
+    audit row. The entry time (`state_entered_at`) stays, so what the agents reported during the
+    visit still counts."""
+    started, ended = Value(outage.started), Value(outage.ended)
+    entered = Coalesce(F("state_entered_at"), started)
+    in_state = ExpressionWrapper(ended - Greatest(started, entered), output_field=DurationField())
+    moved = Node.objects.filter(
+        lifecycle__in=list(STATE_TIMEOUTS), state_deadline__isnull=False, state_deadline__gt=outage.started
+    ).update(state_deadline=F("state_deadline") + in_state)
+    gap = int(outage.length.total_seconds())
+    if moved:
+        record_audit(
+            actor=ACTOR,
+            action="node.state_deadlines_rearmed",
+            target=LoopClock.objects.get(name=LOOP_NAME),
+            after={"nodes": moved, "gap_seconds": gap},
+            reason=f"the reconciler was away {gap} s (from {outage.started:%H:%M:%S} UTC); "
+            "node state deadlines moved by the time each node spent in its state meanwhile",
+        )
+    return moved
+
+
 def reconcile_nodes(**kwargs) -> PassResult:
     """The loop's entry point (Celery beat, `run_loops`): one pass under the advisory lock, so
     two scheduled runs never overlap; rows are still claimed with SKIP LOCKED because operator
-    actions and the other loops write nodes too."""
-    with locked_run("reconcile_nodes") as acquired:
+    actions and the other loops write nodes too. A pass that finds the previous one minutes old
+    (database, broker, beat or worker away) first re-arms the state deadlines."""
+    with locked_run(LOOP_NAME) as acquired:
         if not acquired:
             return PassResult(skipped=True, complete=False)
-        return reconcile_pass(**kwargs)
+        outage = note_run(LOOP_NAME, now=kwargs.get("now") or timezone.now(), interval=LOOP_INTERVAL)
+        rearmed = rearm_state_deadlines(outage) if outage is not None else 0
+        result = reconcile_pass(**kwargs)
+        result.rearmed = rearmed
+        return result

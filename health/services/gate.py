@@ -20,7 +20,7 @@ from django.db.models import Count
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
 from fleet.services.agent_work import request_agent_actions
-from fleet.services.lifecycle import STATE_TIMEOUTS, transition_many
+from fleet.services.lifecycle import state_entered_at, transition_many
 from health.choices import CheckStatus, IncidentState, IncidentStep
 from health.models import HealthCheckResult
 from health.policy import (
@@ -35,11 +35,6 @@ from health.policy import (
 from health.services.conditions import clear_node_conditions
 from health.services.incidents import record_step, settle_credits
 from tenants.models import AllocationNode
-
-
-def entered_at(node: Node):
-    """When the node entered its timed state (transition sets deadline = entry + timeout)."""
-    return node.state_deadline - STATE_TIMEOUTS[node.lifecycle] if node.state_deadline else None
 
 
 def required_checks(lifecycle: str, remediation: str | None) -> tuple[str, ...]:
@@ -73,7 +68,7 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
     nodes = list(
         Node.objects.filter(lifecycle__in=(Lifecycle.VALIDATING, Lifecycle.BURN_IN))
         .select_for_update(skip_locked=True)
-        .only("id", "hostname", "lifecycle", "state_deadline")
+        .only("id", "hostname", "lifecycle", "state_deadline", "state_entered_at")
     )
     if not nodes:
         return {"passed": 0, "failed": 0, "flapping": 0, "rma": 0}
@@ -89,7 +84,7 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
         results.setdefault(node_id, []).append((name, status, received_at))
     passed, failed = [], []
     for node in nodes:
-        since = requested.get(node.pk) or entered_at(node)
+        since = requested.get(node.pk) or state_entered_at(node)
         need = required_checks(node.lifecycle, remediation.get(node.pk))
         latest = {name: status for name, status, at in results.get(node.pk, []) if since is None or at >= since}
         if any(latest.get(name) == CheckStatus.FAIL for name in need):
@@ -174,7 +169,7 @@ CHECK_ACTIONS = (AgentAction.DCGM_R2, AgentAction.DCGM_R3, AgentAction.BURN_IN)
 def _checks_requested(nodes: list[Node]) -> dict:
     """{node_id: when the server asked for this state's checks} (one query): the first check
     request at or after the node entered its state, by the server's clock."""
-    entered = {n.pk: entered_at(n) for n in nodes}
+    entered = {n.pk: state_entered_at(n) for n in nodes}
     first: dict = {}
     for node_id, created in (
         NodeAgentAction.objects.filter(node_id__in=list(entered), action__in=CHECK_ACTIONS)

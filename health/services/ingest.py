@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from django.db import connection, transaction
 
+from fleet.choices import Health
 from fleet.models import Node, NodeEnergyCounter
 from fleet.services.drive_inventory import reconcile_drive_inventory
 from fleet.services.energy import INTEGRATE_EVERY, record_counters
@@ -143,12 +144,21 @@ def heartbeat_signals(
 
 def _heartbeat_sql() -> str:
     """One round trip: the node UPDATE returns whether a level condition is still active
-    (no row back: the node is gone)."""
+    (no row back: the node is gone).
+
+    A good heartbeat (no signal in it) on an `unknown` node with no active condition makes it
+    `healthy` in the same statement: the lease lapse is over the moment the node speaks, and
+    waiting up to a sweep interval for the roll-up showed healthy nodes flapping to `unknown`
+    on the dashboard. The probe runs only for `unknown` nodes (the CASE short-circuits)."""
     node_table, condition_table = Node._meta.db_table, Condition._meta.db_table
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
     counter_table = NodeEnergyCounter._meta.db_table
+    unknown, healthy = Health.UNKNOWN.value, Health.HEALTHY.value
     return (
         f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
+        f"health = CASE WHEN health = '{unknown}' AND %s THEN (CASE WHEN EXISTS(SELECT 1 FROM {condition_table} "
+        f"WHERE {condition_table}.node_id = {node_table}.id AND {condition_table}.status = 'active') "
+        f"THEN health ELSE '{healthy}' END) ELSE health END, "
         f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s), "
         f"wall_power_w = CASE WHEN %s THEN %s ELSE wall_power_w END, "
         f"wall_power_source = CASE WHEN %s THEN %s ELSE wall_power_source END, "
@@ -216,6 +226,7 @@ def ingest_heartbeat(
                 at,
                 power_state,
                 round(sum(power)) if power else None,
+                not signals,
                 clock_skew_seconds(observed_at, now),
                 has_wall,
                 wall_watts,

@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Exists, OuterRef, Q
 
@@ -62,7 +62,7 @@ class Silent:
     rack: str
 
 
-def _page(incident: Incident, *, now: datetime, actor: str) -> None:
+def page(incident: Incident, *, now: datetime, actor: str) -> None:
     """On-call hears once per incident: a PAGE step on the timeline and a warning in the log."""
     incident.paged_at = now
     Incident.objects.filter(pk=incident.pk).update(paged_at=now)
@@ -87,7 +87,7 @@ def _open_incident(*, scope: str, key: str, label: str, title: str, now: datetim
         state=IncidentState.STABILISED,
     )
     IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.DETECT, actor=actor, detail=title)
-    _page(incident, now=now, actor=actor)
+    page(incident, now=now, actor=actor)
     return incident
 
 
@@ -128,11 +128,11 @@ def _close_control_plane(*, resumed: datetime | None, now: datetime, actor: str)
     reporting = Node.objects.filter(lifecycle__in=LEASE_LIFECYCLES, last_heartbeat_at__isnull=False)
     detail = f"heartbeats flow again: {fresh.count()} of {reporting.count()} reporting nodes fresh"
     for incident in open_:
-        _close(incident, now=now, actor=actor, detail=detail)
+        close_incident(incident, now=now, actor=actor, detail=detail)
     return len(open_)
 
 
-def _close(incident: Incident, *, now: datetime, actor: str, detail: str) -> None:
+def close_incident(incident: Incident, *, now: datetime, actor: str, detail: str) -> None:
     IncidentEvent.objects.bulk_create(
         [
             IncidentEvent(incident=incident, at=now, step=IncidentStep.RETURN, actor=actor, detail=detail),
@@ -150,13 +150,13 @@ def _close(incident: Incident, *, now: datetime, actor: str, detail: str) -> Non
     )
 
 
-def _densest(silent: list[Silent]) -> list[Silent]:
-    """The largest subset whose silences began within LAPSE_WINDOW of each other."""
+def densest(silent: list, window: timedelta = LAPSE_WINDOW) -> list:
+    """The largest subset (of anything with a `since`) that began within `window` of each other."""
     ordered = sorted(silent, key=lambda s: s.since)
-    best: list[Silent] = []
+    best: list = []
     start = 0
     for end in range(len(ordered)):
-        while ordered[end].since - ordered[start].since > LAPSE_WINDOW:
+        while ordered[end].since - ordered[start].since > window:
             start += 1
         if end - start + 1 > len(best):
             best = ordered[start : end + 1]
@@ -234,7 +234,7 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
                 groups[getattr(s, attr)].append(s)
         correlated = {}
         for key, members in groups.items():
-            together = _densest(members) if scope != IncidentScope.SITE else members
+            together = densest(members) if scope != IncidentScope.SITE else members
             if len(together) >= min_nodes and len(together) >= share * totals[(scope, _raw(scope, key))]:
                 correlated[key] = together
         existing = {
@@ -361,7 +361,7 @@ def _close_finished(*, now: datetime, actor: str) -> int:
         detail = f"{incident.returned} node(s) reporting again"
         if incident.released:
             detail += f"; {incident.released} handed to per-node judgement"
-        _close(incident, now=now, actor=actor, detail=detail)
+        close_incident(incident, now=now, actor=actor, detail=detail)
     return len(done)
 
 

@@ -19,7 +19,7 @@ from core.services.loop_clock import note_run, resumed_at
 from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle, PowerAction, PowerActionState
 from fleet.models import BMCPowerAction, Node, NodeAgentAction
 from fleet.services.agent_work import request_agent_actions
-from fleet.services.lifecycle import transition_many
+from fleet.services.lifecycle import state_entered_at, transition_many
 from fleet.services.power_actions import nodes_with_bmc, request_power_actions
 from health.choices import (
     ACTIONABLE,
@@ -45,7 +45,8 @@ from health.policy import (
 )
 from health.services.conditions import apply_observations
 from health.services.escalations import escalate_thermal, hold_nvlink_domains, queue_idle_diagnostics
-from health.services.gate import apply_gate, entered_at, send_repeat_triage_to_rma
+from health.services.fabric import fabric_held, judge_fabric
+from health.services.gate import apply_gate, send_repeat_triage_to_rma
 from health.services.incidents import (
     open_incidents_by_node,
     open_policy_incidents,
@@ -78,6 +79,7 @@ def sweep(*, now: datetime) -> dict:
     resumed = resumed_at("health_sweep")
     summary = {"pruned": _prune(now), "control_plane_outage_s": int(outage.length.total_seconds()) if outage else 0}
     summary.update(judge_lapses(now=now, resumed=resumed, actor=ACTOR))
+    summary.update(judge_fabric(now=now, actor=ACTOR))  # before the policy: a dead leaf is not N cable faults
     summary["heartbeat_lost"] = _lease(now, resumed)
     summary["thermal_throttle"] = escalate_thermal(now)
     _roll_up(now)
@@ -179,6 +181,7 @@ def _apply_policy(now: datetime) -> dict:
     rows = list(
         Condition.objects.filter(status=ConditionStatus.ACTIVE, node__lifecycle__in=POLICY_LIFECYCLES)
         .filter(Q(severity__in=ACTIONABLE) | Q(signal__in=COMBO_SIGNALS))
+        .exclude(fabric_held())
         .values("node_id", "signal", "severity", "count")
     )
     if not rows:
@@ -390,7 +393,7 @@ def _remediate(now: datetime) -> dict:
     nodes = list(
         Node.objects.filter(lifecycle=Lifecycle.REMEDIATING)
         .select_for_update(skip_locked=True)
-        .only("id", "hostname", "lifecycle", "state_deadline")
+        .only("id", "hostname", "lifecycle", "state_deadline", "state_entered_at")
     )
     if not nodes:
         return {"queued": 0, "validating": 0, "bmc_power_cycles": 0}
@@ -403,7 +406,7 @@ def _remediate(now: datetime) -> dict:
     done: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
     failed, why = [], {}
     for node in nodes:
-        since = entered_at(node)
+        since = state_entered_at(node)
         mine = [a for a in actions.get(node.pk, []) if since is None or a[2] >= since]
         if not mine:
             kind = AgentAction.GPU_RESET if worst.get(node.pk) == S.RESET else AgentAction.REBOOT

@@ -1,16 +1,195 @@
-"""Serializers of the migration-plan ops API (documented for drf-spectacular).
+"""Request and response shapes of the planning ops API (documented for drf-spectacular).
 
-The request is ``PlanParametersSerializer`` (planning.inputs): the same
-validation the console form uses. The response describes the stored plan; the weekly
-timelines are plain JSON arrays of points.
+The migration-plan request is ``PlanParametersSerializer``: the console form goes through the
+same serializer (``plan_parameters``), so both refuse bad input alike; what needs the inventory
+is checked after it by ``planning.inputs.validate_parameters``. The response describes the
+stored plan; the weekly timelines are plain JSON arrays of points.
 """
 
 from decimal import Decimal
 
 from rest_framework import serializers
 
+from planning.inputs import DEFAULT_TARGET, FLOOR_UNITS, PlanInputError, json_ready
 from planning.models import MigrationPlan
 from planning.services import disposition_plans as disposition
+
+# ---- migration plans: parameters (request)
+
+
+class DeliverySerializer(serializers.Serializer):
+    date = serializers.DateField(help_text="day the scalable units arrive on site")
+    scalable_units = serializers.IntegerField(min_value=1, max_value=1000)
+    racks_per_unit = serializers.IntegerField(
+        min_value=1, max_value=1000, help_text="racks of the target type per unit"
+    )
+    label = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
+
+
+class FacilityUpgradeSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["cdu_install"], default="cdu_install")
+    positions = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        min_length=1,
+        max_length=10000,
+        help_text="rack ids or names (in the halls in scope) that get the upgrade",
+    )
+    earliest_start = serializers.DateField(required=False, help_text="default: the plan's start")
+    lead_time_days = serializers.IntegerField(
+        min_value=0,
+        max_value=3650,
+        required=False,
+        allow_null=True,
+        help_text="default: high end of cdu_lead_time (facility.csv)",
+    )
+    power_kw_after = serializers.FloatField(
+        min_value=0,
+        max_value=1000,
+        required=False,
+        allow_null=True,
+        help_text="position power after the upgrade; default: high end of liquid_rack_capacity (facility.csv)",
+    )
+    cooling_kw_after = serializers.FloatField(
+        min_value=0,
+        max_value=1000,
+        required=False,
+        allow_null=True,
+        help_text="position liquid cooling after the upgrade; default: as power_kw_after",
+    )
+
+
+class HallFacilitySerializer(serializers.Serializer):
+    hall = serializers.UUIDField(help_text="hall id in scope")
+    cdu_units = serializers.IntegerField(
+        min_value=1,
+        max_value=1000,
+        required=False,
+        allow_null=True,
+        help_text="CDUs serving the hall; capacity counts all but one (N+1)",
+    )
+    cdu_unit_kw = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
+    air_cooling_kw = serializers.FloatField(
+        min_value=0,
+        max_value=1_000_000,
+        required=False,
+        allow_null=True,
+        help_text="room-air heat the hall's air handlers remove",
+    )
+    floor_load_kpa = serializers.FloatField(
+        min_value=0, max_value=1000, required=False, allow_null=True, help_text="rated distributed floor load"
+    )
+
+
+class PlanParametersSerializer(serializers.Serializer):
+    """What an operator decides; every field has a default from the inventory or the reference data."""
+
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    start = serializers.DateField(required=False, help_text="first planned week; default: next Monday")
+    halls = serializers.ListField(
+        child=serializers.UUIDField(), required=False, min_length=1, help_text="hall ids in scope; default: all halls"
+    )
+    positions = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        min_length=1,
+        help_text="rack ids or names in scope; default: every rack of the halls in scope",
+    )
+    target_node_type = serializers.SlugField(required=False, help_text=f"catalogue slug; default {DEFAULT_TARGET}")
+    target_perf_per_gpu = serializers.FloatField(
+        min_value=0.01,
+        max_value=100,
+        required=False,
+        allow_null=True,
+        help_text="H100-equivalents per target GPU for the workload; default: generations.csv",
+    )
+    perf_overrides = serializers.DictField(
+        child=serializers.FloatField(min_value=0.01, max_value=100),
+        required=False,
+        allow_empty=True,
+        help_text="node type slug -> H100-equivalents per GPU, overriding generations.csv for the current fleet",
+    )
+    workload = serializers.ChoiceField(
+        choices=["training", "inference"],
+        required=False,
+        help_text="which generations.csv ratio normalises capacity (default training)",
+    )
+    floor_unit = serializers.ChoiceField(
+        choices=list(FLOOR_UNITS), required=False, help_text="unit of the default floor: h100e (default) or gpus"
+    )
+    hall_facilities = HallFacilitySerializer(many=True, required=False, max_length=1000)
+    deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
+    burn_in_days = serializers.IntegerField(
+        min_value=0,
+        max_value=365,
+        required=False,
+        allow_null=True,
+        help_text="default: high end of burn_in_per_rack (facility.csv)",
+    )
+    cut_over_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=1)
+    drain_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
+    sanitise_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
+    ship_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
+    facility_upgrades = FacilityUpgradeSerializer(many=True, required=False)
+    capacity_floor_gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=10_000_000,
+        required=False,
+        help_text="raw GPU floor; default: today's GPUs when floor_unit=gpus, else 0",
+    )
+    capacity_floor_perf = serializers.FloatField(
+        min_value=0,
+        max_value=1e9,
+        required=False,
+        allow_null=True,
+        help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none",
+    )
+    largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
+    power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
+
+
+def field_errors(detail, prefix: str = "") -> list[dict]:
+    """DRF's nested errors → ``[{field, message}]`` with paths like ``deliveries[0].date``.
+
+    DRF keys list items by int (``{0: {...}}``); those become ``[0]`` so the paths read the
+    same as the ones this module writes itself.
+    """
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            if isinstance(key, int):
+                field = f"{prefix}[{key}]"
+            elif key == "non_field_errors":
+                field = prefix or "non_field_errors"
+            else:
+                field = f"{prefix}.{key}" if prefix else str(key)
+            out.extend(field_errors(value, field))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for index, item in enumerate(detail):
+            out.extend(
+                field_errors(item, f"{prefix}[{index}]")
+                if isinstance(item, (dict, list))
+                else [{"field": prefix or "non_field_errors", "message": str(item)}]
+            )
+        return out
+    return [{"field": prefix or "non_field_errors", "message": str(detail)}]
+
+
+def plan_parameters(data) -> dict:
+    """A request body or console form → checked, JSON-ready migration-plan parameters.
+
+    Raises ``PlanInputError`` with ``[{field, message}]`` like the inventory checks that follow."""
+    if not isinstance(data, dict):
+        raise PlanInputError([{"field": "non_field_errors", "message": "Send a JSON object of plan parameters."}])
+    checked = PlanParametersSerializer(data=data)
+    if not checked.is_valid():
+        raise PlanInputError(field_errors(checked.errors))
+    return json_ready(dict(checked.validated_data))
+
+
+# ---- migration plans: the stored plan (response)
 
 
 class VerdictsSerializer(serializers.Serializer):
@@ -125,7 +304,13 @@ class PlanResultSerializer(serializers.Serializer):
 
 
 class MigrationPlanSerializer(serializers.ModelSerializer):
-    result = PlanResultSerializer()
+    result = PlanResultSerializer(allow_null=True, help_text="null until computed (computation: done)")
+    computation = serializers.ChoiceField(
+        choices=MigrationPlan.Computation.choices,
+        help_text="queued/running: a worker is computing this large plan; done: result holds it; failed: see "
+        "computation_error",
+    )
+    progress = serializers.FloatField(help_text="fraction of the planner's work done, as it reports (0..1)")
     inputs = serializers.JSONField(
         help_text="{parameters: the complete operator parameters, resolved: the planner inputs}"
     )
@@ -141,6 +326,10 @@ class MigrationPlanSerializer(serializers.ModelSerializer):
             "status",
             "applied_at",
             "feasible",
+            "computation",
+            "progress",
+            "computation_error",
+            "computed_at",
             "actions",
             "inputs",
             "result",

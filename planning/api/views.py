@@ -15,8 +15,8 @@ from core.api.lookups import uuid_or_404
 from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from core.api.schema import ProblemSerializer
-from planning.engines.disposition import InternalDemand
-from planning.inputs import PlanInputError, PlanParametersSerializer
+from planning.engines.disposition.types import InternalDemand
+from planning.inputs import PlanInputError
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.services import capacity_plans as capacity
 from planning.services import disposition_plans as disposition
@@ -28,6 +28,8 @@ from .serializers import (
     DispositionPlanIn,
     DispositionPlanOut,
     MigrationPlanSerializer,
+    PlanParametersSerializer,
+    plan_parameters,
 )
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -66,7 +68,7 @@ class MigrationPlanCollection(APIView):
 
         def perform() -> Response:
             try:
-                plan = create_plan(parameters=request.data, actor=request.user.actor)
+                plan = create_plan(parameters=plan_parameters(request.data), actor=request.user.actor)
             except PlanInputError as exc:
                 raise Problem(
                     400, "validation_error", "Some fields are invalid; see errors.", errors=exc.errors
@@ -122,9 +124,7 @@ class MigrationPlanApply(APIView):
 
 
 def plan_body(plan: DispositionPlan) -> dict:
-    data = DispositionPlanOut(plan).data
-    data["result"] = {k: v for k, v in plan.result.items() if k != "figures"}  # figures are for the console
-    return data
+    return DispositionPlanOut(plan).data
 
 
 def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:

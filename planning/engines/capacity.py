@@ -25,17 +25,14 @@ than that is reported as needing the operator's own measurement rather than sile
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from datetime import date
 from functools import cache
-from pathlib import Path
 
 from core.reference_data import generation as reference_generation
-from core.reference_data import generations, parameter
+from core.reference_data import generations, parameter, table
 
-MODELS_CSV = Path(__file__).resolve().parents[2] / "core" / "reference" / "models.csv"
 REFERENCE_GPUS = 8
 
 
@@ -63,21 +60,20 @@ class ModelSpec:
 @cache
 def reference_models() -> dict[str, ModelSpec]:
     """The sourced defaults (core/reference/models.csv): a dense 70B, a dense 405B, a large MoE."""
-    with MODELS_CSV.open(newline="", encoding="utf-8") as handle:
-        return {
-            row["model"]: ModelSpec(
-                row["model"],
-                float(row["total_params_b"]),
-                float(row["active_params_b"]),
-                int(row["layers"]),
-                int(row["kv_heads"]),
-                int(row["head_dim"]),
-                int(row["bytes_per_element"]),
-                int(row["context_tokens"]),
-                f"models.csv: {row['source']}",
-            )
-            for row in csv.DictReader(handle)
-        }
+    return {
+        row["model"]: ModelSpec(
+            row["model"],
+            float(row["total_params_b"]),
+            float(row["active_params_b"]),
+            int(row["layers"]),
+            int(row["kv_heads"]),
+            int(row["head_dim"]),
+            int(row["bytes_per_element"]),
+            int(row["context_tokens"]),
+            f"models.csv: {row['source']}",
+        )
+        for row in table("models.csv")
+    }
 
 
 @dataclass(frozen=True)

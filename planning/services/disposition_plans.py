@@ -6,13 +6,10 @@ what `recommend_split` answers together with a per-node assignment.
 """
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
-from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -20,23 +17,21 @@ from django.utils import timezone
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Drive, Node
-from planning.disposition_charts import return_per_node_figure, split_figure
-from planning.engines import migration as mp
-from planning.engines.disposition import (
+from planning.engines.disposition.assumptions import load_default_assumptions
+from planning.engines.disposition.split import recommend_split
+from planning.engines.disposition.types import (
     OPTION_ORDER,
     Assumptions,
     InternalDemand,
     OptionValue,
     OutgoingBlock,
-    load_default_assumptions,
-    recommend_split,
     to_cents,
-    value_options,
 )
-from planning.inputs import inputs_from_json
+from planning.engines.disposition.valuation import value_options
+from planning.engines.migration.planner import power_reuse
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
+from planning.plan_json import inputs_from_json, schedule_from_json
 
-REFERENCE_DIR = Path(settings.BASE_DIR) / "core" / "reference"
 CHANNELS = ("broker", "auction", "distressed")
 # Nodes already on their way out or gone cannot be planned again.
 EXCLUDED_STATES = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
@@ -62,7 +57,7 @@ class Selection:
 
 
 def default_assumptions() -> Assumptions:
-    return load_default_assumptions(REFERENCE_DIR)
+    return load_default_assumptions()
 
 
 def apply_overrides(base: Assumptions, overrides: dict[str, Decimal]) -> Assumptions:
@@ -79,6 +74,8 @@ def _migration_plan(plan_id: str) -> MigrationPlan:
     plan = MigrationPlan.objects.filter(pk=plan_id).first()
     if plan is None:
         raise SelectionError(f"no migration plan {plan_id}")
+    if plan.computation != MigrationPlan.Computation.DONE:
+        raise SelectionError(f"migration plan {plan.name!r} is {plan.computation}; link it once it is computed")
     return plan
 
 
@@ -100,7 +97,7 @@ def power_reuse_of(plan: MigrationPlan, *, start: date, horizon_months: int) -> 
     part of the new racks' draw that needs it (beyond the hall's spare power), from the week it
     lands. ``kw_months_per_kw`` is the valuation's ``freed_kw_months_per_kw``."""
     inputs = inputs_from_json(plan.inputs["resolved"])
-    reuse = mp.power_reuse(inputs, mp.plan_migration(inputs))
+    reuse = power_reuse(inputs, *schedule_from_json(plan.result))  # its stored schedule: no re-planning
     freed = reuse.total_freed_kw
     kw_months = reuse.kw_months(start, horizon_months)
     first = reuse.first_reuse()
@@ -272,22 +269,12 @@ def create_disposition_plan(
     recommendation = recommend_split(blocks, demands, assumptions, horizon_months, channel, lease_cap_nodes)
 
     block_rows = []
-    figures = {"split": json.loads(split_figure(recommendation).to_json()), "returns": []}
     for block in blocks:
         external = value_options(block, None, assumptions, horizon_months, channel)
         redeploy = {}
         for d in demands:
             values = value_options(block, d, assumptions, horizon_months, channel)
             redeploy[d.pool] = _option_json(values.redeploy)
-        best_demand = max(
-            demands,
-            key=lambda d: value_options(block, d, assumptions, horizon_months, channel).redeploy.return_per_node,
-            default=None,
-        )
-        chart_values = value_options(block, best_demand, assumptions, horizon_months, channel)
-        figures["returns"].append(
-            {"block": block.label, "figure": json.loads(return_per_node_figure(chart_values, horizon_months).to_json())}
-        )
         block_rows.append(
             {
                 "label": block.label,
@@ -344,7 +331,6 @@ def create_disposition_plan(
         "blocks": block_rows,
         "reasoning": list(recommendation.reasoning),
         "assumptions": _assumptions_json(assumptions),
-        "figures": figures,
     }
     plan = DispositionPlan.objects.create(name=name, created_by=actor, inputs=inputs or {}, result=result)
     DispositionAssignment.objects.bulk_create(

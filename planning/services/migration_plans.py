@@ -10,37 +10,72 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.models import Node, NodeType, Rack
-from planning.engines import migration as mp
+from planning.engines.migration.inputs import PlanInputs
+from planning.engines.migration.planner import plan_migration
+from planning.engines.migration.results import MigrationPlanResult
 from planning.inputs import (
     GONE,
     PlanInputError,
-    inputs_from_json,
-    inputs_to_json,
-    plan_to_json,
     validate_parameters,
 )
 from planning.models import MigrationPlan, PlannedAction
+from planning.plan_json import inputs_from_json, inputs_to_json
+from planning.services.plan_computation import queue_computation, result_fields
+from planning.tasks import compute_migration_plan
 
 
 class PlanNotApplicable(Exception):
     """An infeasible plan is never applied: its schedule would break the floor or the budget."""
 
 
+# Plans up to this many racks (positions in scope + racks delivered) are computed in the request:
+# the planner is linear in racks at about 0.2-0.3 ms each on the shared VM (docs/PERFORMANCE.md),
+# so 2,000 racks answer in about half a second. Larger ones go to a worker and the page shows its progress.
+INLINE_MAX_RACKS = 2000
+
+
+def plan_size(inputs: PlanInputs) -> int:
+    """The planner's work in racks: every position in scope and every rack delivered."""
+    per_rack = max(1, inputs.target.nodes_per_rack)
+    delivered = sum(-(-d.nodes // per_rack) for d in inputs.deliveries)
+    return len(inputs.positions) + delivered
+
+
 @transaction.atomic
 def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
-    """Validate ``parameters`` (raises ``PlanInputError``), plan over the inventory, store and audit it."""
+    """Plan checked ``parameters`` over the inventory, store and audit it (``PlanInputError`` when they do not
+    resolve: unknown halls or racks, deliveries before the start...).
+
+    ``parameters`` come from ``planning.api.serializers.plan_parameters`` (API and console) or from the
+    product itself (a capacity plan's gap, the demo). A plan of more than ``INLINE_MAX_RACKS`` racks is
+    stored ``queued`` and computed by a worker once this transaction commits."""
     params, inputs = validate_parameters(parameters)
+    size = plan_size(inputs)
+    resolved = {"parameters": params, "resolved": inputs_to_json(inputs)}
+    if size > INLINE_MAX_RACKS:
+        record = MigrationPlan.objects.create(
+            name=params["name"],
+            created_by=actor,
+            inputs=resolved,
+            result=None,
+            feasible=None,
+            computation=MigrationPlan.Computation.QUEUED,
+            progress=0.0,
+        )
+        record_audit(
+            actor=actor,
+            action="migration_plan.create",
+            target=record,
+            after={"name": record.name, "computation": record.computation, "racks": size},
+        )
+        plan_id = str(record.id)
+        transaction.on_commit(lambda: queue_computation(plan_id, compute_migration_plan.delay))
+        return record
     try:
-        plan = mp.plan_migration(inputs)
+        plan = plan_migration(inputs)
     except ValueError as exc:  # the planner refuses inputs it cannot place (e.g. nodes that do not fit)
         raise PlanInputError([{"field": "non_field_errors", "message": str(exc)}]) from exc
-    record = MigrationPlan.objects.create(
-        name=params["name"],
-        created_by=actor,
-        feasible=plan.feasible,
-        inputs={"parameters": params, "resolved": inputs_to_json(inputs)},
-        result=plan_to_json(plan),
-    )
+    record = MigrationPlan.objects.create(name=params["name"], created_by=actor, inputs=resolved, **result_fields(plan))
     record_audit(
         actor=actor,
         action="migration_plan.create",
@@ -50,9 +85,9 @@ def create_plan(*, parameters: dict, actor: str) -> MigrationPlan:
     return record
 
 
-def recompute(record: MigrationPlan) -> mp.MigrationPlanResult:
+def recompute(record: MigrationPlan) -> MigrationPlanResult:
     """The planner's dataclasses for a stored plan (deterministic: equal to ``record.result``)."""
-    return mp.plan_migration(inputs_from_json(record.inputs["resolved"]))
+    return plan_migration(inputs_from_json(record.inputs["resolved"]))
 
 
 @transaction.atomic
@@ -65,6 +100,11 @@ def apply_plan(*, plan_id: UUID, actor: str) -> tuple[MigrationPlan, int]:
     record = MigrationPlan.objects.select_for_update().get(pk=plan_id)
     if record.status == MigrationPlan.Status.APPLIED:
         return record, 0
+    if record.computation != MigrationPlan.Computation.DONE:
+        raise PlanNotApplicable(
+            "This plan is not computed yet (or its computation failed); wait for it on the plan page, "
+            "or create the plan again if it failed."
+        )
     if not record.feasible:
         raise PlanNotApplicable("This plan is infeasible; apply one of its fixes, create a new plan and apply that.")
     resolved = record.inputs["resolved"]
@@ -165,4 +205,7 @@ def seed_demo_plan(stdout) -> None:
         stdout.write("  no fleet to plan; skipped the migration plan")
         return
     record = create_plan(parameters={}, actor="system:demo")
-    stdout.write(f"  migration plan: {record.result['headline']}")
+    if record.result is None:  # a large seeded fleet: a worker computes it
+        stdout.write(f"  migration plan: {record.computation}, computed by the Celery worker")
+    else:
+        stdout.write(f"  migration plan: {record.result['headline']}")

@@ -12,10 +12,8 @@ nodes; the partial unique index on AllocationNode forbids a node in two live all
 whatever happens; and the lifecycle compare-and-set refuses a node that moved.
 """
 
-from collections import defaultdict
-
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, F, OuterRef, Q, Window
 from django.utils import timezone
 
 from core.errors import Conflict
@@ -60,52 +58,45 @@ def domain_can_hold(*, instance_type: NodeType, node_count: int, fabric_domain_i
     return any(n >= node_count for n in free_by_domain(instance_type=instance_type).values())
 
 
-def choose_nodes(candidates: list[tuple], node_count: int) -> list:
-    """Pick `node_count` node ids from (id, leaf_switch, health) rows: healthy before degraded,
-    fewest leaf switches, and the tightest single leaf when one can hold them all."""
-    by_leaf: dict[str, list] = defaultdict(list)
-    for node_id, leaf, health in sorted(candidates, key=lambda r: (r[2] != Health.HEALTHY, str(r[0]))):
-        by_leaf[leaf].append((node_id, health))
-    healthy_count = {leaf: sum(1 for _, h in rows if h == Health.HEALTHY) for leaf, rows in by_leaf.items()}
-    fitting = [leaf for leaf, n in healthy_count.items() if n >= node_count]
-    if fitting:
-        leaf = min(fitting, key=lambda lf: (healthy_count[lf], lf))
-        return [node_id for node_id, _ in by_leaf[leaf][:node_count]]
-    # Spread: fullest leaves first so the allocation spans as few as possible; degraded last.
-    order = sorted(by_leaf, key=lambda lf: (-healthy_count[lf], lf))
-    healthy = [nid for lf in order for nid, h in by_leaf[lf] if h == Health.HEALTHY]
-    degraded = [nid for lf in order for nid, h in by_leaf[lf] if h != Health.HEALTHY]
-    return (healthy + degraded)[:node_count]
-
-
-def _lock(ids: list):
-    """Lock the still-available rows among `ids`, skipping rows another placement holds."""
-    qs = Node.objects.filter(pk__in=ids, lifecycle=Lifecycle.AVAILABLE, cordoned=False)
-    if connection.vendor == "postgresql":
-        qs = qs.select_for_update(skip_locked=True, of=("self",))
-    return list(qs.only("id", "hostname", "lifecycle", "leaf_switch", "health", "node_type_id", "fabric_domain_id"))
+# The preference order, as one ORDER BY over the domain's placeable nodes (`c`) with each
+# leaf's healthy count (`leaf_healthy`, a window): first the leaves that can hold the whole
+# allocation on their healthy nodes, tightest first so big holes stay free; otherwise spread
+# over the fullest leaves, every healthy node before any degraded one. Ties by id.
+# Parameters: the node count three times, then the healthy state.
+_PREFERENCE = (
+    "(c.leaf_healthy >= %s) DESC, "
+    "CASE WHEN c.leaf_healthy >= %s THEN c.leaf_healthy END, "
+    "CASE WHEN c.leaf_healthy >= %s THEN c.leaf_switch END, "
+    "(c.health <> %s), "
+    "-c.leaf_healthy, c.leaf_switch, c.id"
+)
 
 
 def _claim_in_domain(instance_type: NodeType, domain_id, node_count: int) -> list[Node] | None:
-    candidates = list(
+    """Choose and lock `node_count` nodes of one domain in one statement: the placeable nodes
+    ranked in SQL (`_PREFERENCE`), `LIMIT node_count`, and on PostgreSQL `FOR UPDATE SKIP
+    LOCKED`, so rows a concurrent placement holds are passed over for the next best ones and
+    concurrent placements take disjoint nodes. None when the domain cannot hold them now."""
+    ranked = (
         placeable_nodes(instance_type=instance_type)
         .filter(fabric_domain_id=domain_id)
-        .values_list("id", "leaf_switch", "health")
+        .annotate(leaf_healthy=Window(Count("id", filter=Q(health=Health.HEALTHY)), partition_by=[F("leaf_switch")]))
+        .values_list("id", "leaf_switch", "health", "leaf_healthy")
     )
-    if len(candidates) < node_count:
-        return None
-    locked = _lock(choose_nodes(candidates, node_count))
-    if len(locked) < node_count:
-        # A concurrent placement holds some of ours: top up from the rest of the domain in
-        # preference order, locking only as many rows at a time as are still missing so we
-        # never hold nodes we will not use.
-        tried = {n.pk for n in locked} | set(choose_nodes(candidates, node_count))
-        rest = [nid for nid in choose_nodes(candidates, len(candidates)) if nid not in tried]
-        while rest and len(locked) < node_count:
-            need = node_count - len(locked)
-            batch, rest = rest[:need], rest[need:]
-            locked += _lock(batch)
-    return locked if len(locked) == node_count else None
+    ranked_sql, ranked_params = ranked.query.sql_with_params()
+    table = Node._meta.db_table
+    order_params = [node_count, node_count, node_count, Health.HEALTHY]
+    lock = " FOR UPDATE OF n SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    # The outer WHERE is what PostgreSQL re-checks on a row another transaction changed while
+    # we waited: a node that stopped being available or was cordoned is not taken.
+    sql = (
+        f"WITH c (id, leaf_switch, health, leaf_healthy) AS ({ranked_sql}) "
+        f"SELECT n.id, n.hostname, n.lifecycle, n.leaf_switch, n.health, n.node_type_id, n.fabric_domain_id "
+        f"FROM {table} n JOIN c ON c.id = n.id "
+        f"WHERE n.lifecycle = %s AND NOT n.cordoned ORDER BY {_PREFERENCE} LIMIT %s{lock}"
+    )
+    nodes = list(Node.objects.raw(sql, [*ranked_params, Lifecycle.AVAILABLE, *order_params, node_count]))
+    return nodes if len(nodes) == node_count else None
 
 
 def claim_nodes(

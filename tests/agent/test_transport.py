@@ -78,3 +78,30 @@ def test_permanent_errors_are_not_retried_and_batches_are_bounded() -> None:
     assert len(session.calls) == 1
     with pytest.raises(ValueError):
         t.meter_events([{}] * 1001)
+
+
+class EtagSession(FakeSession):
+    """Replies are (status, body, headers)."""
+
+    def request(self, method: str, url: str, **kwargs):
+        self.calls.append((method, url, kwargs))
+        status, body, headers = self.replies.pop(0)
+        return SimpleNamespace(status_code=status, json=lambda: body, headers=headers, text="")
+
+
+def test_desired_state_sends_the_last_etag_and_a_304_returns_the_last_answer() -> None:
+    state = {"lifecycle": "available", "actions": []}
+    newer = {"lifecycle": "wiping", "actions": []}
+    session = EtagSession([(200, state, {"ETag": '"a"'}), (304, None, {"ETag": '"a"'}), (200, newer, {"ETag": '"b"'})])
+    t = AgentTransport("http://cp/", "tok", session=session, max_attempts=1)
+    assert t.desired_state() == state
+    assert "If-None-Match" not in session.calls[0][2]["headers"]
+    assert t.desired_state() == state
+    assert session.calls[1][2]["headers"]["If-None-Match"] == '"a"'
+    assert t.desired_state() == newer
+    assert session.calls[2][2]["headers"]["If-None-Match"] == '"a"'
+    assert t._desired == ('"b"', newer)
+    # other calls never carry the validator
+    session.replies.append((202, {}, {}))
+    t.heartbeat({})
+    assert "If-None-Match" not in session.calls[3][2]["headers"]

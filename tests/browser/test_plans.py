@@ -34,3 +34,36 @@ def test_create_a_plan_in_the_console(page, live_server, login, screenshot, djan
     page.wait_for_selector("#scheduled-work")
     assert page.locator("#plan-status").inner_text() == "Applied"
     assert page.console_errors == []
+
+
+def test_a_large_plan_shows_the_workers_progress_without_reloading(
+    page, live_server, login, screenshot, django_user_model, monkeypatch
+):
+    from django.contrib.auth.models import Group
+
+    from devtools.services.fleet_seed import seed_fleet
+    from planning.models import MigrationPlan
+    from planning.services import migration_plans
+    from planning.services.plan_computation import compute_plan
+    from planning.tasks import compute_migration_plan
+
+    seed_fleet(gpus=64)
+    queued: list[str] = []
+    monkeypatch.setattr(migration_plans, "INLINE_MAX_RACKS", 0)  # the small fleet counts as large
+    monkeypatch.setattr(compute_migration_plan, "delay", queued.append)  # this test plays the worker
+    bob = django_user_model.objects.create_user("bob", password="s3cret-pass", is_staff=True)
+    bob.groups.add(Group.objects.get(name="operators"))
+    login(page, "bob", "s3cret-pass")
+    page.goto(f"{live_server.url}/plans/new/")
+    page.click("#plan-submit")
+    page.wait_for_selector("#computation")
+    assert page.locator("#computation-status").inner_text() == "Queued" and len(queued) == 1
+    page.evaluate("window.sameDocument = true")
+    MigrationPlan.objects.filter(pk=queued[0]).update(computation="running", progress=0.4)
+    page.wait_for_function("document.getElementById('computation-percent').textContent === '40'", timeout=15_000)
+    assert page.locator("#computation-status").inner_text() == "Running"
+    assert page.evaluate("window.sameDocument") is True  # polled, not reloaded
+    screenshot(page, "migration-plan-computing")
+    compute_plan(queued[0])
+    page.wait_for_selector("#facility-verdict", timeout=15_000)  # done: the page shows the plan
+    assert page.console_errors == []

@@ -20,12 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS_DIR = ROOT / "var" / "chaos"
 # Tests that move the clock instead of waiting (11-minute broker outage, 6-minute control-plane
-# outage, future-dated health results) run here too, on the chaos cluster.
+# outage, state deadlines across outages, future-dated health results, a dead leaf's links) run
+# here too, on the chaos cluster; they are ordinary fast tests of `make test` as well.
 CLOCK_MOVED_TESTS = [
     "tests/tenants/test_flow.py::test_allocations_accepted_during_an_11_minute_loop_outage_are_placed_not_failed",
     "tests/health/test_lapses.py",
     "tests/health/test_server_time.py",
     "tests/tenants/test_idempotency_crash.py",
+    "tests/tenants/test_outages_by_clock.py",
+    "tests/health/test_outage_deadlines.py",
+    "tests/fleet/test_state_deadline_outage.py",
+    "tests/health/test_fabric_incidents.py",
 ]
 
 

@@ -47,6 +47,7 @@ NOT_OPERATOR_ACTIONS = {
     "planning:disposition-plan-detail",
     "planning:migration-plan-list",
     "planning:migration-plan-detail",
+    "planning:migration-plan-progress",
     "planning:capacity-plan-detail",
     "health:dashboard",
     "health:policy",

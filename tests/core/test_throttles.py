@@ -94,3 +94,16 @@ def test_the_production_budgets_fit_a_node_agent():
     steady = 6 + 6 + 1 + 0.2
     count, unit = production.API_THROTTLE_RATES["agent"].split("/")
     assert unit == "min" and int(count) >= 20 * steady
+
+
+def test_guessed_agent_tokens_are_throttled_but_the_address_valid_agents_keep_reporting(small_budgets, small_fleet):
+    """Agents behind one NAT address: a broken (or hostile) one burning the failed-auth budget
+    does not lock the others out; its own guesses stay throttled."""
+    from fleet.models import Node
+
+    node = Node.objects.order_by("hostname").first()
+    forged = mint_agent_token(node.pk)[:-4] + "AAAA"
+    assert [_client(forged).get("/api/agent/v1/desired-state").status_code for _ in range(3)] == [401] * 3
+    _assert_throttled(_client(forged).get("/api/agent/v1/desired-state"))
+    _assert_throttled(_client("not-a-token").get("/api/agent/v1/desired-state"))
+    assert _client(mint_agent_token(node.pk)).get("/api/agent/v1/desired-state").status_code == 200

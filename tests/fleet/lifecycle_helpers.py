@@ -11,8 +11,9 @@ from fleet.services.lifecycle import STATE_TIMEOUTS
 def place(node: Node, state: str, *, entered_ago: timedelta = timedelta(0), **fields) -> Node:
     """Test setup only: place the node in `state` as if it entered it `entered_ago`."""
     timeout = STATE_TIMEOUTS.get(state)
-    deadline = timezone.now() - entered_ago + timeout if timeout else None
-    Node.objects.filter(pk=node.pk).update(lifecycle=state, state_deadline=deadline, **fields)
+    entered = timezone.now() - entered_ago
+    deadline = entered + timeout if timeout else None
+    Node.objects.filter(pk=node.pk).update(lifecycle=state, state_deadline=deadline, state_entered_at=entered, **fields)
     node.refresh_from_db()
     return node
 

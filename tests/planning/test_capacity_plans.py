@@ -202,3 +202,51 @@ def test_capacity_figures_are_data():
 
 def test_capacity_pages_need_an_operator(client, db):
     assert client.get("/plans/capacity/").status_code == 302
+
+
+CUSTOM = {
+    "name": "own 8B",
+    "model_name": "custom",
+    "custom_name": "my-8b",
+    "custom_total_params_b": "8",
+    "custom_active_params_b": "8",
+    "custom_layers": "32",
+    "custom_kv_heads": "8",
+    "custom_head_dim": "128",
+    "custom_bytes_per_element": "2",
+    "custom_context_tokens": "8192",
+    "prompt_tokens": "1000",
+    "output_tokens": "250",
+    "target_gpu_model": "GB200-NVL72",
+    "month_0": "2026-08-01",
+    "tokens_0": "100000",
+}
+
+
+def test_console_form_takes_a_custom_model_within_bounds(operator_client, demo_fleet):
+    r = operator_client.post("/plans/capacity/", CUSTOM)
+    plan = CapacityPlan.objects.get()
+    assert r.status_code == 302 and r["Location"] == f"/plans/capacity/{plan.pk}/"
+    model = plan.result["model"]
+    assert (model["name"], model["total_params_b"], model["layers"], model["context_tokens"]) == (
+        "my-8b",
+        8.0,
+        32,
+        8192,
+    )
+    # KV cache per token = 2 x layers x KV heads x head dim x bytes = 2 x 32 x 8 x 128 x 2.
+    assert plan.result["kv_bytes_per_token"] == 131_072
+    assert plan.result["weight_gb"] == 16.0  # 8B params x 2 bytes
+
+    for change, field in (
+        ({"custom_layers": "0"}, "model.layers"),
+        ({"custom_bytes_per_element": "16"}, "model.bytes_per_element"),
+        ({"custom_total_params_b": "1e9"}, "model.total_params_b"),
+        ({"custom_active_params_b": "9"}, "model"),  # more active than total parameters
+        ({"custom_head_dim": ""}, "model.head_dim"),  # a blank figure is missing, not zero
+    ):
+        bad = operator_client.post("/plans/capacity/", {**CUSTOM, **change})
+        assert bad.status_code == 400, change
+        assert field in [e["field"] for e in bad.context["errors"]], (change, bad.context["errors"])
+        assert b"form-errors" in bad.content and bad.context["form"]["custom_name"] == "my-8b"
+    assert CapacityPlan.objects.count() == 1

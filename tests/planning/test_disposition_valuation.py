@@ -11,22 +11,20 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planning.engines.disposition import (
+from planning.engines.disposition.assumptions import load_default_assumptions, resale_fraction
+from planning.engines.disposition.split import recommend_split
+from planning.engines.disposition.types import (
     OPTION_ORDER,
     Assumptions,
     InternalDemand,
     Option,
     OutgoingBlock,
-    load_default_assumptions,
-    node_kw,
-    recommend_split,
-    resale_fraction,
     to_cents,
-    value_options,
 )
+from planning.engines.disposition.valuation import node_kw, value_options
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "core" / "reference"
-DEFAULTS = load_default_assumptions(REFERENCE_DIR)
+DEFAULTS = load_default_assumptions()
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -358,3 +356,10 @@ def test_demo_256_h100_nodes_with_inference_demand(capsys):
         print(f"  total {to_cents(split.total_return):,} USD")
         for sentence in split.reasoning:
             print("  -", sentence)
+
+
+def test_planning_reads_reference_data_through_the_one_loader():
+    """core/reference_data.py is the one loader: no planning module opens a CSV itself."""
+    root = Path(__file__).resolve().parents[2] / "planning"
+    readers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "import csv" in p.read_text())
+    assert readers == []

@@ -5,21 +5,22 @@ from __future__ import annotations
 from functools import cache
 
 from planning.charts import capacity_gpus_figure, capacity_perf_figure, power_figure
-from planning.engines.migration import MigrationPlanResult, demo_inputs, plan_migration
+from planning.engines.migration.planner import demo_inputs, plan_migration
+from planning.plan_json import plan_to_json
 
 
 @cache
-def _plan() -> MigrationPlanResult:
-    """Four scalable units against a raw floor of 1,536 GPUs."""
-    return plan_migration(
-        demo_inputs(delivery_weeks=(4, 12, 40, 56), capacity_floor_gpus=1536, capacity_floor_perf=None)
+def _plan() -> dict:
+    """Four scalable units against a raw floor of 1,536 GPUs, as a stored plan holds it."""
+    return plan_to_json(
+        plan_migration(demo_inputs(delivery_weeks=(4, 12, 40, 56), capacity_floor_gpus=1536, capacity_floor_perf=None))
     )
 
 
 @cache
-def _normalised_plan() -> MigrationPlanResult:
-    """Two scalable units against a floor of 2,048 H100-equivalents (training)."""
-    return plan_migration(demo_inputs())
+def _normalised_plan() -> dict:
+    """Two scalable units against a floor of 2,048 H100-equivalents (training), as stored."""
+    return plan_to_json(plan_migration(demo_inputs()))
 
 
 def _traces(fig):
@@ -38,7 +39,7 @@ def test_capacity_figure_has_plan_naive_pool_and_floor():
         "naive decommission_first: total (217,728 GPU-days below floor)",
         "naive one_for_one_swap: total (0 GPU-days below floor)",
     ]
-    assert list(traces["plan: total"].y) == [p.total_gpus for p in plan.timeline.points]
+    assert list(traces["plan: total"].y) == [p["total_gpus"] for p in plan["timeline"]["points"]]
     assert min(traces["plan: total"].y) == 1536
     # The floor governs drains: 512 GPUs above a 1,536 floor may leave in week 0 (their positions get the CDU).
     assert traces["plan: total"].y[0] == 1536 and traces["plan: total"].y[-1] == 2304
@@ -78,3 +79,9 @@ def test_power_figure_plots_each_hall_against_its_budget():
     assert set(traces["budget kW H2"].y) == {2400.0}
     assert all(kw <= b for kw, b in zip(traces["IT kW H2"].y, traces["budget kW H2"].y))
     assert traces["facility kW (IT x PUE)"].y[0] == round(2611.2 * 1.58, 6)
+
+
+def test_a_plan_without_weeks_draws_figures_that_say_so():
+    empty = {"timeline": {"points": []}, "naive": [], "perf_unit": "H100-equivalent (training)"}
+    for fig in (capacity_gpus_figure(empty, 0), capacity_perf_figure(empty), power_figure(empty)):
+        assert fig.data == () and fig.layout.annotations[0].text == "This plan has no weeks to draw."

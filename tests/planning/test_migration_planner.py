@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from core.reference_data import generation, parameter
 from fleet.choices import Lifecycle
 from fleet.services.lifecycle import STATE_TIMEOUTS
-from planning.engines.migration import (
+from planning.engines.migration.inputs import (
     DECOMMISSION_FIRST,
     ONE_FOR_ONE_SWAP,
     Delivery,
@@ -22,9 +22,8 @@ from planning.engines.migration import (
     NodeTypeSpec,
     PlanInputs,
     Position,
-    demo_inputs,
-    plan_migration,
 )
+from planning.engines.migration.planner import demo_inputs, plan_migration
 
 START = date(2026, 7, 6)
 

@@ -6,8 +6,8 @@ import pytest
 
 from core.models import AuditEvent
 from devtools.services.fleet_seed import seed_fleet
-from planning.inputs import plan_to_json
 from planning.models import MigrationPlan, PlannedAction
+from planning.plan_json import plan_to_json
 from planning.services.migration_plans import recompute
 
 URL = "/api/v1/ops/migration-plans"

@@ -1,12 +1,15 @@
-"""`manage.py simulate_fleet [--url URL] [--speed X]`: run a simulated node agent for every node."""
+"""`manage.py simulate_fleet [--url URL] [--speed X] [--workers N]`: run a simulated node agent
+for every node, stepped concurrently, and print once a minute how far behind schedule they are."""
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from devtools.simulator import FleetSimulator
+from devtools.simulator import MAX_WORKERS, FleetSimulator
+from devtools.simulator_stats import lag_report
 
 REFRESH_EVERY = timedelta(seconds=60)
 REPORT_EVERY = 60.0
@@ -31,10 +34,16 @@ class Command(BaseCommand):
         )
         parser.add_argument("--duration", type=float, default=None, help="stop after this many wall seconds")
         parser.add_argument("--tick", type=float, default=1.0, help="wall seconds between ticks")
+        parser.add_argument(
+            "--workers", type=int, default=16, help=f"concurrent HTTP lanes (threads), 1..{MAX_WORKERS}"
+        )
+        parser.add_argument("--report-every", type=float, default=REPORT_EVERY, help="wall seconds between lag reports")
 
-    def handle(self, *args, url, speed, seed, scenario, duration, tick, **options):
-        if speed <= 0 or tick <= 0:
-            raise CommandError("--speed and --tick must be positive.")
+    def handle(self, *args, url, speed, seed, scenario, duration, tick, workers, report_every, **options):
+        if speed <= 0 or tick <= 0 or report_every <= 0:
+            raise CommandError("--speed, --tick and --report-every must be positive.")
+        if not 1 <= workers <= MAX_WORKERS:
+            raise CommandError(f"--workers must be 1..{MAX_WORKERS}.")
         scenarios = {}
         for item in scenario:
             host, sep, script = item.partition(":")
@@ -50,27 +59,41 @@ class Command(BaseCommand):
             seed=seed,
             scenarios=scenarios,
             counter_dir=str(settings.VAR_DIR / "simulated-energy"),
+            workers=workers,
         )
         started = time.monotonic()
         count = simulator.refresh(datetime.now(UTC))
         if not count:
             raise CommandError("No nodes to simulate. Seed a fleet first: manage.py seed_fleet --gpus 2048")
-        self.stdout.write(f"Simulating {count} node agents against {url} at {speed}× (Ctrl-C to stop).")
+        self.stdout.write(
+            f"Simulating {count} node agents against {url} at {speed}× on {workers} lanes (Ctrl-C to stop)."
+        )
         last_refresh = datetime.now(UTC)
         last_report = time.monotonic()
+        longest_tick = 0.0
         try:
             while duration is None or time.monotonic() - started < duration:
                 now = datetime.now(UTC)
                 tick_started = time.monotonic()
                 simulator.step(now)
+                longest_tick = max(longest_tick, time.monotonic() - tick_started)
                 if now - last_refresh >= REFRESH_EVERY:
                     simulator.refresh(now)
                     last_refresh = now
-                if time.monotonic() - last_report >= REPORT_EVERY:
-                    busy = time.monotonic() - tick_started
-                    self.stdout.write(f"  {len(simulator.agents)} agents; last tick took {busy * 1000:.0f} ms")
-                    last_report = time.monotonic()
+                if time.monotonic() - last_report >= report_every:
+                    self._report(simulator, longest_tick)
+                    longest_tick, last_report = 0.0, time.monotonic()
                 time.sleep(max(0.0, tick - (time.monotonic() - tick_started)))
         except KeyboardInterrupt:
             pass
+        finally:
+            simulator.close()
         self.stdout.write("Simulator stopped.")
+
+    def _report(self, simulator: FleetSimulator, longest_tick: float) -> None:
+        summary = replace(simulator.lag(), tick_s=longest_tick)
+        lines = lag_report(summary)
+        for line in lines[:-1] if not summary.keeping_up else lines:
+            self.stdout.write(line)
+        if not summary.keeping_up:
+            self.stderr.write(self.style.WARNING(lines[-1]))

@@ -1,0 +1,75 @@
+"""Locust scenario: N node agents on their real schedule against a running control plane.
+
+Each locust user is one node: every `HANGAR_LOADTEST_INTERVAL` seconds (10, the agent's
+default) it sends a heartbeat with 8 GPUs and polls desired-state with the ETag of its last
+answer, as `hangar_agent` does. Tokens come from the JSON list at `HANGAR_LOADTEST_TOKENS`
+(written by `python -m benchmarks.loadtest`, which also seeds the nodes and starts gunicorn).
+
+Run through `make loadtest` / `python -m benchmarks.loadtest`; by hand:
+    locust -f benchmarks/locustfile.py --headless -u 2048 -r 205 -t 60s --host http://127.0.0.1:8000
+Not imported by the benchmark registry or the tests (locust patches the standard library).
+"""
+
+import itertools
+import json
+import os
+from datetime import UTC, datetime
+
+from locust import constant_pacing, task
+from locust.contrib.fasthttp import FastHttpUser
+
+INTERVAL = float(os.environ.get("HANGAR_LOADTEST_INTERVAL", "10"))
+with open(os.environ["HANGAR_LOADTEST_TOKENS"]) as _tokens:
+    _next_token = itertools.cycle(json.load(_tokens)).__next__
+
+GPUS = [
+    {
+        "index": i,
+        "uuid": f"GPU-LOAD-{i}",
+        "temperature_c": 61,
+        "power_w": 520.0,
+        "utilization_pct": 93.0,
+        "memory_used_mb": 71000,
+        "ecc_sbe": 0,
+        "ecc_dbe": 0,
+        "retired_pages": 0,
+        "row_remap_pending": 0,
+        "row_remap_failed": 0,
+        "xid_errors": [],
+        "nvlink_down": 0,
+    }
+    for i in range(8)
+]
+
+
+class NodeAgent(FastHttpUser):
+    wait_time = constant_pacing(INTERVAL)
+
+    def on_start(self):
+        self.headers = {"Authorization": f"Bearer {_next_token()}", "Accept": "application/json"}
+        self.etag = None
+
+    @task
+    def report(self):
+        body = {
+            "observed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            "power_state": "on",
+            "agent_version": "locust",
+            "gpus": GPUS,
+        }
+        with self.client.post(
+            "/api/agent/v1/heartbeat", json=body, headers=self.headers, name="heartbeat", catch_response=True
+        ) as response:
+            if response.status_code != 202:
+                response.failure(f"HTTP {response.status_code}")
+        headers = {**self.headers, "If-None-Match": self.etag} if self.etag else self.headers
+        with self.client.get(
+            "/api/agent/v1/desired-state", headers=headers, name="desired-state", catch_response=True
+        ) as response:
+            if response.status_code == 200:
+                self.etag = response.headers.get("ETag")
+                response.success()
+            elif response.status_code == 304:
+                response.success()
+            else:
+                response.failure(f"HTTP {response.status_code}")

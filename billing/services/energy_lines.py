@@ -1,0 +1,86 @@
+"""The pass-through energy line: when the price book prices energy, an invoice charges its
+tenant's facility kWh for the month at that price; without an energy price, energy stays
+informational (shown next to the invoice, not on it).
+
+Why facility kWh and not IT kWh: the site pays its utility for what the grid delivers to the
+whole facility, the nodes' wall energy plus cooling, power conversion and the rest (IT kWh ×
+the site's PUE). A pass-through hands on the tenant's share of that bill, so the price book's
+energy price is the utility's per-kWh price and the quantity is facility kWh; priced per IT kWh
+the operator would have to fold each site's PUE into the price, and two sites with different
+PUEs could not share one price row.
+
+The kWh come from the control plane's hourly energy (tenants.energy), not from the ledger (see
+docs/power.md for why). A month is rated per price-book version in force (a price change inside
+the month splits the line), each allocation's facility kWh rounded to 0.001 kWh as the usage
+report shows it; amount = quantity × unit price, half-even to the cent.
+"""
+
+from datetime import date
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from billing.models import LineKind, Unit
+from billing.periods import format_period, period_end, period_start
+from billing.services.rating import CENT, PriceBook, RatedLine
+from tenants.energy import allocation_energy, tenants_with_energy
+
+ENERGY_SKU = "energy-facility-kwh"  # the price book's energy row: price per facility kWh
+KWH_PLACES = Decimal("0.001")
+
+
+def energy_line_amount(facility_kwh: Decimal, unit_price: Decimal) -> Decimal:
+    return (facility_kwh * unit_price).quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def energy_lines(*, period: date, book: PriceBook, tenant_ids=None) -> dict:
+    """{tenant_id: [RatedLine]} for the month's energy, one line per price span that has an
+    energy price; {} when the price book has no energy price in force during the month."""
+    start, end = period_start(period), period_end(period)
+    spans = [
+        (lo, hi, price)
+        for lo, hi, version in book.spans(start, end)
+        if version is not None and (price := book.price(ENERGY_SKU, version)) is not None
+    ]
+    if not spans:
+        return {}
+    tenants = tenants_with_energy(start=start, end=end)
+    if tenant_ids is not None:
+        wanted = {str(t) for t in tenant_ids}
+        tenants = [t for t in tenants if str(t) in wanted]
+    out: dict = {}
+    for tenant_id in tenants:
+        for lo, hi, price in spans:
+            rows = allocation_energy(tenant_id=tenant_id, start=lo, end=hi)
+            facility = sum((r.facility_kwh for r in rows), Decimal("0")).quantize(KWH_PLACES)
+            if not facility:
+                continue
+            it = sum((r.it_kwh for r in rows), Decimal("0")).quantize(KWH_PLACES)
+            out.setdefault(tenant_id, []).append(
+                RatedLine(
+                    kind=LineKind.ENERGY,
+                    sku=ENERGY_SKU,
+                    description=(
+                        f"Energy {format_period(period)}: {facility} facility kWh "
+                        f"({it} IT kWh × site PUE), pass-through"
+                    )[:300],
+                    usage_period=period,
+                    quantity=facility,
+                    unit=Unit.KWH,
+                    unit_price=price.unit_price,
+                    amount=energy_line_amount(facility, price.unit_price),
+                    price_version=price.version,
+                    start=lo,
+                    end=hi,
+                    note=f"{len(rows)} allocation(s); kWh from the nodes' energy counters",
+                )
+            )
+    return out
+
+
+def with_energy_lines(rated: dict, *, period: date, book: PriceBook, tenant_ids=None) -> dict:
+    """`rated` ({tenant_id: [RatedLine]}) with each tenant's energy lines appended (a tenant
+    with energy but no GPU usage gets an invoice of its energy alone)."""
+    out = {tenant: list(lines) for tenant, lines in rated.items()}
+    by_key = {str(t): t for t in out}
+    for tenant_id, lines in energy_lines(period=period, book=book, tenant_ids=tenant_ids).items():
+        out.setdefault(by_key.get(str(tenant_id), tenant_id), []).extend(lines)
+    return out

@@ -1,0 +1,127 @@
+"""The simulator steps its agents side by side, measures how late they are, says when the
+server cannot keep up, and never stamps a report ahead of the server's clock."""
+
+import threading
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from devtools.simulator import FleetSimulator
+from devtools.simulator_stats import CallFigures, CallStats, LagSummary, lag_report
+from fleet.models import Node
+from health.models import HealthCheckResult
+
+
+def _summary(**overrides) -> LagSummary:
+    fields = {
+        "window_s": 60.0,
+        "agents": 2048,
+        "lanes": 16,
+        "interval_s": 10.0,
+        "calls": {"heartbeat": CallFigures(count=12288, p50_ms=8, p99_ms=40, errors=0, refused=0, busy_s=120)},
+        "age_p50_s": 10.0,
+        "age_p99_s": 10.9,
+        "silent": 0,
+        "tick_s": 0.4,
+    }
+    return LagSummary(**{**fields, **overrides})
+
+
+def test_on_schedule_the_report_is_figures_only():
+    lines = lag_report(_summary())
+    assert "heartbeat age p50 10.0 s, p99 10.9 s (interval 10 s)" in lines[0]
+    assert "heartbeat" in lines[1] and "(205/s)" in lines[1] and "p99 40 ms" in lines[1]
+    assert not any("NOT KEEPING UP" in line for line in lines)
+
+
+def test_late_heartbeats_with_busy_lanes_blame_the_server():
+    busy = CallFigures(count=6000, p50_ms=150, p99_ms=900, errors=3, refused=0, busy_s=900)
+    lines = lag_report(_summary(calls={"heartbeat": busy}, age_p99_s=24.0))
+    assert lines[-1].startswith("NOT KEEPING UP: the server cannot answer 2048 agents")
+    assert "web workers" in lines[-1] and "94%" in lines[-1]
+
+
+def test_silent_agents_with_idle_lanes_blame_the_simulator():
+    lines = lag_report(_summary(silent=12, tick_s=14.0))
+    assert lines[-1].startswith("NOT KEEPING UP: the simulator itself is behind")
+    assert "14.0 s" in lines[-1]
+
+
+def test_heartbeat_age_is_the_gap_between_accepted_heartbeats_of_one_agent():
+    stats = CallStats()
+    stats.record("heartbeat", "a", 0.01, 202)
+    stats.record("heartbeat", "b", 0.01, 202)
+    stats.record("heartbeat", "a", 0.01, 202)
+    stats.record("heartbeat", "b", 0.01, 503)  # failed: no renewal, counted as an error
+    stats.record("desired-state", "a", 0.02, 304)
+    summary = stats.take(agents=3, lanes=2, interval=10.0)
+    assert summary.calls["heartbeat"].count == 4 and summary.calls["heartbeat"].errors == 1
+    assert summary.calls["desired-state"].errors == 0
+    assert summary.age_p99_s is not None and summary.age_p99_s < 1  # one gap, a's
+    assert summary.silent == 1  # the third agent never got a heartbeat through
+    assert stats.take(agents=3, lanes=2, interval=10.0).calls == {}  # counters start again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lanes_run_side_by_side(live_server, monkeypatch):
+    from devtools.services.fleet_seed import seed_fleet
+    from hangar_agent.agent import Agent
+
+    seed_fleet(gpus=32)
+    simulator = FleetSimulator(url=live_server.url, seed=3, workers=4)
+    assert simulator.refresh(datetime.now(UTC)) == 4
+    together = threading.Barrier(4, timeout=10)  # breaks (and the tick logs an error) unless all 4 meet
+    met = []
+
+    def tick(self, now):
+        together.wait()
+        met.append(threading.current_thread().name)
+
+    monkeypatch.setattr(Agent, "tick", tick)
+    simulator.step(datetime.now(UTC))
+    simulator.close()
+    assert len(met) == 4 and len(set(met)) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fast_simulation_stamps_reports_with_the_server_clock(live_server):
+    from devtools.services.fleet_seed import seed_fleet
+
+    seed_fleet(gpus=16)
+    simulator = FleetSimulator(url=live_server.url, speed=120.0, seed=9, workers=2)
+    start = datetime.now(UTC)
+    simulator.refresh(start)
+    now = start
+    for _ in range(160):  # 800 simulated seconds in a few wall seconds: far past the 300 s skew limit
+        simulator.step(now)
+        now += timedelta(seconds=5)
+    simulator.close()
+    reports = HealthCheckResult.objects.all()
+    assert reports.filter(observed_at__gt=start + timedelta(seconds=300)).count() == 0
+    assert reports.filter(refused="clock_skew").count() == 0
+    assert reports.count() >= 2 * 4  # each node's periodic reports (t=0 and t=300 s) got through
+    skews = list(Node.objects.values_list("agent_clock_skew_s", flat=True))
+    assert all(s is not None and abs(s) <= 5 for s in skews), skews
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_prints_the_lag_of_every_kind_of_call(live_server):
+    from devtools.services.fleet_seed import seed_fleet
+
+    seed_fleet(gpus=16)
+    out = StringIO()
+    call_command(
+        "simulate_fleet",
+        url=live_server.url,
+        duration=2.5,
+        tick=0.5,
+        workers=2,
+        report_every=1.0,
+        stdout=out,
+        stderr=StringIO(),
+    )
+    text = out.getvalue()
+    assert "on 2 lanes" in text and "heartbeat age p50" in text
+    assert "desired-state" in text and "heartbeat " in text

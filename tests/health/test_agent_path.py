@@ -1,0 +1,120 @@
+"""The agent's hot path: a quiet heartbeat is one statement, a good heartbeat ends a lease
+lapse at once, and desired-state answers 304 to an unchanged ETag."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from fleet.choices import Health
+from fleet.models import Node
+from health.choices import ConditionStatus, Severity
+from health.models import Condition
+from health.services.sweep import run_health_sweep
+
+pytestmark = pytest.mark.django_db
+
+
+def _health(node) -> str:
+    return Node.objects.values_list("health", flat=True).get(pk=node.pk)
+
+
+def test_a_quiet_heartbeat_costs_one_statement_whatever_the_gpu_count(nodes, agent_for):
+    counts = []
+    for node, gpus in ((nodes[0], 8), (nodes[1], 8)):
+        agent = agent_for(node)
+        assert agent.heartbeat(gpus=gpus).status_code == 202  # first one reads the node type once
+        with CaptureQueriesContext(connection) as ctx:
+            for _ in range(5):
+                assert agent.heartbeat(gpus=gpus).status_code == 202
+        counts.append(len(ctx) / 5)
+    assert counts == [1, 1], counts
+
+
+def test_a_good_heartbeat_ends_a_lease_lapse_without_waiting_for_the_sweep(nodes, agent_for):
+    lapsed = nodes[0]
+    Node.objects.filter(pk=lapsed.pk).update(
+        health=Health.UNKNOWN, last_heartbeat_at=timezone.now() - timedelta(minutes=2)
+    )
+    assert agent_for(lapsed).heartbeat().status_code == 202
+    assert _health(lapsed) == Health.HEALTHY  # no sweep ran
+
+
+def test_a_heartbeat_never_hides_an_active_condition_or_a_fault_it_carries(nodes, agent_for):
+    held, faulty = nodes[1], nodes[2]
+    Node.objects.filter(pk__in=[held.pk, faulty.pk]).update(health=Health.UNKNOWN)
+    Condition.objects.create(
+        node=held,
+        signal="ib_symbol_errors",
+        severity=Severity.WARN,
+        status=ConditionStatus.ACTIVE,
+        first_seen=timezone.now(),
+        last_seen=timezone.now(),
+        detail="test",
+    )
+    assert agent_for(held).heartbeat().status_code == 202
+    assert _health(held) == Health.UNKNOWN  # the roll-up decides: degraded, not healthy
+    assert agent_for(faulty).heartbeat(faults={0: {"xid_errors": [79]}}).status_code == 202
+    assert _health(faulty) == Health.UNKNOWN
+    run_health_sweep()
+    assert _health(held) == Health.DEGRADED
+    assert _health(faulty) != Health.HEALTHY
+
+
+def test_a_heartbeat_leaves_a_degraded_node_to_the_roll_up(nodes, agent_for):
+    node = nodes[3]
+    Node.objects.filter(pk=node.pk).update(health=Health.DEGRADED)
+    assert agent_for(node).heartbeat().status_code == 202
+    assert _health(node) == Health.DEGRADED
+
+
+def test_desired_state_answers_304_to_an_unchanged_etag_and_200_once_it_changes(nodes, agent_for, ops_api):
+    node = nodes[4]
+    agent = agent_for(node).client
+    first = agent.get("/api/agent/v1/desired-state")
+    etag = first["ETag"]
+    assert first.status_code == 200 and etag.startswith('"')
+    again = agent.get("/api/agent/v1/desired-state", HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == etag
+    assert agent.get("/api/agent/v1/desired-state", HTTP_IF_NONE_MATCH='"stale", ' + etag).status_code == 304
+    assert agent.get("/api/agent/v1/desired-state", HTTP_IF_NONE_MATCH='"stale"').status_code == 200
+    # the operator asks for work: the state changes, so the old ETag gets the new body
+    response = ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions",
+        {"action": "validate", "reason": "suspect"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="etag-1",
+    )
+    assert response.status_code == 202, response.content
+    changed = agent.get("/api/agent/v1/desired-state", HTTP_IF_NONE_MATCH=etag)
+    assert changed.status_code == 200 and changed["ETag"] != etag and changed.json() != first.json()
+
+
+def test_a_quiet_heartbeat_costs_three_redis_round_trips(nodes, agent_for, monkeypatch):
+    """The agent's own throttle (read + write) and the revocation list's cache entry; a validly
+    signed token skips the failed-authentication budget (core.api.authentication)."""
+    import redis.client
+
+    sent = []
+    original = redis.client.Redis.execute_command
+
+    def counting(self, *args, **kwargs):
+        sent.append(args[0])
+        return original(self, *args, **kwargs)
+
+    agent = agent_for(nodes[7])
+    assert agent.heartbeat().status_code == 202  # fills the revocation cache and the node-type cache
+    monkeypatch.setattr(redis.client.Redis, "execute_command", counting)
+    assert agent.heartbeat().status_code == 202
+    assert sent == ["GET", "GET", "SET"], sent
+
+
+def test_the_shared_revocation_cache_outlives_the_heartbeat_interval(settings):
+    """Else every heartbeat at the 10 s interval finds its node's entry expired and pays a
+    SELECT and two cache writes (a write-through keeps the longer lifetime exact)."""
+    from hangar_agent.config import AgentConfig
+
+    assert "Redis" in settings.CACHES["default"]["BACKEND"]
+    assert settings.AGENT_REVOCATION_CACHE_SECONDS > 2 * AgentConfig().heartbeat_interval
