@@ -1,6 +1,7 @@
 """The start-up check on secrets: without DEBUG, a missing or development key stops the process
 with the name of the variable to set, instead of serving on a key anyone can read here."""
 
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 MIN_KEY_LENGTH = 32
@@ -31,3 +32,18 @@ def require_production_secrets(secrets: dict[str, str], *, development_keys: tup
             "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(50))'`, in the environment or .env "
             "(or set DEBUG=true on a development machine)."
         )
+
+
+def require_fernet_keys(variable: str, value: str, *, development_key: str) -> None:
+    """`value` is one Fernet key or several, comma-separated (rotation): each must be one."""
+    for key in (k.strip() for k in value.split(",")):
+        if key == development_key:
+            raise ImproperlyConfigured(f"Refusing to start with DEBUG off: {variable} is the development key.")
+        try:
+            Fernet(key)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"Refusing to start with DEBUG off: {variable} is not a Fernet key (32 url-safe base64-encoded "
+                "bytes). Make one with `python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())'`."
+            ) from None

@@ -28,6 +28,8 @@ DEBUG = env("DEBUG")
 DEVELOPMENT_SECRET_KEY = "hangar-embedded-default-not-for-production"
 DEVELOPMENT_AGENT_TOKEN_KEY = "hangar-embedded-agent-key-not-for-production"
 DEVELOPMENT_METERING_GRANT_KEY = "hangar-embedded-metering-grant-key-not-for-production"
+# A Fernet key (32 bytes, url-safe base64), not a passphrase: it encrypts BMC credentials at rest.
+DEVELOPMENT_BMC_CREDENTIAL_KEY = "b-SjIPSHzNUGmGA2cqXfEa1Zs5C51xQobzcu12wrWE0="
 SECRET_KEY = env.str("SECRET_KEY", default="")
 # Agent tokens are HMAC-signed with this key so the ledger ingest can verify them without
 # reading the control-plane database. Its own secret, never SECRET_KEY: a leaked session key
@@ -36,17 +38,33 @@ AGENT_TOKEN_KEY = env.str("AGENT_TOKEN_KEY", default="")
 # Metering grants (which node may bill which allocation, when) are signed with a key the billing
 # ledger holds, so ingest checks them without the control-plane database (docs/billing.md).
 METERING_GRANT_KEY = env.str("METERING_GRANT_KEY", default="")
+# BMC usernames and passwords are stored encrypted with this Fernet key (comma-separated keys
+# rotate: the first encrypts, any decrypts; fleet.services.bmc_credentials). Its own secret,
+# never SECRET_KEY: a leaked session key must not open every server's management controller.
+BMC_CREDENTIAL_KEY = env.str("BMC_CREDENTIAL_KEY", default="")
 if DEBUG:
     SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
     AGENT_TOKEN_KEY = AGENT_TOKEN_KEY or DEVELOPMENT_AGENT_TOKEN_KEY
     METERING_GRANT_KEY = METERING_GRANT_KEY or DEVELOPMENT_METERING_GRANT_KEY
+    BMC_CREDENTIAL_KEY = BMC_CREDENTIAL_KEY or DEVELOPMENT_BMC_CREDENTIAL_KEY
 else:
-    from config.secrets import require_production_secrets
+    from config.secrets import require_fernet_keys, require_production_secrets
 
     require_production_secrets(
-        {"SECRET_KEY": SECRET_KEY, "AGENT_TOKEN_KEY": AGENT_TOKEN_KEY, "METERING_GRANT_KEY": METERING_GRANT_KEY},
-        development_keys=(DEVELOPMENT_SECRET_KEY, DEVELOPMENT_AGENT_TOKEN_KEY, DEVELOPMENT_METERING_GRANT_KEY),
+        {
+            "SECRET_KEY": SECRET_KEY,
+            "AGENT_TOKEN_KEY": AGENT_TOKEN_KEY,
+            "METERING_GRANT_KEY": METERING_GRANT_KEY,
+            "BMC_CREDENTIAL_KEY": BMC_CREDENTIAL_KEY,
+        },
+        development_keys=(
+            DEVELOPMENT_SECRET_KEY,
+            DEVELOPMENT_AGENT_TOKEN_KEY,
+            DEVELOPMENT_METERING_GRANT_KEY,
+            DEVELOPMENT_BMC_CREDENTIAL_KEY,
+        ),
     )
+    require_fernet_keys("BMC_CREDENTIAL_KEY", BMC_CREDENTIAL_KEY, development_key=DEVELOPMENT_BMC_CREDENTIAL_KEY)
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -242,6 +260,19 @@ SPECTACULAR_SETTINGS = {
         "core.api.schema.strip_trailing_slashes",
     ],
 }
+
+# --- BMCs (Redfish, fleet.services.bmc) ----------------------------------------------------
+# A BMC that does not answer a TCP connect in a few seconds is down; reads may be slower (some
+# BMCs take seconds to assemble a system resource). Retries back off 0.5 s, 1 s, 2 s...
+BMC_CONNECT_TIMEOUT_S = env.float("BMC_CONNECT_TIMEOUT_S", default=3.0)
+BMC_READ_TIMEOUT_S = env.float("BMC_READ_TIMEOUT_S", default=15.0)
+BMC_RETRIES = env.int("BMC_RETRIES", default=2)
+BMC_RETRY_BACKOFF_S = env.float("BMC_RETRY_BACKOFF_S", default=0.5)
+# The power sync loop's bound on concurrent BMC requests, and how long a pass may run.
+BMC_SYNC_CONCURRENCY = env.int("BMC_SYNC_CONCURRENCY", default=32)
+BMC_SYNC_BUDGET_S = env.int("BMC_SYNC_BUDGET_S", default=45)
+# Verify the BMC's TLS certificate (a CA bundle path, or false for self-signed lab BMCs).
+BMC_VERIFY_TLS = env.str("BMC_VERIFY_TLS", default="true")
 
 # Fault points for the fault suite only (core.faults); empty in every real deployment.
 from core.faults import parse_fault_points  # noqa: E402  (pure function, no Django needed)

@@ -9,6 +9,7 @@ TEST_ENVIRONMENT = {
     "SECRET_KEY": "hangar-test-suite-session-key-0123456789abcdef",
     "AGENT_TOKEN_KEY": "hangar-test-suite-agent-key-0123456789abcdef",
     "METERING_GRANT_KEY": "hangar-test-suite-metering-grant-key-0123456789",
+    "BMC_CREDENTIAL_KEY": "dtYR9B3VH2kmlmuAgDZ5iWE9LUW6MHybCKyuFsFdMho=",
     "SECURE_SSL_REDIRECT": "false",
     "SESSION_COOKIE_SECURE": "false",
     "CSRF_COOKIE_SECURE": "false",

@@ -25,6 +25,7 @@ LOCK_NAMES = frozenset(
         "rack_power",
         "advance_bring_up",
         "advance_rollouts",
+        "bmc_power_sync",
     }
 )
 

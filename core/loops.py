@@ -11,4 +11,5 @@ LOOPS: tuple[tuple[str, str, int], ...] = (
     ("health_sweep", "health.services.sweep.run_health_sweep", 30),
     ("power_history", "fleet.services.power_history.record_power_history", 60),
     ("rack_power", "health.services.rack_power.run_rack_power_check", 60),
+    ("bmc_power_sync", "fleet.services.power_sync.run_power_sync", 60),
 )

@@ -24,6 +24,8 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     # The power history's minute points, then the rack power condition that reads them.
     PeriodicSpec("fleet power history", "fleet.tasks.record_power_history", every_seconds=60, expires_seconds=50),
     PeriodicSpec("rack power condition", "health.tasks.rack_power_check", every_seconds=60, expires_seconds=50),
+    # Out of band: every BMC's power state, and the power actions waiting to be sent (docs/bmc.md).
+    PeriodicSpec("bmc power sync", "fleet.tasks.bmc_power_sync", every_seconds=60, expires_seconds=50),
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),
     PeriodicSpec("reconcile nodes", "fleet.tasks.reconcile_nodes", every_seconds=10, expires_seconds=10),
     PeriodicSpec("bring-up ladder", "fleet.tasks.advance_bring_up", every_seconds=30, expires_seconds=30),

@@ -9,10 +9,16 @@ DEMO_SEED_STEPS: tuple[str, ...] = (
     "devtools.services.demo_users.ensure_demo_operator",
     "devtools.services.demo_tenants.seed_demo_tenant",
     "devtools.services.demo_billing.seed_demo_billing",
+    "devtools.services.demo_bmc.wire_demo_bmcs",
 )
 
 # Processes `make demo` keeps running: (label, argv after the venv's python).
 DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # The demo's BMCs: one emulated Redfish system per node (devtools.services.demo_bmc).
+    (
+        "redfish emulator",
+        ("-m", "devtools.redfish_emulator", "--port", "8001", "--systems-file", "{var}/demo-redfish-systems.txt"),
+    ),
     ("web", ("manage.py", "runserver", "127.0.0.1:8000", "--noreload")),
     ("worker+beat", ("-m", "celery", "-A", "config", "worker", "-B", "--concurrency", "2", "--loglevel", "WARNING")),
     ("fleet simulator", ("manage.py", "simulate_fleet", "--url", "http://127.0.0.1:8000")),

@@ -224,3 +224,45 @@ class RolloutNodeState(models.TextChoices):
 
 
 ROLLOUT_NODE_FINISHED = frozenset({RolloutNodeState.DONE, RolloutNodeState.FAILED, RolloutNodeState.SKIPPED})
+
+
+class PowerAction(models.TextChoices):
+    """What may be asked of a node's BMC (Redfish ComputerSystem.Reset, fleet.services.bmc)."""
+
+    POWER_ON = "power_on", "Power on"
+    POWER_OFF = "power_off", "Power off (graceful shutdown)"
+    FORCE_OFF = "force_off", "Force off"
+    GRACEFUL_RESTART = "graceful_restart", "Graceful restart"
+    FORCE_RESTART = "force_restart", "Force restart"
+    POWER_CYCLE = "power_cycle", "Power cycle"
+
+
+# The power state each action leaves the node in once the BMC has carried it out.
+POWER_ACTION_RESULT = {
+    PowerAction.POWER_ON: PowerState.ON,
+    PowerAction.POWER_OFF: PowerState.OFF,
+    PowerAction.FORCE_OFF: PowerState.OFF,
+    PowerAction.GRACEFUL_RESTART: PowerState.ON,
+    PowerAction.FORCE_RESTART: PowerState.ON,
+    PowerAction.POWER_CYCLE: PowerState.ON,
+}
+
+
+class PowerActionState(models.TextChoices):
+    """A BMC power action: queued, accepted by the BMC, then observed done (or not in time)."""
+
+    PENDING = "pending", "Pending (not sent yet)"
+    ACCEPTED = "accepted", "Accepted by the BMC"
+    SUCCEEDED = "succeeded", "Observed done"
+    FAILED = "failed", "Failed"
+
+
+class BMCErrorKind(models.TextChoices):
+    """Why the last BMC request failed, so the console can say what to do next."""
+
+    UNREACHABLE = "unreachable", "Unreachable"
+    BAD_CREDENTIALS = "bad_credentials", "Bad credentials"
+    NOT_SUPPORTED = "not_supported", "Not supported by this BMC"
+    REFUSED = "refused", "Refused by the BMC"
+    NOT_FOUND = "not_found", "System not found"
+    ERROR = "error", "BMC error"

@@ -6,7 +6,9 @@ from celery import shared_task
 
 from core.metrics import observe_loop
 from fleet.services.bring_up import advance_bring_up as advance_bring_up_service
+from fleet.services.power_actions import send_power_actions
 from fleet.services.power_history import record_power_history as record_power_history_service
+from fleet.services.power_sync import run_power_sync
 from fleet.services.reconcile import reconcile_nodes as reconcile_nodes_service
 from fleet.services.rollouts import advance_rollouts as advance_rollouts_service
 from fleet.services.snapshots import record_snapshot
@@ -50,3 +52,17 @@ def advance_rollouts() -> dict:
     result = advance_rollouts_service().as_dict()
     observe_loop("rollouts", time.perf_counter() - started)
     return result
+
+
+@shared_task(name="fleet.tasks.bmc_power_sync", soft_time_limit=55, time_limit=58)
+def bmc_power_sync() -> dict:
+    started = time.perf_counter()
+    result = run_power_sync()
+    observe_loop("bmc_power_sync", time.perf_counter() - started)
+    return result
+
+
+@shared_task(name="fleet.tasks.send_bmc_power_actions", soft_time_limit=50, time_limit=55)
+def send_bmc_power_actions() -> int:
+    """Queued on commit by the health loop so its power cycles go out now, not at the next sync."""
+    return len(send_power_actions(actor="system:health_sweep"))

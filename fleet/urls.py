@@ -22,6 +22,7 @@ urlpatterns = [
     path("fleet/nodes/", views.node_list, name="node-list"),
     path("fleet/nodes/<str:pk>/", views.node_detail, name="node-detail"),
     path("fleet/nodes/<str:pk>/actions/", views.node_action, name="node-action"),
+    path("fleet/nodes/<str:pk>/power/", views.node_power_action, name="node-power"),
     path("fleet/nodes/<str:pk>/certificate/", views.certificate, name="node-certificate"),
     path("fleet/nodes/<str:pk>/certificate.pdf", views.certificate_pdf, name="node-certificate-pdf"),
 ]

@@ -9,7 +9,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
-from core.decorators import operator_required, permission_denied_page
+from core.decorators import console_action, operator_required, permission_denied_page
+from core.errors import DomainError
 from core.reference_data import parameter
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing
@@ -17,7 +18,7 @@ from health.selectors import conditions_for_nodes
 from tenants.selectors import live_allocation_ids
 
 from . import charts, drawings
-from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, Health, Lifecycle
+from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, POWER_ACTION_RESULT, Health, Lifecycle, PowerAction
 from .dashboards import FIGURES
 from .filters import NodeFilterSet
 from .models import Hall, Node, Rack
@@ -25,6 +26,7 @@ from .pdf import certificate_pdf_bytes
 from .selectors import (
     HOT_FRACTION,
     POWER_READING_FRESH,
+    bmc_status,
     certificate_for,
     drives_for_nodes,
     fleet_summary,
@@ -48,6 +50,7 @@ from .services.operator_actions import (
     available_actions,
     perform_operator_action,
 )
+from .services.power_actions import perform_power_action
 from .software_pages import node_software_context
 from .wall_power import SourceMix
 
@@ -285,6 +288,70 @@ def node_detail(request, pk):
             "events": node.events.order_by("-at", "-id")[:100],
             "actions": available_actions(node, request.user),
             **node_software_context(node),
+            "power": bmc_status(node),
+            "power_actions": PowerAction.choices,
+        },
+    )
+
+
+# What each power action does to the node, said on the confirmation page before it runs.
+POWER_CONSEQUENCES = {
+    PowerAction.POWER_ON: "switches the node on through its BMC.",
+    PowerAction.POWER_OFF: "asks the operating system to shut down; whatever runs there stops.",
+    PowerAction.FORCE_OFF: "cuts the node's power at once, like holding the power button: unsaved work is lost.",
+    PowerAction.GRACEFUL_RESTART: "asks the operating system to restart; whatever runs there stops for minutes.",
+    PowerAction.FORCE_RESTART: "resets the node at once without shutting down: unsaved work is lost.",
+    PowerAction.POWER_CYCLE: "turns the node off and on again at once: unsaved work is lost, the GPUs re-initialise.",
+}
+
+
+@operator_required
+@console_action("node.power")
+def node_power_action(request, pk):
+    """GET: the confirmation (names the node, what it carries, what the action does).
+    POST with confirm=yes: record the action and send it to the BMC; the node page shows the
+    BMC's answer and, as the power sync sees it, the power state moving."""
+    node = Node.objects.filter(pk=parse_uuid(pk)).select_related("node_type").first()
+    if node is None:
+        raise Http404("no such node")
+    action = request.POST.get("action") or request.GET.get("action", "")
+    if action not in PowerAction.values:
+        messages.error(request, f"Unknown power action {action!r}; use one of the power buttons.")
+        return redirect("fleet:node-detail", pk=pk)
+    if request.method == "POST" and request.POST.get("confirm") == "yes":
+        try:
+            done = perform_power_action(
+                node=node,
+                action=action,
+                actor=actor_label(request.user),
+                reason=request.POST.get("reason", "").strip()[:2000],
+                user=request.user,
+            )
+        except PermissionMissing as exc:
+            return permission_denied_page(request, exc)
+        except DomainError as exc:
+            messages.error(request, exc.detail)
+        else:
+            if done.state == "failed":
+                messages.error(request, f"{done.get_action_display()} failed: {done.detail}")
+            else:
+                messages.success(
+                    request,
+                    f"{done.get_action_display()}: {done.bmc_response or 'queued'}. The power sync confirms it "
+                    f"once the BMC reports the node {POWER_ACTION_RESULT[action]}.",
+                )
+        return redirect("fleet:node-detail", pk=pk)
+    return render(
+        request,
+        "fleet/node_power_confirm.html",
+        {
+            "nav": "fleet",
+            "node": node,
+            "action": action,
+            "label": PowerAction(action).label,
+            "consequence": POWER_CONSEQUENCES[action],
+            "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
+            "power": bmc_status(node),
         },
     )
 

@@ -109,7 +109,7 @@ ACTIONS: dict[str, str] = {
     S.INFO: "record",
     S.WARN: "mark degraded (placed last)",
     S.RESET: "quarantine → drain → GPU reset → DCGM r2 + NCCL + IB → validate",
-    S.REBOOT: "quarantine → drain → power cycle → DCGM r3 + NCCL + IB → validate",
+    S.REBOOT: "quarantine → drain → power cycle through the BMC (the agent's reboot without one) → DCGM r3 + NCCL + IB → validate",
     S.REPAIR: "quarantine → triage with a repair ticket (cable/transceiver); no reset, no power cycle",
     S.FATAL: "quarantine → triage → repair or RMA; tenant credited; capacity backfilled",
 }

@@ -2,13 +2,17 @@
 
 from celery import shared_task
 
+from fleet.tasks import send_bmc_power_actions
 from health.services.sweep import run_health_sweep
 
 
 @shared_task(name="health.tasks.health_sweep", soft_time_limit=25, time_limit=60)
 def health_sweep() -> dict:
-
-    return run_health_sweep()
+    summary = run_health_sweep()
+    if summary.get("bmc_power_cycles"):
+        # The sweep has committed its power cycles: send them now rather than at the next sync.
+        send_bmc_power_actions.delay()
+    return summary
 
 
 @shared_task(name="health.tasks.rack_power_check", soft_time_limit=30, time_limit=50)

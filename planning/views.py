@@ -20,7 +20,7 @@ from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing, require_permission
 from fleet.models import Hall, Node, NodeType
 from fleet.selectors import data_handling_status, halls_for_filter
-from fleet.services import sanitization
+from fleet.services import bmc_disposal, sanitization
 from fleet.services.lifecycle import InvalidTransition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
 from planning.api.serializers import CapacityPlanIn, DispositionPlanIn, field_errors, plan_parameters
@@ -248,7 +248,7 @@ def disposition_detail(request, pk):
     )
 
 
-NODE_STEPS = {"bmc_reset": sanitization.record_bmc_reset, "asset_tags": sanitization.record_asset_tags_removed}
+NODE_STEPS = {"bmc_reset": bmc_disposal.reset_bmc_for_disposal, "asset_tags": sanitization.record_asset_tags_removed}
 # The permission-table action of each button on the plan page.
 PLAN_PAGE_ACTIONS = {
     "bmc_reset": "node.record_bmc_reset",

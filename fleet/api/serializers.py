@@ -6,7 +6,7 @@ from decimal import Decimal
 from django.utils import timezone
 from rest_framework import serializers
 
-from fleet.choices import AgentActionState, ComponentState, CustodyKind, SanitizationMethod
+from fleet.choices import AgentActionState, ComponentState, CustodyKind, PowerAction, SanitizationMethod
 from fleet.models import NodeEvent
 from fleet.models.software import COMPONENT_NAME_RE, baseline_version_errors
 from fleet.services import sanitization
@@ -176,6 +176,9 @@ class DataHandlingOut(serializers.Serializer):
     drives_sanitized = serializers.IntegerField()
     unsanitized_drives = serializers.ListField(child=serializers.DictField())
     bmc_reset_at = serializers.DateTimeField(allow_null=True)
+    bmc_reset_evidence = serializers.DictField(
+        allow_null=True, help_text="the BMC's answer to the Redfish reset, or what the operator recorded"
+    )
     asset_tags_removed_at = serializers.DateTimeField(allow_null=True)
     custody_transfers = serializers.IntegerField()
     retire_missing = serializers.ListField(child=serializers.CharField())
@@ -327,6 +330,113 @@ class RolloutDetailOut(RolloutOut):
 class RolloutControlIn(serializers.Serializer):
     action = serializers.ChoiceField(choices=["pause", "resume", "cancel"])
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+# ---- out-of-band: BMC records and power actions (docs/bmc.md)
+
+
+class BmcResetIn(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+    manual = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="record a reset an operator did by hand (the reason is its evidence) instead of asking the BMC",
+    )
+
+
+class BMCIn(serializers.Serializer):
+    """Credentials are write-only: they are never part of any answer."""
+
+    redfish_url = serializers.CharField(max_length=300, help_text="the BMC's Redfish service, e.g. https://10.1.2.3")
+    system_path = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
+    username = serializers.CharField(max_length=256, required=False, write_only=True)
+    password = serializers.CharField(max_length=256, required=False, write_only=True, style={"input_type": "password"})
+    reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+
+class PowerActionIn(serializers.Serializer):
+    action = serializers.ChoiceField(choices=PowerAction.choices)
+    reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+
+class PowerActionOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    action = serializers.CharField()
+    state = serializers.CharField(help_text="pending, accepted (by the BMC), succeeded (observed) or failed")
+    requested_by = serializers.CharField()
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    sent_at = serializers.DateTimeField(allow_null=True)
+    deadline = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    reset_type = serializers.CharField(help_text="the Redfish ResetType sent")
+    bmc_response = serializers.CharField(help_text="what the BMC answered")
+    detail = serializers.CharField()
+
+
+class BMCOut(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    hostname = serializers.CharField()
+    redfish_url = serializers.CharField(allow_null=True)
+    system_path = serializers.CharField(allow_null=True)
+    credentials_set = serializers.BooleanField(help_text="whether credentials are stored (they are never shown)")
+    credentials_changed_at = serializers.DateTimeField(allow_null=True)
+    reachable = serializers.BooleanField(allow_null=True)
+    last_checked_at = serializers.DateTimeField(allow_null=True)
+    last_ok_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField()
+    last_error_kind = serializers.CharField()
+    power_state = serializers.CharField(help_text="what the BMC (or the agent) last reported")
+    desired_power = serializers.CharField(help_text="on, off, or empty for no opinion")
+    drift_since = serializers.DateTimeField(allow_null=True)
+    power_actions = PowerActionOut(many=True, help_text="the last 10, newest first")
+
+
+def bmc_body(node, status: dict) -> dict:
+    bmc = status["bmc"]
+    return BMCOut(
+        {
+            "node_id": node.pk,
+            "hostname": node.hostname,
+            "redfish_url": bmc.redfish_url if bmc else None,
+            "system_path": bmc.system_path if bmc else None,
+            "credentials_set": bool(bmc and bmc.has_credentials),
+            "credentials_changed_at": bmc.credentials_changed_at if bmc else None,
+            "reachable": bmc.reachable if bmc else None,
+            "last_checked_at": bmc.last_checked_at if bmc else None,
+            "last_ok_at": bmc.last_ok_at if bmc else None,
+            "last_error": bmc.last_error if bmc else "",
+            "last_error_kind": bmc.last_error_kind if bmc else "",
+            "power_state": status["power_state"],
+            "desired_power": bmc.desired_power if bmc else "",
+            "drift_since": bmc.drift_since if bmc else None,
+            "power_actions": status["actions"],
+        }
+    ).data
+
+
+class BMCEnrolmentIn(serializers.Serializer):
+    addresses = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        min_length=1,
+        max_length=256,
+        help_text="BMC addresses, URLs, CIDR blocks (10.0.1.0/28) or ranges (10.0.1.10-10.0.1.40); at most 256 in all",
+    )
+    scheme = serializers.ChoiceField(choices=["https", "http"], default="https", required=False)
+    username = serializers.CharField(max_length=256, write_only=True)
+    password = serializers.CharField(max_length=256, write_only=True, style={"input_type": "password"})
+    rack_id = serializers.UUIDField()
+    node_type = serializers.SlugField(max_length=50)
+    hostname_prefix = serializers.RegexField(r"^[a-z0-9][a-z0-9-]{0,39}$", help_text="e.g. r07-gpu; numbered 001, 002…")
+    u_start = serializers.IntegerField(min_value=1, max_value=60, default=1, required=False)
+
+
+class EnrolmentOut(serializers.Serializer):
+    enrolled = serializers.ListField(
+        child=serializers.DictField(), help_text="[{hostname, serial, system_path, u_position}]"
+    )
+    skipped = serializers.ListField(child=serializers.DictField(), help_text="[{address, system_path, serial, why}]")
+    unreachable = serializers.ListField(child=serializers.DictField(), help_text="[{address, kind, detail}]")
 
 
 class GridProfileOut(serializers.Serializer):

@@ -4,7 +4,7 @@ config/urls.py: ``urlpatterns`` under /api/v1/ (tenant API), ``ops_urlpatterns``
 
 from core.api.routes import api_route
 
-from . import agent_views, rollout_views, software_views, views
+from . import agent_views, bmc_views, rollout_views, software_views, views
 
 urlpatterns: list = []
 
@@ -15,6 +15,7 @@ ops_urlpatterns = [
     api_route(r"rollouts/(?P<pk>[^/]+)/control", rollout_views.RolloutControl.as_view(), "ops-rollout-control"),
     api_route(r"rollouts/(?P<pk>[^/]+)", rollout_views.RolloutDetail.as_view(), "ops-rollout-detail"),
     api_route("software-drift", software_views.SoftwareDrift.as_view(), "ops-software-drift"),
+    api_route("bmc-enrolments", bmc_views.BMCEnrolmentView.as_view(), "ops-bmc-enrolments"),
     api_route("nodes", views.NodeListView.as_view(), "ops-node-list"),
     api_route(r"nodes/(?P<pk>[^/]+)/actions", views.NodeActionsView.as_view(), "ops-node-actions"),
     api_route(r"nodes/(?P<pk>[^/]+)/events", views.NodeEventsView.as_view(), "ops-node-events"),
@@ -24,6 +25,8 @@ ops_urlpatterns = [
         r"nodes/(?P<pk>[^/]+)/asset-tags-removed", views.AssetTagsRemoved.as_view(), "ops-node-asset-tags-removed"
     ),
     api_route(r"nodes/(?P<pk>[^/]+)/custody-transfers", views.CustodyTransfers.as_view(), "ops-node-custody-transfers"),
+    api_route(r"nodes/(?P<pk>[^/]+)/bmc", bmc_views.NodeBMCView.as_view(), "ops-node-bmc"),
+    api_route(r"nodes/(?P<pk>[^/]+)/power", bmc_views.NodePowerView.as_view(), "ops-node-power"),
     api_route(r"nodes/(?P<pk>[^/]+)", views.NodeDetailView.as_view(), "ops-node-detail"),
     api_route(r"sites/(?P<pk>[^/]+)/grid-intensity", views.SiteGridIntensity.as_view(), "ops-site-grid-intensity"),
     api_route(

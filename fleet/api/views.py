@@ -19,7 +19,7 @@ from fleet import selectors
 from fleet.filters import NodeFilterSet
 from fleet.models import Drive, Node, NodeEvent, Site
 from fleet.selectors import data_handling_status
-from fleet.services import sanitization
+from fleet.services import bmc_disposal, sanitization
 from fleet.services.drive_gate import RMA, gate_status
 from fleet.services.grid_profile import MAX_BYTES, upload_grid_profile
 from fleet.services.lifecycle import ExitRefused, InvalidTransition
@@ -33,6 +33,7 @@ from health.selectors import conditions_for_nodes
 from tenants.selectors import live_allocation_ids
 
 from .serializers import (
+    BmcResetIn,
     CustodyTransferIn,
     DataHandlingOut,
     GridProfileOut,
@@ -246,6 +247,7 @@ def data_handling_body(node: Node) -> dict:
             "drives_sanitized": s.drives_sanitized,
             "unsanitized_drives": s.unsanitized,
             "bmc_reset_at": s.bmc_reset_at,
+            "bmc_reset_evidence": s.bmc_reset_evidence,
             "asset_tags_removed_at": s.asset_tags_removed_at,
             "custody_transfers": s.custody_transfers,
             "retire_missing": s.retire_missing,
@@ -281,20 +283,41 @@ class NodeChecklistStep(OpsView):
 
 
 class BmcReset(NodeChecklistStep):
+    serializer_class = BmcResetIn
     ops_action = "node.record_bmc_reset"
 
     @extend_schema(
         operation_id="ops_node_bmc_reset",
-        request=ReasonIn,
+        request=BmcResetIn,
         responses={201: DataHandlingOut},
         parameters=[IDEMPOTENCY_HEADER],
-        summary="Record that the BMC credentials were reset and its logs cleared",
+        summary="Reset the BMC to factory defaults over Redfish (or record a reset done by hand)",
     )
     def post(self, request, pk):
+        key = read_key(request)
+        node = get_object_or_404(Node.objects.all(), pk=uuid_or_404(pk))
+        body = BmcResetIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        if not body.validated_data["manual"]:
+            # The Redfish reset runs outside the request's transaction, so a BMC's refusal stays on
+            # the node's trail as evidence even though the request is answered 409. Repeating it is
+            # harmless: a node whose BMC was already reset is not asked again.
+            try:
+                bmc_disposal.reset_bmc_for_disposal(
+                    node=node, actor=request.user.actor, reason=body.validated_data["reason"]
+                )
+            except ActionRefused as exc:
+                raise Problem(409, exc.code, exc.detail, extra=exc.extra) from None
+            return idempotent_create(
+                request,
+                scope=request.user.idempotency_scope,
+                key=key,
+                perform=lambda: Response(data_handling_body(node), status=status.HTTP_201_CREATED),
+            )
         return super().post(request, pk)
 
     def record(self, node, request, data):
-        sanitization.record_bmc_reset(node=node, actor=request.user.actor, reason=data["reason"])
+        bmc_disposal.reset_bmc_for_disposal(node=node, actor=request.user.actor, reason=data["reason"], manual=True)
 
 
 class AssetTagsRemoved(NodeChecklistStep):

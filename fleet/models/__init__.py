@@ -5,6 +5,7 @@ Cross-object rules (a rack must power and cool what is placed in it; a node and 
 sit in one site) live in `clean()`, so the admin, imports and services all enforce them.
 """
 
+from .bmc import *  # noqa: F403
 from .end_of_life import *  # noqa: F403
 from .facility import *  # noqa: F403
 from .nodes import *  # noqa: F403

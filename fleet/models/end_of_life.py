@@ -48,6 +48,9 @@ class NodeDisposal(models.Model):
     node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="disposal")
     bmc_reset_at = models.DateTimeField(null=True, blank=True, help_text="BMC credentials reset and logs cleared")
     bmc_reset_by = models.CharField(max_length=200, blank=True)
+    bmc_reset_evidence = models.JSONField(
+        default=dict, blank=True, help_text="the BMC's answers to the Redfish reset and credential scrub, as received"
+    )
     asset_tags_removed_at = models.DateTimeField(null=True, blank=True)
     asset_tags_removed_by = models.CharField(max_length=200, blank=True)
 

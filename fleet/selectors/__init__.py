@@ -1,5 +1,6 @@
 """Reads of the fleet, as aggregate queries (no per-node loops)."""
 
+from .bmc import *  # noqa: F403
 from .end_of_life import *  # noqa: F403
 from .inventory import *  # noqa: F403
 from .power import *  # noqa: F403

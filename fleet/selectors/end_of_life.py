@@ -42,6 +42,7 @@ class DataHandlingStatus:
     custody_transfers: int
     gate: object  # GateStatus for retire (destination, inventory, per-drive method and record)
     dispose_gate: object  # GateStatus for dispose
+    bmc_reset_evidence: dict | None = None  # the BMC's answers (Redfish) or the operator's word
 
     @property
     def drives_done(self) -> bool:
@@ -93,6 +94,7 @@ def data_handling_status(node_ids) -> dict:
             custody_transfers=custody.get(nid, 0),
             gate=gate,
             dispose_gate=dispose_gates[nid],
+            bmc_reset_evidence=disposal.bmc_reset_evidence if disposal and disposal.bmc_reset_at else None,
         )
     return out
 

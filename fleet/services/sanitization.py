@@ -130,13 +130,19 @@ def _checklist(node: Node) -> NodeDisposal:
     return disposal
 
 
-def _stamp_checklist(*, node: Node, field: str, action: str, actor: str, reason: str) -> NodeDisposal:
+def _stamp_checklist(
+    *, node: Node, field: str, action: str, actor: str, reason: str, evidence: dict | None = None
+) -> NodeDisposal:
     """Record that one checklist step was done now, by `actor` (audited, on the node's trail)."""
     disposal = _checklist(node)
     previous = getattr(disposal, f"{field}_at")
     setattr(disposal, f"{field}_at", timezone.now())
     setattr(disposal, f"{field}_by", actor)
-    disposal.save(update_fields=[f"{field}_at", f"{field}_by"])
+    fields = [f"{field}_at", f"{field}_by"]
+    if evidence is not None:
+        setattr(disposal, f"{field}_evidence", evidence)
+        fields.append(f"{field}_evidence")
+    disposal.save(update_fields=fields)
     record_audit(
         actor=actor,
         action=f"node.{action}",
@@ -150,14 +156,17 @@ def _stamp_checklist(*, node: Node, field: str, action: str, actor: str, reason:
 
 
 @transaction.atomic
-def record_bmc_reset(*, node: Node, actor: str, reason: str = "") -> NodeDisposal:
-    """BMC credentials reset to factory and its logs cleared (part of what must not leave)."""
+def record_bmc_reset(*, node: Node, actor: str, reason: str = "", evidence: dict | None = None) -> NodeDisposal:
+    """BMC credentials reset to factory and its logs cleared (part of what must not leave).
+    `evidence`: the BMC's answers when Hangar did it over Redfish (fleet.services.bmc_disposal),
+    or what the operator says they did by hand."""
     return _stamp_checklist(
         node=node,
         field="bmc_reset",
         action="bmc_reset",
         actor=actor,
         reason=reason or "BMC credentials reset, logs cleared",
+        evidence=evidence if evidence is not None else {"method": "recorded by hand", "by": actor, "reason": reason},
     )
 
 

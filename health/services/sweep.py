@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from core.locks import locked_run
 from core.services.loop_clock import note_run, resumed_at
-from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle
-from fleet.models import Node, NodeAgentAction
+from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle, PowerAction, PowerActionState
+from fleet.models import BMCPowerAction, Node, NodeAgentAction
 from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import state_entered_at, transition_many
+from fleet.services.power_actions import nodes_with_bmc, request_power_actions
 from health.choices import (
     ACTIONABLE,
     SEVERITY_RANK,
@@ -361,40 +362,75 @@ def _finish_drains(now: datetime) -> int:
     return len(changes)
 
 
+def _remediation_actions(ids) -> dict:
+    """{node_id: [(kind, state, created)]}, oldest first: the agent's GPU resets and reboots and
+    the BMC's power cycles, in one vocabulary (kind REBOOT for both ways of power cycling)."""
+    actions: dict = {}
+    for node_id, action, state, created in NodeAgentAction.objects.filter(
+        node_id__in=ids, action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT)
+    ).values_list("node_id", "action", "state", "created_at"):
+        actions.setdefault(node_id, []).append((action, state, created))
+    bmc_state = {
+        PowerActionState.SUCCEEDED: AgentActionState.SUCCEEDED,
+        PowerActionState.FAILED: AgentActionState.FAILED,
+    }
+    for node_id, state, created, detail in BMCPowerAction.objects.filter(
+        node_id__in=ids, action=PowerAction.POWER_CYCLE
+    ).values_list("node_id", "state", "created_at", "detail"):
+        actions.setdefault(node_id, []).append(
+            (AgentAction.REBOOT, bmc_state.get(state, AgentActionState.PENDING), created, detail)
+        )
+    for rows in actions.values():
+        rows.sort(key=lambda row: row[2])
+    return actions
+
+
 def _remediate(now: datetime) -> dict:
-    """Remediating nodes: queue a GPU reset or power cycle; on success → validating (and queue
-    the validation checks); on failure → triage."""
+    """Remediating nodes: queue a GPU reset (in band, the agent) or a power cycle — out of band
+    through the BMC where the node has one, so a hung or OS-less node can still be cycled; the
+    agent's reboot only where it has none. On success → validating (and queue the validation
+    checks: the node comes back only through them); on failure → triage."""
     nodes = list(
         Node.objects.filter(lifecycle=Lifecycle.REMEDIATING)
         .select_for_update(skip_locked=True)
         .only("id", "hostname", "lifecycle", "state_deadline", "state_entered_at")
     )
     if not nodes:
-        return {"queued": 0, "validating": 0}
+        return {"queued": 0, "validating": 0, "bmc_power_cycles": 0}
     ids = [n.pk for n in nodes]
-    actions: dict = {}
-    for node_id, action, state, created in (
-        NodeAgentAction.objects.filter(node_id__in=ids, action__in=(AgentAction.GPU_RESET, AgentAction.REBOOT))
-        .order_by("created_at")
-        .values_list("node_id", "action", "state", "created_at")
-    ):
-        actions.setdefault(node_id, []).append((action, state, created))
+    actions = _remediation_actions(ids)
     worst = _actionable_severity(ids)
+    out_of_band = nodes_with_bmc(ids)
     to_queue: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
+    to_cycle: list = []
     done: dict = {AgentAction.GPU_RESET: [], AgentAction.REBOOT: []}
-    failed = []
+    failed, why = [], {}
     for node in nodes:
         since = state_entered_at(node)
         mine = [a for a in actions.get(node.pk, []) if since is None or a[2] >= since]
         if not mine:
             kind = AgentAction.GPU_RESET if worst.get(node.pk) == S.RESET else AgentAction.REBOOT
-            to_queue[kind].append(node)
+            (to_cycle if kind == AgentAction.REBOOT and node.pk in out_of_band else to_queue[kind]).append(node)
             continue
-        action, state, _ = mine[-1]
+        action, state = mine[-1][0], mine[-1][1]
         if state == AgentActionState.SUCCEEDED:
             done[action].append(node)
         elif state == AgentActionState.FAILED:
             failed.append(node)
+            if len(mine[-1]) > 3 and mine[-1][3]:
+                why[node.pk] = f"BMC power cycle failed: {mine[-1][3]}"
+    if to_cycle:
+        request_power_actions(
+            nodes=to_cycle, action=PowerAction.POWER_CYCLE, actor=ACTOR, reason="health policy remediation"
+        )
+        record_step(
+            node_ids=[n.pk for n in to_cycle],
+            step=IncidentStep.DIAGNOSE,
+            actor=ACTOR,
+            now=now,
+            state=IncidentState.DIAGNOSED,
+            detail="remediation queued: power cycle through the BMC (out of band)",
+        )
     for kind, group in to_queue.items():
         if group:
             request_agent_actions(nodes=group, action=kind, actor=ACTOR, reason="health policy remediation")
@@ -426,14 +462,16 @@ def _remediate(now: datetime) -> dict:
             now=now,
             detail=f"{kind} succeeded; validating with {', '.join(checks)}",
         )
-    changes = transition_many(
-        failed,
-        Lifecycle.TRIAGE,
-        actor=ACTOR,
-        action="health_remediation_failed",
-        reason="remediation failed",
-        last_error="remediation failed",
-    )
+    changes = []
+    for reason in sorted({why.get(n.pk, "remediation failed") for n in failed}):
+        changes += transition_many(
+            [n for n in failed if why.get(n.pk, "remediation failed") == reason],
+            Lifecycle.TRIAGE,
+            actor=ACTOR,
+            action="health_remediation_failed",
+            reason=reason,
+            last_error=reason[:2000],
+        )
     if changes:
         record_step(
             node_ids=[c.node_id for c in changes],
@@ -443,4 +481,8 @@ def _remediate(now: datetime) -> dict:
             state=IncidentState.DIAGNOSED,
             detail="remediation failed: sent to triage",
         )
-    return {"queued": sum(len(g) for g in to_queue.values()), "validating": validating}
+    return {
+        "queued": sum(len(g) for g in to_queue.values()),
+        "validating": validating,
+        "bmc_power_cycles": len(to_cycle),
+    }

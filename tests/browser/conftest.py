@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import chromium_path
+from tests.redfish import emulated_system, redfish_emulator  # noqa: F401 (fixtures: a real Redfish BMC)
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 CHROMIUM_ARGS = [

@@ -21,6 +21,7 @@ CONSOLE_ACTIONS = {
     "fleet:node-action": ("node.cordon", {"action": "cordon", "reason": "console matrix"}),
     "fleet:rollout-list": ("rollout.create", {"baseline_id": "00000000-0000-0000-0000-000000000000"}),
     "fleet:rollout-detail": ("rollout.control", {"action": "pause"}),
+    "fleet:node-power": ("node.power", {"action": "power_on", "confirm": "yes", "reason": "console matrix"}),
     "planning:disposition-plan-list": ("disposition_plan.create", {"name": "x"}),
     "planning:disposition-plan-nodes": ("node.record_bmc_reset", {"action": "bmc_reset"}),
     "planning:migration-plan-create": ("migration_plan.create", {}),
@@ -95,7 +96,7 @@ def _url(name: str) -> str:
     route = _console_routes()[name]
     if "<" not in route:
         return reverse(name)
-    pk = node.pk if name == "fleet:node-action" else uuid.uuid4()
+    pk = node.pk if name in ("fleet:node-action", "fleet:node-power") else uuid.uuid4()
     return reverse(name, kwargs={"pk": str(pk)})
 
 

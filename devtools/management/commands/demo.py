@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
@@ -42,7 +43,9 @@ class Command(BaseCommand):
             "ACCESS_LOG_LEVEL": os.environ.get("ACCESS_LOG_LEVEL", "WARNING"),
         }
         children = []
+        var = str(settings.VAR_DIR)
         for label, argv in DEMO_PROCESSES:
+            argv = [a.replace("{var}", var) for a in argv]
             children.append((label, subprocess.Popen([sys.executable, *argv], env=env)))
         username, password = DEMO_OPERATOR
         self.stdout.write(
@@ -52,6 +55,7 @@ class Command(BaseCommand):
                 f"  Operator: {username} / {password}   (admin at http://127.0.0.1:8000/admin/)\n"
                 "  Tenants:  acme-admin / hangar-demo, globex-admin / hangar-demo   (portal at /portal/)\n"
                 "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
+                "  BMCs:     Redfish emulator at http://127.0.0.1:8001/redfish/v1 (admin / redfish-emulator-password)\n"
                 f"  Processes: {', '.join(label for label, _ in children)}\n"
                 "Press Ctrl-C to stop."
             )

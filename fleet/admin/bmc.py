@@ -1,0 +1,153 @@
+"""Admin of the BMC records: address and credentials (write-only: the form never shows the
+stored ones, and saves through fleet.services.bmc_credentials.set_bmc, audited), and power
+actions on selected nodes after a confirmation page naming them."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+
+from core.errors import DomainError
+from core.services.audit import actor_label
+from core.services.permissions import PermissionMissing
+
+from ..choices import PowerAction
+from ..models import BMCPowerAction, NodeBMC
+from ..services.bmc_credentials import set_bmc
+from ..services.power_actions import perform_power_action
+
+
+class NodeBMCForm(forms.ModelForm):
+    redfish_url = forms.CharField(max_length=300, help_text="the BMC's Redfish service, e.g. https://10.1.2.3")
+    username = forms.CharField(
+        max_length=256, required=False, help_text="leave both empty to keep the stored credentials"
+    )
+    password = forms.CharField(
+        max_length=256, required=False, widget=forms.PasswordInput(render_value=False), strip=False
+    )
+
+    class Meta:
+        model = NodeBMC
+        fields = ["node", "redfish_url", "system_path"]
+
+    def clean(self):
+        data = super().clean()
+        if bool(data.get("username")) != bool(data.get("password")):
+            raise forms.ValidationError("Give both the username and the password, or neither to keep the stored ones.")
+        if not self.instance.pk and not data.get("username"):
+            raise forms.ValidationError("A new BMC record needs its username and password.")
+        return data
+
+
+@admin.register(NodeBMC)
+class NodeBMCAdmin(admin.ModelAdmin):
+    form = NodeBMCForm
+    list_display = (
+        "node",
+        "redfish_url",
+        "system_path",
+        "reachable",
+        "desired_power",
+        "drift_since",
+        "last_error_kind",
+    )
+    list_filter = ("reachable", "last_error_kind", "desired_power")
+    search_fields = ("node__hostname", "redfish_url")
+    autocomplete_fields = ("node",)
+    readonly_fields = (
+        "credentials_changed_at",
+        "reachable",
+        "last_checked_at",
+        "last_ok_at",
+        "last_error",
+        "last_error_kind",
+        "desired_power",
+        "drift_since",
+    )
+    actions = ["power_on", "power_off", "power_cycle"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return (*self.readonly_fields, "node") if obj else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        try:
+            saved = set_bmc(
+                node=obj.node,
+                redfish_url=data["redfish_url"],
+                system_path=data.get("system_path", ""),
+                username=data.get("username") or None,
+                password=data.get("password") or None,
+                actor=actor_label(request.user),
+                reason="set in the admin",
+            )
+        except DomainError as exc:
+            self.message_user(request, exc.detail, messages.ERROR)
+            return
+        obj.pk = saved.pk
+
+    def _power(self, request, queryset, action: str):
+        """A confirmation page first (it names every node), then each node's action."""
+        if request.POST.get("confirm") != "yes":
+            return TemplateResponse(
+                request,
+                "admin/fleet/power_confirm.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": f"{PowerAction(action).label} {queryset.count()} node(s)?",
+                    "bmcs": queryset.select_related("node"),
+                    "action": action,
+                    "admin_action": request.POST.get("action"),
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                    "opts": self.model._meta,
+                },
+            )
+        done, refused = 0, []
+        for bmc in queryset.select_related("node"):
+            try:
+                result = perform_power_action(
+                    node=bmc.node, action=action, actor=actor_label(request.user), reason="admin", user=request.user
+                )
+            except PermissionMissing as exc:
+                self.message_user(request, exc.detail, messages.ERROR)
+                return None
+            except DomainError as exc:
+                refused.append(f"{bmc.node.hostname}: {exc.detail}")
+                continue
+            if result.state == "failed":
+                refused.append(f"{bmc.node.hostname}: {result.detail}")
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"{PowerAction(action).label}: {done} node(s) accepted by their BMC.")
+        for line in refused[:20]:
+            self.message_user(request, line, messages.WARNING)
+        return None
+
+    @admin.action(description="Power on selected nodes", permissions=["change"])
+    def power_on(self, request, queryset):
+        return self._power(request, queryset, PowerAction.POWER_ON)
+
+    @admin.action(description="Power off selected nodes (graceful shutdown)", permissions=["change"])
+    def power_off(self, request, queryset):
+        return self._power(request, queryset, PowerAction.POWER_OFF)
+
+    @admin.action(description="Power cycle selected nodes", permissions=["change"])
+    def power_cycle(self, request, queryset):
+        return self._power(request, queryset, PowerAction.POWER_CYCLE)
+
+
+@admin.register(BMCPowerAction)
+class BMCPowerActionAdmin(admin.ModelAdmin):
+    list_display = ("node", "action", "state", "requested_by", "created_at", "reset_type", "detail")
+    list_filter = ("state", "action")
+    search_fields = ("node__hostname",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
