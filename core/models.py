@@ -203,7 +203,12 @@ class SearchEntry(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["kind", "object_id"], name="core_searchentry_kind_object_unique"),
         ]
-        indexes = [models.Index(fields=["value", "kind", "object_id"], name="core_searchentry_lookup_idx")]
+        indexes = [
+            # the console search: every kind, in value order (exact first, then by prefix)
+            models.Index(fields=["value", "kind", "object_id"], name="core_searchentry_lookup_idx"),
+            # the admin's searches: a few kinds each, by value
+            models.Index(fields=["kind", "value"], name="core_search_kind_value_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.value} → {self.object_id}"

@@ -45,4 +45,8 @@ class Migration(migrations.Migration):
             model_name="searchentry",
             index=models.Index(fields=["value", "kind", "object_id"], name="core_searchentry_lookup_idx"),
         ),
+        migrations.AddIndex(
+            model_name="searchentry",
+            index=models.Index(fields=["kind", "value"], name="core_search_kind_value_idx"),
+        ),
     ]

@@ -7,7 +7,7 @@ from . import index
 from .index import index_objects, rebuild, remove_objects
 from .registry import KINDS, MODELS, Described, Kind, normalise
 from .registry import register as _register
-from .selectors import PAGE_SIZE, Result, SearchPage, parse_query, search
+from .selectors import PAGE_SIZE, Result, SearchPage, ids_by_kind, parse_query, search
 
 
 def register(model, *, kinds: list[Kind], describe, using: str = "default"):
@@ -25,6 +25,7 @@ __all__ = [
     "Kind",
     "Result",
     "SearchPage",
+    "ids_by_kind",
     "index_objects",
     "normalise",
     "parse_query",

@@ -3,6 +3,7 @@ model's registration. Fixed query count: one on the index, then one per model am
 (at most one per registered model), whatever the fleet's size."""
 
 import unicodedata
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -123,3 +124,26 @@ def search(raw_query: str | None, *, after: str | None = None, limit: int = PAGE
             )
         )
     return SearchPage(query=query, results=results, more=more)
+
+
+def ids_by_kind(raw_query: str | None, kinds: list[str], *, limit: int = 1000) -> dict[str, list]:
+    """{kind: [object id, …]} of up to `limit` identifiers of these kinds equal to or starting
+    with the query (ids as the model's primary keys: UUIDs where the id is one). One query."""
+    query = parse_query(raw_query)
+    if not query:
+        return {}
+    # unordered: (kind, value) range scans per kind, stopping at `limit` (an admin filters, it does not rank)
+    rows = SearchEntry.objects.filter(kind__in=kinds, value__gte=query, value__lt=query + TOP).values_list(
+        "kind", "object_id"
+    )[:limit]
+    found: dict[str, list] = defaultdict(list)
+    for kind, object_id in rows:
+        found[kind].append(_as_key(object_id))
+    return dict(found)
+
+
+def _as_key(object_id: str):
+    try:
+        return uuid.UUID(object_id)
+    except ValueError:
+        return object_id
