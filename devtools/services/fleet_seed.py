@@ -163,7 +163,8 @@ def seed_fleet(
                         fabric_domain=fabric,
                         leaf_switch=f"pod{pod + 1:02d}-su{n // NODES_PER_SCALABLE_UNIT + 1:02d}",
                         bmc_address=f"10.{64 + global_index // 65536}.{(global_index // 256) % 256}.{global_index % 256}",
-                        bmc_mac="3c:ec:ef:" + ":".join(f"{(global_index >> s) & 0xFF:02x}" for s in (16, 8, 0)),
+                        # locally administered (02:…): never a real vendor's MAC
+                        bmc_mac="02:48:47:" + ":".join(f"{(global_index >> s) & 0xFF:02x}" for s in (16, 8, 0)),
                         asset_tag=f"{site.slug.upper()}-AT{global_index + 1:07d}",
                         commissioned_on=today - timedelta(days=900 + rng.randint(0, 240)),
                         lifecycle=Lifecycle.AVAILABLE,
