@@ -43,7 +43,11 @@ def _write(entry: SearchModel, instances: list, *, created: bool) -> None:
                 rows.append(SearchEntry(kind=kind.name, object_id=object_id, value=values[kind.name]))
             elif not created:  # an identifier that was cleared leaves the index
                 blank[kind.name].append(object_id)
-    if rows:
+    if rows and created:
+        # new objects have no entries yet, and a rebuild cannot see them before this commits:
+        # a plain insert, cheaper than the upsert on the seed's and the import's bulk paths
+        SearchEntry.objects.bulk_create(rows, batch_size=BATCH)
+    elif rows:
         _upsert(rows)
     for kind_name, ids in blank.items():
         SearchEntry.objects.filter(kind=kind_name, object_id__in=ids).delete()
