@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0014_node_agent_clock_skew'),
+        ('fleet', '0016_merge_energy_and_state_deadlines'),
     ]
 
     operations = [
