@@ -4,19 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0016_merge_energy_and_state_deadlines'),
+        ("fleet", "0016_merge_energy_and_state_deadlines"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='asset_tag',
-            field=models.CharField(blank=True, help_text="the owner's asset tag on the chassis label (searchable from the console)", max_length=64),
+            model_name="node",
+            name="asset_tag",
+            field=models.CharField(
+                blank=True,
+                help_text="the owner's asset tag on the chassis label (searchable from the console)",
+                max_length=64,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='node',
-            constraint=models.UniqueConstraint(condition=models.Q(('asset_tag', ''), _negated=True), fields=('asset_tag',), name='fleet_node_asset_tag_unique'),
+            model_name="node",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("asset_tag", ""), _negated=True),
+                fields=("asset_tag",),
+                name="fleet_node_asset_tag_unique",
+            ),
         ),
     ]
