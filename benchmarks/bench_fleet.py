@@ -1,13 +1,11 @@
-"""Fleet benchmarks: seeding the 100,000-GPU fixture, and the admin node changelist at 12,500 nodes."""
+"""Fleet benchmarks: seeding the 100,000-GPU fixture (the admin node pages are in bench_search.py)."""
 
 import time
 import uuid
 
-from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.test import Client
 
-from benchmarks.harness import Measurement, benchmark, count_queries, timed
+from benchmarks.harness import Measurement, benchmark
 from devtools.services.fleet_seed import seed_fleet
 from fleet.models import GPU, Node
 
@@ -35,23 +33,3 @@ def seed_100k() -> Measurement:
     return Measurement(
         ours, baseline, note=f"{node_rows} nodes, {gpu_rows} GPUs; baseline = raw executemany of as many rows"
     )
-
-
-@benchmark("admin node changelist (12,500 nodes)", target="queries fixed")
-def admin_changelist() -> Measurement:
-    user, _ = get_user_model().objects.get_or_create(
-        username="bench", defaults={"is_staff": True, "is_superuser": True}
-    )
-    client = Client()
-    client.force_login(user)
-    url = "/admin/fleet/node/"
-    client.get(url)
-    queries = count_queries(lambda: client.get(url))
-    ours = timed(lambda: client.get(url), repeat=5)
-    with connection.cursor() as cursor:
-        sql = (
-            "SELECT n.*, r.*, t.* FROM fleet_node n JOIN fleet_rack r ON r.id = n.rack_id "
-            "JOIN fleet_nodetype t ON t.id = n.node_type_id ORDER BY n.hostname LIMIT 100"
-        )
-        baseline = timed(lambda: (cursor.execute(sql), cursor.fetchall()), repeat=5)
-    return Measurement(ours, baseline, queries, note="page of 100; baseline = the page's joined SELECT")

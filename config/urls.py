@@ -19,11 +19,11 @@ handler404 = "core.api.problems.api_not_found"
 handler500 = "core.api.problems.api_server_error"
 
 APPS = ("fleet", "tenants", "billing", "health", "planning")
-API = {app: import_module(f"{app}.api.urls") for app in APPS}
+API = {app: import_module(f"{app}.api.urls") for app in ("core", *APPS)}
 
 
 def _routes(kind: str) -> list:
-    return [route for app in APPS for route in getattr(API[app], kind, [])]
+    return [route for app in API for route in getattr(API[app], kind, [])]
 
 
 api_v1 = [
@@ -39,5 +39,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
     path("api/agent/v1/", include(_routes("agent_urlpatterns"))),
+    path("", include("core.urls")),  # the console search (core.search)
     *[path("", include(f"{app}.urls")) for app in APPS],
 ]

@@ -182,3 +182,33 @@ class AgentTokenRevocation(models.Model):
         return f"agent tokens of {self.node_id}: " + (
             "all revoked" if self.revoked_all else f"valid from {self.not_before}"
         )
+
+
+class SearchEntry(models.Model):
+    """One identifier of one object, normalised for lookup (core.search): what the console's
+    search box and the operator API's search read. Written by the owning apps' registrations
+    (post_save/post_delete, plus explicit calls on their bulk paths); `manage.py
+    rebuild_search_index` rewrites it from the source tables.
+
+    `value` is compared byte-wise (PostgreSQL: COLLATE "C", set by the migration; SQLite: its
+    default BINARY), so one b-tree serves both exact and prefix lookups as a range scan in index
+    order, whatever the database's default collation."""
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=32, help_text="which identifier: hostname, gpu_uuid, drive_serial, …")
+    object_id = models.CharField(max_length=64, help_text="primary key of the object the identifier is on")
+    value = models.CharField(max_length=255, help_text="the identifier, normalised (core.search.normalise)")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "object_id"], name="core_searchentry_kind_object_unique"),
+        ]
+        indexes = [
+            # the console search: every kind, in value order (exact first, then by prefix)
+            models.Index(fields=["value", "kind", "object_id"], name="core_searchentry_lookup_idx"),
+            # the admin's searches: a few kinds each, by value
+            models.Index(fields=["kind", "value"], name="core_search_kind_value_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.value} → {self.object_id}"

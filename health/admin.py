@@ -2,24 +2,32 @@
 from the health services; the console is where operators act on them."""
 
 from django.contrib import admin
+from django.db.models import Q
 
-from core.admin import ReadOnlyAdmin
+from core.admin import AtScaleAdmin, ReadOnlyAdmin
 
 from .models import Condition, Incident
 
 
 @admin.register(Condition)
-class ConditionAdmin(ReadOnlyAdmin):
+class ConditionAdmin(ReadOnlyAdmin, AtScaleAdmin):
     list_display = ("node", "gpu_index", "signal", "severity", "status", "first_seen", "last_seen", "count")
-    list_filter = ("severity", "status", "signal")
-    search_fields = ("node__hostname", "signal", "detail")
+    # no "signal" filter: its choices would be a DISTINCT over every condition row
+    list_filter = ("severity", "status")
+    search_fields = ("node__hostname",)
+    search_help_text = "Exact or first characters of a hostname."
+    index_search = {"hostname": "node_id"}
     list_select_related = ("node",)
     raw_id_fields = ("node",)
-    show_full_result_count = False
 
 
 @admin.register(Incident)
-class IncidentAdmin(ReadOnlyAdmin):
+class IncidentAdmin(ReadOnlyAdmin, AtScaleAdmin):
     list_display = ("title", "state", "severity", "opened_by", "opened_at", "closed_at")
     list_filter = ("state",)
-    show_full_result_count = False
+    search_fields = ("title",)
+    search_help_text = "Exact or first characters of an incident id or of a hostname it touched."
+    index_search = {
+        "incident_id": "pk",
+        "hostname": lambda ids: Q(pk__in=Incident.nodes.through.objects.filter(node_id__in=ids).values("incident_id")),
+    }

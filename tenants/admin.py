@@ -2,8 +2,9 @@
 because their state moves only through tenants.services.allocations."""
 
 from django.contrib import admin
+from django.db.models import Q
 
-from core.admin import AuditedModelAdmin, ReadOnlyAdmin
+from core.admin import AtScaleAdmin, AuditedModelAdmin, ReadOnlyAdmin
 
 from .models import Allocation, AllocationNode, Membership, Quota, StorageQuota, Tenant
 
@@ -26,9 +27,11 @@ class StorageQuotaInline(admin.StackedInline):
 
 
 @admin.register(Tenant)
-class TenantAdmin(AuditedModelAdmin):
+class TenantAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_display = ("slug", "name", "created_at")
-    search_fields = ("slug", "name")
+    search_fields = ("slug",)
+    search_help_text = "Exact or first characters of a tenant's slug or name."
+    index_search = {"tenant_slug": "pk", "tenant_name": "pk"}
     inlines = [MembershipInline, QuotaInline, StorageQuotaInline]
 
 
@@ -46,10 +49,19 @@ class AllocationNodeInline(admin.TabularInline):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(ReadOnlyAdmin):
+class AllocationAdmin(ReadOnlyAdmin, AtScaleAdmin):
     list_display = ("name", "tenant", "instance_type", "node_count", "state", "degraded", "fabric_domain", "created_at")
     list_filter = ("state", "degraded", "instance_type")
-    search_fields = ("name", "tenant__slug", "memberships__node__hostname")
+    search_fields = ("name",)
+    search_help_text = (
+        "Exact or first characters of an allocation id, a tenant's slug or name, or a hostname it ran on."
+    )
+    index_search = {
+        "allocation_id": "pk",
+        "tenant_slug": "tenant_id",
+        "tenant_name": "tenant_id",
+        # a semi-join on the memberships: an allocation that ran on the node twice is listed once, without DISTINCT
+        "hostname": lambda ids: Q(pk__in=AllocationNode.objects.filter(node_id__in=ids).values("allocation_id")),
+    }
     list_select_related = ("tenant", "instance_type", "fabric_domain")
     inlines = [AllocationNodeInline]
-    show_full_result_count = False

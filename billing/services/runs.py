@@ -41,6 +41,7 @@ from billing.services.energy_lines import with_energy_lines
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from core.faults import fault_point
 from core.locks import advisory_lock
+from core.search import index_objects
 from core.services.audit import record_audit
 
 LEDGER = "ledger"
@@ -228,6 +229,7 @@ def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
     Invoice.objects.using(LEDGER).bulk_update(
         invoices, ["number", "status", "finalized_at", "updated_at", "issuer"], batch_size=500
     )
+    index_objects(invoices)  # numbers are searchable once the ledger commits (core.search.index)
 
 
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:

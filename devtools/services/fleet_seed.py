@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.ids import uuid7
+from core.search import index_objects
 from core.services.audit import record_audit
 from fleet.catalogue import ensure_node_type_catalogue
 from fleet.choices import Cooling, FabricTechnology, Health, Lifecycle, PowerState
@@ -111,6 +112,7 @@ def seed_fleet(
             grid_columns=8,
         )
         Hall.objects.bulk_create([*halls, liquid_hall])
+        index_objects([*halls, liquid_hall], created=True)  # bulk_create sends no post_save
         progress(f"site {site.slug}: {len(halls)} air-cooled hall(s) + 1 liquid-ready hall")
 
         fabrics, racks, nodes, feeds = [], [], [], []
@@ -161,6 +163,9 @@ def seed_fleet(
                         fabric_domain=fabric,
                         leaf_switch=f"pod{pod + 1:02d}-su{n // NODES_PER_SCALABLE_UNIT + 1:02d}",
                         bmc_address=f"10.{64 + global_index // 65536}.{(global_index // 256) % 256}.{global_index % 256}",
+                        # locally administered (02:…): never a real vendor's MAC
+                        bmc_mac="02:48:47:" + ":".join(f"{(global_index >> s) & 0xFF:02x}" for s in (16, 8, 0)),
+                        asset_tag=f"{site.slug.upper()}-AT{global_index + 1:07d}",
                         commissioned_on=today - timedelta(days=900 + rng.randint(0, 240)),
                         lifecycle=Lifecycle.AVAILABLE,
                         power_state=PowerState.ON,
@@ -182,10 +187,12 @@ def seed_fleet(
             )
         FabricDomain.objects.bulk_create(fabrics)
         Rack.objects.bulk_create(racks, batch_size=BATCH)
+        index_objects(racks, created=True)
         PowerFeed.objects.bulk_create(feeds, batch_size=BATCH)
         progress(f"{len(fabrics)} fabric domain(s), {len(racks)} racks")
         for start in range(0, len(nodes), BATCH):
             Node.objects.bulk_create(nodes[start : start + BATCH])
+            index_objects(nodes[start : start + BATCH], created=True)
             progress(f"nodes {min(start + BATCH, len(nodes))}/{len(nodes)}")
 
         gpu_rows, drive_rows = [], []
@@ -216,6 +223,7 @@ def seed_fleet(
             if len(gpu_rows) >= BATCH or i == len(nodes) - 1:
                 GPU.objects.bulk_create(gpu_rows)
                 Drive.objects.bulk_create(drive_rows)
+                index_objects([*gpu_rows, *drive_rows], created=True)
                 gpu_total += len(gpu_rows)
                 drive_total += len(drive_rows)
                 gpu_rows, drive_rows = [], []

@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin import AuditedModelAdmin
+from core.admin import AtScaleAdmin, AuditedModelAdmin
 
 from ..models import (
     FabricDomain,
@@ -17,6 +17,13 @@ from ..models import (
     Site,
 )
 from .inventory_files import InventoryFileAdmin
+
+
+class HallChoicesFilter(admin.RelatedFieldListFilter):
+    """A hall filter whose choices ("site/hall") are read in one query, not one per hall."""
+
+    def field_choices(self, field, request, model_admin):
+        return [(h.pk, str(h)) for h in Hall.objects.select_related("site").order_by("site__name", "name")]
 
 
 @admin.register(Site)
@@ -37,13 +44,16 @@ class RackInline(admin.TabularInline):
     can_delete = False
     show_change_link = True
     ordering = ("row", "column")
+    max_rows, paged_by = 50, "hall"  # core.admin.AtScaleAdmin: a hall holds thousands of racks
+    verbose_name_plural = "racks (the first 50 by row and column; the rack list filters by hall)"
 
 
 @admin.register(Hall)
-class HallAdmin(AuditedModelAdmin):
+class HallAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_display = ("name", "site", "it_power_budget_kw", "pue")  # the design PUE the planner models
     list_filter = ("site",)
-    search_fields = ("name", "site__name")
+    search_fields = ("name",)
+    index_search = {"hall_name": "pk"}
     list_select_related = ("site",)
     inlines = [RackInline]
 
@@ -71,7 +81,7 @@ class NodeInRackInline(admin.TabularInline):
 
 
 @admin.register(Rack)
-class RackAdmin(InventoryFileAdmin):
+class RackAdmin(InventoryFileAdmin, AtScaleAdmin):
     sheet = "racks"
     list_display = (
         "name",
@@ -84,15 +94,22 @@ class RackAdmin(InventoryFileAdmin):
         "u_height",
         "nodes_link",
     )
-    list_filter = ("hall__site", "hall", "row", "cooling")
-    search_fields = ("name", "hall__name")
+    list_filter = ("hall__site", ("hall", HallChoicesFilter), "row", "cooling")
+    search_fields = ("name",)
+    search_help_text = "Exact or first characters of a rack or hall name."
+    index_search = {"rack_name": "pk", "hall_name": "hall_id"}
+    ordering = ("hall", "row", "column")  # fleet_rack_hall_grid_unique: no join sorted over every rack
     list_select_related = ("hall", "hall__site")
     inlines = [NodeInRackInline, PowerFeedInline]
-    show_full_result_count = False
 
     @admin.display(description="nodes")
     def nodes_link(self, rack):
         return format_html('<a href="{}?rack={}">nodes</a>', reverse("admin:fleet_node_changelist"), rack.pk)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "hall":  # each choice reads "site/hall": one query, not one per hall
+            kwargs["queryset"] = Hall.objects.select_related("site")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def export_rows(self, queryset):
         for rack in queryset.select_related("hall__site").iterator(chunk_size=2000):
@@ -109,7 +126,7 @@ class RackAdmin(InventoryFileAdmin):
 
 
 @admin.register(FabricDomain)
-class FabricDomainAdmin(AuditedModelAdmin):
+class FabricDomainAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_display = ("name", "site", "technology", "generation", "leaf_count", "spine_count", "max_endpoints")
     list_filter = ("site", "technology", "generation")
     search_fields = ("name",)

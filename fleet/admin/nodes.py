@@ -3,15 +3,15 @@ state machine's fields never editable from a form (actions go through the operat
 
 import uuid
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin import form_diff
+from core.admin import AtScaleAdmin, form_diff
 from core.services.audit import actor_label
-from core.services.permissions import PermissionMissing
 
 from ..models import (
     GPU,
@@ -26,9 +26,9 @@ from ..services.inventory_import import (
     record_enrolment,
     record_inventory_update,
 )
-from ..services.lifecycle import InvalidTransition
-from ..services.operator_actions import ActionRefused, perform_operator_action
+from .facility import HallChoicesFilter
 from .inventory_files import InventoryFileAdmin
+from .node_actions import confirm_or_run
 
 
 class GPUInline(admin.TabularInline):
@@ -83,7 +83,8 @@ class NodeEventInline(admin.TabularInline):
     readonly_fields = fields
     ordering = ("-at",)
     max_num = 0
-    verbose_name_plural = "history (latest first)"
+    max_rows, paged_by = 20, "node"  # core.admin.AtScaleAdmin: the latest 20; the full trail is the node page's
+    verbose_name_plural = "history (latest 20 first; the console's node page has it all)"
 
     def get_queryset(self, request):
         return super().get_queryset(request).order_by("-at")
@@ -169,8 +170,16 @@ STATE_FIELDS = (
 )
 
 
+def _nodes_with_gpus(ids) -> Q:
+    return Q(pk__in=GPU.objects.filter(pk__in=ids).values("node_id"))  # a semi-join: no duplicate nodes
+
+
+def _nodes_with_drives(ids) -> Q:
+    return Q(pk__in=Drive.objects.filter(pk__in=ids).values("node_id"))
+
+
 @admin.register(Node)
-class NodeAdmin(InventoryFileAdmin):
+class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     sheet = "nodes"
     list_display = (
         "hostname",
@@ -192,11 +201,27 @@ class NodeAdmin(InventoryFileAdmin):
         "node_type__generation",
         "node_type",
         "rack__hall__site",
-        "rack__hall",
+        ("rack__hall", HallChoicesFilter),
         RackRowFilter,
         RackFilter,
     )
-    search_fields = ("hostname", "serial", "rack__name", "gpus__uuid", "drives__serial", "bmc_address", "bmc_mac")
+    # searched through the index (core.search): exact or prefix, no icontains over joins, no DISTINCT
+    search_fields = ("hostname",)
+    search_help_text = (
+        "Exact or first characters of a hostname, serial, asset tag, BMC address or MAC, rack, GPU UUID or serial, "
+        "or drive serial."
+    )
+    index_search = {
+        "hostname": "pk",
+        "node_serial": "pk",
+        "asset_tag": "pk",
+        "bmc_address": "pk",
+        "bmc_mac": "pk",
+        "rack_name": "rack_id",
+        "gpu_uuid": _nodes_with_gpus,
+        "gpu_serial": _nodes_with_gpus,
+        "drive_serial": _nodes_with_drives,
+    }
     list_select_related = ("rack", "node_type", "fabric_domain")
     fieldsets = (
         (
@@ -212,6 +237,7 @@ class NodeAdmin(InventoryFileAdmin):
                     "leaf_switch",
                     "bmc_address",
                     "bmc_mac",
+                    "asset_tag",
                     "commissioned_on",
                     "allocation",
                 )
@@ -225,8 +251,7 @@ class NodeAdmin(InventoryFileAdmin):
         ),
     )
     inlines = [GPUInline, DriveInline, NodeEventInline]
-    autocomplete_fields = ("rack",)
-    show_full_result_count = False
+    autocomplete_fields = ("rack", "fabric_domain")
     actions = ["cordon_nodes", "uncordon_nodes", "drain_nodes"]
 
     @admin.display(description="rack", ordering="rack__name")
@@ -269,40 +294,17 @@ class NodeAdmin(InventoryFileAdmin):
                     obj, actor=actor, changes={f: (before.get(f), after.get(f)) for f in form.changed_data}
                 )
 
-    def _node_action(self, request, queryset, action: str):
-        """The console's path: each node through perform_operator_action (checked, evented, audited)."""
-        done, refused = 0, []
-        for node_id, hostname in queryset.values_list("pk", "hostname"):
-            try:
-                perform_operator_action(
-                    node_id=node_id,
-                    action=action,
-                    actor=actor_label(request.user),
-                    reason="admin bulk action",
-                    user=request.user,
-                )
-                done += 1
-            except (InvalidTransition, ActionRefused) as exc:
-                refused.append(f"{hostname}: {exc.detail}")
-            except PermissionMissing as exc:
-                self.message_user(request, exc.detail, messages.ERROR)
-                return
-        if done:
-            self.message_user(request, f"{action}: {done} node(s) done.", messages.SUCCESS)
-        for line in refused[:20]:
-            self.message_user(request, line, messages.WARNING)
-
     @admin.action(description="Cordon selected nodes", permissions=["change"])
     def cordon_nodes(self, request, queryset):
-        self._node_action(request, queryset, "cordon")
+        return confirm_or_run(self, request, queryset, "cordon")
 
     @admin.action(description="Uncordon selected nodes", permissions=["change"])
     def uncordon_nodes(self, request, queryset):
-        self._node_action(request, queryset, "uncordon")
+        return confirm_or_run(self, request, queryset, "uncordon")
 
     @admin.action(description="Drain selected nodes", permissions=["change"])
     def drain_nodes(self, request, queryset):
-        self._node_action(request, queryset, "drain")
+        return confirm_or_run(self, request, queryset, "drain")
 
     def export_rows(self, queryset):
         for node in queryset.select_related("rack", "node_type", "fabric_domain").iterator(chunk_size=2000):

@@ -3,8 +3,9 @@
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 
-from core.admin import AuditedModelAdmin, ReadOnlyAdmin
+from core.admin import AtScaleAdmin, AuditedModelAdmin, ReadOnlyAdmin
 
 from ..models import (
     GPU,
@@ -14,14 +15,20 @@ from ..models import (
 )
 from ..selectors import drive_removal_refusal, hardware_change_refusal
 
+# A million GPUs and drives: lists ordered by an indexed key of their own (the models' order,
+# by hostname, is a join sorted over every row), counted up to a cap, searched through the index.
+PART_HELP = "Exact or first characters of {what}, or of the node's hostname."
+
 
 @admin.register(GPU)
-class GPUAdmin(AuditedModelAdmin):
+class GPUAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_display = ("__str__", "uuid", "serial")
-    search_fields = ("uuid", "serial", "node__hostname")
+    search_fields = ("uuid",)
+    search_help_text = PART_HELP.format(what="a GPU UUID or serial")
+    index_search = {"gpu_uuid": "pk", "gpu_serial": "pk", "hostname": "node_id"}
+    ordering = ("node", "index")  # fleet_gpu_node_index_unique
     list_select_related = ("node",)
     raw_id_fields = ("node",)
-    show_full_result_count = False
 
     def has_delete_permission(self, request, obj=None):
         return super().has_delete_permission(request, obj) and (
@@ -37,13 +44,15 @@ class GPUAdmin(AuditedModelAdmin):
 
 
 @admin.register(Drive)
-class DriveAdmin(AuditedModelAdmin):
+class DriveAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_display = ("serial", "node", "model", "capacity_gb", "interface", "self_encrypting", "missing_since")
     list_filter = ("interface", "self_encrypting")
-    search_fields = ("serial", "node__hostname", "model")
+    search_fields = ("serial",)
+    search_help_text = PART_HELP.format(what="a drive serial")
+    index_search = {"drive_serial": "pk", "hostname": "node_id"}
+    ordering = ("serial",)  # unique
     list_select_related = ("node",)
     raw_id_fields = ("node",)
-    show_full_result_count = False
 
     def has_delete_permission(self, request, obj=None):
         return super().has_delete_permission(request, obj) and (obj is None or drive_removal_refusal(obj.node) is None)
@@ -72,21 +81,26 @@ def _refuse_locked(queryset, refusal_of) -> None:
 
 
 @admin.register(SanitizationRecord)
-class SanitizationRecordAdmin(ReadOnlyAdmin):
+class SanitizationRecordAdmin(ReadOnlyAdmin, AtScaleAdmin):
     """Evidence: operators add records through the ops API or the console."""
 
     list_display = ("drive", "method", "technique", "tool", "verified", "actor", "source", "performed_at")
     list_filter = ("method", "verified", "source")
-    search_fields = ("drive__serial", "drive__node__hostname")
+    search_fields = ("drive__serial",)
+    search_help_text = "Exact or first characters of a drive serial or a hostname."
+    index_search = {"drive_serial": "drive_id", "hostname": lambda ids: Q(drive__node_id__in=ids)}
     list_select_related = ("drive",)
+    raw_id_fields = ("drive",)
 
 
 @admin.register(NodeAgentAction)
-class NodeAgentActionAdmin(ReadOnlyAdmin):
+class NodeAgentActionAdmin(ReadOnlyAdmin, AtScaleAdmin):
     """Work handed to node agents; requested by services, finished by the agent's report."""
 
     list_display = ("action", "node", "drive", "state", "requested_by", "created_at", "finished_at")
     list_filter = ("action", "state")
-    search_fields = ("node__hostname", "drive__serial", "requested_by")
+    search_fields = ("node__hostname",)
+    search_help_text = "Exact or first characters of a hostname or a drive serial."
+    index_search = {"hostname": "node_id", "drive_serial": "drive_id"}
     list_select_related = ("node", "drive")
-    show_full_result_count = False
+    raw_id_fields = ("node", "drive")

@@ -109,6 +109,9 @@ class Node(BaseModel):
         help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56",
     )
     commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
+    asset_tag = models.CharField(
+        max_length=64, blank=True, help_text="the owner's asset tag on the chassis label (searchable from the console)"
+    )
 
     lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
     target_lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, blank=True)
@@ -149,6 +152,9 @@ class Node(BaseModel):
         ordering = ["hostname"]
         constraints = [
             models.UniqueConstraint(fields=["rack", "u_position"], name="fleet_node_rack_u_unique"),
+            models.UniqueConstraint(
+                fields=["asset_tag"], condition=~Q(asset_tag=""), name="fleet_node_asset_tag_unique"
+            ),
             models.CheckConstraint(condition=Q(lifecycle__in=Lifecycle.values), name="fleet_node_lifecycle_valid"),
         ]
         indexes = [

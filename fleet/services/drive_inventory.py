@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from core.search import index_objects
 from fleet.choices import DriveInterface
 from fleet.models import Drive, Node, NodeDriveInventory
 
@@ -69,6 +70,7 @@ def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datet
             missing.append(serial)
             changed.append(row)
     Drive.objects.bulk_create(added)
+    index_objects(added, created=True)  # bulk_create sends no post_save; the update below moves no serial
     Drive.objects.bulk_update(
         changed, ["last_reported_at", "missing_since", "self_encrypting", "purge_supported", "model", "capacity_gb"]
     )

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.services.credits import record_sla_credit
+from core.search import index_objects
 from core.services.audit import record_audit
 from fleet.choices import Attribution, Lifecycle
 from fleet.models import Node, NodeEvent
@@ -53,6 +54,7 @@ def open_policy_incidents(
             attribution=Attribution.PROVIDER,
         )
     Incident.objects.bulk_create(created.values())
+    index_objects(created.values(), created=True)  # bulk_create sends no post_save
     NodeNodes.objects.bulk_create([NodeNodes(incident_id=inc.pk, node_id=node_id) for node_id, inc in created.items()])
     IncidentEvent.objects.bulk_create(
         [

@@ -35,6 +35,7 @@ CONSOLE_ACTIONS = {
 # Pages that only read (for staff), the tenant portal (tenant membership rules, tested in
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
+    "core:search",
     "fleet:overview",
     "fleet:rack-list",
     "fleet:power",

@@ -353,3 +353,18 @@ def test_exported_nodes_import_back_unchanged(small_fleet, inventory_admin, oper
     preview = _preview(inventory_admin, SimpleUploadedFile("nodes.csv", body), allow_updates="on")
     assert preview.status_code == 200, [str(e) for e in preview.context["errors"]]
     assert preview.context["counts"] == {"nodes": {"create": 0, "update": 0, "unchanged": 8}}
+
+
+def test_imported_nodes_gpus_and_drives_are_searchable_at_once(small_fleet, inventory_admin, ops_api):
+    """The import bulk-creates (no post_save): its writer puts the new identifiers in the search index."""
+    _confirm(inventory_admin, _preview(inventory_admin, _rack_row_workbook(prefix="idx")))
+    node = Node.objects.filter(hostname__startswith="idx-").order_by("hostname").first()
+    gpu, drive = node.gpus.first(), node.drives.first()
+    for q, kind, object_id in (
+        (node.hostname, "hostname", node.pk),
+        (gpu.uuid, "gpu_uuid", gpu.pk),
+        (drive.serial, "drive_serial", drive.pk),
+        (node.bmc_mac.upper().replace(":", "-"), "bmc_mac", node.pk),
+    ):
+        hits = ops_api.get("/api/v1/ops/search", {"q": q}).json()["results"]
+        assert [(h["kind"], h["id"]) for h in hits if h["match"] == "exact"] == [(kind, str(object_id))], q

@@ -53,9 +53,10 @@ def test_operator_drains_a_node_from_the_console(small_fleet, operator_client):
 
 def test_admin_bulk_cordon(small_fleet, operator_client):
     nodes = list(Node.objects.order_by("hostname")[:2])
-    operator_client.post(
-        "/admin/fleet/node/", {"action": "cordon_nodes", "_selected_action": [str(n.pk) for n in nodes]}
-    )
+    selection = {"action": "cordon_nodes", "_selected_action": [str(n.pk) for n in nodes]}
+    operator_client.post("/admin/fleet/node/", selection)  # the confirmation page: nothing runs yet
+    assert Node.objects.filter(cordoned=True).count() == 0
+    operator_client.post("/admin/fleet/node/", {**selection, "confirm": "yes"})
     assert Node.objects.filter(cordoned=True).count() == 2
     assert NodeEvent.objects.filter(action="cordon").count() == 2
 

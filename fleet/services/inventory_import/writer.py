@@ -7,6 +7,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.context import current_request_id
+from core.search import index_objects
 from core.services.audit import AuditEntry, record_audits
 from fleet.choices import Lifecycle
 from fleet.inventory_files import Workbook
@@ -88,6 +89,9 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
     Node.objects.bulk_create(plan.new_nodes, batch_size=1000)
     GPU.objects.bulk_create(plan.new_gpus, batch_size=2000)
     Drive.objects.bulk_create(plan.new_drives, batch_size=2000)
+    # bulk_create sends no post_save: the new rows' identifiers go to the search index here
+    # (the updates above saved one by one, and their signals did it)
+    index_objects([*plan.new_racks, *plan.new_nodes, *plan.new_gpus, *plan.new_drives], created=True)
     gpus_by_node: dict = defaultdict(list)
     for gpu in plan.new_gpus:
         gpus_by_node[gpu.node_id].append(gpu.uuid)

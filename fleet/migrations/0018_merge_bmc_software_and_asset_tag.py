@@ -5,6 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
+        ("fleet", "0017_node_asset_tag"),
         ("fleet", "0017_node_bmc_and_power_actions"),
         ("fleet", "0017_software_baselines_bring_up_rollouts"),
     ]

@@ -1,0 +1,40 @@
+"""Core's console page: the search every page's header box submits to (docs/search.md)."""
+
+from django.contrib.auth.views import redirect_to_login
+from django.shortcuts import redirect, render
+
+from core.errors import Invalid
+from core.search import search as search_index
+
+
+def search(request):
+    """Operators only: a signed-in tenant user gets the 403 page, a stranger the sign-in page.
+    One exact match opens the object; otherwise hits grouped by kind, 50 at a time."""
+    user = request.user
+    if not user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not (user.is_active and user.is_staff):
+        return render(
+            request,
+            "permission_denied.html",
+            {
+                "detail": "Search is for operators; tenant users find their allocations in the portal.",
+                "permission": "an operator (staff) account",
+            },
+            status=403,
+        )
+    raw = request.GET.get("q", "")
+    after = request.GET.get("more") or None
+    error, page = "", None
+    try:
+        page = search_index(raw, after=after)
+    except Invalid as exc:
+        error = exc.detail
+    if page is not None and after is None and (hit := page.single_exact) is not None:
+        return redirect(hit.url)
+    return render(
+        request,
+        "core/search.html",
+        {"q": raw[:200], "search_query": raw[:200], "page": page, "error": error},
+        status=400 if error else 200,
+    )
