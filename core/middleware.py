@@ -5,7 +5,8 @@ import re
 import time
 import uuid
 
-from django.http import HttpResponseBadRequest, JsonResponse
+from django.conf import settings
+from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body, unavailable_response
 
@@ -102,18 +103,12 @@ class RequestBodyLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        from django.conf import settings
-
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = 0
         if limit is not None and length > limit:
-            from django.http import HttpResponse, JsonResponse
-
-            from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body
-
             detail = (
                 f"The request body is {length} bytes; the limit is {limit} bytes. "
                 "Send less per request (split the batch)."

@@ -7,8 +7,10 @@ as real hardware takes time; the emulator serves no serial, model, chassis power
 firmware inventory or manager reset, so those paths meet a real "not supported" answer.
 """
 
+import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -157,8 +159,6 @@ class RedfishEmulator:
 def main(argv=None) -> int:
     """`python -m devtools.redfish_emulator --port 8001 --systems-file FILE`: serve the systems
     named in FILE (one per line) until stopped (`make demo` runs it)."""
-    import argparse
-    import signal
 
     parser = argparse.ArgumentParser(description="Run sushy-emulator (fake driver) for the Hangar demo.")
     parser.add_argument("--port", type=int, default=8001)

@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from fleet.tasks import send_bmc_power_actions
+from health.services.rack_power import run_rack_power_check
 from health.services.sweep import run_health_sweep
 
 
@@ -17,6 +18,4 @@ def health_sweep() -> dict:
 
 @shared_task(name="health.tasks.rack_power_check", soft_time_limit=30, time_limit=50)
 def rack_power_check() -> dict | None:
-    from health.services.rack_power import run_rack_power_check
-
     return run_rack_power_check()

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Sum
 
 from core.models import BaseModel
+from core.reference_data import parameter
 
 from ..choices import (
     COOLING_SATISFIES,
@@ -20,8 +21,6 @@ KW = {"max_digits": 9, "decimal_places": 2, "validators": [MinValueValidator(Dec
 
 
 def _reference_decimal(name: str) -> Decimal:
-    from core.reference_data import parameter
-
     return parameter(name).low
 
 

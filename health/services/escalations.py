@@ -20,6 +20,8 @@ from health.models import Condition, HealthCheckResult, Incident
 from health.policy import DOMAIN_SIGNALS, IDLE_DIAGNOSTIC_SIGNALS, THERMAL_WINDOW
 from health.services.conditions import apply_observations
 from health.services.incidents import NodeNodes, open_incidents_by_node, record_step
+from tenants.models import AllocationNode
+from tenants.services.allocation_loop import replace_node
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +69,6 @@ def queue_idle_diagnostics(now: datetime, actor: str) -> dict:
     """A signal that asks for a long diagnostic (XID 92 → DCGM level 4) gets it when the node is
     next idle: available with no tenant. The node is cordoned while it runs; a pass clears the
     signal and the cordon, a fail raises the diagnostic's own (fatal) condition."""
-    from tenants.models import AllocationNode
-
     live = AllocationNode.objects.filter(node=OuterRef("node_id"), ended_at__isnull=True)
     wanted = list(
         Condition.objects.filter(
@@ -205,9 +205,6 @@ def hold_nvlink_domains(now: datetime, actor: str) -> dict:
 def _move_tenants_off(trays: list[Node], actor: str) -> int:
     """Replace every held tray a live allocation uses, so the allocation leaves the domain whole
     (the replacements come from other domains: every tray of this one is cordoned)."""
-    from tenants.models import AllocationNode
-    from tenants.services.allocation_loop import replace_node
-
     moved = 0
     for membership in AllocationNode.objects.filter(node__in=trays, ended_at__isnull=True).select_related(
         "allocation", "node"
