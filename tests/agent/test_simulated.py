@@ -9,12 +9,8 @@ from random import Random
 
 import pytest
 
-from hangar_agent.hardware.simulated import (
-    FaultProcess,
-    ScriptedFault,
-    load_reliability,
-    parse_scenario,
-)
+from hangar_agent.hardware.faults import FaultProcess, ScriptedFault, parse_scenario
+from hangar_agent.hardware.reference import load_reliability
 
 # The published Llama 3 table (reliability.csv), % of the 419 unexpected interruptions.
 PUBLISHED = {
