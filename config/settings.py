@@ -114,6 +114,8 @@ TEMPLATES = [
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
+            # The display filters (money, gpu_hours, kw, percent, age…) on every template.
+            "builtins": ["core.templatetags.formatting"],
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",

@@ -27,6 +27,7 @@ from ..choices import COOLING_SATISFIES, Health
 from ..models import (
     Hall,
     Node,
+    PowerPoint,
     Rack,
 )
 from ..wall_power import SourceMix, host_share_kw
@@ -191,8 +192,6 @@ def hall_power(*, now: datetime) -> list[HallPower]:
 def hall_power_history(*, since: datetime, resolution: str) -> list[dict]:
     """Per hall and recorded point: summed rack draw and whether any rack's point was not measured
     (`sources`: the distinct sources behind it). One grouped query."""
-    from .models import PowerPoint
-
     rows = (
         PowerPoint.objects.filter(resolution=resolution, at__gte=since)
         .values("at", hall=F("rack__hall__name"), site=F("rack__hall__site__slug"))

@@ -96,7 +96,7 @@ def test_fleet_page_lists_racks_with_power_and_states(operator_client, django_as
         response = operator_client.get("/fleet/")
     html = response.content.decode()
     assert response.status_code == 200
-    assert "20.40 / 23.00" in html
+    assert "20.4 kW / 23.0 kW" in html
     assert html.count("Available · 2") == 32
     assert "empty position" in html
 
