@@ -129,7 +129,10 @@ def _portal_tenant(request):
 
     membership = Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
     if membership is None:
-        raise PermissionDenied("This account is not a member of any tenant; ask a tenant admin to invite you.")
+        raise PermissionDenied(
+            "The portal shows one tenant's allocations, usage and invoices, and this account is not a "
+            "member of any tenant. Ask a tenant admin to add you."
+        )
     return membership.tenant
 
 
@@ -154,6 +157,7 @@ def portal_usage(request):
             "energy_rows": energy,
             "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
             "nav": "portal",
+            "portal_nav": "usage",
             "tenant": tenant,
             "figure_json": figure.to_json(),
             "days": PORTAL_USAGE_DAYS,
@@ -169,7 +173,11 @@ def portal_usage(request):
 def portal_invoices(request):
     tenant = _portal_tenant(request)
     invoices = list(invoices_for_tenant(tenant.pk).order_by("-period", "-created_at")[:PORTAL_INVOICES])
-    return render(request, "billing/portal_invoices.html", {"nav": "portal", "tenant": tenant, "invoices": invoices})
+    return render(
+        request,
+        "billing/portal_invoices.html",
+        {"nav": "portal", "portal_nav": "invoices", "tenant": tenant, "invoices": invoices},
+    )
 
 
 def _tenant_invoice(request, pk):
@@ -193,6 +201,7 @@ def portal_invoice_detail(request, pk):
         "billing/portal_invoice.html",
         {
             "nav": "portal",
+            "portal_nav": "invoices",
             "tenant": tenant,
             "invoice": invoice,
             "energy_rows": energy,

@@ -101,7 +101,7 @@ def test_operator_page_lists_runs_and_tenants(operator_user, tenants, ingest, me
     operator.force_login(operator_user)
     page = operator.get("/billing/")
     assert page.status_code == 200 and b"acme" in page.content and b"draft" in page.content
-    assert member_client.get("/billing/").status_code == 302  # not staff → login
+    assert member_client.get("/billing/").status_code == 403  # not staff: the 403 page points to the portal
 
 
 def test_portal_invoice_shows_reproducible_lines_credit_notes_and_what_it_replaces(member_client, tenants, ingest):

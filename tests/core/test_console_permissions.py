@@ -54,6 +54,8 @@ NOT_OPERATOR_ACTIONS = {
     "billing:overview",
     "tenants:portal",
     "tenants:portal-create",
+    "tenants:portal-allocations",
+    "tenants:portal-tokens",
     "tenants:portal-cancel",
     "billing:portal-usage",
     "billing:portal-invoices",
