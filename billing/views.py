@@ -7,13 +7,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from billing.charts import daily_gpu_hours_figure
 from billing.exports import invoice_csv
 from billing.models import DisputeStatus
-from billing.periods import next_period
+from billing.periods import next_period, period_end
 from billing.selectors import (
     daily_gpu_hours,
     default_usage_window,
@@ -30,9 +31,11 @@ from billing.selectors import (
     usage_by_sku,
 )
 from billing.services.disputes import RESOLVE_PERMISSION, DisputeError, transition
+from billing.statement import invoice_statement
 from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
 from core.services.audit import actor_label
+from fleet.pdf import html_to_pdf_bytes
 from tenants.energy import allocation_energy, energy_totals
 from tenants.models import Membership, Tenant
 
@@ -204,10 +207,27 @@ def portal_invoice_detail(request, pk):
             "portal_nav": "invoices",
             "tenant": tenant,
             "invoice": invoice,
+            "statement": invoice_statement(invoice, tenant),
+            "period_end": period_end(invoice.period) - timedelta(days=1),
             "energy_rows": energy,
             "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
         },
     )
+
+
+@login_required
+def portal_invoice_pdf(request, pk):
+    """The invoice document alone, as a PDF (WeasyPrint, like the certificates)."""
+    tenant, invoice = _tenant_invoice(request, pk)
+    context = {
+        "invoice": invoice,
+        "statement": invoice_statement(invoice, tenant),
+        "period_end": period_end(invoice.period) - timedelta(days=1),
+    }
+    html = render_to_string("billing/invoice_pdf.html", context, request=request)
+    response = HttpResponse(html_to_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="invoice-{invoice.number or invoice.pk}.pdf"'
+    return response
 
 
 @login_required

@@ -28,8 +28,15 @@ class StorageQuotaInline(admin.StackedInline):
 @admin.register(Tenant)
 class TenantAdmin(AuditedModelAdmin):
     list_display = ("slug", "name", "created_at")
-    search_fields = ("slug", "name")
+    search_fields = ("slug", "name", "legal_name")
     inlines = [MembershipInline, QuotaInline, StorageQuotaInline]
+    fieldsets = (
+        (None, {"fields": ("slug", "name")}),
+        (
+            "Billing profile (printed on invoices)",
+            {"fields": ("legal_name", "billing_address", "tax_id", "tax_rate_percent", "payment_terms_days")},
+        ),
+    )
 
 
 class AllocationNodeInline(admin.TabularInline):

@@ -60,6 +60,7 @@ NOT_OPERATOR_ACTIONS = {
     "billing:portal-usage",
     "billing:portal-invoices",
     "billing:portal-invoice-csv",
+    "billing:portal-invoice-pdf",
     "billing:portal-invoice",
     "login",
     "logout",
