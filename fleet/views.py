@@ -30,6 +30,7 @@ from .selectors import (
     fleet_summary,
     hall_power,
     halls_for_filter,
+    live_tenancy,
     node_power,
     pending_agent_actions,
     placement_headroom,
@@ -44,6 +45,7 @@ from .selectors import node_list as select_nodes
 from .services.drive_gate import RETIRE, RMA, gate_status
 from .services.lifecycle import InvalidTransition
 from .services.operator_actions import (
+    REGISTRY,
     ActionRefused,
     available_actions,
     perform_operator_action,
@@ -293,6 +295,9 @@ def node_action(request, pk):
     @require_POST
     def run(request):
         action = request.POST.get("action", "")
+        handler = REGISTRY.get(action)
+        if handler is not None and handler.consequence and request.POST.get("confirmed") != "yes":
+            return _confirm_node_action(request, pk, handler)
         try:
             perform_operator_action(
                 node_id=parse_uuid(pk),
@@ -300,6 +305,7 @@ def node_action(request, pk):
                 actor=actor_label(request.user),
                 reason=request.POST.get("reason", "").strip(),
                 user=request.user,
+                force=request.POST.get("force") == "yes",
             )
         except Node.DoesNotExist:
             raise Http404("no such node") from None
@@ -314,6 +320,26 @@ def node_action(request, pk):
         return redirect("fleet:node-detail", pk=pk)
 
     return run(request)
+
+
+def _confirm_node_action(request, pk, handler):
+    """The question before a destructive action: what it does, to which node, whose workload."""
+    node = Node.objects.select_related("node_type", "rack").filter(pk=parse_uuid(pk)).first()
+    if node is None:
+        raise Http404("no such node")
+    held = live_tenancy([node.pk]).get(node.pk, [])
+    return render(
+        request,
+        "fleet/node_action_confirm.html",
+        {
+            "nav": "fleet",
+            "node": node,
+            "action": handler,
+            "held": held,
+            "needs_force": bool(held) and handler.refuses_allocated,
+            "reason": request.POST.get("reason", "").strip(),
+        },
+    )
 
 
 @operator_required

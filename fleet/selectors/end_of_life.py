@@ -16,6 +16,7 @@ from ..models import (
     NodeEvent,
     SanitizationRecord,
 )
+from ..services.drive_gate import DISPOSE, RETIRE, gate_statuses
 
 
 def sanitized_drive_ids(drive_ids) -> set:
@@ -65,8 +66,6 @@ class DataHandlingStatus:
 
 def data_handling_status(node_ids) -> dict:
     """node id → DataHandlingStatus, in a fixed number of queries whatever the number of nodes."""
-    from .services.drive_gate import DISPOSE, RETIRE, gate_statuses
-
     node_ids = list(node_ids)
     both = gate_statuses(node_ids, (RETIRE, DISPOSE))
     gates, dispose_gates = both[RETIRE], both[DISPOSE]
