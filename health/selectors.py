@@ -27,9 +27,9 @@ def conditions_for_nodes(node_ids) -> dict:
 def health_by_rack() -> list[dict]:
     """Nodes per (hall, rack, health, lifecycle): one aggregate query."""
     return list(
-        Node.objects.values(hall=F("rack__hall__name"), rack_name=F("rack__name"))
+        Node.objects.values("rack_id", hall=F("rack__hall__name"), rack_name=F("rack__name"))
         .annotate(n=Count("id"))
-        .values("hall", "rack_name", "health", "lifecycle", "n")
+        .values("hall", "rack_id", "rack_name", "health", "lifecycle", "n")
         .order_by("hall", "rack_name")
     )
 

@@ -11,6 +11,7 @@ from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
 from fleet.choices import Attribution
 from fleet.models import Node
+from fleet.selectors import OUT_OF_SERVICE_STATES
 
 from . import charts, selectors
 from .choices import Severity
@@ -47,7 +48,9 @@ def dashboard(request):
             "incidents": selectors.open_incidents(),
             "mttr_hours": round(mttr.total_seconds() / 3600, 1) if mttr else None,
             "racks": [
-                r for r in selectors.health_by_rack() if r["health"] != "healthy" or r["lifecycle"] != "available"
+                r
+                for r in selectors.health_by_rack()
+                if r["health"] != "healthy" or r["lifecycle"] in OUT_OF_SERVICE_STATES
             ][:200],
             "figures": figures,
         },

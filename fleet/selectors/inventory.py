@@ -105,6 +105,9 @@ REPAIR_STATES = (
     Lifecycle.REPAIR,
     Lifecycle.RMA,
 )
+# Out of service: in repair, or stuck after a failed step. Healthy nodes that are allocated,
+# free, burning in or on their way out are not.
+OUT_OF_SERVICE_STATES = (*REPAIR_STATES, Lifecycle.BURN_IN_FAILED, Lifecycle.PROVISION_FAILED, Lifecycle.WIPE_FAILED)
 # A power reading is trusted while it is this fresh; older, the node counts at its rated maximum.
 
 
