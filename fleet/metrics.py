@@ -103,6 +103,7 @@ class FleetCollector:
         yield from agent_clock_skew()
         yield from periodic_task_lag(now)
         yield from process_metrics.beat_lease_families(now)
+        yield from process_metrics.loop_families(now)
         yield from process_metrics.REGISTRY.collect()
 
 

@@ -260,10 +260,32 @@ def test_metrics_parse_and_match_the_database(ops_api, small_fleet):
     assert "hangar_loop_duration_seconds" in families
 
 
-def test_loop_metrics_are_observable():
-    from core.metrics import LOOP_DURATION, REGISTRY, observe_loop
+def test_loop_metrics_are_kept_for_every_process_and_list_every_loop(ops_api):
+    """A pass recorded by another process (a Celery worker) shows on this process's /metrics,
+    and a loop that never ran is listed as late instead of missing."""
+    from prometheus_client.parser import text_string_to_metric_families
 
-    observe_loop("fleet_snapshot", 0.2)
-    LOOP_DURATION.labels(loop="health_sweep").observe(1.5)
-    assert REGISTRY.get_sample_value("hangar_loop_duration_seconds_count", {"loop": "fleet_snapshot"}) >= 1
-    assert REGISTRY.get_sample_value("hangar_loop_last_run_timestamp_seconds", {"loop": "fleet_snapshot"}) > 0
+    from core.loop_metrics import task_finished, task_started
+    from core.metrics import observe_loop
+    from core.models import LoopRun
+
+    observe_loop("record_fleet_snapshot", 0.2)
+
+    class Task:
+        name = "health.tasks.health_sweep"
+
+    task_started(task_id="t1", task=Task())
+    task_finished(task_id="t1", task=Task(), state="SUCCESS")
+    assert LoopRun.objects.get(name="health_sweep").runs == 1  # in the database, not this process's memory
+    body = ops_api.get("/metrics", HTTP_ACCEPT="text/plain;version=0.0.4").content.decode()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    last = {s.labels["loop"]: s.value for s in families["hangar_loop_last_run_timestamp_seconds"].samples}
+    assert last["record_fleet_snapshot"] > 0 and last["health_sweep"] > 0 and last["allocation_loop"] == 0
+    lag = {s.labels["loop"]: s.value for s in families["hangar_loop_lag_seconds"].samples}
+    assert lag["health_sweep"] == 0 and lag["allocation_loop"] == float("inf")
+    late = {s.labels["loop"]: s.value for s in families["hangar_loop_late"].samples}
+    assert late["allocation_loop"] == 1 and late["health_sweep"] == 0
+    counts = {
+        s.labels["loop"]: s.value for s in families["hangar_loop_duration_seconds"].samples if s.name.endswith("_count")
+    }
+    assert counts["health_sweep"] == 1
