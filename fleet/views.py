@@ -13,7 +13,7 @@ from core.decorators import operator_required, permission_denied_page
 from core.reference_data import parameter
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing
-from health.selectors import conditions_for_nodes
+from health.selectors import conditions_for_nodes, what_is_wrong_now
 from tenants.selectors import live_allocation_ids
 
 from . import charts, drawings
@@ -110,8 +110,16 @@ def overview(request):
             },
             "refresh": _refresh_seconds(request),
             "generated_at": now,
+            "now": what_is_wrong_now(now),
         },
     )
+
+
+@operator_required
+def now_tiles(request):
+    """The overview's "what is wrong now" tiles alone, for the page to refresh them in place."""
+    now = timezone.now()
+    return render(request, "fleet/_now_tiles.html", {"now": what_is_wrong_now(now), "generated_at": now})
 
 
 @operator_required

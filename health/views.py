@@ -29,6 +29,7 @@ CHART_WINDOW = timedelta(days=30)
 @operator_required
 def dashboard(request):
     now = timezone.now()
+    severity = request.GET.get("severity") if request.GET.get("severity") in Severity.values else None
     by_hall = selectors.health_by_hall()
     mttr = selectors.mean_time_to_repair(now - CHART_WINDOW)
     totals: dict = {}
@@ -45,7 +46,8 @@ def dashboard(request):
         {
             "nav": "health",
             "totals": sorted(totals.items()),
-            "incidents": selectors.open_incidents(),
+            "incidents": selectors.open_incidents(severity=severity),
+            "severity": severity,
             "mttr_hours": round(mttr.total_seconds() / 3600, 1) if mttr else None,
             "racks": [
                 r

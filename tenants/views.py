@@ -20,6 +20,7 @@ from core.decorators import operator_required
 from core.errors import DomainError
 from core.models import ApiToken
 from core.services.audit import actor_label
+from health.selectors import affected_tenant_slugs
 
 from .api.serializers import AllocationCreateSerializer
 from .models import Membership
@@ -165,4 +166,14 @@ def portal_cancel_allocation(request, pk):
 
 @operator_required
 def tenant_list(request):
-    return render(request, "tenants/tenant_list.html", {"nav": "tenants", "rows": tenants_with_usage()})
+    """Every tenant; `?affected=1`: only those an open incident affects (the overview's tile)."""
+    affected = affected_tenant_slugs()
+    rows = tenants_with_usage()
+    only_affected = request.GET.get("affected") == "1"
+    if only_affected:
+        rows = [row for row in rows if row["tenant"].slug in affected]
+    return render(
+        request,
+        "tenants/tenant_list.html",
+        {"nav": "tenants", "rows": rows, "affected": set(affected), "only_affected": only_affected},
+    )

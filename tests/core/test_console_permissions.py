@@ -33,6 +33,7 @@ CONSOLE_ACTIONS = {
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
     "fleet:overview",
+    "fleet:now-tiles",
     "fleet:rack-list",
     "fleet:power",
     "fleet:floor-map",
