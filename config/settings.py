@@ -241,6 +241,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.api.schema.tag_operations_by_area",  # Swagger groups: tenant, billing, ops, planning, agent
         "core.api.schema.strip_trailing_slashes",
     ],
 }

@@ -217,3 +217,25 @@ def test_plan_page_never_preselects_allocated_nodes_and_steps_refuse_them(operat
     operator_client.post(url, forced, follow=True)
     node.refresh_from_db()
     assert node.lifecycle == "sanitizing"
+
+
+def test_plans_are_listed_where_they_are_created(ops_api, small_fleet):
+    from rest_framework.test import APIClient
+
+    from core.services.tokens import create_api_token
+    from tenants.models import Tenant
+
+    first, second = create(ops_api).json()["id"], create(ops_api, name="second").json()["id"]
+    page = ops_api.get("/api/v1/ops/disposition-plans?page_size=1")
+    assert page.status_code == 200 and [p["id"] for p in page.json()["results"]] == [second]
+    rest = ops_api.get(f"/api/v1/ops/disposition-plans?page_size=1&page_token={page.json()['next_page_token']}")
+    assert [p["id"] for p in rest.json()["results"]] == [first]
+    assert ops_api.get("/api/v1/ops/migration-plans").json() == {"results": [], "next_page_token": None}
+    _, tenant_token = create_api_token(
+        kind="tenant", tenant=Tenant.objects.create(slug="acme", name="Acme"), role="admin", actor="test"
+    )
+    tenant = APIClient()
+    tenant.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_token}")
+    assert tenant.get("/api/v1/ops/disposition-plans").status_code == 403  # operators only
+    assert ops_api.get("/api/v1/ops/disposition-plans?page_size=0").status_code == 400
+    assert ops_api.get("/api/v1/ops/disposition-plans?page_token=forged").status_code == 400
