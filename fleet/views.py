@@ -290,6 +290,7 @@ def node_detail(request, pk):
             "runs": validation_history(node.pk),
             "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
             "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
+            "held": live_tenancy([node.pk]).get(node.pk, []),
             "pending": pending_agent_actions(node),
             "events": node.events.order_by("-at", "-id")[:100],
             "actions": available_actions(node, request.user),

@@ -105,7 +105,7 @@ def test_console_pages_need_an_operator_login(client, small_fleet, django_user_m
     assert client.get("/fleet/").url.startswith("/accounts/login/")
     user = django_user_model.objects.create_user("tenant-user", password="x" * 12)
     client.force_login(user)
-    assert client.get("/").status_code == 302
+    assert client.get("/").status_code == 403  # signed in but no operator: the 403 page says where to go
 
 
 def test_overview_counts_gpus_by_state(operator_client, small_fleet):

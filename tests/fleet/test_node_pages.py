@@ -87,3 +87,20 @@ def test_decommissioning_an_allocated_node_names_the_tenant_and_needs_force(smal
     assert forced.status_code == 202, forced.content
     node.refresh_from_db()
     assert node.lifecycle == "decommissioning"
+
+
+def test_node_page_links_rack_allocation_and_tenant_and_says_how_old_the_heartbeat_is(small_fleet, operator_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    node = Node.objects.order_by("hostname").first()
+    membership = allocate(node)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=3, minutes=12))
+    html = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert "3 h 12 min ago" in html
+    assert f'href="/fleet/racks/{node.rack_id}/"' in html  # breadcrumbs and place
+    assert f"/admin/tenants/allocation/{membership.allocation_id}/change/" in html and "#tenant-acme" in html
+    assert 'id="fleet-nav"' in html
+    rack = operator_client.get(f"/fleet/racks/{node.rack_id}/").content.decode()
+    assert 'class="breadcrumbs"' in rack and 'id="fleet-nav"' in rack
