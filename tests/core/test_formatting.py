@@ -76,3 +76,19 @@ def test_filters_are_builtins_of_every_template():
         "{{ total|money:'USD' }}|{{ q|gpu_hours }}|{{ p|percent }}|{{ s|duration }}|{{ n|count }}|{{ k|kw }}"
     ).render(Context({"total": Decimal("959.2"), "q": Decimal("22056"), "p": 5, "s": 75, "n": 2048, "k": 3}))
     assert rendered == "959.20 USD|22,056.0 GPU-h|5.0 %|1 min 15 s|2,048|3.0 kW"
+
+
+def test_an_empty_chart_says_so_and_a_full_one_does_not():
+    from datetime import date
+
+    from billing.charts import daily_gpu_hours_figure
+    from core.charts import NO_DATA
+    from health.charts import failure_causes_figure
+
+    empty = daily_gpu_hours_figure({}, start=date(2026, 9, 1), end=date(2026, 9, 4))
+    assert [a.text for a in empty.layout.annotations] == [NO_DATA] and empty.layout.xaxis.visible is False
+    assert [a.text for a in failure_causes_figure([]).layout.annotations] == [NO_DATA]
+    full = daily_gpu_hours_figure(
+        {"h100-sxm-8x": {date(2026, 9, 2): Decimal("16")}}, start=date(2026, 9, 1), end=date(2026, 9, 4)
+    )
+    assert not full.layout.annotations

@@ -114,7 +114,7 @@ def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator
     wall = page[page.index('id="wall-draw"') :]
     assert wall[: wall.index("</dd>")].startswith('id="wall-draw">9.8 kW') and "(estimate, 12 s old)" in wall[:200]
     gpu = page[page.index('id="gpu-power"') :]
-    assert "5200 W, the GPUs' board power only" in gpu[:200]
+    assert "5.2 kW, the GPUs' board power only" in gpu[:200]
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
     page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
     assert 'id="wall-draw">10.2 kW <span class="source">(rated)' in page
