@@ -289,3 +289,16 @@ def test_loop_metrics_are_kept_for_every_process_and_list_every_loop(ops_api):
         s.labels["loop"]: s.value for s in families["hangar_loop_duration_seconds"].samples if s.name.endswith("_count")
     }
     assert counts["health_sweep"] == 1
+
+
+def test_backfilled_history_ends_at_the_live_value(small_fleet):
+    from .lifecycle_helpers import place
+
+    for node in Node.objects.order_by("hostname")[:3]:
+        place(node, "active")
+    now = timezone.now()
+    backfill_history(now=now, days=2)
+    last = FleetSnapshot.objects.filter(resolution=SnapshotResolution.FIVE_MINUTES).order_by("-at").first()
+    assert last.gpus_allocated == 3 * 8  # the live allocation, not the invented month's share
+    older = FleetSnapshot.objects.filter(resolution=SnapshotResolution.HOURLY, at__lt=now - timedelta(days=1))
+    assert any(s.gpus_allocated != 24 for s in older)  # the month before keeps its invented shape
