@@ -5,6 +5,8 @@ from decimal import Decimal
 
 import plotly.graph_objects as go
 
+from core.charts import say_when_empty
+
 
 def daily_gpu_hours_figure(daily: dict[str, dict[date, Decimal]], *, start: date, end: date) -> go.Figure:
     """Stacked bars: GPU-hours per UTC day in [start, end), one trace per SKU, missing days as 0."""
@@ -23,4 +25,4 @@ def daily_gpu_hours_figure(daily: dict[str, dict[date, Decimal]], *, start: date
         margin={"t": 40, "r": 10, "b": 40, "l": 50},
         legend={"orientation": "h"},
     )
-    return figure
+    return say_when_empty(figure)

@@ -184,6 +184,10 @@ class Invoice(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
+    # Copied from the tenant's billing profile when the invoice is finalized, so a later change
+    # of rate or terms never changes an issued invoice (drafts show the profile's current values).
+    tax_rate_percent = ExactDecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
+    due_on = models.DateField(null=True, blank=True, help_text="issue date + the tenant's payment terms")
 
     class Meta:
         ordering = ["-period", "tenant_id"]

@@ -7,13 +7,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from billing.charts import daily_gpu_hours_figure
 from billing.exports import invoice_csv
 from billing.models import DisputeStatus, LineKind
-from billing.periods import next_period
+from billing.periods import next_period, period_end
 from billing.selectors import (
     daily_gpu_hours,
     default_usage_window,
@@ -30,9 +31,11 @@ from billing.selectors import (
     usage_by_sku,
 )
 from billing.services.disputes import RESOLVE_PERMISSION, DisputeError, transition
+from billing.statement import invoice_statement
 from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
 from core.services.audit import actor_label
+from fleet.pdf import html_to_pdf_bytes
 from tenants.energy import allocation_energy, energy_totals
 from tenants.models import Membership, Tenant
 
@@ -129,7 +132,10 @@ def _portal_tenant(request):
 
     membership = Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
     if membership is None:
-        raise PermissionDenied("This account is not a member of any tenant; ask a tenant admin to invite you.")
+        raise PermissionDenied(
+            "The portal shows one tenant's allocations, usage and invoices, and this account is not a "
+            "member of any tenant. Ask a tenant admin to add you."
+        )
     return membership.tenant
 
 
@@ -154,6 +160,7 @@ def portal_usage(request):
             "energy_rows": energy,
             "energy_totals": energy_totals(energy).get(f"{month_start:%Y-%m}"),
             "nav": "portal",
+            "portal_nav": "usage",
             "tenant": tenant,
             "figure_json": figure.to_json(),
             "days": PORTAL_USAGE_DAYS,
@@ -169,7 +176,11 @@ def portal_usage(request):
 def portal_invoices(request):
     tenant = _portal_tenant(request)
     invoices = list(invoices_for_tenant(tenant.pk).order_by("-period", "-created_at")[:PORTAL_INVOICES])
-    return render(request, "billing/portal_invoices.html", {"nav": "portal", "tenant": tenant, "invoices": invoices})
+    return render(
+        request,
+        "billing/portal_invoices.html",
+        {"nav": "portal", "portal_nav": "invoices", "tenant": tenant, "invoices": invoices},
+    )
 
 
 def _tenant_invoice(request, pk):
@@ -193,14 +204,32 @@ def portal_invoice_detail(request, pk):
         "billing/portal_invoice.html",
         {
             "nav": "portal",
+            "portal_nav": "invoices",
             "tenant": tenant,
             "invoice": invoice,
+            "statement": invoice_statement(invoice, tenant),
+            "period_end": period_end(invoice.period) - timedelta(days=1),
             "energy_rows": energy,
             "energy_totals": energy_totals(energy).get(f"{invoice.period:%Y-%m}"),
             # the lines are prefetched with the invoice: no query
             "energy_line": next((line for line in invoice.lines.all() if line.kind == LineKind.ENERGY), None),
         },
     )
+
+
+@login_required
+def portal_invoice_pdf(request, pk):
+    """The invoice document alone, as a PDF (WeasyPrint, like the certificates)."""
+    tenant, invoice = _tenant_invoice(request, pk)
+    context = {
+        "invoice": invoice,
+        "statement": invoice_statement(invoice, tenant),
+        "period_end": period_end(invoice.period) - timedelta(days=1),
+    }
+    html = render_to_string("billing/invoice_pdf.html", context, request=request)
+    response = HttpResponse(html_to_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="invoice-{invoice.number or invoice.pk}.pdf"'
+    return response
 
 
 @login_required

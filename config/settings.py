@@ -132,6 +132,8 @@ TEMPLATES = [
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
+            # The display filters (money, gpu_hours, kw, percent, age…) on every template.
+            "builtins": ["core.templatetags.formatting"],
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
@@ -257,6 +259,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.api.schema.tag_operations_by_area",  # Swagger groups: tenant, billing, ops, planning, agent
         "core.api.schema.strip_trailing_slashes",
     ],
 }

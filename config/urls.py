@@ -14,6 +14,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from core.api.routes import api_route
+from core.views import SignInView
 
 handler404 = "core.api.problems.api_not_found"
 handler500 = "core.api.problems.api_server_error"
@@ -35,7 +36,7 @@ api_v1 = [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
     path("api/agent/v1/", include(_routes("agent_urlpatterns"))),

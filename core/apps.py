@@ -6,10 +6,15 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self):
+        from celery.signals import task_postrun, task_prerun
         from django.db.models.signals import post_migrate
 
+        from core import loop_metrics
         from core.api import schema  # noqa: F401  registers the security schemes with drf-spectacular
         from core.services import login_audit  # noqa: F401  connects the sign-in audit receivers
         from core.services.permissions import top_up_role_groups_after_migrate
 
         post_migrate.connect(top_up_role_groups_after_migrate, sender=self)
+        # Every periodic task's pass lands in core.LoopRun, whichever worker runs it (/metrics).
+        task_prerun.connect(loop_metrics.task_started, weak=False)
+        task_postrun.connect(loop_metrics.task_finished, weak=False)

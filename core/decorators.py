@@ -2,13 +2,30 @@
 
 from functools import wraps
 
-from django.contrib.auth.decorators import user_passes_test
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 
 from core.services.permissions import PermissionMissing, require_permission
 
-operator_required = user_passes_test(lambda user: user.is_active and user.is_staff, login_url="/accounts/login/")
-operator_required.__doc__ = "Console pages for operators: staff users only; others go to the login page."
+OPERATORS_ONLY = "This page is for the provider's operators; this account is not one."
+
+
+def operator_required(view):
+    """Console pages for operators (active staff users). Someone not signed in goes to the
+    sign-in page; a signed-in tenant user gets the 403 page, which says so and links to the
+    portal (a second sign-in page would look like the first one failed)."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        user = request.user
+        if not user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), "/accounts/login/")
+        if not (user.is_active and user.is_staff):
+            raise PermissionDenied(OPERATORS_ONLY)
+        return view(request, *args, **kwargs)
+
+    return wrapped
 
 
 def permission_denied_page(request, exc: PermissionMissing):

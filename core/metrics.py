@@ -1,33 +1,23 @@
-"""Process-level Prometheus metrics any loop or view may observe.
+"""Prometheus metrics: process-level ones any view may observe (request latency, pages), and
+the loops' figures, read per scrape from the database (core.loop_metrics) so that `/metrics`
+in the web process shows what the Celery workers did.
 
     from core.metrics import observe_loop
-    observe_loop("health_sweep", seconds)          # duration histogram + last-run gauge
+    observe_loop("health_sweep", seconds)          # one pass: last run, duration, count (all processes)
 
-or directly `LOOP_DURATION.labels(loop="x").observe(s)`, `LOOP_LAST_RUN.labels(loop="x").set_to_current_time()`.
-They live in their own registry (not the library's global one) so `/metrics` can merge them with the
-fleet figures it computes per scrape without duplicate names.
+The process metrics live in their own registry (not the library's global one) so `/metrics` can
+merge them with the figures it computes per scrape without duplicate names.
 """
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from core.loop_metrics import loop_statuses, record_loop_run
 from core.services.beat_lease import beat_lease
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-LOOP_DURATION = Histogram(
-    "hangar_loop_duration_seconds",
-    "Wall time of one control-loop run",
-    ["loop"],
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-    registry=REGISTRY,
-)
-LOOP_LAST_RUN = Gauge(
-    "hangar_loop_last_run_timestamp_seconds",
-    "Unix time a control loop last finished a run (this process)",
-    ["loop"],
-    registry=REGISTRY,
-)
 REQUEST_LATENCY = Histogram(
     "hangar_http_request_duration_seconds",
     "Server time of HTTP requests by route pattern",
@@ -38,8 +28,37 @@ REQUEST_LATENCY = Histogram(
 
 
 def observe_loop(loop: str, seconds: float) -> None:
-    LOOP_DURATION.labels(loop=loop).observe(seconds)
-    LOOP_LAST_RUN.labels(loop=loop).set_to_current_time()
+    """A pass of `loop` that is not a periodic Celery task (those are recorded by a signal)."""
+    record_loop_run(loop, seconds=seconds, finished_at=timezone.now())
+
+
+def loop_families(now):
+    """Every periodic loop, from the database: last finished pass, its duration, passes and
+    their total time, failures, and lag (seconds past due; +Inf when it never ran)."""
+    last = GaugeMetricFamily(
+        "hangar_loop_last_run_timestamp_seconds", "Unix time the loop last finished a pass (0: never)", labels=["loop"]
+    )
+    duration = GaugeMetricFamily(
+        "hangar_loop_last_duration_seconds", "Wall time of the loop's last pass", labels=["loop"]
+    )
+    total = SummaryMetricFamily("hangar_loop_duration_seconds", "Wall time of the loop's passes", labels=["loop"])
+    failures = CounterMetricFamily("hangar_loop_failures", "Passes of the loop that raised", labels=["loop"])
+    lag = GaugeMetricFamily(
+        "hangar_loop_lag_seconds",
+        "Seconds the loop is past its next due time (0 on time, +Inf never ran)",
+        labels=["loop"],
+    )
+    late = GaugeMetricFamily("hangar_loop_late", "1 when the loop missed three intervals or never ran", labels=["loop"])
+    for status in loop_statuses(now):
+        label = [status.name]
+        last.add_metric(label, status.last_finished_at.timestamp() if status.last_finished_at else 0)
+        if status.last_duration_s is not None:
+            duration.add_metric(label, status.last_duration_s)
+        total.add_metric(label, count_value=status.runs, sum_value=status.total_seconds)
+        failures.add_metric(label, status.failures)
+        lag.add_metric(label, status.lag_s)
+        late.add_metric(label, 1 if status.late else 0)
+    yield from (last, duration, total, failures, lag, late)
 
 
 PAGES = Counter(

@@ -149,6 +149,22 @@ class LoopClock(models.Model):
         return f"{self.name} last ran {self.last_run_at:%Y-%m-%d %H:%M:%S}"
 
 
+class LoopRun(models.Model):
+    """Each periodic loop's last finished pass, kept in the database so `/metrics` in any web
+    process sees what the Celery workers (or `run_loops`) did: the in-process registry of the
+    worker that ran it is invisible to the web process that is scraped."""
+
+    name = models.CharField(primary_key=True, max_length=80, help_text="task name's last part, e.g. health_sweep")
+    last_finished_at = models.DateTimeField()
+    last_duration_seconds = models.FloatField()
+    runs = models.PositiveBigIntegerField(default=0)
+    total_seconds = models.FloatField(default=0, help_text="sum of every pass's duration")
+    failures = models.PositiveBigIntegerField(default=0, help_text="passes that raised")
+
+    def __str__(self) -> str:
+        return f"{self.name} finished {self.last_finished_at:%Y-%m-%d %H:%M:%S}"
+
+
 class BeatLease(models.Model):
     """The single-beat lease: only the holder schedules periodic tasks; a second beat started by
     mistake finds a fresh lease held by someone else, refuses to schedule, and counts it."""

@@ -1,6 +1,7 @@
-"""Core's console page: the search every page's header box submits to (docs/search.md)."""
+"""Core's console pages: sign-in (where each kind of user lands) and the search every page's
+header box submits to (docs/search.md)."""
 
-from django.contrib.auth.views import redirect_to_login
+from django.contrib.auth.views import LoginView, redirect_to_login
 from django.shortcuts import redirect, render
 
 from core.errors import Invalid
@@ -38,3 +39,22 @@ def search(request):
         {"q": raw[:200], "search_query": raw[:200], "page": page, "error": error},
         status=400 if error else 200,
     )
+
+
+OPERATOR_HOME = "/"
+TENANT_HOME = "/portal/"
+
+
+class SignInView(LoginView):
+    """Operators land on the overview, tenant users on their portal. A `next` that points at
+    the operator home (where an anonymous visit to / was sent from) is a tenant's portal too."""
+
+    def get_redirect_url(self):
+        url = super().get_redirect_url()
+        user = self.request.user
+        if user.is_authenticated and not user.is_staff and url in ("", OPERATOR_HOME):
+            return TENANT_HOME
+        return url
+
+    def get_default_redirect_url(self):
+        return OPERATOR_HOME if self.request.user.is_staff else TENANT_HOME

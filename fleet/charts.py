@@ -11,6 +11,8 @@ from datetime import datetime
 
 import plotly.graph_objects as go
 
+from core.charts import say_when_empty
+
 from .choices import LIFECYCLE_COLORS, Lifecycle
 
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13, "color": "#1f2933"}
@@ -36,7 +38,7 @@ def _layout(fig: go.Figure, *, title: str, height: int = 320, **extra) -> go.Fig
         legend={"orientation": "h", "y": -0.18},
         **extra,
     )
-    return fig
+    return say_when_empty(fig)
 
 
 def figure_json(fig: go.Figure) -> str:

@@ -104,6 +104,7 @@ class FleetCollector:
         yield from software_drift()
         yield from periodic_task_lag(now)
         yield from process_metrics.beat_lease_families(now)
+        yield from process_metrics.loop_families(now)
         yield from process_metrics.REGISTRY.collect()
 
 

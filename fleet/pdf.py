@@ -1,4 +1,4 @@
-"""HTML to PDF for documents that leave the console (certificates of sanitisation).
+"""HTML to PDF for documents that leave the console (certificates of sanitisation, invoices).
 
 WeasyPrint renders the page's own HTML and CSS; the templates it gets are self-contained
 (inline CSS, no images), and the URL fetcher refuses everything so that rendering never
@@ -16,8 +16,13 @@ import weasyprint  # noqa: E402
 
 
 def _no_fetch(url: str, *args, **kwargs):
-    raise ValueError(f"certificate PDFs load no external resources ({url})")
+    raise ValueError(f"console PDFs load no external resources ({url})")
+
+
+def html_to_pdf_bytes(html: str) -> bytes:
+    """Any self-contained console document (certificates, invoices) as PDF."""
+    return weasyprint.HTML(string=html, url_fetcher=_no_fetch).write_pdf()
 
 
 def certificate_pdf_bytes(html: str) -> bytes:
-    return weasyprint.HTML(string=html, url_fetcher=_no_fetch).write_pdf()
+    return html_to_pdf_bytes(html)

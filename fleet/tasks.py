@@ -1,10 +1,7 @@
-"""Fleet periodic tasks (thin: one service call each)."""
-
-import time
+"""Fleet periodic tasks (thin: one service call each; core.loop_metrics times every pass)."""
 
 from celery import shared_task
 
-from core.metrics import observe_loop
 from fleet.services.bring_up import advance_bring_up as advance_bring_up_service
 from fleet.services.power_actions import send_power_actions
 from fleet.services.power_history import record_power_history as record_power_history_service
@@ -16,50 +13,32 @@ from fleet.services.snapshots import record_snapshot
 
 @shared_task(name="fleet.tasks.record_fleet_snapshot", soft_time_limit=60, time_limit=90)
 def record_fleet_snapshot() -> int | None:
-    started = time.perf_counter()
-    written = record_snapshot()
-    observe_loop("fleet_snapshot", time.perf_counter() - started)
-    return written
+    return record_snapshot()
 
 
 @shared_task(name="fleet.tasks.reconcile_nodes", soft_time_limit=9, time_limit=12)
 def reconcile_nodes() -> dict:
-    started = time.perf_counter()
-    result = reconcile_nodes_service().as_dict()
-    observe_loop("reconcile_nodes", time.perf_counter() - started)
-    return result
+    return reconcile_nodes_service().as_dict()
 
 
 @shared_task(name="fleet.tasks.record_power_history", soft_time_limit=40, time_limit=55)
 def record_power_history() -> dict | None:
-    started = time.perf_counter()
-    result = record_power_history_service()
-    observe_loop("power_history", time.perf_counter() - started)
-    return result
+    return record_power_history_service()
 
 
 @shared_task(name="fleet.tasks.advance_bring_up", soft_time_limit=25, time_limit=30)
 def advance_bring_up() -> dict:
-    started = time.perf_counter()
-    result = advance_bring_up_service().as_dict()
-    observe_loop("bring_up", time.perf_counter() - started)
-    return result
+    return advance_bring_up_service().as_dict()
 
 
 @shared_task(name="fleet.tasks.advance_rollouts", soft_time_limit=25, time_limit=30)
 def advance_rollouts() -> dict:
-    started = time.perf_counter()
-    result = advance_rollouts_service().as_dict()
-    observe_loop("rollouts", time.perf_counter() - started)
-    return result
+    return advance_rollouts_service().as_dict()
 
 
 @shared_task(name="fleet.tasks.bmc_power_sync", soft_time_limit=55, time_limit=58)
 def bmc_power_sync() -> dict:
-    started = time.perf_counter()
-    result = run_power_sync()
-    observe_loop("bmc_power_sync", time.perf_counter() - started)
-    return result
+    return run_power_sync()
 
 
 @shared_task(name="fleet.tasks.send_bmc_power_actions", soft_time_limit=50, time_limit=55)

@@ -9,6 +9,7 @@ app_name = "fleet"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("fleet/now/", views.now_tiles, name="now-tiles"),
     path("fleet/", views.rack_list, name="rack-list"),
     path("fleet/power/", views.power, name="power"),
     path("fleet/halls/<str:hall_id>/floor/", views.floor_map, name="floor-map"),

@@ -14,7 +14,7 @@ from core.errors import DomainError
 from core.reference_data import parameter
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing
-from health.selectors import conditions_for_nodes
+from health.selectors import conditions_for_nodes, what_is_wrong_now
 from tenants.selectors import live_allocation_ids
 
 from . import charts, drawings
@@ -32,6 +32,7 @@ from .selectors import (
     fleet_summary,
     hall_power,
     halls_for_filter,
+    live_tenancy,
     node_power,
     pending_agent_actions,
     placement_headroom,
@@ -46,6 +47,7 @@ from .selectors import node_list as select_nodes
 from .services.drive_gate import RETIRE, RMA, gate_status
 from .services.lifecycle import InvalidTransition
 from .services.operator_actions import (
+    REGISTRY,
     ActionRefused,
     available_actions,
     perform_operator_action,
@@ -112,8 +114,16 @@ def overview(request):
             },
             "refresh": _refresh_seconds(request),
             "generated_at": now,
+            "now": what_is_wrong_now(now),
         },
     )
+
+
+@operator_required
+def now_tiles(request):
+    """The overview's "what is wrong now" tiles alone, for the page to refresh them in place."""
+    now = timezone.now()
+    return render(request, "fleet/_now_tiles.html", {"now": what_is_wrong_now(now), "generated_at": now})
 
 
 @operator_required
@@ -284,6 +294,7 @@ def node_detail(request, pk):
             "runs": validation_history(node.pk),
             "conditions": conditions_for_nodes([node.pk]).get(node.pk, []),
             "allocation_id": live_allocation_ids([node.pk]).get(node.pk),
+            "held": live_tenancy([node.pk]).get(node.pk, []),
             "pending": pending_agent_actions(node),
             "events": node.events.order_by("-at", "-id")[:100],
             "actions": available_actions(node, request.user),
@@ -362,6 +373,9 @@ def node_action(request, pk):
     @require_POST
     def run(request):
         action = request.POST.get("action", "")
+        handler = REGISTRY.get(action)
+        if handler is not None and handler.consequence and request.POST.get("confirmed") != "yes":
+            return _confirm_node_action(request, pk, handler)
         try:
             perform_operator_action(
                 node_id=parse_uuid(pk),
@@ -369,6 +383,7 @@ def node_action(request, pk):
                 actor=actor_label(request.user),
                 reason=request.POST.get("reason", "").strip(),
                 user=request.user,
+                force=request.POST.get("force") == "yes",
             )
         except Node.DoesNotExist:
             raise Http404("no such node") from None
@@ -383,6 +398,26 @@ def node_action(request, pk):
         return redirect("fleet:node-detail", pk=pk)
 
     return run(request)
+
+
+def _confirm_node_action(request, pk, handler):
+    """The question before a destructive action: what it does, to which node, whose workload."""
+    node = Node.objects.select_related("node_type", "rack").filter(pk=parse_uuid(pk)).first()
+    if node is None:
+        raise Http404("no such node")
+    held = live_tenancy([node.pk]).get(node.pk, [])
+    return render(
+        request,
+        "fleet/node_action_confirm.html",
+        {
+            "nav": "fleet",
+            "node": node,
+            "action": handler,
+            "held": held,
+            "needs_force": bool(held) and handler.refuses_allocated,
+            "reason": request.POST.get("reason", "").strip(),
+        },
+    )
 
 
 @operator_required

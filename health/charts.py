@@ -2,6 +2,7 @@
 
 import plotly.graph_objects as go
 
+from core.charts import say_when_empty
 from fleet.choices import HEALTH_COLORS, LIFECYCLE_COLORS
 
 
@@ -19,7 +20,7 @@ def health_by_hall_figure(rows: list[dict]) -> go.Figure:
         height=320,
         margin={"t": 40, "b": 40, "l": 50, "r": 10},
     )
-    return fig
+    return say_when_empty(fig)
 
 
 def lifecycle_by_hall_figure(rows: list[dict]) -> go.Figure:
@@ -36,7 +37,7 @@ def lifecycle_by_hall_figure(rows: list[dict]) -> go.Figure:
         height=320,
         margin={"t": 40, "b": 40, "l": 50, "r": 10},
     )
-    return fig
+    return say_when_empty(fig)
 
 
 def failure_causes_figure(rows: list[dict]) -> go.Figure:
@@ -53,4 +54,4 @@ def failure_causes_figure(rows: list[dict]) -> go.Figure:
         height=320,
         margin={"t": 40, "b": 40, "l": 50, "r": 10},
     )
-    return fig
+    return say_when_empty(fig)

@@ -2,11 +2,13 @@
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, Min, Prefetch
+from django.db.models import Count, F, Min, Prefetch, Q
 
+from core.loop_metrics import loop_statuses
+from fleet.choices import Health, Lifecycle
 from fleet.models import Node, NodeEvent
 from health.choices import ConditionStatus
-from health.models import Condition, Incident, IncidentEvent
+from health.models import Condition, Incident, IncidentEvent, IncidentImpact
 from health.services.incidents import OPEN_STATES
 
 
@@ -27,9 +29,9 @@ def conditions_for_nodes(node_ids) -> dict:
 def health_by_rack() -> list[dict]:
     """Nodes per (hall, rack, health, lifecycle): one aggregate query."""
     return list(
-        Node.objects.values(hall=F("rack__hall__name"), rack_name=F("rack__name"))
+        Node.objects.values("rack_id", hall=F("rack__hall__name"), rack_name=F("rack__name"))
         .annotate(n=Count("id"))
-        .values("hall", "rack_name", "health", "lifecycle", "n")
+        .values("hall", "rack_id", "rack_name", "health", "lifecycle", "n")
         .order_by("hall", "rack_name")
     )
 
@@ -43,8 +45,56 @@ def health_by_hall() -> list[dict]:
     )
 
 
-def open_incidents(limit: int = 50) -> list[Incident]:
-    return list(Incident.objects.filter(state__in=OPEN_STATES).prefetch_related("nodes").order_by("-opened_at")[:limit])
+def open_incidents(limit: int = 50, severity: str | None = None) -> list[Incident]:
+    rows = Incident.objects.filter(state__in=OPEN_STATES)
+    if severity:
+        rows = rows.filter(severity=severity)
+    return list(rows.prefetch_related("nodes").order_by("-opened_at")[:limit])
+
+
+SEVERITY_ORDER = ("fatal", "repair", "reboot", "reset", "warn", "info")  # worst first
+NOW_NODES = 8  # the overview names the longest-unwell nodes, the list has them all
+GONE_STATES = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
+
+
+def affected_tenant_slugs() -> list[str]:
+    """Tenants with an allocation that lost a node to an open incident (its impact still open)."""
+    return list(
+        IncidentImpact.objects.filter(end__isnull=True, incident__state__in=OPEN_STATES)
+        .values_list("tenant__slug", flat=True)
+        .distinct()
+        .order_by("tenant__slug")
+    )
+
+
+def what_is_wrong_now(now: datetime) -> dict:
+    """The operator overview's first row, in five queries whatever the fleet size: open incidents
+    by severity, unhealthy/degraded/unknown nodes (the longest-unwell first, with since when),
+    late loops, affected tenants."""
+    by_severity = dict(
+        Incident.objects.filter(state__in=OPEN_STATES).values_list("severity").annotate(n=Count("id")).order_by()
+    )
+    unwell = Node.objects.exclude(health=Health.HEALTHY).exclude(lifecycle__in=GONE_STATES)
+    by_health = dict(unwell.values_list("health").annotate(n=Count("id")).order_by())
+    longest = list(
+        unwell.annotate(unwell_since=Min("conditions__first_seen", filter=Q(conditions__status=ConditionStatus.ACTIVE)))
+        .values("id", "hostname", "health", "lifecycle", "last_heartbeat_at", "unwell_since")
+        .order_by(F("unwell_since").asc(nulls_first=True), F("last_heartbeat_at").asc(nulls_first=True), "hostname")[
+            :NOW_NODES
+        ]
+    )
+    loops = loop_statuses(now)
+    return {
+        "incidents": [(s, by_severity[s]) for s in SEVERITY_ORDER if s in by_severity]
+        + [(s, n) for s, n in sorted(by_severity.items()) if s not in SEVERITY_ORDER],
+        "incident_total": sum(by_severity.values()),
+        "unwell": [(h, by_health[h]) for h in (Health.UNHEALTHY, Health.DEGRADED, Health.UNKNOWN) if h in by_health],
+        "unwell_total": sum(by_health.values()),
+        "longest_unwell": longest,
+        "loops": loops,
+        "late_loops": [loop for loop in loops if loop.late],
+        "tenants": affected_tenant_slugs(),
+    }
 
 
 def repair_times(since: datetime) -> list[dict]:

@@ -11,6 +11,7 @@ from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
 from fleet.choices import Attribution
 from fleet.models import Node
+from fleet.selectors import OUT_OF_SERVICE_STATES
 
 from . import charts, selectors
 from .choices import Severity
@@ -28,6 +29,7 @@ CHART_WINDOW = timedelta(days=30)
 @operator_required
 def dashboard(request):
     now = timezone.now()
+    severity = request.GET.get("severity") if request.GET.get("severity") in Severity.values else None
     by_hall = selectors.health_by_hall()
     mttr = selectors.mean_time_to_repair(now - CHART_WINDOW)
     totals: dict = {}
@@ -44,10 +46,13 @@ def dashboard(request):
         {
             "nav": "health",
             "totals": sorted(totals.items()),
-            "incidents": selectors.open_incidents(),
+            "incidents": selectors.open_incidents(severity=severity),
+            "severity": severity,
             "mttr_hours": round(mttr.total_seconds() / 3600, 1) if mttr else None,
             "racks": [
-                r for r in selectors.health_by_rack() if r["health"] != "healthy" or r["lifecycle"] != "available"
+                r
+                for r in selectors.health_by_rack()
+                if r["health"] != "healthy" or r["lifecycle"] in OUT_OF_SERVICE_STATES
             ][:200],
             "figures": figures,
         },

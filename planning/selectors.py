@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import date
 
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.fields.json import KT
 
 from core.reference_data import generation as reference_generation
 from core.reference_data import parameter
+from fleet.models import Node, NodeType
+from fleet.selectors import live_tenancy
+from planning.inputs import GONE
 from planning.models import MigrationPlan, PlannedAction
 
 
@@ -102,3 +106,44 @@ def reference_citations() -> list[dict]:
             }
         )
     return cited
+
+
+def drain_starts(record: MigrationPlan) -> dict:
+    """rack (position) id → the day its drain phase starts."""
+    return {
+        pid: date.fromisoformat(phase["start"])
+        for phase in record.result["phases"]
+        if phase["kind"] == "drain"
+        for pid in phase["position_ids"]
+    }
+
+
+def nodes_to_decommission(record: MigrationPlan, target: NodeType) -> QuerySet:
+    """The old nodes in the racks the plan drains: what applying it schedules for decommission."""
+    return (
+        Node.objects.filter(rack_id__in=list(drain_starts(record)))
+        .exclude(lifecycle__in=GONE)
+        .exclude(node_type=target)
+        .select_related("node_type")
+        .order_by("hostname")
+    )
+
+
+def apply_preview(record: MigrationPlan) -> dict:
+    """What applying the plan schedules, for the question asked before it: facility upgrades,
+    node intakes, the nodes it decommissions and the tenants who hold any of them now."""
+    result = record.result
+    target = NodeType.objects.get(slug=record.inputs["parameters"]["target_node_type"])
+    old = list(nodes_to_decommission(record, target))
+    held = live_tenancy([n.pk for n in old])
+    tenants = sorted({h["tenant"] for rows in held.values() for h in rows})
+    return {
+        "upgrades": sum(len(p["position_ids"]) for p in result["phases"] if p["kind"] == "facility_prep"),
+        "intakes": len(result["placements"]),
+        "intake_nodes": sum(p["nodes"] for p in result["placements"]),
+        "target": target,
+        "decommission_nodes": len(old),
+        "decommission_gpus": sum(n.node_type.gpus_per_node for n in old),
+        "held_nodes": [(n, held[n.pk]) for n in old if n.pk in held],
+        "tenants": tenants,
+    }

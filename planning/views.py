@@ -11,7 +11,7 @@ from django.core.paginator import Paginator
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from core.api.lookups import parse_uuid, uuid_or_404
 from core.api.problems import Problem
@@ -19,7 +19,7 @@ from core.decorators import console_action, operator_required, permission_denied
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing, require_permission
 from fleet.models import Hall, Node, NodeType
-from fleet.selectors import data_handling_status, halls_for_filter
+from fleet.selectors import data_handling_status, halls_for_filter, live_tenancy
 from fleet.services import bmc_disposal, sanitization
 from fleet.services.lifecycle import InvalidTransition
 from fleet.services.operator_actions import ActionRefused, perform_operator_action
@@ -47,8 +47,8 @@ from planning.forms import (
 )
 from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
+from planning.selectors import apply_preview, reference_citations, scheduled_work, verdict_groups
 from planning.selectors import plan_list as plan_list_query
-from planning.selectors import reference_citations, scheduled_work, verdict_groups
 from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,
@@ -162,10 +162,20 @@ def migration_progress(request, pk):
 
 
 @operator_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 @console_action("migration_plan.apply")
 def migration_apply(request, pk):
+    """GET: what applying schedules (upgrades, intakes, decommissions, tenants holding those
+    nodes); POST: schedule it."""
     record = get_object_or_404(MigrationPlan, pk=pk)
+    if request.method == "GET":
+        if record.status != MigrationPlan.Status.DRAFT or not record.feasible:
+            return redirect("planning:migration-plan-detail", pk=pk)
+        return render(
+            request,
+            "planning/migration_apply_confirm.html",
+            {"nav": "plans", "plan": record, "preview": apply_preview(record)},
+        )
     try:
         record, created = apply_plan(plan_id=record.id, actor=actor_label(request.user))
     except PlanNotApplicable as exc:
@@ -225,7 +235,8 @@ def disposition_detail(request, pk):
     assignments = plan.assignments.select_related("node", "node__rack").order_by("node__hostname")
     page = Paginator(assignments, NODES_PER_PAGE).get_page(request.GET.get("page"))
     status = data_handling_status([a.node_id for a in page.object_list])
-    rows = [(a, status[a.node_id]) for a in page.object_list]
+    held = live_tenancy([a.node_id for a in page.object_list])
+    rows = [(a, status[a.node_id], held.get(a.node_id, [])) for a in page.object_list]
     result = plan.result
     return render(
         request,
@@ -260,6 +271,14 @@ PLAN_PAGE_ACTIONS = {
 }
 
 
+# The plan page's steps that cannot be undone, and what each does (asked before it runs).
+CONFIRMED_ACTIONS = {
+    "sanitize": "erases every drive of these nodes (NIST SP 800-88): nothing on them can be recovered",
+    "retire": "retires these nodes: they never return to service",
+    "dispose": "records these nodes as gone to the party in their custody records",
+}
+
+
 @operator_required
 @require_POST
 def disposition_node_action(request, pk):
@@ -277,6 +296,21 @@ def disposition_node_action(request, pk):
     if not nodes:
         messages.error(request, "Tick at least one node of this plan, then choose the action again.")
         return redirect("planning:disposition-plan-detail", pk=plan.pk)
+    if action in CONFIRMED_ACTIONS and request.POST.get("confirmed") != "yes":
+        held = live_tenancy([n.pk for n in nodes])
+        return render(
+            request,
+            "planning/disposition_confirm.html",
+            {
+                "nav": "plans",
+                "plan": plan,
+                "action": action,
+                "consequence": CONFIRMED_ACTIONS[action],
+                "rows": [(n, held.get(n.pk, [])) for n in sorted(nodes, key=lambda n: n.hostname)],
+                "held_count": sum(1 for n in nodes if n.pk in held),
+            },
+        )
+    force = request.POST.get("force") == "yes"
     done, refused = 0, []
     for node in nodes:
         try:
@@ -298,6 +332,7 @@ def disposition_node_action(request, pk):
                     actor=actor,
                     reason=f"disposition plan {plan.name}",
                     user=request.user,
+                    force=force,
                 )
             else:
                 messages.error(request, f"Unknown action {action!r}.")

@@ -33,6 +33,13 @@ class TenantAdmin(AuditedModelAdmin, AtScaleAdmin):
     search_help_text = "Exact or first characters of a tenant's slug or name."
     index_search = {"tenant_slug": "pk", "tenant_name": "pk"}
     inlines = [MembershipInline, QuotaInline, StorageQuotaInline]
+    fieldsets = (
+        (None, {"fields": ("slug", "name")}),
+        (
+            "Billing profile (printed on invoices)",
+            {"fields": ("legal_name", "billing_address", "tax_id", "tax_rate_percent", "payment_terms_days")},
+        ),
+    )
 
 
 class AllocationNodeInline(admin.TabularInline):

@@ -1,7 +1,10 @@
 """Who owns what: tenants and their members. Allocations, partitions, volumes and quotas
 build on these."""
 
+from decimal import Decimal
+
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from core.choices import TenantRole
@@ -25,6 +28,20 @@ class Tenant(BaseModel):
     require_baseline = models.BooleanField(
         default=False,
         help_text="place this tenant only on nodes that run their type's golden software baseline",
+    )
+    # The bill-to block of its invoices (billing reads these; they are printed as entered).
+    legal_name = models.CharField(max_length=200, blank=True, help_text="as printed on invoices; the name if empty")
+    billing_address = models.TextField(blank=True, help_text="postal address for invoices, one line per line")
+    tax_id = models.CharField(max_length=50, blank=True, help_text="VAT or other tax registration number")
+    tax_rate_percent = models.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        default=Decimal("0"),
+        validators=[MinValueValidator(Decimal("0")), MaxValueValidator(Decimal("100"))],
+        help_text="tax charged on invoices, in percent of the net amount; frozen on each invoice at finalization",
+    )
+    payment_terms_days = models.PositiveSmallIntegerField(
+        default=30, validators=[MaxValueValidator(365)], help_text="days from issue to due date"
     )
 
     class Meta:

@@ -8,7 +8,9 @@ app_name = "tenants"
 
 urlpatterns = [
     path("portal/", views.portal, name="portal"),
-    path("portal/allocations/", views.portal_create_allocation, name="portal-create"),
+    path("portal/allocations/", views.portal_allocations, name="portal-allocations"),
+    path("portal/allocations/", views.portal_allocations, name="portal-create"),
+    path("portal/tokens/", views.portal_tokens, name="portal-tokens"),
     path("portal/allocations/<str:pk>/cancel/", views.portal_cancel_allocation, name="portal-cancel"),
     path("tenants/", views.tenant_list, name="tenant-list"),
 ]

@@ -8,16 +8,19 @@ import uuid
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseForbidden
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from billing.selectors import current_prices
 from core.api.lookups import uuid_or_404
-from core.choices import TenantRole
+from core.choices import ApiTokenKind, TenantRole
 from core.decorators import operator_required
 from core.errors import DomainError
+from core.models import ApiToken
 from core.services.audit import actor_label
+from health.selectors import affected_tenant_slugs
 
 from .api.serializers import AllocationCreateSerializer
 from .models import Membership
@@ -35,9 +38,13 @@ PORTAL_ROWS = 100
 
 
 def _membership(request) -> Membership:
-    membership = Membership.objects.select_related("tenant").filter(user=request.user).first()
+    membership = Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
     if membership is None:
-        raise Http404("You are not a member of any tenant; ask a tenant admin to add you.")
+        # A 403 page (templates/403.html) that names where this account can go instead.
+        raise PermissionDenied(
+            "The portal shows one tenant's allocations, usage and invoices, and this account is not a "
+            "member of any tenant. Ask a tenant admin to add you."
+        )
     return membership
 
 
@@ -51,6 +58,7 @@ def portal(request):
         "tenants/portal.html",
         {
             "nav": "portal",
+            "portal_nav": "overview",
             "tenant": tenant,
             "can_write": membership.role != TenantRole.VIEWER,
             "allocations": allocations_for(tenant)[:PORTAL_ROWS],
@@ -60,6 +68,37 @@ def portal(request):
             "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
             "form_key": uuid.uuid4(),
         },
+    )
+
+
+@login_required
+def portal_allocations(request):
+    """GET: every allocation of the tenant with its nodes; POST: request a new one."""
+    if request.method == "POST":
+        return portal_create_allocation(request)
+    membership = _membership(request)
+    return render(
+        request,
+        "tenants/portal_allocations.html",
+        {
+            "nav": "portal",
+            "portal_nav": "allocations",
+            "tenant": membership.tenant,
+            "can_write": membership.role != TenantRole.VIEWER,
+            "allocations": allocations_for(membership.tenant)[:PORTAL_ROWS],
+        },
+    )
+
+
+@login_required
+def portal_tokens(request):
+    """The tenant's API tokens (prefix, role, last use); the plain value is never stored."""
+    membership = _membership(request)
+    tokens = ApiToken.objects.filter(kind=ApiTokenKind.TENANT, tenant=membership.tenant).order_by("-created_at")
+    return render(
+        request,
+        "tenants/portal_tokens.html",
+        {"nav": "portal", "portal_nav": "tokens", "tenant": membership.tenant, "tokens": tokens[:PORTAL_ROWS]},
     )
 
 
@@ -97,14 +136,29 @@ def portal_create_allocation(request):
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def portal_cancel_allocation(request, pk):
+    """GET: what cancelling stops (its nodes and GPUs, billed until they stop); POST: do it."""
     membership = _membership(request)
     if membership.role == TenantRole.VIEWER:
         return HttpResponseForbidden("Viewers may not cancel allocations.")
     allocation = allocations_for(membership.tenant).filter(pk=uuid_or_404(pk)).first()
     if allocation is None:
         raise Http404("No such allocation.")
+    if request.method == "GET":
+        nodes = allocation.live_members
+        return render(
+            request,
+            "tenants/portal_cancel.html",
+            {
+                "nav": "portal",
+                "portal_nav": "allocations",
+                "tenant": membership.tenant,
+                "allocation": allocation,
+                "nodes": nodes,
+                "gpus": sum(m.node.node_type.gpus_per_node for m in nodes),
+            },
+        )
     request_cancel(allocation=allocation, actor=actor_label(request.user))
     messages.success(request, f"Cancellation of {allocation.name} recorded; nodes are stopped and wiped next.")
     return redirect("tenants:portal")
@@ -112,4 +166,14 @@ def portal_cancel_allocation(request, pk):
 
 @operator_required
 def tenant_list(request):
-    return render(request, "tenants/tenant_list.html", {"nav": "tenants", "rows": tenants_with_usage()})
+    """Every tenant; `?affected=1`: only those an open incident affects (the overview's tile)."""
+    affected = affected_tenant_slugs()
+    rows = tenants_with_usage()
+    only_affected = request.GET.get("affected") == "1"
+    if only_affected:
+        rows = [row for row in rows if row["tenant"].slug in affected]
+    return render(
+        request,
+        "tenants/tenant_list.html",
+        {"nav": "tenants", "rows": rows, "affected": set(affected), "only_affected": only_affected},
+    )

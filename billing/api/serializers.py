@@ -106,7 +106,13 @@ class InvoiceSerializer(serializers.Serializer):
     status = serializers.CharField(help_text="draft (upcoming), finalized or void")
     period = PeriodField()
     currency = serializers.CharField()
-    total = serializers.DecimalField(max_digits=18, decimal_places=2)
+    total = serializers.DecimalField(
+        max_digits=18, decimal_places=2, help_text="net of all lines (charges less credits), before tax"
+    )
+    tax_rate_percent = serializers.DecimalField(
+        max_digits=5, decimal_places=2, allow_null=True, help_text="frozen at finalization; null on drafts"
+    )
+    due_on = serializers.DateField(allow_null=True, help_text="issue date + the tenant's payment terms")
     created_at = serializers.DateTimeField()
     finalized_at = serializers.DateTimeField(allow_null=True)
     replaces = serializers.CharField(

@@ -23,6 +23,7 @@ from billing.api.serializers import (
     UsageRowSerializer,
 )
 from billing.exports import invoice_csv
+from billing.models import Adjustment, AdjustmentKind, BillingRun
 from billing.periods import parse_period
 from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
 from billing.services.corrections import CorrectionError, CreditRequest, issue_credit_note, reissue_invoice
@@ -48,9 +49,25 @@ def _billing_problem(exc) -> Problem:
     return Problem(400 if exc.code == "validation_error" else 409, exc.code, exc.detail)
 
 
+def _ops_page(rows, serializer_class, request, scope: str) -> Response:
+    page = paginate(rows, request=request, scope=scope)
+    return Response(
+        {"results": serializer_class(page.results, many=True).data, "next_page_token": page.next_page_token}
+    )
+
+
 class BillingRunsView(APIView):
     permission_classes = [IsOperator]
     ops_action = "billing_run.create"
+
+    @extend_schema(
+        operation_id="ops_billing_runs_list",
+        summary="Billing runs, newest first (keyset pages: page_size, page_token)",
+        responses={200: BillingRunSerializer(many=True)},
+        tags=["billing"],
+    )
+    def get(self, request):
+        return _ops_page(BillingRun.objects.all(), BillingRunSerializer, request, "ops:billing-runs")
 
     @extend_schema(
         request=BillingRunRequestSerializer,
@@ -135,6 +152,16 @@ class CreditNotesView(APIView):
 class AdjustmentsView(APIView):
     permission_classes = [IsOperator]
     ops_action = "adjustment.create"
+
+    @extend_schema(
+        operation_id="ops_billing_adjustments_list",
+        summary="Manual adjustments, newest first (keyset pages: page_size, page_token)",
+        responses={200: AdjustmentSerializer(many=True)},
+        tags=["billing"],
+    )
+    def get(self, request):
+        rows = Adjustment.objects.filter(kind=AdjustmentKind.MANUAL)
+        return _ops_page(rows, AdjustmentSerializer, request, "ops:billing-adjustments")
 
     @extend_schema(
         request=AdjustmentRequestSerializer,

@@ -20,7 +20,7 @@ from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, Invo
 from billing.services.credits import require_operator
 from billing.services.energy_lines import with_energy_lines
 from billing.services.rating import PriceBook, rate_period
-from billing.services.runs import BillingRunError, cutoff_of, line_rows, number_documents
+from billing.services.runs import BillingRunError, cutoff_of, issue_terms, line_rows, number_documents
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
@@ -203,7 +203,13 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
         InvoiceLine.objects.using(LEDGER).bulk_create(line_rows(new, rated))
         new.number = number_documents(old.issuer, 1)[0]
         new.status, new.finalized_at, new.updated_at = InvoiceStatus.FINALIZED, now, now
-        new.save(using=LEDGER, update_fields=["number", "status", "finalized_at", "updated_at"])
+        # The re-issue keeps the original's tax rate (same usage, same terms); it is due anew.
+        rate, new.due_on = issue_terms([old.tenant_id], now)[old.tenant_id]
+        new.tax_rate_percent = old.tax_rate_percent if old.tax_rate_percent is not None else rate
+        new.save(
+            using=LEDGER,
+            update_fields=["number", "status", "finalized_at", "updated_at", "tax_rate_percent", "due_on"],
+        )
     record_audit(
         actor=actor,
         action="billing.invoice_reissue",

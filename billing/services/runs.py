@@ -39,10 +39,12 @@ from billing.periods import format_period, period_end, period_of, previous_perio
 from billing.services.disputes import hold_disputed_usage
 from billing.services.energy_lines import with_energy_lines
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
+from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
 from core.faults import fault_point
 from core.locks import advisory_lock
 from core.search import index_objects
 from core.services.audit import record_audit
+from tenants.models import Tenant
 
 LEDGER = "ledger"
 
@@ -220,16 +222,40 @@ def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
     """Gapless numbers: the counter row is locked and advanced in the run's transaction."""
     if not invoices:
         return
+    terms = issue_terms({invoice.tenant_id for invoice in invoices}, now)
     for invoice, number in zip(invoices, number_documents(issuer, len(invoices)), strict=True):
         invoice.number = number
         invoice.status = InvoiceStatus.FINALIZED
         invoice.finalized_at = now
         invoice.updated_at = now
         invoice.issuer = issuer
+        invoice.tax_rate_percent, invoice.due_on = terms[invoice.tenant_id]
     Invoice.objects.using(LEDGER).bulk_update(
-        invoices, ["number", "status", "finalized_at", "updated_at", "issuer"], batch_size=500
+        invoices,
+        ["number", "status", "finalized_at", "updated_at", "issuer", "tax_rate_percent", "due_on"],
+        batch_size=500,
     )
     index_objects(invoices)  # numbers are searchable once the ledger commits (core.search.index)
+
+
+def issue_terms(tenant_ids, now: datetime) -> dict:
+    """tenant id → (tax rate in percent, due date) from each tenant's billing profile, frozen onto
+    its invoices at issue. A tenant the control plane does not know (usage held for it) pays no
+    tax and has the default 30 days."""
+    profiles = {
+        pk: (rate, days)
+        for pk, rate, days in Tenant.objects.filter(pk__in=set(tenant_ids)).values_list(
+            "pk", "tax_rate_percent", "payment_terms_days"
+        )
+    }
+    default = (Decimal("0.00"), DEFAULT_PAYMENT_TERMS_DAYS)
+    return {
+        tenant_id: (
+            profiles.get(tenant_id, default)[0],
+            (now + timedelta(days=profiles.get(tenant_id, default)[1])).date(),
+        )
+        for tenant_id in tenant_ids
+    }
 
 
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:

@@ -50,12 +50,14 @@ def _filters_digest(filters: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _decode(token: str, scope: str, filters: dict) -> tuple[datetime, UUID]:
+def _decode(token: str, scope: str, filters: dict) -> tuple[datetime, UUID | int]:
     try:
         data = signing.loads(token, salt=_SALT)
         if data["s"] != scope or data["f"] != _filters_digest(filters):
             raise ValueError("token minted for another scope or filter set")
-        return datetime.fromisoformat(data["t"]), UUID(data["i"])
+        # Ids are UUIDs, or integers for the ledger's append-only rows (adjustments).
+        pk = int(data["i"]) if isinstance(data["i"], str) and data["i"].isdigit() else UUID(data["i"])
+        return datetime.fromisoformat(data["t"]), pk
     except (signing.BadSignature, KeyError, ValueError, TypeError):
         raise Problem(
             400,

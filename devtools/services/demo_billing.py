@@ -29,11 +29,13 @@ METER_SECONDS = 3600  # hourly events keep the demo ledger small (~40k rows); ag
 DAY_BATCH = 24  # hourly events, a day per batch: each arrives well inside the ledger's age window
 DEMO_PORTAL_PASSWORD = "hangar-demo"
 NAMESPACE = uuid.UUID("5d1b1f1e-8e0a-4c54-9a43-1a7e2b7f0c11")
-# (tenant slug, allocation name, sku, nodes, GPUs per node, busy fraction of hours)
+# (tenant slug, allocation name, sku, nodes, GPUs per node, busy fraction of hours). Every SKU is
+# one the demo fleet has (seed_demo_fleet builds H100 nodes only): the history runs on real nodes,
+# and an invoice for a generation the fleet never had would contradict the fleet pages.
 WORKLOADS = (
     ("acme", "pretrain-70b", "h100-sxm-8x", 4, 8, 0.97),
-    ("acme", "eval-sweeps", "a100-sxm-8x", 2, 8, 0.45),
-    ("globex", "finetune", "h200-sxm-8x", 2, 8, 0.70),
+    ("acme", "eval-sweeps", "h100-sxm-8x", 2, 8, 0.45),
+    ("globex", "finetune", "h100-sxm-8x", 2, 8, 0.70),
 )
 
 

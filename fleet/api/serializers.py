@@ -58,6 +58,12 @@ class DesiredStateOut(serializers.Serializer):
 class NodeActionIn(serializers.Serializer):
     action = serializers.CharField(max_length=50)
     reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+    force = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="decommission, sanitize, retire and dispose refuse a node a tenant holds (409 node_allocated) "
+        "unless this is true",
+    )
 
 
 class DriveOut(serializers.Serializer):

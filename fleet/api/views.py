@@ -141,7 +141,12 @@ class NodeActionsView(APIView):
         def perform():
             try:
                 perform_operator_action(
-                    node_id=node_id, action=action, actor=request.user.actor, reason=reason, user=request.user.user
+                    node_id=node_id,
+                    action=action,
+                    actor=request.user.actor,
+                    reason=reason,
+                    user=request.user.user,
+                    force=body.validated_data["force"],
                 )
             except ExitRefused as exc:
                 raise Problem(409, exc.code, exc.detail, extra={"gate": exc.status.as_dict()}) from None

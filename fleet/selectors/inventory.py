@@ -105,6 +105,9 @@ REPAIR_STATES = (
     Lifecycle.REPAIR,
     Lifecycle.RMA,
 )
+# Out of service: in repair, or stuck after a failed step. Healthy nodes that are allocated,
+# free, burning in or on their way out are not.
+OUT_OF_SERVICE_STATES = (*REPAIR_STATES, Lifecycle.BURN_IN_FAILED, Lifecycle.PROVISION_FAILED, Lifecycle.WIPE_FAILED)
 # A power reading is trusted while it is this fresh; older, the node counts at its rated maximum.
 
 
@@ -285,6 +288,24 @@ def drive_removal_refusal(node) -> str | None:
             "sanitisation and disposal."
         )
     return None
+
+
+def live_tenancy(node_ids) -> dict:
+    """node id → [{allocation_id, allocation, tenant}] for the nodes among ``node_ids`` that a
+    tenant holds now (one query, through Node's reverse relation like occupied_node_ids). What a
+    destructive action's confirmation names, and what its refusal cites."""
+    rows = Node.objects.filter(
+        pk__in=list(node_ids), allocation_memberships__isnull=False, allocation_memberships__ended_at__isnull=True
+    ).values_list(
+        "pk",
+        "allocation_memberships__allocation_id",
+        "allocation_memberships__allocation__name",
+        "allocation_memberships__allocation__tenant__slug",
+    )
+    held: dict = {}
+    for node_id, allocation_id, name, tenant in rows:
+        held.setdefault(node_id, []).append({"allocation_id": allocation_id, "allocation": name, "tenant": tenant})
+    return held
 
 
 def occupied_node_ids(node_ids) -> set:

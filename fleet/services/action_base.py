@@ -26,6 +26,11 @@ class OperatorAction:
     label: ClassVar[str]
     allowed_states: ClassVar[frozenset[str]]
     needs_uncordoned: ClassVar[bool] = False
+    # Guard-rails. `consequence` (set) makes the console ask first, saying what will happen;
+    # `refuses_allocated` makes the action refuse a node a tenant holds unless the caller says
+    # `force` (console and API alike, in perform_operator_action).
+    consequence: ClassVar[str] = ""
+    refuses_allocated: ClassVar[bool] = False
 
     @property
     def ops_action(self) -> str:

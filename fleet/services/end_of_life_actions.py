@@ -37,6 +37,8 @@ class Sanitize(OperatorAction):
 
     name = "sanitize"
     label = "Sanitise drives"
+    consequence = "erases every drive of the node (NIST SP 800-88): nothing on them can be recovered"
+    refuses_allocated = True
     allowed_states = frozenset({Lifecycle.DECOMMISSIONING, Lifecycle.SANITIZING, Lifecycle.TRIAGE})
 
     def execute(self, node: Node, *, actor: str, reason: str) -> Node:
@@ -106,6 +108,8 @@ class GatedMove(OperatorAction):
 class Retire(GatedMove):
     name = "retire"
     label = "Retire"
+    consequence = "retires the node: it never returns to service (only disposal follows)"
+    refuses_allocated = True
     allowed_states = frozenset({Lifecycle.SANITIZING})
     to_state = Lifecycle.RETIRED
 
@@ -128,6 +132,8 @@ class Retire(GatedMove):
 class Dispose(GatedMove):
     name = "dispose"
     label = "Dispose"
+    consequence = "records the node as gone: handed to the buyer or recycler named in its custody record"
+    refuses_allocated = True
     allowed_states = frozenset({Lifecycle.RETIRED})
     to_state = Lifecycle.DISPOSED
 

@@ -110,6 +110,10 @@ class Drain(OperatorAction):
 
     name = "drain"
     label = "Drain"
+    consequence = (
+        "cordons the node and moves its tenant's workload off it: the allocation loop replaces the node "
+        "(the tenant's job on it is stopped) before the drain deadline"
+    )
     allowed_states = frozenset({L.AVAILABLE, L.PROVISIONING, L.ACTIVE, L.QUARANTINED})
 
     def execute(self, node, *, actor, reason):
@@ -192,7 +196,10 @@ class Repair(TransitionAction):
 
 class Rma(TransitionAction):
     name, label, to_state = "rma", "RMA", L.RMA
+    consequence = "sends the node back to its vendor: it leaves the fleet until replaced hardware passes burn-in"
 
 
 class Decommission(TransitionAction):
     name, label, to_state = "decommission", "Decommission", L.DECOMMISSIONING
+    consequence = "takes the node out of service for good: next its drives are sanitised and it is retired"
+    refuses_allocated = True

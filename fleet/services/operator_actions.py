@@ -9,6 +9,7 @@ from django.db import transaction
 
 from core.services.permissions import has_permission, require_permission
 from fleet.models import Node
+from fleet.selectors import live_tenancy
 
 from . import end_of_life_actions, lifecycle_actions
 from .action_base import ActionRefused, OperatorAction
@@ -53,7 +54,9 @@ def available_actions(node: Node, user=None) -> list[OperatorAction]:
 
 
 @transaction.atomic
-def perform_operator_action(*, node_id, action: str, actor: str, reason: str = "", user=None) -> Node:
+def perform_operator_action(
+    *, node_id, action: str, actor: str, reason: str = "", user=None, force: bool = False
+) -> Node:
     """Lock the node, check the action is allowed, run it. Raises KeyError for an unknown action,
     PermissionMissing, InvalidTransition (→ 409 invalid_transition) or ActionRefused.
 
@@ -68,4 +71,14 @@ def perform_operator_action(*, node_id, action: str, actor: str, reason: str = "
     refusal = handler.refusal(node)
     if refusal is not None:
         raise InvalidTransition(node, action, refusal)
+    if handler.refuses_allocated and not force:
+        held = live_tenancy([node.pk]).get(node.pk)
+        if held:
+            names = ", ".join(f"{h['allocation']} of tenant {h['tenant']}" for h in held)
+            raise ActionRefused(
+                "node_allocated",
+                f"{node.hostname} is allocated ({names}); {action} would take it from the tenant. "
+                f"Drain it first, or repeat the request with force to {action} it anyway.",
+                extra={"allocations": [{**h, "allocation_id": str(h["allocation_id"])} for h in held]},
+            )
     return handler.execute(node, actor=actor, reason=reason)

@@ -108,6 +108,9 @@ def _demo_utilisation(moment: datetime, rng: random.Random) -> float:
     return min(0.97, max(0.05, trend + daily + weekend + rng.gauss(0, 0.015)))
 
 
+RAMP_TO_LIVE = timedelta(hours=6)
+
+
 @transaction.atomic
 def backfill_history(*, now: datetime, days: int = 30, seed: int = 11) -> int:
     """Invent `days` of hourly and 48 h of 5-minute history shaped like the fleet as it is now."""
@@ -122,12 +125,18 @@ def backfill_history(*, now: datetime, days: int = 30, seed: int = 11) -> int:
         start = _floor(now - span, step)
         moment = start
         while moment < now - step:
-            share = _demo_utilisation(moment, rng)
+            invented = _demo_utilisation(moment, rng)
+            # The last hours ramp to the fleet as it is now, so the history meets the live
+            # value instead of dropping to a cliff at "now".
+            toward_live = max(0.0, 1 - (now - moment) / RAMP_TO_LIVE)
             for p in points:
                 total = p["gpus_total"]
                 per_node = total // max(p["nodes"], 1)
-                allocated = int(total * share) // per_node * per_node
-                repair = per_node * rng.randint(0, max(1, p["nodes"] // 100))
+                live_share = p["gpus_allocated"] / total if total else 0.0
+                share = invented + (live_share - invented) * toward_live
+                allocated = int(round(total * share / max(per_node, 1))) * per_node
+                invented_repair = per_node * rng.randint(0, max(1, p["nodes"] // 100))
+                repair = int(round(invented_repair + (p["gpus_in_repair"] - invented_repair) * toward_live))
                 rated_kw_per_node = p["power_kw"] / max(p["nodes"], 1)
                 busy_nodes = allocated // max(per_node, 1)
                 rows.append(

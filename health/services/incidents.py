@@ -175,11 +175,35 @@ def _returned_through_gate(node_ids) -> bool:
     )
 
 
+def record_impacts(*, incident_of: dict, memberships, now: datetime) -> list[IncidentImpact]:
+    """One impact per live allocation membership of an incident's node: which tenant lost how
+    many GPUs from when (the SLA credit's window starts there). `incident_of`: node id → incident
+    id. Used by the sweep's pulls and by incidents an operator opens, so both name the tenants."""
+    return IncidentImpact.objects.bulk_create(
+        [
+            IncidentImpact(
+                incident_id=incident_of[m.node_id],
+                node_id=m.node_id,
+                allocation_id=m.allocation_id,
+                tenant_id=m.allocation.tenant_id,
+                gpus=m.node.node_type.gpus_per_node,
+                start=now,
+            )
+            for m in memberships
+            if m.node_id in incident_of
+        ]
+    )
+
+
 @transaction.atomic
 def open_operator_incident(*, nodes: list[Node], title: str, severity: str, actor: str) -> Incident:
     now = timezone.now()
     incident = Incident.objects.create(title=title, opened_by=IncidentOpener.OPERATOR, severity=severity, opened_at=now)
     incident.nodes.set(nodes)
+    memberships = AllocationNode.objects.filter(node__in=nodes, ended_at__isnull=True).select_related(
+        "allocation", "node__node_type"
+    )
+    record_impacts(incident_of={n.pk: incident.pk for n in nodes}, memberships=memberships, now=now)
     IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.DETECT, actor=actor, detail=title)
     record_audit(actor=actor, action="incident.open", target=incident, after={"title": title}, reason=title)
     return incident

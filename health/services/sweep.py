@@ -31,7 +31,7 @@ from health.choices import (
     IncidentStep,
 )
 from health.choices import Severity as S
-from health.models import Condition, ConditionEvent, IncidentImpact
+from health.models import Condition, ConditionEvent
 from health.policy import (
     EVENT_EXPIRY,
     GATE_AFTER_REBOOT,
@@ -50,6 +50,7 @@ from health.services.gate import apply_gate, send_repeat_triage_to_rma
 from health.services.incidents import (
     open_incidents_by_node,
     open_policy_incidents,
+    record_impacts,
     record_step,
 )
 from health.services.lapses import judge_lapses, note_control_plane_outage, open_hold, recently_released
@@ -290,20 +291,7 @@ def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
     if not memberships:
         return 0
     incident_of = open_incidents_by_node([m.node_id for m in memberships])
-    IncidentImpact.objects.bulk_create(
-        [
-            IncidentImpact(
-                incident_id=incident_of[m.node_id],
-                node_id=m.node_id,
-                allocation_id=m.allocation_id,
-                tenant_id=m.allocation.tenant_id,
-                gpus=m.node.node_type.gpus_per_node,
-                start=now,
-            )
-            for m in memberships
-            if m.node_id in incident_of
-        ]
-    )
+    record_impacts(incident_of=incident_of, memberships=memberships, now=now)
 
     replaced = 0
     for m in memberships:

@@ -4,14 +4,15 @@ import json
 
 from django.db.models import Count
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api.idempotency import idempotent_create, read_key
 from core.api.lookups import uuid_or_404
+from core.api.pagination import paginate
 from core.api.permissions import IsOperator
 from core.api.problems import Problem
 from core.api.schema import ProblemSerializer
@@ -52,9 +53,32 @@ def _body(plan: MigrationPlan) -> dict:
     return MigrationPlanSerializer(_with_counts(plan)).data
 
 
+PAGE_PARAMETERS = [
+    OpenApiParameter("page_size", int, description="rows per page (default 50, at most 200)"),
+    OpenApiParameter("page_token", str, description="next_page_token of the previous page"),
+]
+
+
+def _page_of(serializer_class, name: str):
+    return inline_serializer(
+        name=name,
+        fields={"results": serializer_class(many=True), "next_page_token": serializers.CharField(allow_null=True)},
+    )
+
+
 class MigrationPlanCollection(APIView):
     permission_classes = [IsOperator]
     ops_action = "migration_plan.create"
+
+    @extend_schema(
+        operation_id="ops_migration_plans_list",
+        summary="Stored migration plans, newest first (keyset pages)",
+        parameters=PAGE_PARAMETERS,
+        responses={200: _page_of(MigrationPlanSerializer, "MigrationPlanPage"), 401: PROBLEM, 403: PROBLEM},
+    )
+    def get(self, request):
+        page = paginate(MigrationPlan.objects.all(), request=request, scope="ops:migration-plans")
+        return Response({"results": [_body(p) for p in page.results], "next_page_token": page.next_page_token})
 
     @extend_schema(
         operation_id="ops_migration_plans_create",
@@ -168,6 +192,16 @@ class DispositionPlans(APIView):
     ops_action = "disposition_plan.create"
 
     @extend_schema(
+        operation_id="ops_disposition_plan_list",
+        summary="Stored disposition plans, newest first (keyset pages)",
+        parameters=PAGE_PARAMETERS,
+        responses={200: _page_of(DispositionPlanOut, "DispositionPlanPage")},
+    )
+    def get(self, request):
+        page = paginate(DispositionPlan.objects.all(), request=request, scope="ops:disposition-plans")
+        return Response({"results": [plan_body(p) for p in page.results], "next_page_token": page.next_page_token})
+
+    @extend_schema(
         operation_id="ops_disposition_plan_create",
         request=DispositionPlanIn,
         responses={201: DispositionPlanOut},
@@ -233,6 +267,16 @@ def create_capacity_from(data: dict, *, actor: str) -> CapacityPlan:
 class CapacityPlans(APIView):
     permission_classes = [IsAuthenticated, IsOperator]
     ops_action = "capacity_plan.create"
+
+    @extend_schema(
+        operation_id="ops_capacity_plan_list",
+        summary="Stored capacity plans, newest first (keyset pages)",
+        parameters=PAGE_PARAMETERS,
+        responses={200: _page_of(CapacityPlanOut, "CapacityPlanPage")},
+    )
+    def get(self, request):
+        page = paginate(CapacityPlan.objects.all(), request=request, scope="ops:capacity-plans")
+        return Response({"results": [capacity_body(p) for p in page.results], "next_page_token": page.next_page_token})
 
     @extend_schema(
         operation_id="ops_capacity_plan_create",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import timedelta
 from uuid import UUID
 
 from django.db import transaction
@@ -14,12 +14,12 @@ from planning.engines.migration.inputs import PlanInputs
 from planning.engines.migration.planner import plan_migration
 from planning.engines.migration.results import MigrationPlanResult
 from planning.inputs import (
-    GONE,
     PlanInputError,
     validate_parameters,
 )
 from planning.models import MigrationPlan, PlannedAction
 from planning.plan_json import inputs_from_json, inputs_to_json
+from planning.selectors import drain_starts, nodes_to_decommission
 from planning.services.plan_computation import queue_computation, result_fields
 from planning.tasks import compute_migration_plan
 
@@ -147,21 +147,9 @@ def apply_plan(*, plan_id: UUID, actor: str) -> tuple[MigrationPlan, int]:
                 detail=f"land {nodes} {target.slug} nodes, burn in, cut over; in service {placement['in_service']}",
             )
         )
-    drains = {
-        pid: date.fromisoformat(ph["start"])
-        for ph in result["phases"]
-        if ph["kind"] == "drain"
-        for pid in ph["position_ids"]
-    }
+    drains = drain_starts(record)
     release = timedelta(days=params["drain_days"] + params["sanitise_days"] + params["ship_days"])
-    old_nodes = (
-        Node.objects.filter(rack_id__in=list(drains))
-        .exclude(lifecycle__in=GONE)
-        .exclude(node_type=target)
-        .select_related("node_type")
-        .order_by("hostname")
-    )
-    for node in old_nodes:
+    for node in nodes_to_decommission(record, target):
         start = drains[str(node.rack_id)]
         actions.append(
             PlannedAction(

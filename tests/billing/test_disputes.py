@@ -173,7 +173,7 @@ def test_resolving_needs_the_permission_and_a_note(overrun, client, django_user_
     assert client.post(url, {"decision": "accept", "note": "sneaky"}).status_code == 403
     member = django_user_model.objects.create_user("member", password="pw-123456789")
     client.force_login(member)
-    assert client.post(url, {"decision": "accept", "note": "sneaky"}).status_code == 302  # to the login page
+    assert client.post(url, {"decision": "accept", "note": "sneaky"}).status_code == 403  # operators only
     client.force_login(_resolver(django_user_model))
     client.post(url, {"decision": "accept", "note": "   "})
     assert client.get("/nope-404").status_code == 404

@@ -101,7 +101,7 @@ def test_operator_page_lists_runs_and_tenants(operator_user, tenants, ingest, me
     operator.force_login(operator_user)
     page = operator.get("/billing/")
     assert page.status_code == 200 and b"acme" in page.content and b"draft" in page.content
-    assert member_client.get("/billing/").status_code == 302  # not staff → login
+    assert member_client.get("/billing/").status_code == 403  # not staff: the 403 page points to the portal
 
 
 def test_portal_invoice_shows_reproducible_lines_credit_notes_and_what_it_replaces(member_client, tenants, ingest):
@@ -121,6 +121,8 @@ def test_portal_invoice_shows_reproducible_lines_credit_notes_and_what_it_replac
     page = member_client.get(f"/portal/invoices/{new.pk}/").content.decode()
     assert "HANGAR-000002" in page and "Replaces" in page and "HANGAR-000001" in page
     assert "Credit note HANGAR-CN-000001" in page and "goodwill" in page
-    assert "28800.000000" in page and "2.350000" in page and "18.80" in page  # GPU-seconds × price ÷ 3600
+    assert "8.00 GPU-h" in page and "2.35 USD / GPU-h" in page and "18.80 USD" in page  # for people
+    exact = member_client.get(f"/portal/invoices/{new.pk}.csv").content.decode()
+    assert "28800.000000" in exact and "2.350000" in exact  # GPU-seconds × price ÷ 3600, in the export
     voided = member_client.get(f"/portal/invoices/{old.pk}/").content.decode()
     assert "wrong PO number" in voided

@@ -48,7 +48,7 @@ def _points(page, chart: str) -> int:
 
 def test_overview(page, live_server, login, screenshot, fleet):
     _open(page, live_server, login, "/?refresh=2")
-    assert page.locator("#kpi-total").inner_text() == "1024"
+    assert page.locator("#kpi-total").inner_text() == "1,024"
     for chart in ("utilisation-24h", "utilisation-30d", "gpus-by-state"):
         assert _points(page, chart) > 0, chart
     with page.expect_response(lambda r: "/fleet/charts/gpus-by-state.json" in r.url and r.status == 200):

@@ -18,9 +18,12 @@ def test_drain_then_validate_from_the_node_page(page, live_server, login, screen
     url = f"{live_server.url}/fleet/nodes/{node.pk}/"
     page.goto(url)
     buttons = page.locator("#node-actions button").all_inner_texts()
-    assert "Drain" in buttons and "Validate" not in buttons
+    assert "Drain…" in buttons and "Validate" not in buttons  # "…": it asks first
     page.fill("input[name=reason]", "XID 79 on gpu3")
     page.click("button[value=drain]")
+    page.wait_for_selector("#confirm-action")
+    assert "no tenant is affected" in page.locator("#confirm-action").inner_text()
+    page.click("#confirm-action button[type=submit]")
     page.wait_for_load_state("networkidle")
     assert "Draining" in page.locator("h1").inner_text()
     assert "cordoned — XID 79 on gpu3" in page.locator("#node-state").inner_text()

@@ -22,15 +22,18 @@ def test_create_a_plan_in_the_console(page, live_server, login, screenshot, djan
     page.wait_for_selector("#facility-verdict")
     verdict = page.locator("#facility-verdict").inner_text()
     assert "ok now" in verdict and "after upgrade" in verdict and "never" in verdict
-    assert page.locator("#kpi-min-perf").inner_text() == "2048"
-    assert page.locator("#kpi-min").inner_text() == "1152"
+    assert page.locator("#kpi-min-perf").inner_text() == "2,048"
+    assert page.locator("#kpi-min").inner_text() == "1,152"
     # plotly drew every chart (an svg per figure) from the local bundle
     page.wait_for_selector("#chart-power .main-svg")
     for chart in ("#chart-gpus", "#chart-perf", "#chart-power"):
         assert page.locator(f"{chart} .main-svg").count() >= 1
     assert "H100-equivalent (training)-days below floor" in page.locator("#chart-perf").inner_text()
     screenshot(page, "migration-plan")
-    page.click("#apply-plan")
+    page.click("#apply-plan")  # asks first: what it schedules and whose nodes it touches
+    page.wait_for_selector("#confirm-apply")
+    assert "drained, sanitised and decommissioned" in page.locator("#confirm-decommissions").inner_text()
+    page.click("#confirm-apply button[type=submit]")
     page.wait_for_selector("#scheduled-work")
     assert page.locator("#plan-status").inner_text() == "Applied"
     assert page.console_errors == []

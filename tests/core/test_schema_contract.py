@@ -69,3 +69,32 @@ def test_every_served_endpoint_is_in_the_contract(schema):
         if method not in CONTRACT.get(path, set())
     )
     assert not missing, f"served but not in docs/api.md: {missing}"
+
+
+def test_swagger_groups_every_operation_by_area(schema):
+    tags = {
+        (path, method): operation.get("tags", [])
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    }
+    assert all(len(t) == 1 and t[0] in {"tenant", "ops", "agent", "billing", "planning"} for t in tags.values()), [
+        key for key, t in tags.items() if len(t) != 1 or t[0] not in {"tenant", "ops", "agent", "billing", "planning"}
+    ]
+    assert tags[("/api/v1/ops/disposition-plans", "get")] == ["planning"]
+    assert tags[("/api/v1/allocations", "post")] == ["tenant"]
+    assert any(t == ["agent"] for (path, _), t in tags.items() if path.startswith("/api/agent/"))
+
+
+def test_every_collection_with_a_post_has_a_get_list(schema):
+    missing = [
+        path
+        for path, item in schema["paths"].items()
+        if "post" in item and "get" not in item and "{" not in path.rsplit("/", 1)[-1] and not _is_action(path)
+    ]
+    assert missing == [], missing
+
+
+def _is_action(path: str) -> bool:
+    """A verb on one object (…/{id}/apply, /actions, /reissue) or an ingest endpoint, not a collection."""
+    return "{" in path or path.startswith("/api/agent/")

@@ -6,6 +6,7 @@ import pytest
 
 from billing.models import Invoice, UsageDispute, UsageEvent
 from devtools.services.demo_billing import seed_demo_billing
+from fleet.models import Node
 
 LEDGER_DBS = ["default", "ledger"]
 
@@ -27,3 +28,9 @@ def test_demo_billing_seeds_invoices_that_add_up(small_fleet):
     seed_demo_billing(out)
     assert "0 new" in out.getvalue() and UsageEvent.objects.count() == events
     assert {i.pk: i.total for i in Invoice.objects.filter(status="finalized")} == finalized
+
+
+def test_demo_bills_only_skus_the_fleet_has(small_fleet):
+    seed_demo_billing(io.StringIO())
+    fleet_skus = set(Node.objects.values_list("node_type__slug", flat=True))
+    assert set(UsageEvent.objects.values_list("sku", flat=True)) <= fleet_skus

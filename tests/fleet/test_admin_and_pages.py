@@ -96,7 +96,7 @@ def test_fleet_page_lists_racks_with_power_and_states(operator_client, django_as
         response = operator_client.get("/fleet/")
     html = response.content.decode()
     assert response.status_code == 200
-    assert "20.40 / 23.00" in html
+    assert "20.4 kW / 23.0 kW" in html
     assert html.count("Available · 2") == 32
     assert "empty position" in html
 
@@ -105,7 +105,7 @@ def test_console_pages_need_an_operator_login(client, small_fleet, django_user_m
     assert client.get("/fleet/").url.startswith("/accounts/login/")
     user = django_user_model.objects.create_user("tenant-user", password="x" * 12)
     client.force_login(user)
-    assert client.get("/").status_code == 302
+    assert client.get("/").status_code == 403  # signed in but no operator: the 403 page says where to go
 
 
 def test_overview_counts_gpus_by_state(operator_client, small_fleet):

@@ -114,7 +114,7 @@ def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator
     wall = page[page.index('id="wall-draw"') :]
     assert wall[: wall.index("</dd>")].startswith('id="wall-draw">9.8 kW') and "(estimate, 12 s old)" in wall[:200]
     gpu = page[page.index('id="gpu-power"') :]
-    assert "5200 W, the GPUs' board power only" in gpu[:200]
+    assert "5.2 kW, the GPUs' board power only" in gpu[:200]
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
     page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
     assert 'id="wall-draw">10.2 kW <span class="source">(rated)' in page
@@ -260,10 +260,45 @@ def test_metrics_parse_and_match_the_database(ops_api, small_fleet):
     assert "hangar_loop_duration_seconds" in families
 
 
-def test_loop_metrics_are_observable():
-    from core.metrics import LOOP_DURATION, REGISTRY, observe_loop
+def test_loop_metrics_are_kept_for_every_process_and_list_every_loop(ops_api):
+    """A pass recorded by another process (a Celery worker) shows on this process's /metrics,
+    and a loop that never ran is listed as late instead of missing."""
+    from prometheus_client.parser import text_string_to_metric_families
 
-    observe_loop("fleet_snapshot", 0.2)
-    LOOP_DURATION.labels(loop="health_sweep").observe(1.5)
-    assert REGISTRY.get_sample_value("hangar_loop_duration_seconds_count", {"loop": "fleet_snapshot"}) >= 1
-    assert REGISTRY.get_sample_value("hangar_loop_last_run_timestamp_seconds", {"loop": "fleet_snapshot"}) > 0
+    from core.loop_metrics import task_finished, task_started
+    from core.metrics import observe_loop
+    from core.models import LoopRun
+
+    observe_loop("record_fleet_snapshot", 0.2)
+
+    class Task:
+        name = "health.tasks.health_sweep"
+
+    task_started(task_id="t1", task=Task())
+    task_finished(task_id="t1", task=Task(), state="SUCCESS")
+    assert LoopRun.objects.get(name="health_sweep").runs == 1  # in the database, not this process's memory
+    body = ops_api.get("/metrics", HTTP_ACCEPT="text/plain;version=0.0.4").content.decode()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    last = {s.labels["loop"]: s.value for s in families["hangar_loop_last_run_timestamp_seconds"].samples}
+    assert last["record_fleet_snapshot"] > 0 and last["health_sweep"] > 0 and last["allocation_loop"] == 0
+    lag = {s.labels["loop"]: s.value for s in families["hangar_loop_lag_seconds"].samples}
+    assert lag["health_sweep"] == 0 and lag["allocation_loop"] == float("inf")
+    late = {s.labels["loop"]: s.value for s in families["hangar_loop_late"].samples}
+    assert late["allocation_loop"] == 1 and late["health_sweep"] == 0
+    counts = {
+        s.labels["loop"]: s.value for s in families["hangar_loop_duration_seconds"].samples if s.name.endswith("_count")
+    }
+    assert counts["health_sweep"] == 1
+
+
+def test_backfilled_history_ends_at_the_live_value(small_fleet):
+    from .lifecycle_helpers import place
+
+    for node in Node.objects.order_by("hostname")[:3]:
+        place(node, "active")
+    now = timezone.now()
+    backfill_history(now=now, days=2)
+    last = FleetSnapshot.objects.filter(resolution=SnapshotResolution.FIVE_MINUTES).order_by("-at").first()
+    assert last.gpus_allocated == 3 * 8  # the live allocation, not the invented month's share
+    older = FleetSnapshot.objects.filter(resolution=SnapshotResolution.HOURLY, at__lt=now - timedelta(days=1))
+    assert any(s.gpus_allocated != 24 for s in older)  # the month before keeps its invented shape

@@ -4,7 +4,7 @@ import pytest
 
 from fleet.models import Node, NodeEvent
 
-from .lifecycle_helpers import place
+from .lifecycle_helpers import allocate, place
 
 pytestmark = pytest.mark.django_db
 
@@ -40,8 +40,13 @@ def test_node_page_shows_only_allowed_actions(small_fleet, operator_client):
 
 def test_operator_drains_a_node_from_the_console(small_fleet, operator_client):
     node = Node.objects.order_by("hostname").first()
+    asked = operator_client.post(f"/fleet/nodes/{node.pk}/actions/", {"action": "drain", "reason": "fans"})
+    page = asked.content.decode()
+    assert asked.status_code == 200 and "Drain " + node.hostname + "?" in page and "no tenant is affected" in page
+    node.refresh_from_db()
+    assert not node.cordoned  # the first click only asks
     response = operator_client.post(
-        f"/fleet/nodes/{node.pk}/actions/", {"action": "drain", "reason": "fans"}, follow=True
+        f"/fleet/nodes/{node.pk}/actions/", {"action": "drain", "reason": "fans", "confirmed": "yes"}, follow=True
     )
     node.refresh_from_db()
     assert node.cordoned and node.cordon_reason == "fans"
@@ -63,3 +68,40 @@ def test_admin_bulk_cordon(small_fleet, operator_client):
 
 def test_pages_need_an_operator(small_fleet, client):
     assert client.get("/fleet/nodes/").status_code in (302, 403)
+
+
+def test_decommissioning_an_allocated_node_names_the_tenant_and_needs_force(small_fleet, operator_client, ops_api):
+    node = Node.objects.order_by("hostname").first()
+    allocate(node)
+    url = f"/fleet/nodes/{node.pk}/actions/"
+    asked = operator_client.post(url, {"action": "decommission"}).content.decode()
+    assert "allocation job of tenant acme" in asked and 'name="force"' in asked
+    refused = operator_client.post(url, {"action": "decommission", "confirmed": "yes"}, follow=True).content.decode()
+    assert "is allocated (job of tenant acme)" in refused and "Drain it first" in refused
+    node.refresh_from_db()
+    assert node.lifecycle == "available"
+    api = f"/api/v1/ops/nodes/{node.pk}/actions"
+    conflict = ops_api.post(api, {"action": "decommission"}, format="json", HTTP_IDEMPOTENCY_KEY="d1")
+    assert conflict.status_code == 409 and conflict.json()["code"] == "node_allocated"
+    assert conflict.json()["allocations"][0]["tenant"] == "acme"
+    forced = ops_api.post(api, {"action": "decommission", "force": True}, format="json", HTTP_IDEMPOTENCY_KEY="d2")
+    assert forced.status_code == 202, forced.content
+    node.refresh_from_db()
+    assert node.lifecycle == "decommissioning"
+
+
+def test_node_page_links_rack_allocation_and_tenant_and_says_how_old_the_heartbeat_is(small_fleet, operator_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    node = Node.objects.order_by("hostname").first()
+    membership = allocate(node)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=3, minutes=12))
+    html = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert "3 h 12 min ago" in html
+    assert f'href="/fleet/racks/{node.rack_id}/"' in html  # breadcrumbs and place
+    assert f"/admin/tenants/allocation/{membership.allocation_id}/change/" in html and "#tenant-acme" in html
+    assert 'id="fleet-nav"' in html
+    rack = operator_client.get(f"/fleet/racks/{node.rack_id}/").content.decode()
+    assert 'class="breadcrumbs"' in rack and 'id="fleet-nav"' in rack

@@ -166,3 +166,32 @@ def test_heartbeat_query_count_independent_of_faulty_gpus(nodes, agent_for):
             assert agent.heartbeat(faults=faults).status_code == 202
         counts.append(len(ctx))
     assert counts[0] == counts[1] <= 8, counts
+
+
+def test_an_incident_opened_by_hand_names_the_tenants_of_its_nodes(operator_client, nodes):
+    from tests.fleet.lifecycle_helpers import allocate
+
+    allocate(nodes[0])
+    operator_client.post(
+        "/health/incidents/new/",
+        {"title": "PDU flicker", "severity": "warn", "hostnames": f"{nodes[0].hostname}, {nodes[1].hostname}"},
+    )
+    incident = Incident.objects.get()
+    impact = incident.impacts.get()
+    assert impact.tenant.slug == "acme" and impact.node == nodes[0] and impact.gpus == nodes[0].node_type.gpus_per_node
+    page = operator_client.get(f"/health/incidents/{incident.pk}/").content.decode()
+    assert "acme" in page and nodes[0].hostname in page
+
+
+def test_out_of_service_lists_only_racks_with_nodes_in_repair_or_unhealthy(operator_client, nodes):
+    from tests.fleet.lifecycle_helpers import place
+
+    in_repair = nodes[-1]
+    healthy_busy = next(n for n in nodes if n.rack_id != in_repair.rack_id)
+    place(healthy_busy, "active")
+    place(in_repair, "repair")
+    html = operator_client.get("/health/").content.decode()
+    table = html[html.index("Racks with nodes out of service") :]
+    assert f">{in_repair.rack.name}</a>" in table
+    assert f">{healthy_busy.rack.name}</a>" not in table  # healthy and allocated is in service
+    assert f'href="/fleet/racks/{in_repair.rack_id}/"' in table

@@ -101,7 +101,7 @@ def test_plan_pages_have_a_fixed_query_count(operator_client, ops_api, django_as
     with django_assert_max_num_queries(8):
         listing = operator_client.get("/plans/disposition/")
     assert listing.status_code == 200 and b"H100 refresh" in listing.content
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(13):  # 13th: which tenant holds each listed node
         page = operator_client.get(f"/plans/disposition/{plan_id}/")
     assert page.status_code == 200
     html = page.content.decode()
@@ -126,8 +126,12 @@ def test_console_form_creates_a_plan_and_runs_sanitize(operator_client, small_fl
     assert r.status_code == 302
     plan = DispositionPlan.objects.get(name="console plan")
     node = plan.assignments.order_by("node__hostname").first().node
+    asked = operator_client.post(f"/plans/disposition/{plan.pk}/nodes/", {"action": "sanitize", "node": [node.pk]})
+    assert "Sanitize 1 node?" in asked.content.decode() and "erases every drive" in asked.content.decode()
     refused = operator_client.post(
-        f"/plans/disposition/{plan.pk}/nodes/", {"action": "sanitize", "node": [node.pk]}, follow=True
+        f"/plans/disposition/{plan.pk}/nodes/",
+        {"action": "sanitize", "node": [node.pk], "confirmed": "yes"},
+        follow=True,
     )
     assert "allowed from: decommissioning" in refused.content.decode()
     bad = operator_client.post("/plans/disposition/", {"name": "", "horizon_months": "x"})
@@ -189,3 +193,49 @@ def test_unlinked_plan_gives_freed_power_no_value(ops_api, small_fleet):
     result = create(ops_api, demands=[]).json()["result"]
     assert result["opportunity_value"] == "0.00" and result["power_reuse"] is None
     assert any("not valued" in s for s in result["reasoning"])
+
+
+def test_plan_page_never_preselects_allocated_nodes_and_steps_refuse_them(operator_client, ops_api, small_fleet):
+    from tests.fleet.lifecycle_helpers import allocate, place
+
+    plan_id = create(ops_api).json()["id"]
+    plan = DispositionPlan.objects.get(pk=plan_id)
+    node = plan.assignments.order_by("node__hostname").first().node
+    allocate(node)
+    place(node, "decommissioning")
+    html = operator_client.get(f"/plans/disposition/{plan_id}/").content.decode()
+    assert f'value="{node.pk}" data-allocated="job of tenant acme"' in html  # "all" skips it
+    assert ":not([data-allocated])" in html and "allocated: job (acme)" in html
+    url = f"/plans/disposition/{plan_id}/nodes/"
+    asked = operator_client.post(url, {"action": "sanitize", "node": [node.pk]}).content.decode()
+    assert "allocation job of tenant acme" in asked and 'name="force"' in asked
+    refused = operator_client.post(url, {"action": "sanitize", "node": [node.pk], "confirmed": "yes"}, follow=True)
+    assert "is allocated (job of tenant acme)" in refused.content.decode()
+    node.refresh_from_db()
+    assert node.lifecycle == "decommissioning"
+    forced = {"action": "sanitize", "node": [node.pk], "confirmed": "yes", "force": "yes"}
+    operator_client.post(url, forced, follow=True)
+    node.refresh_from_db()
+    assert node.lifecycle == "sanitizing"
+
+
+def test_plans_are_listed_where_they_are_created(ops_api, small_fleet):
+    from rest_framework.test import APIClient
+
+    from core.services.tokens import create_api_token
+    from tenants.models import Tenant
+
+    first, second = create(ops_api).json()["id"], create(ops_api, name="second").json()["id"]
+    page = ops_api.get("/api/v1/ops/disposition-plans?page_size=1")
+    assert page.status_code == 200 and [p["id"] for p in page.json()["results"]] == [second]
+    rest = ops_api.get(f"/api/v1/ops/disposition-plans?page_size=1&page_token={page.json()['next_page_token']}")
+    assert [p["id"] for p in rest.json()["results"]] == [first]
+    assert ops_api.get("/api/v1/ops/migration-plans").json() == {"results": [], "next_page_token": None}
+    _, tenant_token = create_api_token(
+        kind="tenant", tenant=Tenant.objects.create(slug="acme", name="Acme"), role="admin", actor="test"
+    )
+    tenant = APIClient()
+    tenant.credentials(HTTP_AUTHORIZATION=f"Bearer {tenant_token}")
+    assert tenant.get("/api/v1/ops/disposition-plans").status_code == 403  # operators only
+    assert ops_api.get("/api/v1/ops/disposition-plans?page_size=0").status_code == 400
+    assert ops_api.get("/api/v1/ops/disposition-plans?page_token=forged").status_code == 400

@@ -81,6 +81,9 @@ def test_plan_page_shows_verdict_first_charts_and_sources_then_apply(operator_cl
         "vendor/plotly.min.js",
     ):
         assert marker in html, marker
+    asked = operator_client.get(f"/plans/{plan.id}/apply/").content.decode()
+    assert "Apply plan" in asked and 'id="confirm-decommissions"' in asked and 'id="confirm-tenants"' in asked
+    assert not PlannedAction.objects.exists()  # asking schedules nothing
     response = operator_client.post(f"/plans/{plan.id}/apply/")
     assert response.status_code == 302
     html = operator_client.get(f"/plans/{plan.id}/").content.decode()

@@ -9,6 +9,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.api.agent_tokens import mint_agent_token
+from core.formatting import format_kwh, format_number
 from fleet.models import Node, NodeEnergyCounter, NodeEnergyHour
 from health.api import agent_views as agent_urls
 from tenants.models import AllocationNode
@@ -221,8 +222,9 @@ def test_portal_usage_page_shows_kwh_and_co2_that_add_up(small_fleet, client_a, 
     page = portal.get("/portal/usage/").content.decode()
     (row,) = _usage(client_a, month_start, now + timedelta(seconds=1))
     assert alloc_id in page
-    assert f'id="energy-it-total">{row["it_kwh"]}<' in page
-    assert f'id="energy-co2-total">{row["kg_co2e"]}<' in page
+    # the page shows the API's exact figures formatted for people (core.formatting)
+    assert f'id="energy-it-total">{format_kwh(row["it_kwh"])}<' in page
+    assert f'id="energy-co2-total">{format_number(row["kg_co2e"], 1)}<' in page
 
 
 @pytest.mark.parametrize(
@@ -285,8 +287,8 @@ def test_the_invoice_for_a_month_shows_kwh_and_co2_that_add_up_from_its_allocati
     assert {r["allocation_id"] for r in rows} == {first, second}
     it = sum(Decimal(r["it_kwh"]) for r in rows)
     assert it == Decimal("14.000")  # 8 kWh + 6 kWh; the other tenant's 9 kWh is not here
-    assert f'id="invoice-energy-it">{it}<' in page
-    assert f'id="invoice-energy-co2">{sum(Decimal(r["kg_co2e"]) for r in rows)}<' in page
+    assert f'id="invoice-energy-it">{format_kwh(it)}<' in page
+    assert f'id="invoice-energy-co2">{format_number(sum(Decimal(r["kg_co2e"]) for r in rows), 1)}<' in page
     assert other not in page
     # another tenant cannot open it
     stranger = get_user_model().objects.create_user("globex-finance", password="x")

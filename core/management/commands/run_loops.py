@@ -3,8 +3,10 @@
 import time
 
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from core.loop_metrics import record_loop_run
 from core.loops import LOOPS
 
 
@@ -25,7 +27,16 @@ class Command(BaseCommand):
             for name, run, every in loops:
                 if time.monotonic() < due[name]:
                     continue
-                self.stdout.write(f"{name}: {_summary(run())}")
+                started = time.perf_counter()
+                try:
+                    result = run()
+                except Exception:
+                    record_loop_run(
+                        name, seconds=time.perf_counter() - started, finished_at=timezone.now(), failed=True
+                    )
+                    raise
+                record_loop_run(name, seconds=time.perf_counter() - started, finished_at=timezone.now())
+                self.stdout.write(f"{name}: {_summary(result)}")
                 due[name] = time.monotonic() + every
             if once:
                 return

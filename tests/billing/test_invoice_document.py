@@ -1,0 +1,98 @@
+"""The invoice a finance team reads: bill-to, dates, lines × price = amount, subtotal, credits
+explained, tax at the tenant's rate (frozen at issue), total due; page and PDF."""
+
+import re
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing.models import Invoice
+from billing.services.credits import record_manual_adjustment
+from billing.services.runs import run_billing
+from tenants.models import Membership
+
+from .conftest import LEDGER_DBS, make_event
+
+pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
+
+SEP = date(2026, 9, 1)
+NOW = datetime(2026, 10, 2, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def finance(client, tenants, django_user_model):
+    tenant = tenants[0]
+    tenant.legal_name, tenant.tax_id = "Acme Research GmbH", "DE123456789"
+    tenant.billing_address = "Hauptstraße 1\n10115 Berlin\nGermany"
+    tenant.tax_rate_percent, tenant.payment_terms_days = Decimal("19.00"), 14
+    tenant.save()
+    user = django_user_model.objects.create_user("fin", password="fin-pass-12345")
+    Membership.objects.create(tenant=tenant, user=user, role="viewer")
+    client.force_login(user)
+    return client
+
+
+def _issued_september(ingest, tenant, operator_user) -> Invoice:
+    # 8 GPU-h × 2.35 = 18.80 and 4 GPU-h A100 × 1.50 = 6.00; a 2.50 credit
+    ingest(
+        [
+            make_event(tenant_id=tenant.pk, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600),
+            make_event(tenant_id=tenant.pk, start=datetime(2026, 9, 4, tzinfo=UTC), seconds=1800, sku="a100-sxm-8x"),
+        ]
+    )
+    record_manual_adjustment(by=operator_user, tenant_id=tenant.pk, period=SEP, amount="-2.50", reason="goodwill")
+    run_billing(period=SEP, finalize=True, actor="test", now=NOW)
+    return Invoice.objects.get(tenant_id=tenant.pk, period=SEP)
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_invoice_page_adds_up_with_bill_to_dates_and_tax(finance, tenants, ingest, operator_user):
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    assert invoice.tax_rate_percent == Decimal("19.00") and invoice.due_on == date(2026, 10, 16)
+    page = _text(finance.get(f"/portal/invoices/{invoice.pk}/").content.decode())
+    assert "Acme Research GmbH Hauptstraße 1 10115 Berlin Germany" in page and "Tax id: DE123456789" in page
+    assert f"Invoice {invoice.number}" in page
+    assert "Issued 2026-10-02" in page and "Due 2026-10-16" in page and "2026-09-01 – 2026-09-30" in page
+    assert "8.00 GPU-h 2.35 USD / GPU-h (v1) 18.80 USD" in page  # quantity × unit price = amount
+    assert "4.00 GPU-h 1.50 USD / GPU-h (v1) 6.00 USD" in page
+    assert "Subtotal 24.80 USD" in page and "Credits −2.50 USD" in page
+    assert "Tax (19.00 % of 22.30 USD) 4.24 USD" in page  # 22.30 × 19 % = 4.237 → 4.24
+    assert "Total due 26.54 USD" in page
+    assert invoice.total == Decimal("22.30")  # the ledger keeps the net, exact
+
+
+def test_a_later_rate_change_does_not_change_an_issued_invoice(finance, tenants, ingest, operator_user):
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    tenants[0].tax_rate_percent = Decimal("25")
+    tenants[0].save()
+    page = _text(finance.get(f"/portal/invoices/{invoice.pk}/").content.decode())
+    assert "Tax (19.00 % of 22.30 USD) 4.24 USD" in page
+
+
+def test_draft_says_as_of_and_that_its_rate_is_provisional(finance, tenants, ingest):
+    now = datetime.now(UTC)
+    ingest([make_event(tenant_id=tenants[0].pk, start=now - timedelta(hours=2), seconds=3600)])
+    run_billing(period=date(now.year, now.month, 1), finalize=False, actor="test")
+    invoice = Invoice.objects.get(tenant_id=tenants[0].pk, status="draft")
+    page = _text(finance.get(f"/portal/invoices/{invoice.pk}/").content.decode())
+    assert "usage as of" in page and "not yet: a draft" in page
+    assert "the rate is fixed when the invoice is issued" in page
+
+
+def test_invoice_pdf_is_a_pdf_of_the_same_document_and_tenant_scoped(finance, tenants, ingest, operator_user, client):
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    response = finance.get(f"/portal/invoices/{invoice.pk}.pdf")
+    assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
+    assert response.content.startswith(b"%PDF") and invoice.number in response["Content-Disposition"]
+    other = _issued_other(ingest, tenants[1])
+    assert finance.get(f"/portal/invoices/{other.pk}.pdf").status_code == 404
+
+
+def _issued_other(ingest, tenant) -> Invoice:
+    ingest([make_event(tenant_id=tenant.pk, start=datetime(2026, 10, 3, tzinfo=UTC), seconds=3600)])
+    run_billing(period=date(2026, 10, 1), finalize=False, actor="test", now=NOW)
+    return Invoice.objects.get(tenant_id=tenant.pk, period=date(2026, 10, 1))
