@@ -277,6 +277,21 @@ BMC_SYNC_BUDGET_S = env.int("BMC_SYNC_BUDGET_S", default=45)
 # Verify the BMC's TLS certificate (a CA bundle path, or false for self-signed lab BMCs).
 BMC_VERIFY_TLS = env.str("BMC_VERIFY_TLS", default="true")
 
+# --- Correlated fabric failures (health.services.fabric, docs/faults.md) --------------------------
+# Defaults are health.policy's FABRIC_* constants (the lapse rules': leaf as leaf, domain as site).
+# A leaf (or domain) is one incident when at least MIN_NODES of its nodes, and at least SHARE of
+# its judged nodes, lost their link within WINDOW_S seconds. Under 2 nodes every lost cable would
+# be an "incident"; a share above 1 or a window over an hour would hide real switch failures.
+from config.bounds import bounded_number  # noqa: E402  (pure function, no Django settings needed)
+
+HEALTH_FABRIC_LEAF_MIN_NODES = bounded_number(env, "HEALTH_FABRIC_LEAF_MIN_NODES", default=3, low=2, high=1000)
+HEALTH_FABRIC_LEAF_SHARE = bounded_number(env, "HEALTH_FABRIC_LEAF_SHARE", default=0.5, low=0.05, high=1.0, kind=float)
+HEALTH_FABRIC_DOMAIN_MIN_NODES = bounded_number(env, "HEALTH_FABRIC_DOMAIN_MIN_NODES", default=3, low=2, high=100_000)
+HEALTH_FABRIC_DOMAIN_SHARE = bounded_number(
+    env, "HEALTH_FABRIC_DOMAIN_SHARE", default=0.55, low=0.05, high=1.0, kind=float
+)
+HEALTH_FABRIC_WINDOW_S = bounded_number(env, "HEALTH_FABRIC_WINDOW_S", default=330, low=30, high=3600)
+
 # Fault points for the fault suite only (core.faults); empty in every real deployment.
 from core.faults import parse_fault_points  # noqa: E402  (pure function, no Django needed)
 

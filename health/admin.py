@@ -6,7 +6,7 @@ from django.db.models import Q
 
 from core.admin import AtScaleAdmin, ReadOnlyAdmin
 
-from .models import Condition, Incident
+from .models import Condition, FabricHold, Incident
 
 
 @admin.register(Condition)
@@ -31,3 +31,18 @@ class IncidentAdmin(ReadOnlyAdmin, AtScaleAdmin):
         "incident_id": "pk",
         "hostname": lambda ids: Q(pk__in=Incident.nodes.through.objects.filter(node_id__in=ids).values("incident_id")),
     }
+
+
+@admin.register(FabricHold)
+class FabricHoldAdmin(ReadOnlyAdmin, AtScaleAdmin):
+    """Nodes whose fabric signals a correlated link failure holds (health.services.fabric):
+    written and ended only by the health sweep."""
+
+    list_display = ("node", "incident", "held_at", "failing_since", "signals", "returned_at", "released_at")
+    # open holds first is what an operator looks for: the filter is on the two end times
+    list_filter = (("returned_at", admin.EmptyFieldListFilter), ("released_at", admin.EmptyFieldListFilter))
+    search_fields = ("node__hostname",)
+    search_help_text = "Exact or first characters of a hostname or of the incident id."
+    index_search = {"hostname": "node_id", "incident_id": "incident_id"}
+    list_select_related = ("node", "incident")
+    raw_id_fields = ("node", "incident")

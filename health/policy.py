@@ -9,6 +9,8 @@ this product's own choice (no vendor figure exists) the source says so.
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
+
 from core.reference_data import parameter
 
 from .choices import SEVERITY_RANK
@@ -62,11 +64,34 @@ GROUP_LAPSE_SHARE = 0.5
 # lapse rules' (per leaf, and per fabric domain as per site), over a window of one health-report
 # interval (300 s, when the ib_link checks of a leaf's nodes come in) plus one sweep.
 FABRIC_SIGNALS = frozenset({"ib_link", "ib_port_down", "ib_link_flapping"})
+# These are the defaults; a deployment tunes them with HEALTH_FABRIC_* (config/settings.py, bounded
+# there), read on every sweep through fabric_thresholds().
 FABRIC_WINDOW = timedelta(seconds=330)
 FABRIC_LEAF_MIN_NODES = GROUP_LAPSE_MIN_NODES
 FABRIC_LEAF_SHARE = GROUP_LAPSE_SHARE
 FABRIC_DOMAIN_MIN_NODES = SITE_LAPSE_MIN_NODES
 FABRIC_DOMAIN_SHARE = SITE_LAPSE_SHARE
+
+
+@dataclass(frozen=True)
+class FabricThresholds:
+    leaf_min_nodes: int
+    leaf_share: float
+    domain_min_nodes: int
+    domain_share: float
+    window: timedelta
+
+
+def fabric_thresholds() -> FabricThresholds:
+    """The fabric rules as configured (settings.HEALTH_FABRIC_*, defaults the constants above)."""
+    return FabricThresholds(
+        leaf_min_nodes=settings.HEALTH_FABRIC_LEAF_MIN_NODES,
+        leaf_share=settings.HEALTH_FABRIC_LEAF_SHARE,
+        domain_min_nodes=settings.HEALTH_FABRIC_DOMAIN_MIN_NODES,
+        domain_share=settings.HEALTH_FABRIC_DOMAIN_SHARE,
+        window=timedelta(seconds=settings.HEALTH_FABRIC_WINDOW_S),
+    )
+
 
 REPEAT_WINDOW = timedelta(days=7)  # same fault twice in 7 days → fatal
 FLAP_WINDOW = timedelta(days=7)  # failed validation (or burn-in) twice in 7 days → an operator decides

@@ -8,7 +8,7 @@ from core.loop_metrics import loop_statuses
 from fleet.choices import Health, Lifecycle
 from fleet.models import Node, NodeEvent
 from health.choices import ConditionStatus
-from health.models import Condition, Incident, IncidentEvent, IncidentImpact
+from health.models import Condition, FabricHold, Incident, IncidentEvent, IncidentImpact
 from health.services.incidents import OPEN_STATES
 
 
@@ -130,6 +130,13 @@ def incident_detail(pk) -> Incident | None:
         .prefetch_related(
             "nodes",
             Prefetch("events", queryset=IncidentEvent.objects.order_by("at", "id")),
+            # which nodes a fabric incident holds, since when, behind which leaf/domain (one query)
+            Prefetch(
+                "fabric_holds",
+                queryset=FabricHold.objects.select_related("node", "node__fabric_domain").order_by(
+                    "node__hostname", "held_at"
+                ),
+            ),
             "impacts__allocation",
             "impacts__tenant",
             "impacts__node",

@@ -319,6 +319,7 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
                 node.bmc_address,
                 node.bmc_mac,
                 node.commissioned_on.isoformat() if node.commissioned_on else "",
+                node.asset_tag,
             ]
 
     def extra_export_sheets(self, request, queryset):

@@ -6,9 +6,9 @@ fabric domain (its spine or subnet manager), lose their InfiniBand link within o
 cause is the switch, not a cable per node. The sweep then opens ONE incident naming the leaf or
 domain, holds the nodes' fabric signals (`health.FabricHold`: the policy does not quarantine
 them, drain them or open cable repairs), pages once, and closes the incident when the links are
-back. Thresholds (health.policy): per leaf ≥ FABRIC_LEAF_MIN_NODES nodes and ≥ FABRIC_LEAF_SHARE
-of its nodes; per domain ≥ FABRIC_DOMAIN_MIN_NODES and ≥ FABRIC_DOMAIN_SHARE, the same rules the
-heartbeat lapses use per leaf and per site.
+back. Thresholds (health.policy.fabric_thresholds, settings HEALTH_FABRIC_*): per leaf ≥ min nodes and
+≥ a share of its nodes; per domain likewise; by default the same rules the heartbeat lapses use
+per leaf and per site.
 
 Only the fabric signals are held: a held node with any other actionable signal is still judged
 on that signal. Once most of an incident's nodes have their link back, the few still failing
@@ -29,14 +29,7 @@ from fleet.models import FabricDomain, Node
 from health.choices import ConditionStatus, IncidentOpener, IncidentScope, IncidentState, IncidentStep
 from health.choices import Severity as S
 from health.models import Condition, FabricHold, Incident, IncidentEvent
-from health.policy import (
-    FABRIC_DOMAIN_MIN_NODES,
-    FABRIC_DOMAIN_SHARE,
-    FABRIC_LEAF_MIN_NODES,
-    FABRIC_LEAF_SHARE,
-    FABRIC_SIGNALS,
-    FABRIC_WINDOW,
-)
+from health.policy import FABRIC_SIGNALS, fabric_thresholds
 from health.services.lapses import OPEN_STATES, close_incident, densest, page
 
 # The lifecycles the health policy may pull (health.services.sweep.POLICY_LIFECYCLES).
@@ -150,13 +143,14 @@ def judge_fabric(*, now: datetime, actor: str) -> dict:
 def _hold(unheld: list[LinkDown], *, now: datetime, actor: str) -> dict:
     """Domain first (it explains every leaf under it), then leaf."""
     totals = _totals()
+    rules = fabric_thresholds()
     names: dict = {}
     new_holds: list[FabricHold] = []
     opened = 0
     taken: set = set()
     for scope, min_nodes, share in (
-        (IncidentScope.FABRIC_DOMAIN, FABRIC_DOMAIN_MIN_NODES, FABRIC_DOMAIN_SHARE),
-        (IncidentScope.FABRIC_LEAF, FABRIC_LEAF_MIN_NODES, FABRIC_LEAF_SHARE),
+        (IncidentScope.FABRIC_DOMAIN, rules.domain_min_nodes, rules.domain_share),
+        (IncidentScope.FABRIC_LEAF, rules.leaf_min_nodes, rules.leaf_share),
     ):
         groups: dict = defaultdict(list)
         for d in unheld:
@@ -165,7 +159,7 @@ def _hold(unheld: list[LinkDown], *, now: datetime, actor: str) -> dict:
                 groups[key].append(d)
         correlated = {}
         for key, members in groups.items():
-            together = densest(members, FABRIC_WINDOW)
+            together = densest(members, rules.window)
             if len(together) >= min_nodes and len(together) >= share * totals[(scope, key)]:
                 correlated[key] = together
         if not correlated:
@@ -180,7 +174,7 @@ def _hold(unheld: list[LinkDown], *, now: datetime, actor: str) -> dict:
         for key, together in correlated.items():
             detail = (
                 f"{len(together)} of {totals[(scope, key)]} nodes lost their fabric link within "
-                f"{int(FABRIC_WINDOW.total_seconds())} s"
+                f"{int(rules.window.total_seconds())} s"
             )
             incident = existing.get(key)
             signals = {s for d in together for s in d.signals}
@@ -232,7 +226,7 @@ def _release_stragglers(open_holds, back, *, now: datetime, actor: str) -> int:
     release = [
         h
         for incident_id, holds in still.items()
-        if returned.get(incident_id, 0) >= len(holds) and len(holds) < FABRIC_LEAF_MIN_NODES
+        if returned.get(incident_id, 0) >= len(holds) and len(holds) < fabric_thresholds().leaf_min_nodes
         for h in holds
     ]
     if not release:

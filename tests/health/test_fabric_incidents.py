@@ -2,17 +2,28 @@
 many nodes at once is one incident naming the switch, and its nodes are not quarantined or sent
 for cable repairs; a node that loses its link alone is still its own fault."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from fleet.choices import AgentAction, Lifecycle
 from fleet.models import Node, NodeAgentAction
+from health import policy
 from health.choices import IncidentScope, IncidentState, IncidentStep
 from health.models import FabricHold, Incident, IncidentEvent
+from health.policy import fabric_thresholds
 from health.services.sweep import run_health_sweep
 
 from .conftest import heartbeat_body
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
 
 DOWN = [{"port": "mlx5_0/1", "state": "1: DOWN", "link_downed_1h": 1, "symbol_errors_1h": 0}]
 UP = [{"port": "mlx5_0/1", "state": "4: ACTIVE", "link_downed_1h": 1, "symbol_errors_1h": 0}]
@@ -120,3 +131,80 @@ def test_held_nodes_are_still_judged_on_their_other_signals(two_leaves, agent_fo
     run_health_sweep(now=server_clock.now())
     assert Node.objects.get(pk=faulty.node.pk).lifecycle != Lifecycle.AVAILABLE
     assert _pulled(second[1:]) == 0
+
+
+def _page_queries(client, url) -> tuple[int, str]:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    assert response.status_code == 200
+    return len(queries), response.content.decode()
+
+
+def test_the_incident_page_and_the_admin_show_the_holds(two_leaves, agent_for, server_clock, operator_client):
+    first, second = two_leaves
+    agents = [agent_for(n) for n in first + second]
+    _beat(agents, server_clock, 30)
+    _beat(agents, server_clock, 60, down=agents[4:])
+    incident = Incident.objects.get(scope=IncidentScope.FABRIC_LEAF)
+    url = f"/health/incidents/{incident.pk}/"
+    queries, page = _page_queries(operator_client, url)
+    assert 'id="fabric-holds"' in page and "pod01-su02" in page
+    for node in second:
+        assert node.hostname in page
+    assert page.count("<strong>held</strong>") == 4 and "ib_port_down" in page
+    # more holds on the incident (ended ones) cost no query more
+    now = server_clock.now()
+    FabricHold.objects.bulk_create(
+        [FabricHold(incident=incident, node=n, held_at=now, failing_since=now, returned_at=now) for n in first]
+    )
+    more, page = _page_queries(operator_client, url)
+    assert more == queries and first[0].hostname in page and "link back" in page
+
+    listing = operator_client.get("/admin/health/fabrichold/")
+    assert listing.status_code == 200 and second[0].hostname in listing.content.decode()
+    assert operator_client.get("/admin/health/fabrichold/", {"q": second[0].hostname}).status_code == 200
+    assert operator_client.get("/admin/health/fabrichold/add/").status_code == 403  # the sweep writes them
+
+
+@override_settings(HEALTH_FABRIC_LEAF_MIN_NODES=2)
+def test_the_leaf_threshold_is_a_setting(two_leaves, agent_for, server_clock):
+    first, second = two_leaves
+    agents = [agent_for(n) for n in first + second]
+    _beat(agents, server_clock, 30)
+    _beat(agents, server_clock, 60, down=agents[4:6])  # 2 of 4: a cable pair by default, a leaf here
+    incident = Incident.objects.get(scope=IncidentScope.FABRIC_LEAF)
+    assert "2 of 4 nodes" in incident.title
+    assert FabricHold.objects.filter(incident=incident).count() == 2
+    assert _pulled(first + second) == 0
+
+
+def test_the_defaults_are_the_policy_constants():
+    rules = fabric_thresholds()
+    assert rules.leaf_min_nodes == policy.FABRIC_LEAF_MIN_NODES and rules.leaf_share == policy.FABRIC_LEAF_SHARE
+    assert rules.domain_min_nodes == policy.FABRIC_DOMAIN_MIN_NODES
+    assert rules.domain_share == policy.FABRIC_DOMAIN_SHARE and rules.window == policy.FABRIC_WINDOW
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("HEALTH_FABRIC_LEAF_MIN_NODES", "1"),
+        ("HEALTH_FABRIC_LEAF_MIN_NODES", "three"),
+        ("HEALTH_FABRIC_DOMAIN_SHARE", "1.5"),
+        ("HEALTH_FABRIC_LEAF_SHARE", "nan"),
+        ("HEALTH_FABRIC_WINDOW_S", "-30"),
+    ],
+)
+def test_a_nonsense_threshold_refuses_to_start(tmp_path, variable, value):
+    env = {**os.environ, "DEBUG": "true", "HANGAR_VAR_DIR": str(tmp_path), variable: value}
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    done = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; settings.DEBUG"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and f"{variable}={value!r} must be" in done.stderr

@@ -196,6 +196,7 @@ SPECS: dict[str, tuple[str, list[Column]]] = {
             Column("bmc_address", _text),
             Column("bmc_mac", _text),
             Column("commissioned_on", _date),
+            Column("asset_tag", _text),  # optional; unique when set (fleet_node_asset_tag_unique)
         ],
     ),
     "gpus": (

@@ -154,6 +154,12 @@ class PlannerBase:
         self.db_node_serials = {}
         for chunk in in_chunks(serials):
             self.db_node_serials.update(dict(Node.objects.filter(serial__in=chunk).values_list("serial", "hostname")))
+        tags = sorted({v.get("asset_tag") for _, v, _ in rows.get("nodes", [])} - {None})
+        self.db_node_asset_tags = {}
+        for chunk in in_chunks(tags):
+            self.db_node_asset_tags.update(
+                dict(Node.objects.filter(asset_tag__in=chunk).values_list("asset_tag", "hostname"))
+            )
         uuids = sorted({v.get("uuid") for _, v, _ in rows.get("gpus", [])} - {None})
         self.db_gpu_uuids = {}
         for chunk in in_chunks(uuids):

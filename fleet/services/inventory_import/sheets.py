@@ -101,10 +101,12 @@ class Planner(PlannerBase):
     def nodes(self) -> None:
         self.file_nodes: dict[str, Node] = {}
         placed: dict = defaultdict(list)  # rack key -> [(hostname, u, height, kw)] added by this file
-        seen, seen_serials = {}, {}
+        seen, seen_serials, seen_tags = {}, {}, {}
         for number, values, raw in self.parsed.get("nodes", []):
             hostname = values.get("hostname")
             if hostname is None or self._duplicate("nodes", seen, hostname, number, "hostname", raw.get("hostname")):
+                continue
+            if not self._asset_tag_free(number, hostname, values.get("asset_tag"), seen_tags, raw):
                 continue
             serial = values.get("serial")
             if serial is not None and self._duplicate(
@@ -161,6 +163,34 @@ class Planner(PlannerBase):
             self.plan.new_nodes.append(node)
             self.plan.rows.append(PlannedRow("nodes", number, hostname, "create"))
             self.file_nodes[hostname] = node
+
+    def _asset_tag_free(self, number: int, hostname: str, tag, seen_tags: dict, raw: dict) -> bool:
+        """An asset tag names one chassis: not two rows of this file, nor another node already."""
+        if tag is None:
+            return True
+        other = seen_tags.get(tag)
+        if other is not None:
+            row, other_host = other
+            self.error(
+                "nodes",
+                number,
+                "asset_tag",
+                raw.get("asset_tag"),
+                f"asset tag also given to node {other_host} on row {row} of this file; each chassis has its own.",
+            )
+            return False
+        seen_tags[tag] = (number, hostname)
+        owner = self.db_node_asset_tags.get(tag)
+        if owner is not None and owner != hostname:
+            self.error(
+                "nodes",
+                number,
+                "asset_tag",
+                raw.get("asset_tag"),
+                f"asset tag already belongs to node {owner}; correct the tag or change {owner}'s first.",
+            )
+            return False
+        return True
 
     def _node_update(self, number, node: Node, plain: dict, refs: dict, raw: dict, placed) -> None:
         if "nodes" not in self.allow_updates:
