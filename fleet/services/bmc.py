@@ -279,11 +279,18 @@ def discover_systems(target: Target) -> list[Inventory]:
 
 def read_power_watts(target: Target) -> int | None:
     """The chassis' consumed power (W) from Redfish `Chassis/*/Power` PowerControl, or None
-    when the BMC keeps no such reading."""
+    when the BMC keeps no such reading. The chassis linked from the node's system are read
+    first (a chassis manager serves several), then the BMC's chassis collection."""
 
     def read():
-        root = _root(target)
-        for chassis in root.get_chassis_collection().get_members():
+        system = _system(target)
+        try:
+            chassis_list = system.chassis
+        except (sx.MissingAttributeError, sx.ResourceNotFoundError):
+            chassis_list = []
+        if not chassis_list:
+            chassis_list = _root(target).get_chassis_collection().get_members()
+        for chassis in chassis_list:
             try:
                 controls = chassis.power.json.get("PowerControl") or []
             except (sx.MissingAttributeError, sx.ResourceNotFoundError):
