@@ -18,7 +18,9 @@ from fleet.models import Node, NodeBMC
 from fleet.services.power_sync import power_sync_pass
 
 
-def _redfish_tree(*, watts: float | None, with_power: bool = True) -> dict[str, dict]:
+def _redfish_tree(
+    *, watts: float | None, with_power: bool = True, environment_watts: float | None = None
+) -> dict[str, dict]:
     chassis = {
         "@odata.id": "/redfish/v1/Chassis/1U",
         "@odata.type": "#Chassis.v1_14_0.Chassis",
@@ -68,6 +70,15 @@ def _redfish_tree(*, watts: float | None, with_power: bool = True) -> dict[str, 
         },
         "/redfish/v1/Chassis/1U": chassis,
     }
+    if environment_watts is not None:
+        chassis["EnvironmentMetrics"] = {"@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics"}
+        tree["/redfish/v1/Chassis/1U/EnvironmentMetrics"] = {
+            "@odata.id": "/redfish/v1/Chassis/1U/EnvironmentMetrics",
+            "@odata.type": "#EnvironmentMetrics.v1_3_0.EnvironmentMetrics",
+            "Id": "EnvironmentMetrics",
+            "Name": "Chassis Environment Metrics",
+            "PowerWatts": {"DataSourceUri": "/redfish/v1/Chassis/1U/Sensors/TotalPower", "Reading": environment_watts},
+        }
     if with_power:
         chassis["Power"] = {"@odata.id": "/redfish/v1/Chassis/1U/Power"}
         tree["/redfish/v1/Chassis/1U/Power"] = {
@@ -190,6 +201,13 @@ def test_a_silent_node_gets_the_bmcs_chassis_power_as_its_wall_reading(
     assert power_sync_pass(budget_s=30)["watts_read"] == 1
     silent_node.refresh_from_db()
     assert silent_node.wall_power_w == 7012
+
+
+def test_a_bmc_with_only_the_newer_environment_metrics_is_read(silent_node, recorded_bmc):
+    _wire(silent_node, recorded_bmc(watts=None, with_power=False, environment_watts=7450.5))
+    assert power_sync_pass(budget_s=30)["watts_read"] == 1
+    silent_node.refresh_from_db()
+    assert (silent_node.wall_power_w, silent_node.wall_power_source) == (7450, "bmc")
 
 
 def test_a_fresh_agent_reading_is_not_overwritten(small_fleet, recorded_bmc):
