@@ -274,6 +274,8 @@ BMC_RETRY_BACKOFF_S = env.float("BMC_RETRY_BACKOFF_S", default=0.5)
 # The power sync loop's bound on concurrent BMC requests, and how long a pass may run.
 BMC_SYNC_CONCURRENCY = env.int("BMC_SYNC_CONCURRENCY", default=32)
 BMC_SYNC_BUDGET_S = env.int("BMC_SYNC_BUDGET_S", default=45)
+# Chassis power reads per pass for nodes whose agent reports no fresh power (4-5 GETs each).
+BMC_POWER_READS_PER_PASS = env.int("BMC_POWER_READS_PER_PASS", default=128)
 # Verify the BMC's TLS certificate (a CA bundle path, or false for self-signed lab BMCs).
 BMC_VERIFY_TLS = env.str("BMC_VERIFY_TLS", default="true")
 

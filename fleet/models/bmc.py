@@ -45,6 +45,12 @@ class NodeBMC(BaseModel):
     last_error = models.TextField(blank=True)
     last_error_kind = models.CharField(max_length=16, choices=BMCErrorKind.choices, blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    power_read_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="when the power sync last read the chassis power (for nodes whose agent reports none); "
+        "equal to the node's wall_power_at while that reading is the BMC's own",
+    )
 
     class Meta:
         verbose_name = "node BMC"

@@ -278,23 +278,53 @@ def discover_systems(target: Target) -> list[Inventory]:
 
 
 def read_power_watts(target: Target) -> int | None:
-    """The chassis' consumed power (W) from Redfish `Chassis/*/Power` PowerControl, or None
-    when the BMC keeps no such reading."""
+    """The chassis' consumed power (W) from Redfish `Chassis/*/Power` PowerControl, else the
+    newer `Chassis/*/EnvironmentMetrics` PowerWatts, or None when the BMC keeps no reading. The chassis linked from the node's system are read
+    first (a chassis manager serves several), then the BMC's chassis collection."""
 
     def read():
-        root = _root(target)
-        for chassis in root.get_chassis_collection().get_members():
-            try:
-                controls = chassis.power.json.get("PowerControl") or []
-            except (sx.MissingAttributeError, sx.ResourceNotFoundError):
-                continue
-            for control in controls:
-                watts = control.get("PowerConsumedWatts")
-                if isinstance(watts, int | float) and watts >= 0:
-                    return int(watts)
+        system = _system(target)
+        try:
+            chassis_list = system.chassis
+        except (sx.MissingAttributeError, sx.ResourceNotFoundError):
+            chassis_list = []
+        if not chassis_list:
+            chassis_list = _root(target).get_chassis_collection().get_members()
+        for chassis in chassis_list:
+            watts = _power_control_watts(chassis)
+            if watts is None:
+                watts = _environment_metrics_watts(chassis)
+            if watts is not None:
+                return watts
         return None
 
     return with_retries(read, target, "reading the chassis power")
+
+
+def _watts(value) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _power_control_watts(chassis) -> int | None:
+    """`Chassis/*/Power` (Power schema, deprecated in 2020 but what most BMCs serve)."""
+    try:
+        controls = chassis.power.json.get("PowerControl") or []
+    except (sx.MissingAttributeError, sx.ResourceNotFoundError):
+        return None
+    return next((w for w in (_watts(c.get("PowerConsumedWatts")) for c in controls) if w is not None), None)
+
+
+def _environment_metrics_watts(chassis) -> int | None:
+    """`Chassis/*/EnvironmentMetrics` `PowerWatts.Reading`: the chassis' power in the schema
+    that replaced Power (next to `PowerSubsystem`, which holds the supplies, not the draw)."""
+    path = (chassis.json.get("EnvironmentMetrics") or {}).get("@odata.id")
+    if not path:
+        return None
+    try:
+        metrics = chassis._conn.get(path).json()
+    except sx.ResourceNotFoundError:
+        return None
+    return _watts((metrics.get("PowerWatts") or {}).get("Reading"))
 
 
 def read_firmware_inventory(target: Target) -> list[dict]:

@@ -10,7 +10,10 @@ One pass, under the `bmc_power_sync` advisory lock and a time budget:
    and drift — the BMC reporting other than the desired power with no action under way —
    recorded once as a node event when it starts. Drift is reported, never corrected here:
    a node found off may be off for a reason someone at the rack knows;
-4. fail accepted actions past their deadline (a cycle never seen back on), with the reason.
+4. for nodes whose agent reports no fresh power, read the chassis power of reachable BMCs
+   (bounded, least recently read first) as the node's wall reading, source `bmc`
+   (fleet.services.bmc_wall_power);
+5. fail accepted actions past their deadline (a cycle never seen back on), with the reason.
 
 Level-triggered: a pass reads the current state and writes only differences, so a missed or
 repeated pass is harmless.
@@ -30,6 +33,7 @@ from fleet.models import BMCPowerAction, Node, NodeBMC, NodeEvent
 
 from . import bmc as redfish
 from .bmc_credentials import CredentialsUnreadable, target_for
+from .bmc_wall_power import read_chassis_power
 from .power_actions import claim_pending, describe, observed_done, record_send_results, send_one, targets_for
 
 ACTOR = "system:power_sync"
@@ -95,6 +99,8 @@ def power_sync_pass(*, budget_s: float, concurrency: int | None = None) -> dict:
         results = _pool_map(_read, items, concurrency)
         for key, value in _write_batch(results).items():
             summary[key] += value
+    if time.monotonic() - started < budget_s:
+        summary.update(read_chassis_power(now=timezone.now(), concurrency=concurrency, pool_map=_pool_map))
     summary["timed_out"] = fail_overdue()
     summary["seconds"] = round(time.monotonic() - started, 3)
     return summary
