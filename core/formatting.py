@@ -12,7 +12,7 @@ Rules (pinned by tests/core/test_formatting.py):
 - ``format_gpu_hours(Decimal("22056"))`` → ``"22,056.0 GPU-h"``: two decimals below 100, one
   from 100 up.
 - ``format_kw(12.345)`` → ``"12.3 kW"``; from 1,000 kW up → ``"1.25 MW"``. ``format_watts``
-  takes watts and does the same.
+  takes watts and does the same. ``format_celsius(54.6)`` → ``"55 °C"``.
 - ``format_percent(42.0)`` → ``"42.0 %"`` (a value already in percent); ``format_ratio(0.42)``
   for a fraction.
 - ``format_duration(11520)`` → ``"3 h 12 min"``; ``format_age(moment)`` → ``"3 h 12 min ago"``.
@@ -102,6 +102,12 @@ def format_watts(watts) -> str:
     if abs(number) >= 1000:
         return format_kw(number / 1000)
     return f"{format_number(number, 0)} W"
+
+
+def format_celsius(degrees) -> str:
+    """A temperature in °C, whole degrees: 54.6 → "55 °C"."""
+    text = format_number(degrees, 0)
+    return text if text == MISSING else f"{text} °C"
 
 
 def format_kwh(kilowatt_hours) -> str:

@@ -1,15 +1,43 @@
-"""Control loops that `manage.py run_loops` drives on a machine without Celery: (name, dotted
-callable taking no arguments, interval in seconds). Each callable is the same service entry
-point the loop's Celery task calls, and takes its own advisory lock; apps append their loop
-here. Order matters for `--once`: nodes converge first, then allocations, then health."""
+"""Control loops that `manage.py run_loops` drives on a machine without Celery: (the loop's Celery
+task in core/periodic.py, dotted service callable taking no arguments). Each callable is the same
+service entry point that task calls, and takes its own advisory lock; apps append their loop here.
+Order matters for `--once`: nodes converge first, then allocations, then health.
 
-LOOPS: tuple[tuple[str, str, int], ...] = (
-    ("reconcile_nodes", "fleet.services.reconcile.reconcile_nodes", 10),
-    ("bring_up", "fleet.services.bring_up.advance_bring_up", 30),
-    ("rollouts", "fleet.services.rollouts.advance_rollouts", 30),
-    ("allocation_loop", "tenants.services.allocation_loop.run_allocation_loop", 10),
-    ("health_sweep", "health.services.sweep.run_health_sweep", 30),
-    ("power_history", "fleet.services.power_history.record_power_history", 60),
-    ("rack_power", "health.services.rack_power.run_rack_power_check", 60),
-    ("bmc_power_sync", "fleet.services.power_sync.run_power_sync", 60),
+The name and interval come from the task's PERIODIC_TASKS row, so a loop is recorded under one
+name (`core.loop_metrics.loop_label`) whichever runner ran it: /metrics shows one series per loop,
+and `run_loops` keeps the beat schedule's interval."""
+
+from dataclasses import dataclass
+
+from core.loop_metrics import loop_label
+from core.periodic import PERIODIC_TASKS
+
+LOOPS: tuple[tuple[str, str], ...] = (
+    ("fleet.tasks.reconcile_nodes", "fleet.services.reconcile.reconcile_nodes"),
+    ("fleet.tasks.advance_bring_up", "fleet.services.bring_up.advance_bring_up"),
+    ("fleet.tasks.advance_rollouts", "fleet.services.rollouts.advance_rollouts"),
+    ("tenants.tasks.allocation_loop", "tenants.services.allocation_loop.run_allocation_loop"),
+    ("health.tasks.health_sweep", "health.services.sweep.run_health_sweep"),
+    ("fleet.tasks.record_power_history", "fleet.services.power_history.record_power_history"),
+    ("health.tasks.rack_power_check", "health.services.rack_power.run_rack_power_check"),
+    ("fleet.tasks.bmc_power_sync", "fleet.services.power_sync.run_power_sync"),
 )
+
+
+@dataclass(frozen=True)
+class ControlLoop:
+    name: str  # the metric name, the same as the Celery task's (loop_label)
+    callable_path: str
+    every_seconds: int
+
+
+def control_loops() -> list[ControlLoop]:
+    """LOOPS with each loop's name and interval from its periodic task; a loop without an
+    interval-scheduled periodic task is a mistake in this file, refused by name."""
+    intervals = {spec.task: spec.every_seconds for spec in PERIODIC_TASKS}
+    loops = []
+    for task, callable_path in LOOPS:
+        if not intervals.get(task):
+            raise LookupError(f"core/loops.py names {task}, which is no interval task of core/periodic.py")
+        loops.append(ControlLoop(loop_label(task), callable_path, intervals[task]))
+    return loops

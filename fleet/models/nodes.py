@@ -143,6 +143,12 @@ class Node(BaseModel):
     wall_power_w = models.IntegerField(null=True, blank=True, help_text="wall draw last reported by a meter (W)")
     wall_power_source = models.CharField(max_length=8, choices=WallPowerSource.choices, blank=True)
     wall_power_at = models.DateTimeField(null=True, blank=True, help_text="when the control plane received it")
+    # The per-GPU figures of the latest heartbeat that listed GPUs, written by the heartbeat's own
+    # node UPDATE (no statement of its own): {"at": received, "gpus": [{"index", "temperature_c",
+    # "power_w", "xid_errors", "ecc_sbe", ...}]}. Board power per GPU, not the node's draw.
+    gpu_telemetry = models.JSONField(
+        null=True, blank=True, editable=False, help_text="per-GPU figures of the latest heartbeat that listed GPUs"
+    )
     # A drain asked of a node that carries a live allocation: the allocation loop moves the
     # tenant off by the deadline (fleet.selectors.nodes_to_drain()); cleared once it is off.
     drain_requested_at = models.DateTimeField(null=True, blank=True)

@@ -360,3 +360,38 @@ def placement_headroom() -> tuple[list[CoolingHeadroom], list[PlacementOption]]:
             )
         )
     return headroom, options
+
+
+@dataclass(frozen=True)
+class GpuTelemetry:
+    """The GPUs' figures from the node's latest heartbeat that listed them (no query: they ride on
+    the node row). `at` is when the control plane received that heartbeat; `stale` past
+    POWER_READING_FRESH, the rule by which the power pages stop counting a reading as measured."""
+
+    at: datetime | None
+    stale: bool
+    rows: list[dict]
+
+
+def gpu_telemetry(node, gpus, now: datetime) -> GpuTelemetry:
+    """One row per GPU, recorded or reported: index, uuid, serial, reported (bool), and the last
+    report's temperature_c, power_w (board power), xid_errors, ecc_sbe, ecc_dbe, retired_pages,
+    row_remap_pending, row_remap_failed where the agent sent them."""
+    report = node.gpu_telemetry or {}
+    reported = {g["index"]: g for g in report.get("gpus", ())}
+    at = datetime.fromisoformat(report["at"]) if report.get("at") else None
+    recorded_by_index = {g.index: g for g in gpus}
+    rows = []
+    for index in sorted(recorded_by_index.keys() | reported.keys()):
+        recorded = recorded_by_index.get(index)
+        figures = reported.get(index)
+        rows.append(
+            {
+                "index": index,
+                "uuid": recorded.uuid if recorded else "",
+                "serial": recorded.serial if recorded else "",
+                "reported": figures is not None,
+                **(figures or {}),
+            }
+        )
+    return GpuTelemetry(at=at, stale=at is not None and now - at > POWER_READING_FRESH, rows=rows)

@@ -1,7 +1,8 @@
 """Agent telemetry in: heartbeats and health reports → node fields, conditions, check results.
 
 A heartbeat costs a fixed handful of queries whatever its GPU count: one UPDATE of the node
-(which also says whether a level condition is active), and writes only when something changed.
+(which also says whether a level condition is active, and keeps the GPUs' last figures for the
+node page), and writes only when something changed.
 """
 
 import logging
@@ -156,6 +157,7 @@ def _heartbeat_sql() -> str:
     unknown, healthy = Health.UNKNOWN.value, Health.HEALTHY.value
     return (
         f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
+        f"gpu_telemetry = COALESCE(%s, gpu_telemetry), "
         f"health = CASE WHEN health = '{unknown}' AND %s THEN (CASE WHEN EXISTS(SELECT 1 FROM {condition_table} "
         f"WHERE {condition_table}.node_id = {node_table}.id AND {condition_table}.status = 'active') "
         f"THEN health ELSE '{healthy}' END) ELSE health END, "
@@ -170,6 +172,36 @@ def _heartbeat_sql() -> str:
 
 
 _UPDATE_NODE = _heartbeat_sql()
+
+# What the node page shows of each GPU's last report; the rest of a heartbeat is judged, not kept.
+TELEMETRY_FIELDS = (
+    "temperature_c",
+    "power_w",
+    "xid_errors",
+    "ecc_sbe",
+    "ecc_dbe",
+    "retired_pages",
+    "row_remap_pending",
+    "row_remap_failed",
+)
+TELEMETRY_XIDS_KEPT = 16
+_TELEMETRY_FIELD = Node._meta.get_field("gpu_telemetry")
+
+
+def _telemetry(gpus: list[dict], now: datetime):
+    """The per-GPU figures kept on the node row (its own UPDATE writes them: no extra statement),
+    as the column's database value; None when the heartbeat listed no GPUs, which keeps the last
+    report (with its own time) rather than blanking it."""
+    if not gpus:
+        return None
+    rows = []
+    for gpu in sorted(gpus, key=lambda g: g["index"]):
+        row = {"index": gpu["index"], **{k: gpu[k] for k in TELEMETRY_FIELDS if gpu.get(k) is not None}}
+        if "xid_errors" in row:  # distinct and bounded: a flood of XIDs must not grow the node row
+            row["xid_errors"] = sorted(set(row["xid_errors"]))[:TELEMETRY_XIDS_KEPT]
+        rows.append(row)
+    value = {"at": now.isoformat(), "gpus": rows}
+    return _TELEMETRY_FIELD.get_db_prep_value(value, connection)
 
 
 def _believable_wall_watts(node_id, wall_power: dict | None, shape: _NodeShape) -> int | None:
@@ -226,6 +258,7 @@ def ingest_heartbeat(
                 at,
                 power_state,
                 round(sum(power)) if power else None,
+                _telemetry(gpus, now),
                 not signals,
                 clock_skew_seconds(observed_at, now),
                 has_wall,

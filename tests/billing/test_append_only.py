@@ -2,6 +2,7 @@
 
 import uuid
 from datetime import UTC, date, datetime
+from decimal import Decimal
 
 import pytest
 from django.db import DatabaseError, connections, transaction
@@ -79,3 +80,47 @@ def test_finalized_invoice_may_only_be_voided(ingest):
     Invoice.objects.filter(pk=invoice.pk).update(status="void")
     with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
         Invoice.objects.filter(pk=invoice.pk).update(status="finalized")
+
+
+def _finalized_invoice(ingest) -> Invoice:
+    tenant = uuid.uuid4()
+    ingest([make_event(tenant_id=tenant, start=datetime(2026, 9, 3, tzinfo=UTC))])
+    run_billing(period=date(2026, 9, 1), finalize=True, actor="test", now=datetime(2026, 10, 2, tzinfo=UTC))
+    invoice = Invoice.objects.get()
+    assert invoice.status == "finalized" and invoice.tax_rate_percent is not None and invoice.due_on is not None
+    return invoice
+
+
+def test_a_finalized_invoices_tax_rate_and_due_date_are_frozen(ingest):
+    invoice = _finalized_invoice(ingest)
+    for change in (
+        {"tax_rate_percent": Decimal("19.00")},
+        {"due_on": date(2027, 1, 1)},
+        {"status": "void", "tax_rate_percent": Decimal("19.00")},  # voiding is no way round it
+        {"status": "void", "due_on": date(2027, 1, 1)},
+    ):
+        with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+            Invoice.objects.filter(pk=invoice.pk).update(**change)
+    Invoice.objects.filter(pk=invoice.pk).update(status="void", void_reason="re-issue")
+    voided = Invoice.objects.get(pk=invoice.pk)
+    assert (voided.status, voided.tax_rate_percent, voided.due_on) == ("void", invoice.tax_rate_percent, invoice.due_on)
+    with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+        Invoice.objects.filter(pk=invoice.pk).update(due_on=None)
+
+
+def test_a_drafts_tax_rate_and_due_date_may_still_change(ingest):
+    ingest([make_event(tenant_id=uuid.uuid4(), start=datetime(2026, 9, 3, tzinfo=UTC))])
+    run_billing(period=date(2026, 9, 1), finalize=False, actor="test")
+    draft = Invoice.objects.get()
+    assert Invoice.objects.filter(pk=draft.pk).update(tax_rate_percent=Decimal("7.50"), due_on=date(2026, 11, 1))
+
+
+@pytest.mark.postgres
+def test_postgres_guard_refuses_clearing_the_frozen_tax_rate_and_due_date(ingest):
+    """IS DISTINCT FROM in the PL/pgSQL guard: setting a frozen figure to NULL is a change too."""
+    invoice = _finalized_invoice(ingest)
+    assert connections["ledger"].vendor == "postgresql"
+    for column in ("tax_rate_percent", "due_on"):
+        assert _rejected(f"UPDATE billing_invoice SET {column} = NULL WHERE id = %s", [invoice.pk])
+        assert _rejected(f"UPDATE billing_invoice SET status = 'void', {column} = NULL WHERE id = %s", [invoice.pk])
+    assert not _rejected("UPDATE billing_invoice SET status = 'void' WHERE id = %s", [invoice.pk])

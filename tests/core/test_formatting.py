@@ -48,6 +48,13 @@ def test_power_and_energy_switch_units():
     assert f.format_kwh(12345) == "12.35 MWh"
 
 
+def test_temperature_in_whole_degrees():
+    assert f.format_celsius(54.6) == "55 °C"
+    assert f.format_celsius(-3) == "−3 °C"
+    assert f.format_celsius(None) == "—"
+    assert Template("{{ t|celsius }}").render(Context({"t": 71.5})) == "72 °C"
+
+
 def test_percent_and_ratio():
     assert f.format_percent(42) == "42.0 %"
     assert f.format_percent(Decimal("99.95"), 2) == "99.95 %"

@@ -105,3 +105,63 @@ def test_node_page_links_rack_allocation_and_tenant_and_says_how_old_the_heartbe
     assert 'id="fleet-nav"' in html
     rack = operator_client.get(f"/fleet/racks/{node.rack_id}/").content.decode()
     assert 'class="breadcrumbs"' in rack and 'id="fleet-nav"' in rack
+
+
+def _heartbeat(node, gpus: list[dict]):
+    from rest_framework.test import APIClient
+
+    from core.api.agent_tokens import mint_agent_token
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node.pk)}")
+    response = client.post("/api/agent/v1/heartbeat", {"power_state": "on", "gpus": gpus}, format="json")
+    assert response.status_code == 202, response.content
+
+
+def _gpu(index: int, **fields) -> dict:
+    return {"index": index, "temperature_c": 55, "power_w": 400, "ecc_sbe": 0, "ecc_dbe": 0, "xid_errors": [], **fields}
+
+
+def test_node_page_shows_the_last_heartbeats_gpu_telemetry_with_its_age(
+    small_fleet, operator_client, django_assert_num_queries
+):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    node, silent = Node.objects.order_by("hostname")[:2]
+    gpus = [_gpu(i) for i in range(8)]
+    gpus[3] = _gpu(3, temperature_c=84.6, power_w=712, xid_errors=[79, 79, 48], ecc_sbe=2, row_remap_pending=3)
+    _heartbeat(node, gpus)
+    url = f"/fleet/nodes/{node.pk}/"
+    operator_client.get(url)  # session warm-up
+    with CaptureQueriesContext(connection) as without_telemetry:
+        empty = operator_client.get(f"/fleet/nodes/{silent.pk}/").content.decode()
+    assert "No telemetry yet" in empty
+    # the figures ride on the node row: a node that reports costs the page no extra query
+    with django_assert_num_queries(len(without_telemetry)):
+        html = operator_client.get(url).content.decode()
+    row = html.split('id="gpu-telemetry"')[1].split("</table>")[0]
+    assert "85 °C" in row and "712 W" in row and "48, 79" in row and "2 / 0" in row and "yes (3 rows)" in row
+    assert "55 °C" in row and "400 W" in row
+    assert "GPU board power" in row and "node power" not in html.lower()
+    assert "stale" not in row and "Last telemetry from the heartbeat received" in html
+
+    # three minutes without a heartbeat that lists GPUs: the page says how old the figures are and that they are stale
+    telemetry = Node.objects.get(pk=node.pk).gpu_telemetry
+    telemetry["at"] = (timezone.now() - timedelta(minutes=3)).isoformat()
+    Node.objects.filter(pk=node.pk).update(gpu_telemetry=telemetry)
+    _heartbeat(node, [])  # a heartbeat without GPUs keeps the last report and its time
+    html = operator_client.get(url).content.decode()
+    age = html.split('id="gpu-telemetry-age"')[1].split("</p>")[0]
+    assert "3 min ago" in age and '<strong class="stale">stale</strong>' in age
+    assert "85 °C" in html.split('id="gpu-telemetry"')[1]
+
+    # a fresh report replaces it, and a GPU missing from it says so
+    _heartbeat(node, [_gpu(i, temperature_c=60) for i in range(7)])
+    html = operator_client.get(url).content.decode()
+    row = html.split('id="gpu-telemetry"')[1].split("</table>")[0]
+    assert "stale" not in html.split('id="gpu-telemetry-age"')[1].split("</p>")[0]
+    assert "60 °C" in row and "85 °C" not in row and row.count("not in the last report") == 1

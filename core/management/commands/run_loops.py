@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from core.loop_metrics import record_loop_run
-from core.loops import LOOPS
+from core.loops import control_loops
 
 
 def _summary(result) -> str:
@@ -21,7 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one pass of every loop, then exit")
 
     def handle(self, *args, once=False, **options):
-        loops = [(name, import_string(path), every) for name, path, every in LOOPS]
+        # Names and intervals of the Celery tasks: one metric series per loop, whichever runner ran it.
+        loops = [(loop.name, import_string(loop.callable_path), loop.every_seconds) for loop in control_loops()]
         due = {name: 0.0 for name, _, _ in loops}
         while True:
             for name, run, every in loops:
