@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0018_merge_bmc_software_and_asset_tag"),
+        ("fleet", "0019_nodebmc_power_read_at"),
     ]
 
     operations = [
