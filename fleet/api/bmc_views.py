@@ -6,14 +6,26 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from core.api.idempotency import idempotent_create, read_key
+from core.api.pagination import paginate
 from core.api.problems import Problem
+from core.api.schema import PAGE_PARAMETERS
 from fleet.models import NodeType, Rack
 from fleet.selectors import bmc_status
+from fleet.selectors.bmc import bmc_enrolled_nodes
 from fleet.services.bmc_credentials import set_bmc
 from fleet.services.bmc_enrolment import enrol_from_bmcs
 from fleet.services.power_actions import request_power_action, send_power_actions
 
-from .serializers import BMCEnrolmentIn, BMCIn, BMCOut, EnrolmentOut, PowerActionIn, bmc_body
+from .serializers import (
+    BMCEnrolledNodeOut,
+    BMCEnrolledNodePage,
+    BMCEnrolmentIn,
+    BMCIn,
+    BMCOut,
+    EnrolmentOut,
+    PowerActionIn,
+    bmc_body,
+)
 from .views import IDEMPOTENCY_HEADER, OpsView, _node_or_404
 
 
@@ -95,6 +107,18 @@ class BMCEnrolmentView(OpsView):
         responses={201: EnrolmentOut},
         summary="Enrol the systems found at a range of BMC addresses as nodes in `enrolled`",
     )
+    @extend_schema(
+        operation_id="ops_bmc_enrolments_list",
+        summary="Nodes enrolled from their BMCs, newest first (keyset pages)",
+        parameters=PAGE_PARAMETERS,
+        responses={200: BMCEnrolledNodePage},
+    )
+    def get(self, request):
+        page = paginate(bmc_enrolled_nodes(), request=request, scope="ops:bmc-enrolments")
+        return Response(
+            {"results": BMCEnrolledNodeOut(page.results, many=True).data, "next_page_token": page.next_page_token}
+        )
+
     def post(self, request):
         body = BMCEnrolmentIn(data=request.data)
         body.is_valid(raise_exception=True)

@@ -445,6 +445,23 @@ class EnrolmentOut(serializers.Serializer):
     unreachable = serializers.ListField(child=serializers.DictField(), help_text="[{address, kind, detail}]")
 
 
+class BMCEnrolledNodeOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    hostname = serializers.CharField()
+    serial = serializers.CharField()
+    node_type = serializers.CharField(source="node_type.slug")
+    rack = serializers.CharField(source="rack.name")
+    lifecycle = serializers.CharField()
+    redfish_url = serializers.CharField(source="bmc.redfish_url", help_text="the BMC it was discovered at")
+    system_path = serializers.CharField(source="bmc.system_path")
+    enrolled_at = serializers.DateTimeField(source="created_at")
+
+
+class BMCEnrolledNodePage(serializers.Serializer):
+    results = BMCEnrolledNodeOut(many=True)
+    next_page_token = serializers.CharField(allow_null=True)
+
+
 class GridProfileOut(serializers.Serializer):
     site_id = serializers.UUIDField()
     hours = serializers.IntegerField(help_text="hours in the file, all saved")

@@ -4,6 +4,8 @@ from fleet.choices import PowerActionState
 from fleet.models import BMCPowerAction, Node, NodeBMC
 
 RECENT_POWER_ACTIONS = 10
+# The enrol event of a node discovered through its BMC names where (fleet.services.bmc_enrolment).
+BMC_ENROLMENT_REASON_PREFIX = "discovered at "
 
 
 def bmc_status(node: Node) -> dict:
@@ -22,3 +24,11 @@ def bmc_reachability_counts() -> dict:
         counts["unknown" if reachable is None else "reachable" if reachable else "unreachable"] += 1
         counts["drifting"] += drift_since is not None
     return counts
+
+
+def bmc_enrolled_nodes():
+    """Nodes enrolled from a BMC (their enrol event names the BMC), with their BMC record and type:
+    the rows behind `GET /api/v1/ops/bmc-enrolments`, one query per page."""
+    return Node.objects.filter(
+        events__action="enrol", events__reason__startswith=BMC_ENROLMENT_REASON_PREFIX
+    ).select_related("bmc", "node_type", "rack")

@@ -22,6 +22,7 @@ from core.errors import Invalid
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Node, NodeBMC, NodeType, Rack, placement_errors
+from fleet.selectors.bmc import BMC_ENROLMENT_REASON_PREFIX
 
 from . import bmc as redfish
 from .bmc_credentials import Target, clean_redfish_url, encrypt, verify_setting
@@ -179,7 +180,7 @@ def _write(report, systems, username, password, rack, node_type, prefix, actor, 
         Node.objects.filter(pk=node.pk).update(power_state=system.power_state)
         placed.append((hostname, u, node_type.u_height, node_type.node_kw))
         next_u = u + node_type.u_height
-        record_enrolment(node, actor=actor, reason=f"discovered at {url}{system.system_path}")
+        record_enrolment(node, actor=actor, reason=f"{BMC_ENROLMENT_REASON_PREFIX}{url}{system.system_path}")
         record_audit(
             actor=actor,
             action="node.enrol_from_bmc",

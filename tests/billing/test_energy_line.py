@@ -84,7 +84,8 @@ def test_with_an_energy_price_the_invoice_charges_facility_kwh_at_it(ingest, met
     portal = Client()
     portal.force_login(user)
     page = portal.get(f"/portal/invoices/{invoice.pk}/").content.decode()
-    assert "12.640000 kWh" in page and "0.123400 / kWh" in page
+    # the line shows three decimals so quantity × unit price visibly gives the amount
+    assert "12.640 kWh" in page and "0.1234 USD / kWh" in page
     assert 'as line <span id="invoice-energy-line">2</span>' in page and "(informational)" not in page
 
 
@@ -100,7 +101,7 @@ def test_without_an_energy_price_energy_stays_informational(ingest, metered_node
     portal.force_login(user)
     page = portal.get(f"/portal/invoices/{invoice.pk}/").content.decode()
     assert "(informational)" in page and "Energy is not charged on this invoice" in page
-    assert 'id="invoice-energy-it">8.000<' in page
+    assert 'id="invoice-energy-it">8.0 kWh<' in page
 
 
 def test_a_price_change_mid_month_splits_the_energy_line(ingest, metered_node, tenants):

@@ -72,6 +72,22 @@ def test_a_new_rack_is_enrolled_from_its_bmcs(ops_api, new_rack_bmcs, empty_rack
     assert {s["why"] for s in again.json()["skipped"]} == {"already enrolled"}
 
 
+def test_enrolled_nodes_are_listed_newest_first_and_only_for_operators(ops_api, new_rack_bmcs, empty_rack, api):
+    assert ops_api.get("/api/v1/ops/bmc-enrolments").json()["results"] == []
+    assert _enrol(ops_api, new_rack_bmcs, empty_rack, [new_rack_bmcs.url]).status_code == 201
+    listed = ops_api.get("/api/v1/ops/bmc-enrolments?page_size=2")
+    assert listed.status_code == 200, listed.content
+    body = listed.json()
+    assert len(body["results"]) == 2 and body["next_page_token"]
+    first = body["results"][0]
+    assert first["redfish_url"] == new_rack_bmcs.url and first["lifecycle"] == Lifecycle.ENROLLED
+    assert "password" not in listed.content.decode() and new_rack_bmcs.password not in listed.content.decode()
+    rest = ops_api.get(f"/api/v1/ops/bmc-enrolments?page_size=2&page_token={body['next_page_token']}").json()
+    hostnames = {r["hostname"] for r in body["results"] + rest["results"]}
+    assert hostnames == {"rnew-gpu001", "rnew-gpu002", "rnew-gpu003"}
+    assert api.get("/api/v1/ops/bmc-enrolments").status_code in (401, 403)  # no operator token
+
+
 @pytest.mark.parametrize("addresses", [[], ["10.0.0.1-10.0.9.1"], ["not-an-address"], ["ftp://x"], ["10.0.0.0/16"]])
 def test_bad_address_lists_are_400_and_nothing_is_asked(ops_api, new_rack_bmcs, empty_rack, addresses):
     response = _enrol(ops_api, new_rack_bmcs, empty_rack, addresses)
