@@ -45,6 +45,9 @@ class NodeBMC(BaseModel):
     last_error = models.TextField(blank=True)
     last_error_kind = models.CharField(max_length=16, choices=BMCErrorKind.choices, blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    firmware_checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the firmware inventory was last asked of the BMC (every 6 h)"
+    )
 
     class Meta:
         verbose_name = "node BMC"

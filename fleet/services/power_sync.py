@@ -10,7 +10,8 @@ One pass, under the `bmc_power_sync` advisory lock and a time budget:
    and drift — the BMC reporting other than the desired power with no action under way —
    recorded once as a node event when it starts. Drift is reported, never corrected here:
    a node found off may be off for a reason someone at the rack knows;
-4. fail accepted actions past their deadline (a cycle never seen back on), with the reason.
+4. fail accepted actions past their deadline (a cycle never seen back on), with the reason;
+5. with the time left, refresh a few BMCs' firmware inventories (fleet.services.firmware_inventory).
 
 Level-triggered: a pass reads the current state and writes only differences, so a missed or
 repeated pass is harmless.
@@ -30,6 +31,7 @@ from fleet.models import BMCPowerAction, Node, NodeBMC, NodeEvent
 
 from . import bmc as redfish
 from .bmc_credentials import CredentialsUnreadable, target_for
+from .firmware_inventory import refresh_firmware_inventories
 from .power_actions import claim_pending, describe, observed_done, record_send_results, send_one, targets_for
 
 ACTOR = "system:power_sync"
@@ -96,6 +98,9 @@ def power_sync_pass(*, budget_s: float, concurrency: int | None = None) -> dict:
         for key, value in _write_batch(results).items():
             summary[key] += value
     summary["timed_out"] = fail_overdue()
+    if time.monotonic() - started < budget_s:
+        # Firmware at a low rate (a few dozen BMCs a pass, each every 6 h), with the time left.
+        summary.update(refresh_firmware_inventories())
     summary["seconds"] = round(time.monotonic() - started, 3)
     return summary
 
