@@ -4,6 +4,7 @@ is imported lazily so an app adds its own step here without touching the command
 DEMO_SEED_STEPS: tuple[str, ...] = (
     "devtools.services.fleet_seed.seed_demo_fleet",
     "devtools.services.demo_software.seed_demo_software",
+    "devtools.services.demo_bring_up.seed_demo_bring_up",
     "fleet.services.snapshots.seed_demo_history",
     "planning.services.migration_plans.seed_demo_plan",
     "devtools.services.demo_users.ensure_demo_operator",
@@ -11,6 +12,11 @@ DEMO_SEED_STEPS: tuple[str, ...] = (
     "devtools.services.demo_billing.seed_demo_billing",
     "devtools.services.demo_bmc.wire_demo_bmcs",
 )
+
+# A node of a new rack, enrolled without its InfiniBand stack: the bring-up ladder holds it at
+# the network step and says why (devtools.services.demo_bring_up; the simulator leaves it out).
+DEMO_NEW_NODE = "dc1-gpu00257"
+DEMO_NEW_NODE_MISSING = "ib_stack"
 
 # Processes `make demo` keeps running: (label, argv after the venv's python).
 DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -21,7 +27,17 @@ DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("web", ("manage.py", "runserver", "127.0.0.1:8000", "--noreload")),
     ("worker+beat", ("-m", "celery", "-A", "config", "worker", "-B", "--concurrency", "2", "--loglevel", "WARNING")),
-    ("fleet simulator", ("manage.py", "simulate_fleet", "--url", "http://127.0.0.1:8000")),
+    (
+        "fleet simulator",
+        (
+            "manage.py",
+            "simulate_fleet",
+            "--url",
+            "http://127.0.0.1:8000",
+            "--missing-software",
+            f"{DEMO_NEW_NODE}:{DEMO_NEW_NODE_MISSING}",
+        ),
+    ),
 )
 
 DEMO_OPERATOR = ("operator", "hangar-demo")

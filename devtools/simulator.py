@@ -46,6 +46,7 @@ class FleetSimulator:
     speed: float = 1.0
     seed: int = 1
     scenarios: dict[str, str] = field(default_factory=dict)  # hostname → scenario text
+    missing_software: dict[str, set[str]] = field(default_factory=dict)  # hostname → layers not installed
     hostnames: Iterable[str] | None = None  # limit to these nodes (tests)
     agents: dict[str, Agent] = field(default_factory=dict)
     leaf_of: dict[str, str] = field(default_factory=dict)  # hostname → "fabric-domain/leaf"
@@ -123,6 +124,7 @@ class FleetSimulator:
                     gpu_count=node.node_type.gpus_per_node,
                     sku=node.node_type.slug,
                     scenario=self.scenarios.get(hostname),
+                    missing_software=self.missing_software.get(hostname),
                     drives=[
                         {
                             "serial": d.serial,

@@ -19,6 +19,7 @@ from .hardware.simulated import SimulatedHardware
 from .software import SimulatedStack, SimulatedUpgrade, read_host_stack
 from .spool import Spool
 from .transport import AgentTransport
+from .upgrade import UpgradeExecutor
 
 log = logging.getLogger("hangar_agent")
 
@@ -57,6 +58,7 @@ def build_agent(config: AgentConfig) -> Agent:
     if config.backend == "nvml":
         hardware = NvmlBackend()
         executors = real_executors()
+        executors["upgrade"] = UpgradeExecutor(config.upgrade_commands)
         software = read_host_stack
     else:
         hardware = SimulatedHardware(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from .upgrade import upgrade_command_errors
 
 BACKENDS = ("nvml", "simulated")
 
@@ -33,6 +35,9 @@ class AgentConfig:
     max_attempts: int = 3
     backoff_base: float = 0.5
     backoff_cap: float = 60.0
+    # The `upgrade` action's command per component, an argument list with {version}, e.g.
+    # gpu_driver = ["apt-get", "install", "-y", "--allow-downgrades", "nvidia-driver-{version}"]
+    upgrade_commands: dict[str, list[str]] = field(default_factory=dict)
     # Instance-type name used as the meter events' sku when desired-state carries none.
     sku: str = ""
     # Simulated backend only.
@@ -64,6 +69,9 @@ class AgentConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        errors = upgrade_command_errors(self.upgrade_commands)
+        if errors:
+            raise ConfigError("; ".join(errors))
         if self.max_attempts < 1:
             raise ConfigError("max_attempts must be >= 1")
         if not 0 < self.backoff_base <= self.backoff_cap:

@@ -51,6 +51,9 @@ class NodeBMC(BaseModel):
         help_text="when the power sync last read the chassis power (for nodes whose agent reports none); "
         "equal to the node's wall_power_at while that reading is the BMC's own",
     )
+    firmware_checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the firmware inventory was last asked of the BMC (every 6 h)"
+    )
 
     class Meta:
         verbose_name = "node BMC"

@@ -13,7 +13,8 @@ One pass, under the `bmc_power_sync` advisory lock and a time budget:
 4. for nodes whose agent reports no fresh power, read the chassis power of reachable BMCs
    (bounded, least recently read first) as the node's wall reading, source `bmc`
    (fleet.services.bmc_wall_power);
-5. fail accepted actions past their deadline (a cycle never seen back on), with the reason.
+5. fail accepted actions past their deadline (a cycle never seen back on), with the reason;
+6. with the time left, refresh a few BMCs' firmware inventories (fleet.services.firmware_inventory).
 
 Level-triggered: a pass reads the current state and writes only differences, so a missed or
 repeated pass is harmless.
@@ -34,6 +35,7 @@ from fleet.models import BMCPowerAction, Node, NodeBMC, NodeEvent
 from . import bmc as redfish
 from .bmc_credentials import CredentialsUnreadable, target_for
 from .bmc_wall_power import read_chassis_power
+from .firmware_inventory import refresh_firmware_inventories
 from .power_actions import claim_pending, describe, observed_done, record_send_results, send_one, targets_for
 
 ACTOR = "system:power_sync"
@@ -102,6 +104,9 @@ def power_sync_pass(*, budget_s: float, concurrency: int | None = None) -> dict:
     if time.monotonic() - started < budget_s:
         summary.update(read_chassis_power(now=timezone.now(), concurrency=concurrency, pool_map=_pool_map))
     summary["timed_out"] = fail_overdue()
+    if time.monotonic() - started < budget_s:
+        # Firmware at a low rate (a few dozen BMCs a pass, each every 6 h), with the time left.
+        summary.update(refresh_firmware_inventories())
     summary["seconds"] = round(time.monotonic() - started, 3)
     return summary
 

@@ -32,6 +32,13 @@ class Command(BaseCommand):
             metavar="HOST:SCRIPT",
             help='scripted faults for one node, e.g. "dc1-gpu00007:xid 79 on gpu 3 at 30s" (repeatable)',
         )
+        parser.add_argument(
+            "--missing-software",
+            action="append",
+            default=[],
+            metavar="HOST:LAYER[,LAYER]",
+            help='a node whose stack lacks these layers, e.g. "dc1-gpu00257:ib_stack" (repeatable)',
+        )
         parser.add_argument("--duration", type=float, default=None, help="stop after this many wall seconds")
         parser.add_argument("--tick", type=float, default=1.0, help="wall seconds between ticks")
         parser.add_argument(
@@ -39,7 +46,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--report-every", type=float, default=REPORT_EVERY, help="wall seconds between lag reports")
 
-    def handle(self, *args, url, speed, seed, scenario, duration, tick, workers, report_every, **options):
+    def handle(
+        self, *args, url, speed, seed, scenario, missing_software, duration, tick, workers, report_every, **options
+    ):
         if speed <= 0 or tick <= 0 or report_every <= 0:
             raise CommandError("--speed, --tick and --report-every must be positive.")
         if not 1 <= workers <= MAX_WORKERS:
@@ -52,12 +61,21 @@ class Command(BaseCommand):
                     f"--scenario {item!r}: write it as HOST:SCRIPT, e.g. 'dc1-gpu00007:xid 79 on gpu 3 at 30s'."
                 )
             scenarios[host] = script
+        missing = {}
+        for item in missing_software:
+            host, sep, layers = item.partition(":")
+            if not sep or not layers.strip():
+                raise CommandError(
+                    f"--missing-software {item!r}: write it as HOST:LAYER[,LAYER], e.g. 'dc1-gpu00257:ib_stack'."
+                )
+            missing[host] = {layer.strip() for layer in layers.split(",") if layer.strip()}
         # The simulated nodes' energy counters outlive the simulator, as BMC and driver counters do.
         simulator = FleetSimulator(
             url=url.rstrip("/"),
             speed=speed,
             seed=seed,
             scenarios=scenarios,
+            missing_software=missing,
             counter_dir=str(settings.VAR_DIR / "simulated-energy"),
             workers=workers,
         )
