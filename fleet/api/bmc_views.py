@@ -102,12 +102,6 @@ class BMCEnrolmentView(OpsView):
     ops_action = "fleet.enrol_from_bmcs"
 
     @extend_schema(
-        operation_id="ops_bmc_enrolment",
-        request=BMCEnrolmentIn,
-        responses={201: EnrolmentOut},
-        summary="Enrol the systems found at a range of BMC addresses as nodes in `enrolled`",
-    )
-    @extend_schema(
         operation_id="ops_bmc_enrolments_list",
         summary="Nodes enrolled from their BMCs, newest first (keyset pages)",
         parameters=PAGE_PARAMETERS,
@@ -119,6 +113,12 @@ class BMCEnrolmentView(OpsView):
             {"results": BMCEnrolledNodeOut(page.results, many=True).data, "next_page_token": page.next_page_token}
         )
 
+    @extend_schema(
+        operation_id="ops_bmc_enrolment",
+        request=BMCEnrolmentIn,
+        responses={201: EnrolmentOut},
+        summary="Enrol the systems found at a range of BMC addresses as nodes in `enrolled`",
+    )
     def post(self, request):
         body = BMCEnrolmentIn(data=request.data)
         body.is_valid(raise_exception=True)
