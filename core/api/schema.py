@@ -3,7 +3,7 @@ documents, common parameters, and the bearer-token security schemes."""
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
 
 from core.api.problems import PROBLEM_CONTENT_TYPE
@@ -62,6 +62,14 @@ PAGE_PARAMETERS = [
         description="the next_page_token of the previous page",
     ),
 ]
+
+
+def page_of(serializer_class, name: str):
+    """The schema of one keyset page of `serializer_class` rows (`core.api.pagination.paginate`)."""
+    return inline_serializer(
+        name=name,
+        fields={"results": serializer_class(many=True), "next_page_token": serializers.CharField(allow_null=True)},
+    )
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

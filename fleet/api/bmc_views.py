@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from core.api.idempotency import idempotent_create, read_key
 from core.api.pagination import paginate
 from core.api.problems import Problem
-from core.api.schema import PAGE_PARAMETERS
+from core.api.schema import PAGE_PARAMETERS, page_of
 from fleet.models import NodeType, Rack
 from fleet.selectors import bmc_status
 from fleet.selectors.bmc import bmc_enrolled_nodes
@@ -18,7 +18,6 @@ from fleet.services.power_actions import request_power_action, send_power_action
 
 from .serializers import (
     BMCEnrolledNodeOut,
-    BMCEnrolledNodePage,
     BMCEnrolmentIn,
     BMCIn,
     BMCOut,
@@ -105,7 +104,7 @@ class BMCEnrolmentView(OpsView):
         operation_id="ops_bmc_enrolments_list",
         summary="Nodes enrolled from their BMCs, newest first (keyset pages)",
         parameters=PAGE_PARAMETERS,
-        responses={200: BMCEnrolledNodePage},
+        responses={200: page_of(BMCEnrolledNodeOut, "BMCEnrolledNodePage")},
     )
     def get(self, request):
         page = paginate(bmc_enrolled_nodes(), request=request, scope="ops:bmc-enrolments")

@@ -457,11 +457,6 @@ class BMCEnrolledNodeOut(serializers.Serializer):
     enrolled_at = serializers.DateTimeField(source="created_at")
 
 
-class BMCEnrolledNodePage(serializers.Serializer):
-    results = BMCEnrolledNodeOut(many=True)
-    next_page_token = serializers.CharField(allow_null=True)
-
-
 class GridProfileOut(serializers.Serializer):
     site_id = serializers.UUIDField()
     hours = serializers.IntegerField(help_text="hours in the file, all saved")

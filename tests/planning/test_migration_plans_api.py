@@ -3,6 +3,8 @@
 import uuid
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core.models import AuditEvent
 from devtools.services.fleet_seed import seed_fleet
@@ -201,3 +203,20 @@ def test_defaults_follow_the_halls_in_scope(ops_api, small_fleet):
     # no fleet and no air positions there: no CDU to install, nothing to hold
     assert params["facility_upgrades"] == [] and params["capacity_floor_gpus"] == 0
     assert {v["status"] for v in body["result"]["position_verdicts"]} == {"ok_now"}
+
+
+def test_the_plan_list_counts_every_plans_work_in_one_query(ops_api, small_fleet):
+    """A page of plans costs the same number of queries whatever its length (no query per plan)."""
+
+    def listed(expected_plans):
+        with CaptureQueriesContext(connection) as queries:
+            body = ops_api.get(f"{URL}?page_size=50").json()
+        assert len(body["results"]) == expected_plans
+        assert all(isinstance(plan["actions"], dict) for plan in body["results"])
+        return len(queries)
+
+    _post(ops_api, {"start": START})
+    one = listed(1)
+    for _ in range(3):
+        _post(ops_api, {"start": START})
+    assert listed(4) == one
