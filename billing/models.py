@@ -54,6 +54,12 @@ class PriceBookEntry(models.Model):
 class UsageEvent(models.Model):
     """One meter event piece, as received from a node agent.
 
+    On PostgreSQL the table is partitioned by `period` (one partition per UTC month, created
+    ahead by `billing.tasks.ensure_ledger_partitions`, detached into the `ledger_archive` schema
+    by `manage.py archive_ledger_month` once a month is closed; docs/billing.md "Ledger at
+    scale"). Its primary key there is (id, period): a partitioned table's keys must name the
+    partition column; `id` itself comes from one sequence, so it is still unique.
+
     An event whose `[start, end)` crosses a month boundary is stored as one piece per month
     (`part` 0, 1, ...), its quantity apportioned by time, so rating a period is a plain SUM
     over that period's rows. `id` is the ledger sequence: billing runs record the highest id
@@ -78,7 +84,11 @@ class UsageEvent(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["event_id", "part"], name="billing_usage_event_part_unique"),
+            # With `period` so the partitioned table can enforce it; a piece's period follows from
+            # its start, and ingest looks an event id up in every partition before inserting.
+            models.UniqueConstraint(
+                fields=["event_id", "part", "period"], name="billing_usage_event_part_period_unique"
+            ),
             models.CheckConstraint(condition=models.Q(end__gt=models.F("start")), name="billing_usage_end_after_start"),
             models.CheckConstraint(condition=models.Q(quantity_micro__gte=0), name="billing_usage_quantity_nonneg"),
         ]
@@ -338,6 +348,42 @@ class CreditNoteLine(models.Model):
         return f"{self.credit_note_id} line {self.position}"
 
 
+class LedgerArchiveAction(models.TextChoices):
+    ARCHIVED = "archived", "Archived (detached)"
+    RESTORED = "restored", "Restored (re-attached)"
+    DROPPED = "dropped", "Dropped after export"
+
+
+class LedgerArchiveRecord(models.Model):
+    """What `manage.py archive_ledger_month` did to one month's usage partition (append-only).
+
+    The counts are read from the partition as it was detached, so a restore (or an auditor
+    loading the export) can check the month came back whole: same rows, same GPU-microseconds,
+    same id range, and, for an export, the same SHA-256 of the file.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    period = models.DateField(help_text="first day of the month")
+    action = models.CharField(max_length=16, choices=LedgerArchiveAction.choices)
+    partition = models.CharField(max_length=100, help_text="the partition's table name")
+    location = models.CharField(max_length=300, help_text="schema.table of the detached rows, or the export file")
+    rows = models.BigIntegerField()
+    quantity_micro = models.BigIntegerField(help_text="sum of GPU-microseconds in the partition")
+    first_id = models.BigIntegerField(null=True, blank=True)
+    last_id = models.BigIntegerField(null=True, blank=True)
+    export_path = models.CharField(max_length=500, blank=True)
+    export_sha256 = models.CharField(max_length=64, blank=True)
+    actor = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["period", "created_at"], name="billing_archive_period_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.period:%Y-%m} {self.action} ({self.rows} rows)"
+
+
 class InvoiceCounter(models.Model):
     """The last invoice number issued per issuer; incremented under a row lock at finalization."""
 
@@ -431,7 +477,11 @@ class UsageDispute(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     public_id = models.UUIDField(default=uuid7, unique=True, editable=False)
-    usage_event = models.OneToOneField(UsageEvent, on_delete=models.PROTECT, related_name="dispute")
+    # No database constraint: a partitioned table has no unique key on `id` alone to point at,
+    # and an archived month's events leave the table while their resolved disputes stay.
+    usage_event = models.OneToOneField(
+        UsageEvent, on_delete=models.PROTECT, related_name="dispute", db_constraint=False
+    )
     tenant_id = models.UUIDField()
     period = models.DateField()
     reason = models.CharField(max_length=500)

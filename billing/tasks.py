@@ -3,6 +3,7 @@
 from celery import shared_task
 from django.utils import timezone
 
+from billing.services.ledger_partitions import ensure_usage_partitions
 from billing.services.runs import finalize_due, refresh_drafts
 
 
@@ -14,3 +15,8 @@ def refresh_draft_invoices() -> int:
 @shared_task(name="billing.tasks.finalize_closed_periods", soft_time_limit=300, time_limit=360)
 def finalize_closed_periods() -> int:
     return len(finalize_due(now=timezone.now(), actor="system:billing_finalize"))
+
+
+@shared_task(name="billing.tasks.ensure_ledger_partitions", soft_time_limit=120, time_limit=180)
+def ensure_ledger_partitions() -> int:
+    return len(ensure_usage_partitions(now=timezone.now()))

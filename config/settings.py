@@ -361,6 +361,10 @@ METERING_GRANT_HOURS = env.int("METERING_GRANT_HOURS", default=4)
 METER_CLOCK_SKEW_SECONDS = env.int("METER_CLOCK_SKEW_SECONDS", default=300)
 # ... and at most this old (an agent spools through outages; older is refused, kept, shown).
 METER_MAX_EVENT_AGE_HOURS = env.int("METER_MAX_EVENT_AGE_HOURS", default=7 * 24)
+# The ledger's monthly partitions (PostgreSQL): how many months ahead the beat task makes them,
+# and how long after a month stops accepting usage it may be archived (docs/billing.md).
+LEDGER_PARTITIONS_AHEAD = env.int("LEDGER_PARTITIONS_AHEAD", default=3)
+LEDGER_ARCHIVE_GRACE_DAYS = env.int("LEDGER_ARCHIVE_GRACE_DAYS", default=7)
 # Usage this far outside the node's allocation membership is held as disputed (an agent learns
 # of a release at its next desired-state poll, so the last interval may overhang a little).
 BILLING_DISPUTE_TOLERANCE_SECONDS = env.int("BILLING_DISPUTE_TOLERANCE_SECONDS", default=300)

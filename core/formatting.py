@@ -132,6 +132,18 @@ def format_ratio(fraction, decimals: int = 1) -> str:
     return MISSING if number is None else format_percent(number * 100, decimals)
 
 
+def format_bytes(size) -> str:
+    """Bytes in binary units, one decimal from KiB up: 1536 → "1.5 KiB", 200 → "200 B"."""
+    number = _decimal(size)
+    if number is None or not number.is_finite():
+        return MISSING
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(number) < 1024 or unit == "TiB":
+            return f"{format_number(number, 0 if unit == 'B' else 1)} {unit}"
+        number /= 1024
+    raise AssertionError("unreachable")
+
+
 def _seconds(value) -> float | None:
     if value is None or value == "":
         return None

@@ -26,6 +26,9 @@ LOCK_NAMES = frozenset(
         "advance_bring_up",
         "advance_rollouts",
         "bmc_power_sync",
+        "ledger_partitions",
+        # Per node (two-key form: this name's high 32 bits, hash of the node id): meter ingest.
+        "meter_ingest_node",
     }
 )
 

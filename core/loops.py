@@ -21,6 +21,7 @@ LOOPS: tuple[tuple[str, str], ...] = (
     ("fleet.tasks.record_power_history", "fleet.services.power_history.record_power_history"),
     ("health.tasks.rack_power_check", "health.services.rack_power.run_rack_power_check"),
     ("fleet.tasks.bmc_power_sync", "fleet.services.power_sync.run_power_sync"),
+    ("billing.tasks.ensure_ledger_partitions", "billing.services.ledger_partitions.ensure_usage_partitions"),
 )
 
 

@@ -40,6 +40,12 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
         expires_seconds=3000,
     ),
     PeriodicSpec(
+        "billing: ledger partitions ahead",
+        "billing.tasks.ensure_ledger_partitions",
+        every_seconds=3600,
+        expires_seconds=3000,
+    ),
+    PeriodicSpec(
         "billing: finalize closed months",
         "billing.tasks.finalize_closed_periods",
         crontab="35 * * * *",

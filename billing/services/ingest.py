@@ -23,7 +23,9 @@ from django.utils import timezone
 from billing.grants import GrantInvalid, verify_grant
 from billing.models import MICRO, PriceBookEntry, RejectedMeterEvent, RejectionCode, Unit, UsageEvent
 from billing.periods import next_period, period_end, period_of
+from billing.services.ledger_partitions import ensure_partitions_for
 from core.api.timestamps import parse_rfc3339
+from core.locks import lock_id
 
 MAX_BATCH = 1000
 FIELDS = ("event_id", "allocation_id", "tenant_id", "sku", "start", "end", "quantity", "unit")
@@ -298,7 +300,7 @@ _PG_INSERT = (
     f"INSERT INTO billing_usageevent ({_COLUMN_LIST}) "
     "SELECT r->>0, (r->>1)::smallint, (r->>2)::uuid, (r->>3)::uuid, %s::uuid, r->>4, "
     "(r->>5)::timestamptz, (r->>6)::timestamptz, (r->>7)::date, (r->>8)::bigint, %s, r->>9, "
-    "%s::timestamptz FROM json_array_elements(%s::json) AS r ON CONFLICT (event_id, part) DO NOTHING"
+    "%s::timestamptz FROM json_array_elements(%s::json) AS r ON CONFLICT (event_id, part, period) DO NOTHING"
 )
 
 
@@ -359,8 +361,24 @@ def _insert(rows: list[tuple]) -> None:
             chunk = rows[lo : lo + per_statement]
             cursor.execute(
                 f"INSERT INTO billing_usageevent ({_COLUMN_LIST}) VALUES "
-                f"{', '.join([_ROW_PLACEHOLDERS] * len(chunk))} ON CONFLICT (event_id, part) DO NOTHING",
+                f"{', '.join([_ROW_PLACEHOLDERS] * len(chunk))} ON CONFLICT (event_id, part, period) DO NOTHING",
                 [value for row in chunk for value in row],
+            )
+
+
+def _serialise_node(node_id: UUID) -> None:
+    """One node's batches are stored one at a time (PostgreSQL; SQLite has one writer anyway).
+
+    The ledger's unique key includes the month (a partitioned table's must), so two batches
+    re-sending one event id with different starts could each pass the lookup below and land in
+    two months. An event can only come from the node its grant names, so holding a lock per node
+    for the transaction closes that race without making different nodes wait for each other."""
+    connection = connections[LEDGER]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s::int, hashtext(%s))",
+                [lock_id("meter_ingest_node") >> 32, str(node_id)],
             )
 
 
@@ -413,7 +431,10 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
             in_batch_duplicates += 1
         else:
             conflicts.add(event.event_id)
+    pieces = {e.event_id: _pieces(e) for e in by_id.values()}
+    ensure_partitions_for({period_of(lo) for parts in pieces.values() for lo, _, _ in parts})
     with transaction.atomic(using=LEDGER):
+        _serialise_node(node_id)
         stored = _stored_hashes(list(by_id)) if by_id else {}
         conflicts.update(eid for eid, digest in stored.items() if by_id[eid].payload_hash != digest)
         if conflicts:
@@ -436,7 +457,7 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
             )
             for e in by_id.values()
             if e.event_id not in stored
-            for part, (lo, hi, share) in enumerate(_pieces(e))
+            for part, (lo, hi, share) in enumerate(pieces[e.event_id])
         ]
         _insert(rows)
         if refused:

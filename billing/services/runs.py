@@ -38,6 +38,7 @@ from billing.models import (
 from billing.periods import format_period, period_end, period_of, previous_period
 from billing.services.disputes import hold_disputed_usage
 from billing.services.energy_lines import with_energy_lines
+from billing.services.ledger_partitions import archived_periods
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
 from core.faults import fault_point
@@ -269,6 +270,12 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         done = _finalized_run(period)
         if done is not None:
             return RunOutcome(done, created=False)
+        if period in archived_periods():
+            raise BillingRunError(
+                "period_archived",
+                f"{format_period(period)} is archived: its usage left the ledger. Restore it first "
+                "(manage.py archive_ledger_month --restore).",
+            )
         if finalize:
             _check_finalizable(period, now)
         book = PriceBook.load()
