@@ -19,4 +19,4 @@ def finalize_closed_periods() -> int:
 
 @shared_task(name="billing.tasks.ensure_ledger_partitions", soft_time_limit=120, time_limit=180)
 def ensure_ledger_partitions() -> int:
-    return len(ensure_usage_partitions(now=timezone.now()))
+    return len(ensure_usage_partitions(now=timezone.now()) or ())

@@ -92,8 +92,9 @@ def months_wanted(now: datetime, ahead: int | None = None) -> list[date]:
     return months
 
 
-def ensure_usage_partitions(*, now: datetime | None = None, ahead: int | None = None) -> list[str]:
-    """Create the partitions `months_wanted` names that are missing; returns their names.
+def ensure_usage_partitions(*, now: datetime | None = None, ahead: int | None = None) -> list[str] | None:
+    """Create the partitions `months_wanted` names that are missing; returns their names (None:
+    another worker's pass holds the lock, as other loops say it).
 
     Level-triggered and idempotent: a pass compares the catalogue with the months wanted."""
     connection = connections[LEDGER]
@@ -103,7 +104,7 @@ def ensure_usage_partitions(*, now: datetime | None = None, ahead: int | None = 
     created: list[str] = []
     with transaction.atomic(using=LEDGER), advisory_lock("ledger_partitions", using=LEDGER) as acquired:
         if not acquired:
-            return []
+            return None
         attached = attached_partitions(connection)
         archived = archived_periods()
         with connection.cursor() as cursor:

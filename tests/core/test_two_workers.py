@@ -27,6 +27,7 @@ from django.db import connection, connections
 from django.db.models import Count
 from django.utils import timezone
 
+from billing.partitions import is_partitioned
 from core.loops import control_loops
 from core.models import AuditEvent, LoopRun
 from devtools.services.demo_software import golden_versions
@@ -57,7 +58,7 @@ pytestmark = [
     ),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (set REDIS_URL): the workers share its cache"),
     # Committed rows, so the worker processes see the seed; the ledger is not flushed (its
-    # append-only triggers refuse it) and no loop writes it.
+    # append-only triggers refuse it): the one loop that writes it only makes partitions.
     pytest.mark.django_db(transaction=True),
 ]
 
@@ -70,10 +71,11 @@ import json, sys, threading, time, traceback
 from pathlib import Path
 import django
 django.setup()
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from core.loop_metrics import record_loop_run
+from billing.partitions import is_partitioned
 from core.loops import control_loops
 from core.management.commands.run_loops import _summary
 barrier, me, seconds = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
@@ -261,6 +263,14 @@ def _passes(lines: list[list[str]]) -> dict[str, Counter]:
 
 def _duplicates(qs, *fields) -> list:
     return list(qs.values(*fields).annotate(n=Count("pk")).filter(n__gt=1))
+
+
+@pytest.mark.django_db(transaction=False, databases=["default", "ledger"])
+def test_the_workers_ledger_loop_has_a_partitioned_test_ledger():
+    """The ledger-partition loop runs in the workers against the test ledger; this test also makes
+    pytest-django create that database when this module runs alone."""
+    assert "ensure_ledger_partitions" in {loop.name for loop in control_loops()}
+    assert is_partitioned(connections["ledger"])
 
 
 def test_two_workers_running_every_loop_act_on_nothing_twice(tmp_path):
