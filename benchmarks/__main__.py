@@ -69,18 +69,27 @@ def main(argv=None) -> int:
     for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if module.name.startswith("bench_"):
             importlib.import_module(f"benchmarks.{module.name}")
-    _recreate_postgres("default")
-    _recreate_postgres("ledger")
+    if os.environ.get("BENCH_REUSE_DATABASE"):
+        # Iterating on one row: keep the last run's databases and fixtures (each builder checks).
+        print("reusing the benchmark databases of the last run (BENCH_REUSE_DATABASE)", flush=True)
+    else:
+        _recreate_postgres("default")
+        _recreate_postgres("ledger")
     print(f"Benchmark database: {connection.vendor} ({connection.settings_dict['NAME']})", flush=True)
     call_command("migrate", verbosity=0)
     call_command("migrate", database="ledger", verbosity=0)
     selected = [b for b in REGISTRY if not args.only or args.only in b.name]
-    # The 125,000-node fixture is a fleet of its own: its rows run alone (seeding it takes minutes).
-    if any(b.fixture != fixtures.LARGE for b in selected):
-        skipped = [b.name for b in selected if b.fixture == fixtures.LARGE]
-        selected = [b for b in selected if b.fixture != fixtures.LARGE]
-        if skipped:
-            print(f"skipping {len(skipped)} 125,000-node row(s); run them alone: --only '125,000 nodes'", flush=True)
+    # The 125,000-node fleet and the 50,000,000-event ledger are fixtures of their own: their rows
+    # run alone (building either takes many minutes), selected by --only.
+    alone = {b.fixture for b in selected} & set(fixtures.ALONE)
+    if len({b.fixture for b in selected}) > 1 and alone:
+        for fixture in sorted(alone):
+            skipped = [b for b in selected if b.fixture == fixture]
+            print(
+                f"skipping {len(skipped)} row(s) of {fixture}; run them alone: --only '{fixtures.ALONE[fixture]}'",
+                flush=True,
+            )
+        selected = [b for b in selected if b.fixture not in alone]
     selected.sort(key=lambda b: b.fixture != "empty")  # the fixture-building rows run first
     table = Table()
     built = set()

@@ -17,6 +17,7 @@ from django.test import Client
 
 from benchmarks.harness import Measurement, benchmark
 from billing.grants import MeteringGrant, sign_grant
+from billing.services.ledger_partitions import ensure_partitions_for
 from billing.services.runs import run_billing
 from core.api.agent_tokens import mint_agent_token
 
@@ -90,6 +91,7 @@ def _insert_sql(table: str) -> str:
 )
 def meter_ingest() -> Measurement:
     total = int(os.environ.get("BENCH_METER_EVENTS", 50_000))
+    ensure_partitions_for({PERIOD})  # the baseline's rows are September's
     tenant, node = uuid.uuid4(), uuid.uuid4()
     # Recent minutes (ingest refuses stale or future usage), all under the node's one grant.
     start0 = (datetime.now(UTC) - timedelta(hours=20)).replace(second=0, microsecond=0)
@@ -137,9 +139,11 @@ def meter_ingest() -> Measurement:
     )
 
 
-def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
+def allocation_history(tenant_ids: list[uuid.UUID], start: datetime = T0, end: datetime | None = None) -> uuid.UUID:
     """What the control plane would hold for this usage: each tenant's allocation (id = the
-    tenant's) on one node for all of September, so the run's reconciliation finds nothing."""
+    tenant's) on one node from `start` to `end` (all of September by default), so the run's
+    reconciliation finds nothing."""
+    end = end or T0 + timedelta(days=30)
     from devtools.services.fleet_seed import seed_fleet
     from fleet.models import Node, NodeType
     from tenants.models import Allocation, AllocationNode, Tenant
@@ -149,7 +153,7 @@ def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
         seed_fleet(gpus=8, site_slug="bench")
         node = Node.objects.order_by("hostname").first()
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
-    Tenant.objects.bulk_create([Tenant(pk=t, slug=f"bench-{t.hex[:12]}", name="bench") for t in tenant_ids])
+    Tenant.objects.bulk_create([Tenant(pk=t, slug=f"bench-{t.hex}", name="bench") for t in tenant_ids])
     Allocation.objects.bulk_create(
         [
             Allocation(pk=t, tenant_id=t, name="bench", instance_type=node_type, node_count=1, state="released")
@@ -157,10 +161,7 @@ def _allocation_history(tenant_ids: list[uuid.UUID]) -> uuid.UUID:
         ]
     )
     AllocationNode.objects.bulk_create(
-        [
-            AllocationNode(allocation_id=t, node=node, started_at=T0, ended_at=T0 + timedelta(days=30))
-            for t in tenant_ids
-        ]
+        [AllocationNode(allocation_id=t, node=node, started_at=start, ended_at=end) for t in tenant_ids]
     )
     return node.pk
 
@@ -170,8 +171,9 @@ def _load_usage(total: int, tenants: int) -> None:
     allocation history they come from."""
     connection = connections[LEDGER]
     vendor = connection.vendor
+    ensure_partitions_for({PERIOD})
     tenant_ids = [uuid.uuid4() for _ in range(tenants)]
-    node_id = _allocation_history(tenant_ids)
+    node_id = allocation_history(tenant_ids)
     tenant_keys = [t.hex if vendor == "sqlite" else str(t) for t in tenant_ids]
     node_key = node_id.hex if vendor == "sqlite" else str(node_id)
     chunk = 100_000

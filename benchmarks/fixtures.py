@@ -1,10 +1,13 @@
 """Scale fixtures shared by the benchmarks."""
 
+from benchmarks import bench_ledger
 from fleet.models import Node
 
 SCALE_GPUS = 100_000  # 12,500 nodes
 SCALE_125K_GPUS = 1_000_000  # 125,000 nodes
 LARGE = "scale125k"  # its rows run on their own (benchmarks/__main__.py)
+LEDGER_50M = "ledger50m"  # 50,000,000 usage rows: on their own too
+ALONE = {LARGE: "125,000 nodes", LEDGER_50M: "ledger at 50M"}  # fixture → the --only text that selects its rows
 
 
 def build(name: str) -> None:
@@ -22,5 +25,8 @@ def build(name: str) -> None:
             from devtools.services.fleet_seed import seed_fleet
 
             seed_fleet(gpus=SCALE_125K_GPUS, site_slug="scale")
+        return
+    if name == LEDGER_50M:
+        bench_ledger.load()
         return
     raise KeyError(f"unknown fixture {name!r}")

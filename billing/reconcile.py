@@ -105,6 +105,12 @@ def _windows(memberships: list[tuple], now, tolerance: timedelta) -> list[tuple]
     return [(started - tolerance, (ended or now) + tolerance) for started, ended in memberships]
 
 
+def _pair_rows(rows, span: dict):
+    # Built only for a span that needs its rows read: building a queryset per span cost a
+    # 10,000-tenant run seconds even when every span lay inside its membership.
+    return rows.filter(allocation_id=span["allocation_id"], node_id=span["node_id"], tenant_id=span["tenant_id"])
+
+
 def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Contradiction]:
     """Usage rows in `scope` (not yet disputed) that the allocation history contradicts: the node
     was never in that allocation, the allocation belongs to another tenant, or the row lies
@@ -131,7 +137,6 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Cont
     out: list[Contradiction] = []
     for span in spans:
         pair = (span["allocation_id"], span["node_id"])
-        pair_rows = rows.filter(allocation_id=pair[0], node_id=pair[1], tenant_id=span["tenant_id"])
         owner = owners.get(pair[0])
         if owner is not None and owner != span["tenant_id"]:
             reason = f"metered to tenant {span['tenant_id']}, but the allocation belongs to tenant {owner}"
@@ -141,7 +146,7 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Cont
             windows = _windows(memberships[pair], now, tolerance)
             if any(lo <= span["first"] and span["last"] <= hi for lo, hi in windows):
                 continue
-            for row_id, tenant_id, period, start, end in pair_rows.values_list(
+            for row_id, tenant_id, period, start, end in _pair_rows(rows, span).values_list(
                 "id", "tenant_id", "period", "start", "end"
             ):
                 if not any(lo <= start and end <= hi for lo, hi in windows):
@@ -157,6 +162,6 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Cont
             continue
         out.extend(
             Contradiction(row_id, tenant_id, period, reason)
-            for row_id, tenant_id, period in pair_rows.values_list("id", "tenant_id", "period")
+            for row_id, tenant_id, period in _pair_rows(rows, span).values_list("id", "tenant_id", "period")
         )
     return out

@@ -386,11 +386,14 @@ def _stored_hashes(event_ids: list[str]) -> dict[str, str]:
     """event id → payload hash of the ids already recorded (one query)."""
     connection = connections[LEDGER]
     if connection.vendor == "postgresql":
-        # One array parameter rather than 1,000 placeholders (same reason as _PG_INSERT).
+        # One array parameter rather than 1,000 placeholders (same reason as _PG_INSERT), joined
+        # rather than `= ANY(...)`: with the ledger partitioned by month, ANY made the planner
+        # seq-scan every month (268 ms a batch at 1.2 M rows); the join probes each month's
+        # unique index once per id (25 ms).
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT event_id, payload_hash FROM billing_usageevent "
-                "WHERE part = 0 AND event_id = ANY(%s::varchar[])",
+                "SELECT u.event_id, u.payload_hash FROM unnest(%s::varchar[]) AS k(event_id) "
+                "JOIN billing_usageevent u ON u.event_id = k.event_id AND u.part = 0",
                 [event_ids],
             )
             return dict(cursor.fetchall())

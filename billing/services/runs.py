@@ -41,6 +41,7 @@ from billing.services.energy_lines import with_energy_lines
 from billing.services.ledger_partitions import archived_periods
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
+from core.bulk import update_rows
 from core.faults import fault_point
 from core.locks import advisory_lock
 from core.search import index_objects
@@ -176,7 +177,7 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
         now = timezone.now()
         for inv in existing:
             inv.updated_at = now
-        Invoice.objects.using(LEDGER).bulk_update(existing, ["total", "billing_run_id", "updated_at"], batch_size=500)
+        update_rows(Invoice, existing, ["total", "billing_run_id", "updated_at"], using=LEDGER)
     InvoiceLine.objects.using(LEDGER).bulk_create(lines, batch_size=1000)
     return invoices
 
@@ -231,10 +232,11 @@ def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
         invoice.updated_at = now
         invoice.issuer = issuer
         invoice.tax_rate_percent, invoice.due_on = terms[invoice.tenant_id]
-    Invoice.objects.using(LEDGER).bulk_update(
+    update_rows(
+        Invoice,
         invoices,
         ["number", "status", "finalized_at", "updated_at", "issuer", "tax_rate_percent", "due_on"],
-        batch_size=500,
+        using=LEDGER,
     )
     index_objects(invoices)  # numbers are searchable once the ledger commits (core.search.index)
 

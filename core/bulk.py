@@ -1,0 +1,47 @@
+"""`update_rows`: what `QuerySet.bulk_update` does, in one UPDATE … FROM (VALUES …) per batch.
+
+Django's bulk_update writes a `CASE WHEN pk = … THEN …` per field and row; its SQL, and the
+time Django spends building it, grow with rows × fields. Re-rating 10,000 draft invoices spent
+16 s of a 32 s billing run there (benchmarks/bench_ledger.py). On PostgreSQL this joins the
+table to a VALUES list instead, each value cast to its column's type; other vendors keep
+bulk_update.
+"""
+
+from collections.abc import Sequence
+
+from django.db import connections, models
+
+
+def update_rows(
+    model: type[models.Model],
+    objs: Sequence[models.Model],
+    fields: Sequence[str],
+    *,
+    using: str,
+    batch_size: int = 1000,
+) -> None:
+    if not objs:
+        return
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        model.objects.using(using).bulk_update(objs, fields, batch_size=batch_size)
+        return
+    pk = model._meta.pk
+    columns = [model._meta.get_field(name) for name in fields]
+    quote = connection.ops.quote_name
+    casts = [pk.db_type(connection), *(c.db_type(connection) for c in columns)]
+    row = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
+    names = ", ".join(["pk", *(f"c{i}" for i in range(len(columns)))])
+    assignments = ", ".join(f"{quote(c.column)} = v.c{i}" for i, c in enumerate(columns))
+    with connection.cursor() as cursor:
+        for lo in range(0, len(objs), batch_size):
+            batch = objs[lo : lo + batch_size]
+            params = []
+            for obj in batch:
+                params.append(pk.get_db_prep_value(obj.pk, connection))
+                params.extend(c.get_db_prep_save(getattr(obj, c.attname), connection) for c in columns)
+            cursor.execute(
+                f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments} "
+                f"FROM (VALUES {', '.join([row] * len(batch))}) AS v({names}) WHERE t.{quote(pk.column)} = v.pk",
+                params,
+            )
