@@ -45,3 +45,26 @@ def update_rows(
                 f"FROM (VALUES {', '.join([row] * len(batch))}) AS v({names}) WHERE t.{quote(pk.column)} = v.pk",
                 params,
             )
+
+
+def insert_rows(model: type[models.Model], objs: Sequence[models.Model], *, using: str) -> None:
+    """What `bulk_create` does for rows whose primary key is set in Python, by COPY on PostgreSQL.
+
+    bulk_create builds one parameterised INSERT per batch; for 10,000 invoice lines of 18
+    columns that was ~5 s of a billing run, mostly Django preparing the SQL. COPY streams the
+    same values (each prepared by its field, as bulk_create would) and the table's triggers and
+    constraints run as for an INSERT. Other vendors keep bulk_create."""
+    if not objs:
+        return
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        model.objects.using(using).bulk_create(objs, batch_size=1000)
+        return
+    fields = [f for f in model._meta.concrete_fields]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(
+            f"COPY {connection.ops.quote_name(model._meta.db_table)} ({columns}) FROM STDIN"
+        ) as copy:
+            for obj in objs:
+                copy.write_row([f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields])

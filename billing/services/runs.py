@@ -41,7 +41,7 @@ from billing.services.energy_lines import with_energy_lines
 from billing.services.ledger_partitions import archived_periods
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
-from core.bulk import update_rows
+from core.bulk import insert_rows, update_rows
 from core.faults import fault_point
 from core.locks import advisory_lock
 from core.search import index_objects
@@ -156,7 +156,15 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
         inv.tenant_id: inv
         for inv in Invoice.objects.using(LEDGER).select_for_update().filter(period=period, status=InvoiceStatus.DRAFT)
     }
-    InvoiceLine.objects.using(LEDGER).filter(invoice__in=list(drafts.values())).delete()
+    # One statement (drafts' lines are never referenced: credit notes are for finalized invoices,
+    # and the foreign key would refuse it); Django's delete() first reads every line and its
+    # credit-note references, seconds at 10,000 tenants.
+    with connections[LEDGER].cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM billing_invoiceline WHERE invoice_id IN "
+            "(SELECT id FROM billing_invoice WHERE period = %s AND status = %s)",
+            [connections[LEDGER].ops.adapt_datefield_value(period), InvoiceStatus.DRAFT],
+        )
     stale = [inv.pk for tenant, inv in drafts.items() if tenant not in rated]
     if stale:
         Invoice.objects.using(LEDGER).filter(pk__in=stale).delete()
@@ -178,7 +186,7 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
         for inv in existing:
             inv.updated_at = now
         update_rows(Invoice, existing, ["total", "billing_run_id", "updated_at"], using=LEDGER)
-    InvoiceLine.objects.using(LEDGER).bulk_create(lines, batch_size=1000)
+    insert_rows(InvoiceLine, lines, using=LEDGER)
     return invoices
 
 
