@@ -14,23 +14,19 @@ sequence as production). Rows:
 - storage per million events, in the billing row's note.
 """
 
-import json
 import os
 import time
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 
 from django.db import connections, transaction
-from django.test import Client
 
-from benchmarks.bench_billing import COLUMN_LIST, allocation_history
+from benchmarks.bench_billing import COLUMN_LIST, allocation_history, measure_meter_ingest
 from benchmarks.harness import Measurement, benchmark
-from billing.grants import MeteringGrant, sign_grant
 from billing.partitions import attached_partitions, partition_name
 from billing.periods import next_period, period_start
 from billing.services.ledger_partitions import archive_month, ensure_partitions_for
 from billing.services.runs import run_billing
-from core.api.agent_tokens import mint_agent_token
 
 LEDGER = "ledger"
 FIXTURE = "ledger50m"  # benchmarks.fixtures.LEDGER_50M
@@ -174,73 +170,8 @@ def ledger_billing_run() -> Measurement:
 )
 def ledger_ingest() -> Measurement:
     total = int(os.environ.get("BENCH_METER_EVENTS", 50_000))
-    tenant, node = uuid.uuid4(), uuid.uuid4()
-    run = tenant.hex[:8]  # ids of their own, so a reused fixture takes them as new
-    start0 = (datetime.now(UTC) - timedelta(hours=20)).replace(second=0, microsecond=0)
-    grant = sign_grant(
-        MeteringGrant(
-            node_id=node,
-            tenant_id=tenant,
-            allocation_id=tenant,
-            sku="h100-sxm-8x",
-            gpus=8,
-            valid_from=start0,
-            valid_until=start0 + timedelta(hours=20),
-        )
-    )
-
-    def event(i: int) -> dict:
-        start = start0 + timedelta(minutes=i % 1000)
-        return {
-            "event_id": f"ingest-{run}-{i}",
-            "allocation_id": str(tenant),
-            "tenant_id": str(tenant),
-            "sku": "h100-sxm-8x",
-            "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "end": (start + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "quantity": "480",
-            "unit": "gpu_second",
-            "grant": grant,
-        }
-
-    bodies = [json.dumps({"events": [event(i) for i in range(lo, lo + 1000)]}) for lo in range(0, total, 1000)]
-    client, auth = Client(), f"Bearer {mint_agent_token(node)}"
-    warm = json.dumps({"events": [{**event(0), "event_id": "warm-up"}]})
-    client.post("/api/agent/v1/meter-events", warm, content_type="application/json", HTTP_AUTHORIZATION=auth)
-    started = time.perf_counter()
-    for body in bodies:
-        response = client.post(
-            "/api/agent/v1/meter-events", body, content_type="application/json", HTTP_AUTHORIZATION=auth
-        )
-        assert response.status_code == 202 and response.json()["accepted"] == 1000, response.content
-    ours = time.perf_counter() - started
-    connection = connections[LEDGER]
-    rows = [
-        (
-            f"raw-{run}-{i}",
-            0,
-            str(tenant),
-            str(tenant),
-            str(node),
-            "h100-sxm-8x",
-            s,
-            s + timedelta(seconds=60),
-            date(s.year, s.month, 1),
-            480_000_000,
-            "gpu_second",
-            "0" * 64,
-            s,
-        )
-        for i in range(total)
-        for s in [start0 + timedelta(minutes=i % 1000)]
-    ]
-    insert = f"INSERT INTO billing_usageevent ({COLUMN_LIST}) VALUES ({', '.join(['%s'] * 13)})"
-    started = time.perf_counter()
-    for lo in range(0, total, 1000):
-        with transaction.atomic(using=LEDGER), connection.cursor() as cursor:
-            cursor.executemany(insert, rows[lo : lo + 1000])
-    baseline = time.perf_counter() - started
-    partitions = len(attached_partitions(connection))
+    ours, baseline = measure_meter_ingest(total)
+    partitions = len(attached_partitions(connections[LEDGER]))
     return Measurement(
         ours,
         baseline,
