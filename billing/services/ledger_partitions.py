@@ -280,6 +280,24 @@ def _last_archive(period: date) -> LedgerArchiveRecord:
     return record
 
 
+def _log_after(archived: LedgerArchiveRecord, action: str, actor: str, **changed) -> LedgerArchiveRecord:
+    """The next log row of a month: the archived figures carried over, `changed` replaced."""
+    fields = {
+        name: getattr(archived, name)
+        for name in (
+            "period",
+            "partition",
+            "rows",
+            "quantity_micro",
+            "first_id",
+            "last_id",
+            "export_path",
+            "export_sha256",
+        )
+    }
+    return LedgerArchiveRecord.objects.using(LEDGER).create(**{**fields, **changed}, action=action, actor=actor)
+
+
 def restore_month(period: date, *, actor: str) -> LedgerArchiveRecord:
     """Attach an archived month again, after checking it is exactly what was detached."""
     connection = connections[LEDGER]
@@ -301,16 +319,8 @@ def restore_month(period: date, *, actor: str) -> LedgerArchiveRecord:
                     code="archive_altered",
                 )
             name = attach_from_archive(cursor, period)
-        record = LedgerArchiveRecord.objects.using(LEDGER).create(
-            period=period,
-            action=LedgerArchiveAction.RESTORED,
-            partition=name,
-            location=f"public.{name}",
-            rows=archived.rows,
-            quantity_micro=archived.quantity_micro,
-            first_id=archived.first_id,
-            last_id=archived.last_id,
-            actor=actor,
+        record = _log_after(
+            archived, LedgerArchiveAction.RESTORED, actor, location=f"public.{name}", export_path="", export_sha256=""
         )
     forget_known_partitions()
     _audit(record, actor)
@@ -338,19 +348,7 @@ def drop_archived_month(period: date, *, actor: str) -> LedgerArchiveRecord:
     with transaction.atomic(using=LEDGER):
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE {archived.location}")
-        record = LedgerArchiveRecord.objects.using(LEDGER).create(
-            period=period,
-            action=LedgerArchiveAction.DROPPED,
-            partition=archived.partition,
-            location=str(path),
-            rows=archived.rows,
-            quantity_micro=archived.quantity_micro,
-            first_id=archived.first_id,
-            last_id=archived.last_id,
-            export_path=archived.export_path,
-            export_sha256=archived.export_sha256,
-            actor=actor,
-        )
+        record = _log_after(archived, LedgerArchiveAction.DROPPED, actor, location=str(path))
     _audit(record, actor)
     return record
 
