@@ -10,6 +10,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from core.bulk import update_rows
 from health.choices import ConditionEventKind, ConditionStatus
 from health.models import Condition, ConditionEvent
 from health.policy import is_event, severity_for
@@ -98,8 +99,10 @@ def apply_observations(
     if new_rows:
         Condition.objects.bulk_create(new_rows, batch_size=2000)
     if changed:
-        Condition.objects.bulk_update(
-            changed, ["status", "severity", "first_seen", "last_seen", "count", "detail"], batch_size=1000
+        # One UPDATE … FROM (VALUES …) per batch: Django's CASE WHEN bulk_update took minutes when a
+        # sweep escalated 125,000 nodes' throttling at once (benchmarks/bench_health.py).
+        update_rows(
+            Condition, changed, ["status", "severity", "first_seen", "last_seen", "count", "detail"], using="default"
         )
     if history:
         ConditionEvent.objects.bulk_create(history, batch_size=2000)

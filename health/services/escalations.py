@@ -11,6 +11,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+from core.bulk import update_rows
 from fleet.choices import AgentActionState, Attribution, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_work import request_agent_actions
@@ -181,7 +182,7 @@ def hold_nvlink_domains(now: datetime, actor: str) -> dict:
         if incidents.get(cause.pk):
             links.append(NodeNodes(incident_id=incidents[cause.pk], node_id=node.pk))
     NodeNodes.objects.bulk_create(links, ignore_conflicts=True)
-    Node.objects.bulk_update(peers, ["cordoned", "cordon_reason", "attribution"], batch_size=1000)
+    update_rows(Node, peers, ["cordoned", "cordon_reason", "attribution"], using="default")
     for cause in faulty.values():
         held = [n.hostname for n in peers if _domain_key(n) == _domain_key(cause)]
         if held:

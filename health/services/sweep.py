@@ -14,6 +14,7 @@ from django.db import transaction
 from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, Value, When
 from django.utils import timezone
 
+from core.bulk import update_rows
 from core.locks import locked_run
 from core.services.loop_clock import note_run, resumed_at
 from fleet.choices import AgentAction, AgentActionState, Attribution, Health, Lifecycle, PowerAction, PowerActionState
@@ -227,7 +228,7 @@ def _apply_policy(now: datetime) -> dict:
         node.cordoned, node.attribution = True, Attribution.PROVIDER
         node.cordon_reason = f"health ({severity}): {', '.join(signals)}"[:200]
         node.last_error = node.cordon_reason
-    Node.objects.bulk_update(pulled, ["cordoned", "cordon_reason", "attribution", "last_error"], batch_size=1000)
+    update_rows(Node, pulled, ["cordoned", "cordon_reason", "attribution", "last_error"], using="default")
     signals_by_node = {n.pk: decisions[n.pk][1] for n in pulled}
     for severity, group in by_severity.items():
         members = [n for n in group if n in pulled]
