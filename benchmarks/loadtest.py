@@ -12,6 +12,7 @@ figures are a floor for a server with the cores to itself.
 """
 
 import argparse
+import base64
 import csv
 import os
 import platform
@@ -49,6 +50,7 @@ def _environment() -> dict:
         SECRET_KEY=secrets.token_urlsafe(48),
         AGENT_TOKEN_KEY=secrets.token_urlsafe(48),
         METERING_GRANT_KEY=secrets.token_urlsafe(48),
+        BMC_CREDENTIAL_KEY=base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),  # a Fernet key
         SECURE_SSL_REDIRECT="false",
         ACCESS_LOG_LEVEL="WARNING",
     )

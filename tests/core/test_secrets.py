@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.loadtest import _environment as loadtest_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 # What the environment of a test run adds; a production process starts without any of it.
 CLEARED = (
@@ -154,3 +156,21 @@ def test_manage_py_on_an_unconfigured_checkout_runs_in_development_mode(tmp_path
     assert bare.returncode == 0, bare.stdout + bare.stderr
     configured = _run(tmp_path, ["manage.py", "check"], SECRET_KEY=_key())
     assert configured.returncode != 0 and "AGENT_TOKEN_KEY is not set" in configured.stderr
+
+
+def test_the_load_tests_production_environment_starts(tmp_path, monkeypatch):
+    """`make loadtest` serves with production settings and throwaway keys; every key production
+    demands must be among them (a key added later once stopped the load test at start)."""
+    for name in (*CLEARED, "BMC_CREDENTIAL_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hangar_unused")
+    env = loadtest_environment()
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env={**env, "HANGAR_VAR_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
