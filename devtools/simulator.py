@@ -16,10 +16,11 @@ server refuses reports stamped more than 300 s from its own clock (clock-skew ch
 
 import logging
 import random
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.db import DatabaseError, close_old_connections
@@ -55,6 +56,11 @@ class FleetSimulator:
     counter_dir: str | None = None  # where each simulated node keeps its energy counters
     workers: int = 16  # concurrent lanes (threads, each with its own HTTP session)
     heartbeat_interval: float = 10.0  # the agents' (AgentConfig default); the lag report judges by it
+    # Agents keep phases of their own, as a fleet's real agents (booted at different times) do:
+    # each new agent's first calls are spread over their intervals, and each agent ticks at the
+    # time it really runs. In lockstep, 256 agents sent their heavy first reports in one 31 s
+    # tick, and every 10 s one step carried all 512 calls, aging heartbeats to 13-17 s.
+    stagger: bool = False
 
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
@@ -137,7 +143,17 @@ class FleetSimulator:
                     ],
                     counter_file=str(Path(self.counter_dir) / f"{hostname}.json") if self.counter_dir else None,
                 )
+                if self.stagger:
+                    self._stagger(self.agents[hostname], start)
         return len(self.agents)
+
+    def _stagger(self, agent: Agent, start: datetime) -> None:
+        """First heartbeat and poll within one heartbeat interval; first health and software
+        reports within the first minute (both are due at once on a fresh agent otherwise)."""
+        first = timedelta(seconds=self.rng.uniform(0, self.heartbeat_interval))
+        agent.next_heartbeat = agent.next_desired = start + first
+        agent.next_health = start + timedelta(seconds=self.rng.uniform(0, 60))
+        agent.next_software = start + timedelta(seconds=self.rng.uniform(0, 60))
 
     def fail_leaf(self, leaf: str) -> list[str]:
         """Kill a leaf switch ("fabric-domain/leaf"): every node behind it falls silent at once
@@ -157,13 +173,17 @@ class FleetSimulator:
             if self.leaf_of.get(hostname) in self.failed_leaves:
                 continue  # cut off: nothing it would send gets through
             lanes[self.lane_of[hostname]].append((hostname, agent))
-        for done in [self.pool.submit(_tick_lane, lane, now) for lane in lanes if lane]:
+        # Staggered agents keep their own phase: each ticks at the (simulated) time it really
+        # runs, not the step's start, or one slow step would line every agent it ran up again.
+        speed = self.speed if self.stagger else 0.0
+        started = time.monotonic()
+        for done in [self.pool.submit(_tick_lane, lane, now, started, speed) for lane in lanes if lane]:
             done.result()
 
 
-def _tick_lane(lane: list[tuple[str, Agent]], now: datetime) -> None:
+def _tick_lane(lane: list[tuple[str, Agent]], now: datetime, started: float, speed: float) -> None:
     for hostname, agent in lane:
         try:
-            agent.tick(now)
+            agent.tick(now + timedelta(seconds=(time.monotonic() - started) * speed) if speed else now)
         except Exception:
             log.exception("agent %s: tick failed; continuing", hostname)

@@ -8,6 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from devtools.services.fleet_seed import seed_fleet
 from devtools.simulator import FleetSimulator
 from devtools.simulator_stats import CallFigures, CallStats, LagSummary, lag_report
 from fleet.models import Node
@@ -125,3 +126,22 @@ def test_the_command_prints_the_lag_of_every_kind_of_call(live_server):
     text = out.getvalue()
     assert "on 2 lanes" in text and "heartbeat age p50" in text
     assert "desired-state" in text and "heartbeat " in text
+
+
+@pytest.mark.django_db
+def test_a_staggered_fleet_spreads_its_first_calls_over_their_intervals():
+    """Agents booted together send their first heartbeat within one interval and their heavy
+    first health and software reports within the first minute, not all in one tick."""
+    seed_fleet(gpus=128)
+    start = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
+    simulator = FleetSimulator(url="http://127.0.0.1:9", seed=4, stagger=True)
+    assert simulator.refresh(start) == 16
+    agents = list(simulator.agents.values())
+    beats = [(a.next_heartbeat - start).total_seconds() for a in agents]
+    reports = [(a.next_health - start).total_seconds() for a in agents]
+    assert all(0 <= b <= 10 for b in beats) and all(0 <= r <= 60 for r in reports)
+    assert len({round(b, 3) for b in beats}) == len(agents)  # not one tick for all
+    assert max(reports) - min(reports) > 20
+    locked = FleetSimulator(url="http://127.0.0.1:9", seed=4)
+    locked.refresh(start)
+    assert {a.next_heartbeat for a in locked.agents.values()} == {None}  # tests step agents in lockstep

@@ -78,6 +78,7 @@ class Command(BaseCommand):
             missing_software=missing,
             counter_dir=str(settings.VAR_DIR / "simulated-energy"),
             workers=workers,
+            stagger=True,
         )
         started = time.monotonic()
         count = simulator.refresh(datetime.now(UTC))
