@@ -183,11 +183,11 @@ def ledger_ingest() -> Measurement:
 @benchmark(
     "ledger at 50M events: archive one closed month (detach into ledger_archive)",
     fixture=FIXTURE,
-    target="independent of the month's size; current months untouched",
+    target="current months untouched; cost = counting the month",
 )
 def ledger_archive() -> Measurement:
-    # Both months are long closed and have no draft: the first is finalized for the archive's
-    # checks (a zero-tenant finalize is cheap to fake here, so bill it for real once).
+    # The two oldest months are long closed and have no drafts; the oldest is finalized for real
+    # first (the archive refuses a month no finalized run has rated), the next is the baseline's.
     connection = connections[LEDGER]
     oldest, baseline_month = sorted(m for m in attached_partitions(connection) if FIRST <= m < BILLED)[:2]
     run_billing(period=oldest, finalize=True, actor="bench")

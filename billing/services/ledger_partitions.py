@@ -224,33 +224,19 @@ def archive_month(
     """Detach a closed month's partition into the archive schema (and export it, if asked)."""
     now = now or timezone.now()
     connection = connections[LEDGER]
-    figures = month_figures(period)
+    name = partition_name(period)
+    if not is_partitioned(connection) or period not in attached_partitions(connection):
+        month_figures(period)  # raises the reason (SQLite, or no attached partition)
     refusal = _refusal(period, now)
     if refusal:
         raise ArchiveRefused(refusal)
-    if figures.rows:
-        finalized = BillingRun.objects.using(LEDGER).filter(finalize=True)
-        if not finalized.filter(period=period).exists():
-            raise ArchiveRefused(
-                f"{format_period(period)} holds {figures.rows} usage rows but was never finalized; "
-                "run the finalizing billing run first (manage.py run_billing --finalize)"
-            )
-        # Late usage of a month is billed by a later month's run: every row must be under the
-        # watermark of some finalized run, or archiving would take unbilled usage away.
-        rated_up_to = max(finalized.values_list("watermark", flat=True))
-        if figures.last_id > rated_up_to:
-            raise ArchiveRefused(
-                f"{format_period(period)} holds usage up to ledger id {figures.last_id} that no finalized "
-                f"run has rated yet (highest watermark {rated_up_to}); it is billed as late usage by the "
-                "next month's finalizing run: archive after that"
-            )
     with transaction.atomic(using=LEDGER):
         with connection.cursor() as cursor:
             # Waits for in-flight batches; none can name this month any more (refusal above).
-            cursor.execute(f"LOCK TABLE public.{figures.partition} IN ACCESS EXCLUSIVE MODE")
-            figures = MonthFigures(
-                period, figures.partition, figures.location, *table_figures(cursor, figures.location)
-            )
+            # The month is counted once, under the lock: the figures recorded are the ones detached.
+            cursor.execute(f"LOCK TABLE public.{name} IN ACCESS EXCLUSIVE MODE")
+            figures = MonthFigures(period, name, f"public.{name}", *table_figures(cursor, f"public.{name}"))
+            _check_rated(figures)
             export_path, export_sha = "", ""
             if export_dir is not None:
                 export_path, export_sha = _export(cursor, figures.location, export_dir, period)
@@ -271,6 +257,36 @@ def archive_month(
     forget_known_partitions()
     _audit(record, actor)
     return record
+
+
+def _check_rated(figures: MonthFigures) -> None:
+    """Refuse a month with usage no finalized run has rated."""
+    if not figures.rows:
+        return
+    finalized = BillingRun.objects.using(LEDGER).filter(finalize=True)
+    if not finalized.filter(period=figures.period).exists():
+        raise ArchiveRefused(
+            f"{format_period(figures.period)} holds {figures.rows} usage rows but was never finalized; "
+            "run the finalizing billing run first (manage.py run_billing --finalize)"
+        )
+    # Late usage of a month is billed by a later month's run: every row must be under the
+    # watermark of some finalized run, or archiving would take unbilled usage away.
+    rated_up_to = max(finalized.values_list("watermark", flat=True))
+    if figures.last_id > rated_up_to:
+        raise ArchiveRefused(
+            f"{format_period(figures.period)} holds usage up to ledger id {figures.last_id} that no finalized "
+            f"run has rated yet (highest watermark {rated_up_to}); it is billed as late usage by the "
+            "next month's finalizing run: archive after that"
+        )
+
+
+def _sha256_of(path: Path) -> str:
+    """A file's SHA-256, read in 1 MiB pieces (an export is hundreds of MiB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while piece := handle.read(1 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 def _last_archive(period: date) -> LedgerArchiveRecord:
@@ -340,7 +356,7 @@ def drop_archived_month(period: date, *, actor: str) -> LedgerArchiveRecord:
             code="no_export",
         )
     path = Path(archived.export_path)
-    if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != archived.export_sha256:
+    if not path.is_file() or _sha256_of(path) != archived.export_sha256:
         raise ArchiveRefused(
             f"the export {path} is missing or does not match its recorded SHA-256; not dropped",
             code="export_mismatch",
