@@ -16,10 +16,19 @@ from django.db.models import Max, Min, Q, Sum
 from django.utils import timezone
 
 from billing.models import UsageEvent
-from billing.periods import period_end, period_start
+from billing.periods import format_period, period_end, period_start
+from billing.selectors import archived_periods
+from core.errors import Conflict
 from tenants.models import AllocationNode
 
 LEDGER = "ledger"
+
+
+class PeriodArchived(Conflict):
+    """The month's usage rows were archived out of the ledger: every membership would read as
+    unmetered, so the comparison is refused rather than reported as gaps."""
+
+    code = "period_archived"
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,12 @@ class ReconcileReport:
 
 
 def reconcile(*, period: date, min_overlap: timedelta = timedelta(minutes=10)) -> ReconcileReport:
+    if period in archived_periods():
+        raise PeriodArchived(
+            f"{format_period(period)} is archived: its usage rows left the ledger, so it cannot be compared "
+            "with allocation history. Restore it first (manage.py archive_ledger_month "
+            f"{format_period(period)} --restore)."
+        )
 
     start, end = period_start(period), period_end(period)
     now = timezone.now()

@@ -17,12 +17,15 @@ from billing.models import (
     DisputeStatus,
     Invoice,
     InvoiceLine,
+    LedgerArchiveAction,
+    LedgerArchiveRecord,
     RejectedMeterEvent,
     SlaPolicy,
     Unit,
     UsageDispute,
     UsageEvent,
 )
+from billing.periods import period_of
 from billing.services.rating import Price, PriceBook, gpu_hours, price_buckets, usage_buckets
 from tenants.models import AllocationNode
 
@@ -52,6 +55,25 @@ class UsageRow:
 class UsageReport:
     rows: list[UsageRow]
     as_of: datetime  # the ledger and price book as they stood at this moment
+    # Months of the window whose usage rows were archived out of the ledger: the rows above
+    # leave them out, and their finalized invoices (frozen lines) are the record.
+    archived_periods: tuple[date, ...] = ()
+
+
+def archived_periods() -> set[date]:
+    """Months whose latest archive action left them out of the ledger (archived or dropped)."""
+    latest: dict[date, str] = {}
+    for period, action in (
+        LedgerArchiveRecord.objects.using(LEDGER).order_by("created_at").values_list("period", "action")
+    ):
+        latest[period] = action
+    return {period for period, action in latest.items() if action != LedgerArchiveAction.RESTORED}
+
+
+def archived_periods_between(start: datetime, end: datetime) -> tuple[date, ...]:
+    """The archived months that [start, end) touches, oldest first (one query)."""
+    first, last = period_of(start), period_of(end - timedelta(microseconds=1))
+    return tuple(sorted(p for p in archived_periods() if first <= p <= last))
 
 
 def usage_by_sku(*, tenant_id, start: datetime, end: datetime, as_of: datetime | None = None) -> UsageReport:
@@ -81,7 +103,7 @@ def usage_by_sku(*, tenant_id, start: datetime, end: datetime, as_of: datetime |
         )
         for u in price_buckets(usage_buckets(usage, book), book)
     ]
-    return UsageReport(rows=rows, as_of=as_of)
+    return UsageReport(rows=rows, as_of=as_of, archived_periods=archived_periods_between(start, end))
 
 
 def daily_gpu_hours(*, tenant_id, start: datetime, end: datetime) -> dict[str, dict[date, Decimal]]:

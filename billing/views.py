@@ -16,6 +16,7 @@ from billing.exports import invoice_csv
 from billing.models import DisputeStatus, LineKind
 from billing.periods import next_period, period_end
 from billing.selectors import (
+    archived_periods_between,
     daily_gpu_hours,
     default_usage_window,
     dispute_by_public_id,
@@ -150,6 +151,8 @@ def portal_usage(request):
     )
     daily = daily_gpu_hours(tenant_id=tenant.pk, start=window_start, end=now + timedelta(seconds=1))
     figure = daily_gpu_hours_figure(daily, start=start_day, end=today + timedelta(days=1))
+    # A month archived out of the ledger draws as zero days; say so rather than show a dip.
+    chart_archived = archived_periods_between(window_start, now)
     month_start, month_end = default_usage_window(now)
     energy = allocation_energy(tenant_id=tenant.pk, start=month_start, end=month_end)
     report = usage_by_sku(tenant_id=tenant.pk, start=month_start, end=month_end, as_of=now)
@@ -164,6 +167,7 @@ def portal_usage(request):
             "tenant": tenant,
             "figure_json": figure.to_json(),
             "days": PORTAL_USAGE_DAYS,
+            "chart_archived": chart_archived,
             "month_rows": report.rows,
             "as_of": report.as_of,
             "month_start": month_start,

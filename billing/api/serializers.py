@@ -196,6 +196,12 @@ class UsagePageSerializer(serializers.Serializer):
     energy = AllocationEnergySerializer(
         many=True, help_text="energy per allocation and month in the window (additive to the usage rows; informational)"
     )
+    archived_months = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="months (YYYY-MM) in the window whose usage rows were archived out of the ledger: "
+        "`results` leaves them out (energy is not in the ledger and stays); their finalized invoices "
+        "hold the frozen lines",
+    )
     next_page_token = serializers.CharField(allow_null=True, help_text="always null")
 
 

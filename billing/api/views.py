@@ -24,7 +24,7 @@ from billing.api.serializers import (
 )
 from billing.exports import invoice_csv
 from billing.models import Adjustment, AdjustmentKind, BillingRun
-from billing.periods import parse_period
+from billing.periods import format_period, parse_period
 from billing.selectors import default_usage_window, invoice_for_tenant, invoices_for_tenant, usage_by_sku
 from billing.services.corrections import CorrectionError, CreditRequest, issue_credit_note, reissue_invoice
 from billing.services.credits import CreditError, record_manual_adjustment
@@ -231,6 +231,7 @@ class UsageView(APIView):
                 "as_of": report.as_of.isoformat().replace("+00:00", "Z"),
                 "next_page_token": None,
                 "energy": AllocationEnergySerializer(energy, many=True).data,
+                "archived_months": [format_period(p) for p in report.archived_periods],
             }
         )
 

@@ -44,6 +44,7 @@ from billing.partitions import (
     table_figures,
 )
 from billing.periods import format_period, next_period, period_end, period_of, previous_period
+from billing.selectors import archived_periods
 from core.errors import Conflict
 from core.locks import advisory_lock, lock_id
 from core.services.audit import record_audit
@@ -66,16 +67,6 @@ class MonthFigures:
     quantity_micro: int
     first_id: int | None
     last_id: int | None
-
-
-def archived_periods() -> set[date]:
-    """Months whose latest archive action left them out of the ledger (archived or dropped)."""
-    latest: dict[date, str] = {}
-    for period, action in (
-        LedgerArchiveRecord.objects.using(LEDGER).order_by("created_at").values_list("period", "action")
-    ):
-        latest[period] = action
-    return {period for period, action in latest.items() if action != LedgerArchiveAction.RESTORED}
 
 
 def months_wanted(now: datetime, ahead: int | None = None) -> list[date]:

@@ -36,9 +36,9 @@ from billing.models import (
     UsageEvent,
 )
 from billing.periods import format_period, period_end, period_of, previous_period
+from billing.selectors import archived_periods
 from billing.services.disputes import hold_disputed_usage
 from billing.services.energy_lines import with_energy_lines
-from billing.services.ledger_partitions import archived_periods
 from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
 from core.bulk import insert_rows, update_rows

@@ -13,6 +13,7 @@ from django.db import DatabaseError, connections, transaction
 
 from billing.models import Invoice, LedgerArchiveAction, LedgerArchiveRecord, UsageDispute, UsageEvent
 from billing.partitions import attached_partitions, is_partitioned, partition_name
+from billing.reconcile import reconcile
 from billing.services.ingest import EventConflict, ingest_meter_events
 from billing.services.ledger_partitions import (
     ArchiveRefused,
@@ -258,3 +259,51 @@ def test_the_agent_is_told_409_for_usage_of_an_archived_month(agent_api, node_id
     assert response.status_code == 409, response.content
     assert response.json()["code"] == "period_archived" and "restore" in response.json()["detail"]
     assert not UsageEvent.objects.exists()
+
+
+def test_usage_readers_name_an_archived_month_instead_of_showing_zero(
+    ingest, tenants, acme_api, globex_api, client, django_user_model
+):
+    from tenants.models import Membership
+
+    acme = tenants[0]
+    _june_usage(ingest, acme.pk)
+    run_billing(period=JUNE, finalize=True, actor="test", now=AFTER_JUNE)
+    june_window = {"start": "2025-06-01T00:00:00Z", "end": "2025-07-01T00:00:00Z"}
+    before = acme_api.get("/api/v1/usage", june_window).json()
+    assert len(before["results"]) == 1 and before["archived_months"] == []
+
+    archive_month(JUNE, actor="test", now=NOW)
+
+    after = acme_api.get("/api/v1/usage", {"start": "2025-05-15T00:00:00Z", "end": "2025-07-15T00:00:00Z"}).json()
+    assert after["results"] == [] and after["archived_months"] == ["2025-06"]
+    # A window that ends where June begins does not touch it; another tenant is told the same
+    # (the month is archived for everyone) and sees none of Acme's usage.
+    may = acme_api.get("/api/v1/usage", {"start": "2025-05-01T00:00:00Z", "end": "2025-06-01T00:00:00Z"}).json()
+    assert may["archived_months"] == []
+    other = globex_api.get("/api/v1/usage", june_window).json()
+    assert other["results"] == [] and other["archived_months"] == ["2025-06"]
+
+    # The portal's 30-day chart, drawn in early July, says June is archived and points to Invoices.
+    user = django_user_model.objects.create_user("alice", password="alice-pass-123")
+    Membership.objects.create(tenant=acme, user=user, role="member")
+    client.force_login(user)
+    with mock.patch("billing.views.timezone.now", return_value=datetime(2025, 7, 10, tzinfo=UTC)):
+        page = client.get("/portal/usage/")
+    assert page.status_code == 200
+    assert b'id="usage-archived"' in page.content and b"June 2025" in page.content
+    assert b'href="/portal/invoices/"' in page.content
+    with mock.patch("billing.views.timezone.now", return_value=datetime(2025, 8, 20, tzinfo=UTC)):
+        assert b'id="usage-archived"' not in client.get("/portal/usage/").content  # the window left June
+
+
+def test_reconciling_an_archived_month_is_refused_not_reported_as_unmetered(ingest):
+    _billed_june(ingest)
+    archive_month(JUNE, actor="test", now=NOW)
+    out = StringIO()
+    with pytest.raises(CommandError, match="2025-06 is archived") as refused:
+        call_command("billing_reconcile", "--period", "2025-06", stdout=out)
+    assert refused.value.returncode == 2 and "--restore" in str(refused.value)
+    assert "allocations with no metering" not in out.getvalue()
+    restore_month(JUNE, actor="test")
+    assert reconcile(period=JUNE).metered_pairs >= 1  # read again from the restored month

@@ -1,13 +1,13 @@
 """`manage.py billing_reconcile --period YYYY-MM`: allocations with no metering and metering
 with no allocation. Exit status 0 when the ledger and allocation history agree, 1 when gaps
-were found (so cron/CI can alert), 2 for a bad argument."""
+were found (so cron/CI can alert), 2 for a bad argument or an archived month."""
 
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.periods import format_period, parse_period
-from billing.reconcile import reconcile
+from billing.reconcile import PeriodArchived, reconcile
 
 
 class Command(BaseCommand):
@@ -27,7 +27,10 @@ class Command(BaseCommand):
             month = parse_period(period)
         except ValueError as exc:
             raise CommandError(str(exc), returncode=2) from None
-        report = reconcile(period=month, min_overlap=timedelta(minutes=min_overlap_minutes))
+        try:
+            report = reconcile(period=month, min_overlap=timedelta(minutes=min_overlap_minutes))
+        except PeriodArchived as exc:
+            raise CommandError(exc.detail, returncode=2) from None
         self.stdout.write(
             f"{format_period(month)}: {report.memberships} allocation membership(s), "
             f"{report.metered_pairs} metered allocation/node pair(s)"
