@@ -143,9 +143,17 @@ def heartbeat_signals(
     return found
 
 
-def _heartbeat_sql() -> str:
+def _heartbeat_sql(*, async_commit: bool = False) -> str:
     """One round trip: the node UPDATE returns whether a level condition is still active
     (no row back: the node is gone).
+
+    `async_commit` (PostgreSQL, a heartbeat committed on its own) sets `synchronous_commit` off
+    for this statement's own transaction only (`set_config(…, true)` in a one-row FROM): its
+    commit returns without waiting for the WAL flush, which was most of the statement's time
+    (2–4 ms p50 here, more under write load, against ~0.2 ms without). What a database crash can
+    lose is the last ~0.6 s of heartbeats (3 × wal_writer_delay), which the next ones, every
+    10 s, write again; the database stays consistent, and every other write (meter events,
+    transitions, audit) keeps its synchronous commit.
 
     A good heartbeat (no signal in it) on an `unknown` node with no active condition makes it
     `healthy` in the same statement: the lease lapse is over the moment the node speaks, and
@@ -155,6 +163,7 @@ def _heartbeat_sql() -> str:
     levels = ", ".join(f"'{signal}'" for signal in sorted(HEARTBEAT_LEVEL_SIGNALS))
     counter_table = NodeEnergyCounter._meta.db_table
     unknown, healthy = Health.UNKNOWN.value, Health.HEALTHY.value
+    async_from = " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit" if async_commit else ""
     return (
         f"UPDATE {node_table} SET last_heartbeat_at = %s, power_state = %s, gpu_power_w = %s, "
         f"gpu_telemetry = COALESCE(%s, gpu_telemetry), "
@@ -164,7 +173,7 @@ def _heartbeat_sql() -> str:
         f"agent_clock_skew_s = COALESCE(%s, agent_clock_skew_s), "
         f"wall_power_w = CASE WHEN %s THEN %s ELSE wall_power_w END, "
         f"wall_power_source = CASE WHEN %s THEN %s ELSE wall_power_source END, "
-        f"wall_power_at = CASE WHEN %s THEN %s ELSE wall_power_at END WHERE id = %s "
+        f"wall_power_at = CASE WHEN %s THEN %s ELSE wall_power_at END{async_from} WHERE id = %s "
         f"RETURNING EXISTS(SELECT 1 FROM {condition_table} WHERE {condition_table}.node_id = {node_table}.id "
         f"AND {condition_table}.status = 'active' AND {condition_table}.signal IN ({levels})), "
         f"(SELECT read_at FROM {counter_table} WHERE {counter_table}.node_id = {node_table}.id)"
@@ -172,6 +181,7 @@ def _heartbeat_sql() -> str:
 
 
 _UPDATE_NODE = _heartbeat_sql()
+_UPDATE_NODE_ASYNC_COMMIT = _heartbeat_sql(async_commit=True)
 
 # What the node page shows of each GPU's last report; the rest of a heartbeat is judged, not kept.
 TELEMETRY_FIELDS = (
@@ -251,9 +261,12 @@ def ingest_heartbeat(
     has_wall = wall_watts is not None
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
     at = connection.ops.adapt_datetimefield_value(now)
+    # Inside a caller's transaction the statement would turn that transaction's commit
+    # asynchronous too: only a heartbeat committed on its own skips the flush.
+    on_its_own = connection.vendor == "postgresql" and not connection.in_atomic_block
     with connection.cursor() as cursor:
         cursor.execute(
-            _UPDATE_NODE,
+            _UPDATE_NODE_ASYNC_COMMIT if on_its_own else _UPDATE_NODE,
             [
                 at,
                 power_state,

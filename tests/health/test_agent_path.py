@@ -127,3 +127,30 @@ def test_a_desired_state_poll_costs_three_queries(nodes, agent_for):
     with CaptureQueriesContext(connection) as ctx:
         assert agent.get("/api/agent/v1/desired-state").status_code == 200
     assert len(ctx) == 3, [q["sql"][:80] for q in ctx.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="asynchronous commit is PostgreSQL's")
+def test_a_heartbeat_on_its_own_skips_the_wal_flush_and_nothing_else_does(nodes, agent_for):
+    from django.db import transaction
+
+    from health.services.ingest import ingest_heartbeat
+
+    node = nodes[0]
+    agent = agent_for(node)
+    assert agent.heartbeat().status_code == 202
+    before = Node.objects.values_list("last_heartbeat_at", flat=True).get(pk=node.pk)
+    with CaptureQueriesContext(connection) as ctx:
+        assert agent.heartbeat().status_code == 202
+    (update,) = [q["sql"] for q in ctx.captured_queries]
+    assert "set_config('synchronous_commit', 'off', true)" in update
+    # The node row was written (committed, visible to a new transaction) and the connection's
+    # own setting is untouched: the next write on it commits synchronously.
+    assert Node.objects.values_list("last_heartbeat_at", flat=True).get(pk=node.pk) > before
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    # Inside a caller's transaction the plain statement runs, so that commit stays durable.
+    with transaction.atomic(), CaptureQueriesContext(connection) as ctx:
+        ingest_heartbeat(node_id=node.pk, power_state="on", gpus=[], now=timezone.now())
+    assert "set_config" not in ctx.captured_queries[0]["sql"]
