@@ -5,10 +5,11 @@ time Django spends building it, grow with rows × fields. Re-rating 10,000 draft
 16 s of a 32 s billing run there (benchmarks/bench_ledger.py). On PostgreSQL this joins the
 table to a VALUES list instead, each value cast to its column's type; other vendors keep
 bulk_update. `insert_rows` is bulk_create by COPY for large batches; `insert_values` and
-`compare_and_set` are the few-row INSERT and compare-and-set UPDATE of hot paths (placement),
+`update_returning` are the few-row INSERT and compare-and-set UPDATE of hot paths (placement),
 where Django's per-row model instances and SQL building cost more than the database does.
 """
 
+import functools
 from collections.abc import Sequence
 
 from django.db import connections, models
@@ -122,7 +123,7 @@ def insert_values(
     def placeholder(f: models.Field) -> str:
         # PostgreSQL types a VALUES column from its literals (a column all NULL would be text):
         # cast each to its column's type.
-        return f"%s::{f.db_type(connection)}" if postgres else "%s"
+        return f"%s::{_db_type(f, connection.alias)}" if postgres else "%s"
 
     row_sql = "(" + ", ".join(placeholder(f) for f in varying) + ")"
     selected = [f"v.column{i + 1}" for i in range(len(varying))]
@@ -151,11 +152,18 @@ def insert_values(
         return [model._meta.pk.to_python(r[0]) for r in cursor.fetchall()] if returning else None
 
 
-def compare_and_set(model: type[models.Model], pks: Sequence, *, expected: dict, values: dict, using: str) -> list:
-    """`UPDATE … SET values WHERE pk IN pks AND expected … RETURNING pk`: the rows that still
-    held `expected` and were changed, in one statement (no read-back that a concurrent writer
-    could slip between). Needs RETURNING
-    (PostgreSQL, SQLite ≥ 3.35)."""
+@functools.cache
+def _db_type(field: models.Field, using: str) -> str:
+    return field.db_type(connections[using])
+
+
+def update_returning(
+    model: type[models.Model], pks: Sequence, *, values: dict, using: str, expected: dict | None = None
+) -> list:
+    """`UPDATE … SET values WHERE pk IN pks [AND expected …] RETURNING pk`: with `expected`, a
+    compare-and-set that says which rows still held it and changed, in one statement (no
+    read-back that a concurrent writer could slip between). Fields by name or attname; like
+    QuerySet.update, no auto_now and no signals. Needs RETURNING (PostgreSQL, SQLite ≥ 3.35)."""
     if not pks:
         return []
     connection = connections[using]
@@ -172,7 +180,7 @@ def compare_and_set(model: type[models.Model], pks: Sequence, *, expected: dict,
             params.append(f.get_db_prep_save(value, connection))
     params.extend(pk.get_db_prep_value(v, connection) for v in pks)
     where = [f"{quote(pk.column)} IN ({', '.join(['%s'] * len(pks))})"]
-    for name, value in expected.items():
+    for name, value in (expected or {}).items():
         f = meta.get_field(name)
         where.append(f"{quote(f.column)} = %s")
         params.append(f.get_db_prep_value(value, connection))

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from django.db import router, transaction
 from django.utils import timezone
 
-from core.bulk import compare_and_set, insert_values
+from core.bulk import insert_values, update_returning
 from core.context import current_request_id
 from core.errors import Conflict
 from core.reference_data import burn_in_deadline
@@ -290,8 +290,8 @@ def transition_many(
         # Compare-and-set: only rows still in from_state move, and RETURNING says which did in
         # the same statement.
         moved = set(
-            compare_and_set(
-                Node, [n.pk for n in group], expected={"lifecycle": from_state}, values=updates, using=using
+            update_returning(
+                Node, [n.pk for n in group], values=updates, expected={"lifecycle": from_state}, using=using
             )
         )
         moved_all |= moved

@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, router, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Window
 from django.utils import timezone
 
-from core.bulk import insert_values
+from core.bulk import insert_values, update_returning
 from core.errors import Conflict
 from fleet.choices import AgentAction, Health, Lifecycle
 from fleet.models import Node, NodeType
@@ -26,10 +26,18 @@ from fleet.selectors import on_golden_baseline
 from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
 from tenants.choices import AllocationNodeRole, FabricMode
-from tenants.models import Allocation, AllocationNode
+from tenants.models import Allocation, AllocationNode, FabricPartition, Tenant
 from tenants.services.partitions import partition_for_allocation
 
 PLACEABLE_HEALTH = (Health.HEALTHY, Health.DEGRADED)
+# What the claim reads of a node (the rest is deferred), in the model's field order as from_db
+# wants it, and the whole of the tenant's partition that comes along.
+_NODE_FIELDS = tuple(
+    f
+    for f in Node._meta.concrete_fields
+    if f.attname in {"id", "hostname", "lifecycle", "leaf_switch", "health", "node_type_id", "fabric_domain_id"}
+)
+_PARTITION_FIELDS = tuple(FabricPartition._meta.concrete_fields)
 
 
 class InsufficientCapacity(Conflict):
@@ -83,8 +91,11 @@ _PREFERENCE = (
 )
 
 
-def _claim_statement(instance_type: NodeType, node_count: int, domain_id, on_baseline_only: bool) -> tuple[str, tuple]:
-    """The SQL that chooses and locks the nodes (see `_claim`), with its parameters."""
+def _claim_statement(
+    instance_type: NodeType, node_count: int, domain_id, on_baseline_only: bool
+) -> tuple[str, tuple, tuple]:
+    """The SQL that chooses and locks the nodes (see `_claim`), and its parameters before and
+    after the tenant's."""
     placeable = placeable_nodes(instance_type=instance_type, on_baseline_only=on_baseline_only)
     if domain_id is None:
         # The tightest domain that can hold them all (fewest placeable nodes, ties by id): what the
@@ -104,7 +115,7 @@ def _claim_statement(instance_type: NodeType, node_count: int, domain_id, on_bas
         .order_by()  # the outer query orders; a sort inside the CTE would be wasted
     )
     ranked_sql, ranked_params = ranked.query.sql_with_params()
-    table = Node._meta.db_table
+    quote = connection.ops.quote_name
     order_params = [node_count, node_count, node_count, Health.HEALTHY]
     if connection.vendor == "postgresql":
         # `n` is fetched by primary key from the CTE's ids (an InitPlan): a plain join has the
@@ -114,19 +125,28 @@ def _claim_statement(instance_type: NodeType, node_count: int, domain_id, on_bas
         lock = " FOR UPDATE OF n SKIP LOCKED"
     else:
         only_ranked, lock = "", ""
-    # The outer WHERE is what PostgreSQL re-checks on a row another transaction changed while
-    # we waited: a node that stopped being available or was cordoned is not taken.
+    columns = ", ".join(
+        [*(f"n.{quote(f.column)}" for f in _NODE_FIELDS), *(f"p.{quote(f.column)}" for f in _PARTITION_FIELDS)]
+    )
+    # The tenant's partition in each candidate's domain comes along (LEFT JOIN, not locked): an
+    # isolated allocation needs it, and a statement of its own cost more than the join. The
+    # outer WHERE is what PostgreSQL re-checks on a row another transaction changed while we
+    # waited: a node that stopped being available or was cordoned is not taken.
     sql = (
         f"WITH c (id, leaf_switch, health, leaf_healthy) AS ({ranked_sql}) "
-        f"SELECT n.id, n.hostname, n.lifecycle, n.leaf_switch, n.health, n.node_type_id, n.fabric_domain_id "
-        f"FROM {table} n JOIN c ON c.id = n.id "
+        f"SELECT {columns} FROM {quote(Node._meta.db_table)} n JOIN c ON c.id = n.id "
+        f"LEFT JOIN {quote(FabricPartition._meta.db_table)} p "
+        f"ON p.{quote('fabric_domain_id')} = n.{quote('fabric_domain_id')} AND p.{quote('tenant_id')} = %s "
         f"WHERE {only_ranked}n.lifecycle = %s AND NOT n.cordoned ORDER BY {_PREFERENCE} LIMIT %s{lock}"
     )
-    return sql, (*ranked_params, Lifecycle.AVAILABLE, *order_params, node_count)
+    # Parameters before the tenant's, and after it: the statement is cached for every tenant.
+    return sql, tuple(ranked_params), (Lifecycle.AVAILABLE, *order_params, node_count)
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_claim_statement(vendor: str, instance_type: NodeType, node_count: int, domain_id) -> tuple[str, tuple]:
+def _cached_claim_statement(
+    vendor: str, instance_type: NodeType, node_count: int, domain_id
+) -> tuple[str, tuple, tuple]:
     """`_claim_statement` without the golden-baseline filter. It depends only on these arguments
     and the schema, so it is built once per process: composing it through the ORM costs more
     Python than the database spends running it. (Never cached with the baseline filter, which
@@ -135,19 +155,49 @@ def _cached_claim_statement(vendor: str, instance_type: NodeType, node_count: in
 
 
 def _claim(
-    instance_type: NodeType, node_count: int, domain_id=None, on_baseline_only: bool = False
-) -> list[Node] | None:
+    instance_type: NodeType, node_count: int, tenant_id, domain_id=None, on_baseline_only: bool = False
+) -> list[tuple[Node, FabricPartition | None]] | None:
     """Choose and lock `node_count` nodes of one domain in one statement: the placeable nodes
     ranked in SQL (`_PREFERENCE`), `LIMIT node_count`, and on PostgreSQL `FOR UPDATE SKIP
     LOCKED`, so rows a concurrent placement holds are passed over for the next best ones and
     concurrent placements take disjoint nodes. `domain_id` None: the tightest domain that can
-    hold them, chosen in the same statement. None when the domain cannot hold them now."""
+    hold them, chosen in the same statement. Each node comes with the tenant's partition in its
+    domain, if it has one. None when the domain cannot hold them now."""
     if on_baseline_only:
-        sql, params = _claim_statement(instance_type, node_count, domain_id, True)
+        sql, head, tail = _claim_statement(instance_type, node_count, domain_id, True)
     else:
-        sql, params = _cached_claim_statement(connection.vendor, instance_type, node_count, domain_id)
-    nodes = list(Node.objects.raw(sql, params))
-    return nodes if len(nodes) == node_count else None
+        sql, head, tail = _cached_claim_statement(connection.vendor, instance_type, node_count, domain_id)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (*head, Tenant._meta.pk.get_db_prep_value(tenant_id, connection), *tail))
+        rows = cursor.fetchall()
+    if len(rows) != node_count:
+        return None
+    split = len(_NODE_FIELDS)
+    return [
+        (
+            _from_row(Node, _NODE_FIELDS, row[:split]),
+            _from_row(FabricPartition, _PARTITION_FIELDS, row[split:]) if row[split] is not None else None,
+        )
+        for row in rows
+    ]
+
+
+def _from_row(model, fields, values):
+    """A model instance from a row of raw SQL, each value through its field's converters (what
+    the ORM applies: e.g. SQLite returns UUIDs and datetimes as text), the rest deferred."""
+    converted = []
+    for f, value in zip(fields, values, strict=True):
+        col, converters = _converters(f, connection.vendor)
+        for converter in converters:
+            value = converter(value, col, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+@functools.cache
+def _converters(field, vendor: str) -> tuple:
+    col = field.get_col(field.model._meta.db_table)
+    return col, (*connection.ops.get_db_converters(col), *field.get_db_converters(connection))
 
 
 def claim_nodes(
@@ -194,13 +244,17 @@ def _claim_and_write(
     the nodes, or None if it cannot hold them now or lost a race for one of them."""
     try:
         with transaction.atomic():
-            nodes = _claim(instance_type, node_count, domain_id, on_baseline_only)
-            if nodes is None:
+            claimed = _claim(instance_type, node_count, allocation.tenant_id, domain_id, on_baseline_only)
+            if claimed is None:
                 return None
+            nodes = [node for node, _ in claimed]
             domain_id = nodes[0].fabric_domain_id
             partition = None
             if allocation.fabric == FabricMode.ISOLATED:
-                partition = partition_for_allocation(tenant=allocation.tenant, fabric_domain_id=domain_id, actor=actor)
+                # The tenant's first isolated allocation in this domain creates its partition.
+                partition = claimed[0][1] or partition_for_allocation(
+                    tenant=allocation.tenant, fabric_domain_id=domain_id, actor=actor
+                )
             # The partial unique index refuses a node already in a live allocation (IntegrityError).
             insert_values(
                 AllocationNode,
@@ -235,8 +289,11 @@ def _claim_and_write(
                 reason=f"allocation {allocation.pk}",
             )
             if role == AllocationNodeRole.ORIGINAL:
-                Allocation.objects.filter(pk=allocation.pk).update(
-                    fabric_domain_id=domain_id, fabric_partition=partition
+                update_returning(
+                    Allocation,
+                    [allocation.pk],
+                    values={"fabric_domain_id": domain_id, "fabric_partition_id": partition.pk if partition else None},
+                    using=router.db_for_write(Allocation),
                 )
                 allocation.fabric_domain_id = domain_id
                 allocation.fabric_partition = partition
