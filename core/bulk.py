@@ -92,10 +92,10 @@ def insert_values(
     once (`INSERT … SELECT v.column1, …, <shared> FROM (VALUES …) AS v`), which is most of a
     batch's parameters. A field in neither takes its default (a callable default of a primary
     key or unique field once per row, otherwise once), `auto_now`/`auto_now_add` fields now.
-    Like bulk_create, no signals are sent. `ignore_conflicts` skips rows a unique constraint
-    refuses; `returning` gives back the inserted rows' primary keys, so callers can count what
-    went in. Needs RETURNING (PostgreSQL, SQLite ≥ 3.35) only
-    when `returning` is set."""
+    Like bulk_create, no signals are sent, and large batches go in several statements.
+    `ignore_conflicts` skips rows a unique constraint refuses; `returning` gives back the
+    inserted rows' primary keys, so callers can count what went in. Needs RETURNING
+    (PostgreSQL, SQLite ≥ 3.35) only when `returning` is set."""
     if not rows:
         return [] if returning else None
     connection = connections[using]
@@ -127,29 +127,35 @@ def insert_values(
 
     row_sql = "(" + ", ".join(placeholder(f) for f in varying) + ")"
     selected = [f"v.column{i + 1}" for i in range(len(varying))]
-    params: list = []  # in the order of the SQL: the shared values (in the SELECT), then the rows
+    head: list = []  # the shared values, in the SELECT: before the rows' in the SQL
     for f in constant:
         selected.append(placeholder(f))
-        params.append(f.get_db_prep_save(shared[f.attname], connection))
-    for row in rows:
-        for f in varying:
-            value = row[f.attname] if f.attname in row else f.get_default()
-            params.append(f.get_db_prep_save(value, connection))
+        head.append(f.get_db_prep_save(shared[f.attname], connection))
     quote = connection.ops.quote_name
     on_conflict = OnConflict.IGNORE if ignore_conflicts else None
     columns = ", ".join(quote(f.column) for f in (*varying, *constant))
-    sql = (
-        f"{connection.ops.insert_statement(on_conflict=on_conflict)} {quote(model._meta.db_table)} ({columns}) "
-        f"SELECT {', '.join(selected)} FROM (VALUES {', '.join([row_sql] * len(rows))}) AS v"
-    )
     suffix = connection.ops.on_conflict_suffix_sql(constant, on_conflict, None, None)
-    if suffix:
-        sql += f" {suffix}"
-    if returning:
-        sql += f" RETURNING {quote(model._meta.pk.column)}"
+    tail = (f" {suffix}" if suffix else "") + (f" RETURNING {quote(model._meta.pk.column)}" if returning else "")
+    # Batches as bulk_create's (SQLite caps the parameters of a statement).
+    batch_size = max(1, min(2000, connection.ops.bulk_batch_size([*varying, *constant], rows)))
+    inserted = []
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [model._meta.pk.to_python(r[0]) for r in cursor.fetchall()] if returning else None
+        for lo in range(0, len(rows), batch_size):
+            batch = rows[lo : lo + batch_size]
+            params = list(head)
+            for row in batch:
+                for f in varying:
+                    value = row[f.attname] if f.attname in row else f.get_default()
+                    params.append(f.get_db_prep_save(value, connection))
+            cursor.execute(
+                f"{connection.ops.insert_statement(on_conflict=on_conflict)} {quote(model._meta.db_table)} "
+                f"({columns}) SELECT {', '.join(selected)} FROM (VALUES {', '.join([row_sql] * len(batch))}) AS v"
+                f"{tail}",
+                params,
+            )
+            if returning:
+                inserted.extend(model._meta.pk.to_python(r[0]) for r in cursor.fetchall())
+    return inserted if returning else None
 
 
 @functools.cache
