@@ -10,6 +10,14 @@ Concurrency is settled by the database: candidate rows are locked with
 `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL), so concurrent placements take disjoint
 nodes; the partial unique index on AllocationNode forbids a node in two live allocations
 whatever happens; and the lifecycle compare-and-set refuses a node that moved.
+
+A placement whose first try succeeds is eight statements with its savepoint (pinned in
+tests/tenants/test_placement_writes.py): one chooses the domain (the tightest that fits),
+ranks and locks its nodes and brings the tenant's partition along; then one INSERT each of
+memberships, node events (in transition_many, after its compare-and-set UPDATE … RETURNING)
+and agent actions, and the allocation's UPDATE. Only when that domain cannot be taken are the
+domains counted and tried in turn; a tenant's first isolated allocation in a domain also
+creates its partition.
 """
 
 import functools
