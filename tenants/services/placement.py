@@ -164,12 +164,12 @@ def _cached_claim_statement(
 
 def _claim(
     instance_type: NodeType, node_count: int, tenant_id, domain_id=None, on_baseline_only: bool = False
-) -> list[tuple[Node, FabricPartition | None]] | None:
+) -> tuple[list[Node], FabricPartition | None] | None:
     """Choose and lock `node_count` nodes of one domain in one statement: the placeable nodes
     ranked in SQL (`_PREFERENCE`), `LIMIT node_count`, and on PostgreSQL `FOR UPDATE SKIP
     LOCKED`, so rows a concurrent placement holds are passed over for the next best ones and
     concurrent placements take disjoint nodes. `domain_id` None: the tightest domain that can
-    hold them, chosen in the same statement. Each node comes with the tenant's partition in its
+    hold them, chosen in the same statement. The nodes come with the tenant's partition in their
     domain, if it has one. None when the domain cannot hold them now."""
     if on_baseline_only:
         sql, head, tail = _claim_statement(instance_type, node_count, domain_id, True)
@@ -181,31 +181,38 @@ def _claim(
     if len(rows) != node_count:
         return None
     split = len(_NODE_FIELDS)
-    return [
-        (
-            _from_row(Node, _NODE_FIELDS, row[:split]),
-            _from_row(FabricPartition, _PARTITION_FIELDS, row[split:]) if row[split] is not None else None,
-        )
-        for row in rows
-    ]
+    first = rows[0][split:]  # one domain, so one partition (or none yet)
+    partition = _from_rows(FabricPartition, _PARTITION_FIELDS, [first])[0] if first[0] is not None else None
+    return _from_rows(Node, _NODE_FIELDS, [row[:split] for row in rows]), partition
 
 
-def _from_row(model, fields, values):
-    """A model instance from a row of raw SQL, each value through its field's converters (what
-    the ORM applies: e.g. SQLite returns UUIDs and datetimes as text), the rest deferred."""
-    converted = []
-    for f, value in zip(fields, values, strict=True):
-        col, converters = _converters(f, connection.vendor)
-        for converter in converters:
-            value = converter(value, col, connection)
-        converted.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+def _from_rows(model, fields, rows) -> list:
+    """Model instances from rows of raw SQL, each value through its field's converters (what
+    the ORM applies: e.g. SQLite returns UUIDs and datetimes as text; PostgreSQL needs none
+    here), the other fields deferred."""
+    alias = connection.alias  # the proxy costs a lookup per access: once, not per value
+    converters = _converters(model, fields, connection.vendor)
+    names = [f.attname for f in fields]
+    if not any(c for _, c in converters):
+        return [model.from_db(alias, names, row) for row in rows]
+    instances = []
+    for row in rows:
+        values = []
+        for value, (col, field_converters) in zip(row, converters, strict=True):
+            for converter in field_converters:
+                value = converter(value, col, connection)
+            values.append(value)
+        instances.append(model.from_db(alias, names, values))
+    return instances
 
 
 @functools.cache
-def _converters(field, vendor: str) -> tuple:
-    col = field.get_col(field.model._meta.db_table)
-    return col, (*connection.ops.get_db_converters(col), *field.get_db_converters(connection))
+def _converters(model, fields: tuple, vendor: str) -> tuple:
+    columns = [f.get_col(model._meta.db_table) for f in fields]
+    return tuple(
+        (col, (*connection.ops.get_db_converters(col), *f.get_db_converters(connection)))
+        for f, col in zip(fields, columns, strict=True)
+    )
 
 
 def claim_nodes(
@@ -255,12 +262,12 @@ def _claim_and_write(
             claimed = _claim(instance_type, node_count, allocation.tenant_id, domain_id, on_baseline_only)
             if claimed is None:
                 return None
-            nodes = [node for node, _ in claimed]
+            nodes, existing = claimed
             domain_id = nodes[0].fabric_domain_id
             partition = None
             if allocation.fabric == FabricMode.ISOLATED:
                 # The tenant's first isolated allocation in this domain creates its partition.
-                partition = claimed[0][1] or partition_for_allocation(
+                partition = existing or partition_for_allocation(
                     tenant=allocation.tenant, fabric_domain_id=domain_id, actor=actor
                 )
             # The partial unique index refuses a node already in a live allocation (IntegrityError).
