@@ -3,6 +3,7 @@ without model instances, and one compare-and-set UPDATE … RETURNING."""
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core.bulk import insert_values, update_returning
 from fleet.choices import AgentAction, Lifecycle
@@ -11,13 +12,19 @@ from fleet.models import Node, NodeAgentAction, NodeEvent
 pytestmark = pytest.mark.django_db
 
 
-def test_insert_values_fills_defaults_shares_values_and_batches(small_fleet, django_assert_num_queries):
+def test_insert_values_fills_defaults_shares_values_and_batches(small_fleet):
     nodes = list(Node.objects.order_by("hostname")[:2])
     rows = [{"node_id": nodes[i % 2].pk, "reason": f"r{i}"} for i in range(2001)]
-    with django_assert_num_queries(2):  # 2,000 rows a statement
+    with CaptureQueriesContext(connection) as statements:
         insert_values(
             NodeEvent, rows, using="default", shared={"at": nodes[0].created_at, "actor": "test", "action": "bulk"}
         )
+    # 2,000 rows a statement; fewer where the backend caps a statement's parameters (SQLite).
+    fields = NodeEvent._meta.concrete_fields
+    per_statement = min(2000, connection.ops.bulk_batch_size(fields, rows))
+    assert len(statements) == -(-2001 // per_statement)
+    if connection.vendor == "postgresql":
+        assert len(statements) == 2
     events = NodeEvent.objects.filter(action="bulk")
     assert events.count() == 2001
     assert len(set(events.values_list("id", flat=True))) == 2001  # a generated key per row
