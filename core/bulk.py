@@ -4,12 +4,17 @@ Django's bulk_update writes a `CASE WHEN pk = … THEN …` per field and row; i
 time Django spends building it, grow with rows × fields. Re-rating 10,000 draft invoices spent
 16 s of a 32 s billing run there (benchmarks/bench_ledger.py). On PostgreSQL this joins the
 table to a VALUES list instead, each value cast to its column's type; other vendors keep
-bulk_update.
+bulk_update. `insert_rows` is bulk_create by COPY for large batches; `insert_values` and
+`update_returning` are the few-row INSERT and compare-and-set UPDATE of hot paths (placement),
+where Django's per-row model instances and SQL building cost more than the database does.
 """
 
+import functools
 from collections.abc import Sequence
 
 from django.db import connections, models
+from django.db.models.constants import OnConflict
+from django.utils import timezone
 
 
 def update_rows(
@@ -68,3 +73,126 @@ def insert_rows(model: type[models.Model], objs: Sequence[models.Model], *, usin
         ) as copy:
             for obj in objs:
                 copy.write_row([f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields])
+
+
+def insert_values(
+    model: type[models.Model],
+    rows: Sequence[dict],
+    *,
+    using: str,
+    shared: dict | None = None,
+    ignore_conflicts: bool = False,
+    returning: bool = False,
+) -> list | None:
+    """One INSERT of `rows` (attname → value) with no model instances, for hot paths.
+
+    Building a model instance per row and bulk_create's insert compiler cost more Python than
+    the database spends on a few rows (placement writes three batches of eight; see
+    tenants.services.placement). Values in `shared` are the same for every row and are sent
+    once (`INSERT … SELECT v.column1, …, <shared> FROM (VALUES …) AS v`), which is most of a
+    batch's parameters. A field in neither takes its default (a callable default of a primary
+    key or unique field once per row, otherwise once), `auto_now`/`auto_now_add` fields now.
+    Like bulk_create, no signals are sent, and large batches go in several statements.
+    `ignore_conflicts` skips rows a unique constraint refuses; `returning` gives back the
+    inserted rows' primary keys, so callers can count what went in. Needs RETURNING
+    (PostgreSQL, SQLite ≥ 3.35) only when `returning` is set."""
+    if not rows:
+        return [] if returning else None
+    connection = connections[using]
+    shared = dict(shared or {})
+    first = rows[0]
+    varying: list[models.Field] = []
+    constant: list[models.Field] = []
+    now = None
+    for f in model._meta.concrete_fields:
+        if f.attname in first:
+            varying.append(f)
+            continue
+        if f.attname not in shared:
+            if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+                now = now or timezone.now()
+                shared[f.attname] = now
+            elif f.has_default() and callable(f.default) and (f.primary_key or f.unique):
+                varying.append(f)  # a generated key: one per row
+                continue
+            else:
+                shared[f.attname] = f.get_default()
+        constant.append(f)
+    postgres = connection.vendor == "postgresql"
+
+    def placeholder(f: models.Field) -> str:
+        # PostgreSQL types a VALUES column from its literals (a column all NULL would be text):
+        # cast each to its column's type.
+        return f"%s::{_db_type(f, connection.alias)}" if postgres else "%s"
+
+    row_sql = "(" + ", ".join(placeholder(f) for f in varying) + ")"
+    selected = [f"v.column{i + 1}" for i in range(len(varying))]
+    head: list = []  # the shared values, in the SELECT: before the rows' in the SQL
+    for f in constant:
+        selected.append(placeholder(f))
+        head.append(f.get_db_prep_save(shared[f.attname], connection))
+    quote = connection.ops.quote_name
+    on_conflict = OnConflict.IGNORE if ignore_conflicts else None
+    columns = ", ".join(quote(f.column) for f in (*varying, *constant))
+    suffix = connection.ops.on_conflict_suffix_sql(constant, on_conflict, None, None)
+    tail = (f" {suffix}" if suffix else "") + (f" RETURNING {quote(model._meta.pk.column)}" if returning else "")
+    # Batches as bulk_create's (SQLite caps the parameters of a statement).
+    batch_size = max(1, min(2000, connection.ops.bulk_batch_size([*varying, *constant], rows)))
+    inserted = []
+    with connection.cursor() as cursor:
+        for lo in range(0, len(rows), batch_size):
+            batch = rows[lo : lo + batch_size]
+            params = list(head)
+            for row in batch:
+                for f in varying:
+                    value = row[f.attname] if f.attname in row else f.get_default()
+                    params.append(f.get_db_prep_save(value, connection))
+            cursor.execute(
+                f"{connection.ops.insert_statement(on_conflict=on_conflict)} {quote(model._meta.db_table)} "
+                f"({columns}) SELECT {', '.join(selected)} FROM (VALUES {', '.join([row_sql] * len(batch))}) AS v"
+                f"{tail}",
+                params,
+            )
+            if returning:
+                inserted.extend(model._meta.pk.to_python(r[0]) for r in cursor.fetchall())
+    return inserted if returning else None
+
+
+@functools.cache
+def _db_type(field: models.Field, using: str) -> str:
+    return field.db_type(connections[using])
+
+
+def update_returning(
+    model: type[models.Model], pks: Sequence, *, values: dict, using: str, expected: dict | None = None
+) -> list:
+    """`UPDATE … SET values WHERE pk IN pks [AND expected …] RETURNING pk`: with `expected`, a
+    compare-and-set that says which rows still held it and changed, in one statement (no
+    read-back that a concurrent writer could slip between). Fields by name or attname; like
+    QuerySet.update, no auto_now and no signals. Needs RETURNING (PostgreSQL, SQLite ≥ 3.35)."""
+    if not pks:
+        return []
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = model._meta
+    pk = meta.pk
+    sets, params = [], []
+    for name, value in values.items():
+        f = meta.get_field(name)
+        if value is None:
+            sets.append(f"{quote(f.column)} = NULL")
+        else:
+            sets.append(f"{quote(f.column)} = %s")
+            params.append(f.get_db_prep_save(value, connection))
+    params.extend(pk.get_db_prep_value(v, connection) for v in pks)
+    where = [f"{quote(pk.column)} IN ({', '.join(['%s'] * len(pks))})"]
+    for name, value in (expected or {}).items():
+        f = meta.get_field(name)
+        where.append(f"{quote(f.column)} = %s")
+        params.append(f.get_db_prep_value(value, connection))
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {' AND '.join(where)} RETURNING {quote(pk.column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [pk.to_python(r[0]) for r in cursor.fetchall()]

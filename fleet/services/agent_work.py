@@ -2,9 +2,10 @@
 
 from collections.abc import Iterable
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
+from core.bulk import insert_values
 from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 
@@ -31,20 +32,26 @@ def request_agent_action(
 def request_agent_actions(
     *, nodes: Iterable[Node], action: str, actor: str, params: dict | None = None, reason: str = ""
 ) -> int:
-    """Batch form for loops: one query to find what is already pending, one INSERT for the rest."""
-    nodes = list(nodes)
-    already = set(
-        NodeAgentAction.objects.filter(
-            node__in=nodes, action=action, drive__isnull=True, state=AgentActionState.PENDING
-        ).values_list("node_id", flat=True)
+    """Batch form for loops: one INSERT that skips the nodes with this action already pending
+    (the database's one-pending-per-kind constraint decides, so a concurrent request cannot
+    queue it twice) and returns how many it queued."""
+    rows = [{"node_id": n.pk} for n in nodes]
+    queued = insert_values(
+        NodeAgentAction,
+        rows,
+        using=router.db_for_write(NodeAgentAction),
+        shared={
+            "action": action,
+            "params": params or {},
+            "drive_id": None,
+            "state": AgentActionState.PENDING,
+            "requested_by": actor,
+            "reason": reason,
+        },
+        ignore_conflicts=True,
+        returning=True,
     )
-    rows = [
-        NodeAgentAction(node=n, action=action, params=params or {}, requested_by=actor, reason=reason)
-        for n in nodes
-        if n.pk not in already
-    ]
-    NodeAgentAction.objects.bulk_create(rows, ignore_conflicts=True)
-    return len(rows)
+    return len(queued)
 
 
 @transaction.atomic

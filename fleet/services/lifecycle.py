@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import router, transaction
 from django.utils import timezone
 
+from core.bulk import insert_values, update_returning
 from core.context import current_request_id
 from core.errors import Conflict
 from core.reference_data import burn_in_deadline
@@ -251,7 +252,8 @@ def _revoke_tokens_on_commit(nodes: list[Node], *, actor: str, to_state: str) ->
 def transition_many(
     nodes: Iterable[Node], to_state: str, *, actor: str, action: str, reason: str = "", last_error: str | None = None
 ) -> list[Change]:
-    """Move a batch of nodes (loops): one UPDATE per from-state and one INSERT of events.
+    """Move a batch of nodes (loops): one compare-and-set UPDATE … RETURNING per from-state and
+    one INSERT of events.
 
     Nodes whose current state does not allow the move, or that moved concurrently, are left
     alone and not returned; the next level-triggered pass looks at them again.
@@ -270,9 +272,9 @@ def transition_many(
     for node in nodes:
         by_state.setdefault(node.lifecycle, []).append(node)
     changes: list[Change] = []
-    events: list[NodeEvent] = []
-    request_id = current_request_id()
+    events: list[dict] = []
     moved_all: set = set()
+    using = router.db_for_write(Node)
     for from_state, group in by_state.items():
         updates = {
             "lifecycle": to_state,
@@ -285,29 +287,34 @@ def transition_many(
         }
         if last_error is not None:
             updates["last_error"] = last_error
-        ids = [n.pk for n in group]
-        # Compare-and-set: only rows still in from_state move; read back which did.
-        Node.objects.filter(pk__in=ids, lifecycle=from_state).update(**updates)
-        moved = set(Node.objects.filter(pk__in=ids, lifecycle=to_state, updated_at=now).values_list("pk", flat=True))
+        # Compare-and-set: only rows still in from_state move, and RETURNING says which did in
+        # the same statement.
+        moved = set(
+            update_returning(
+                Node, [n.pk for n in group], values=updates, expected={"lifecycle": from_state}, using=using
+            )
+        )
         moved_all |= moved
         for node in group:
             if node.pk in moved:
                 changes.append(Change(node.pk, from_state, to_state))
-                events.append(
-                    NodeEvent(
-                        node_id=node.pk,
-                        at=now,
-                        actor=actor,
-                        action=action,
-                        from_state=from_state,
-                        to_state=to_state,
-                        reason=reason,
-                        request_id=request_id,
-                    )
-                )
+                events.append({"node_id": node.pk, "from_state": from_state})
                 for field, value in updates.items():
                     setattr(node, field, value)
-    NodeEvent.objects.bulk_create(events, batch_size=2000)
+    # The node events, in one INSERT without a model instance per row (placement's hot path).
+    insert_values(
+        NodeEvent,
+        events,
+        using=router.db_for_write(NodeEvent),
+        shared={
+            "at": now,
+            "actor": actor,
+            "action": action,
+            "to_state": to_state,
+            "reason": reason,
+            "request_id": current_request_id(),
+        },
+    )
     if to_state in GONE:
         _revoke_tokens_on_commit(
             [n for group in by_state.values() for n in group if n.pk in moved_all], actor=actor, to_state=to_state
