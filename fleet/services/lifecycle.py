@@ -285,10 +285,17 @@ def transition_many(
         }
         if last_error is not None:
             updates["last_error"] = last_error
-        ids = [n.pk for n in group]
-        # Compare-and-set: only rows still in from_state move; read back which did.
-        Node.objects.filter(pk__in=ids, lifecycle=from_state).update(**updates)
-        moved = set(Node.objects.filter(pk__in=ids, lifecycle=to_state, updated_at=now).values_list("pk", flat=True))
+        ids = {n.pk for n in group}
+        # Compare-and-set: only rows still in from_state move. When every row matched (the usual
+        # case, and always for rows the caller holds FOR UPDATE) the count says so; only a short
+        # count needs the read-back of which ones did.
+        count = Node.objects.filter(pk__in=ids, lifecycle=from_state).update(**updates)
+        if count == len(ids):
+            moved = ids
+        else:
+            moved = set(
+                Node.objects.filter(pk__in=ids, lifecycle=to_state, updated_at=now).values_list("pk", flat=True)
+            )
         moved_all |= moved
         for node in group:
             if node.pk in moved:
