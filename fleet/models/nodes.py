@@ -178,6 +178,14 @@ class Node(BaseModel):
             models.Index(
                 fields=["id"], condition=Q(lifecycle__in=RECONCILED_LIFECYCLES), name="fleet_node_working_idx"
             ),
+            # The overview's "what is wrong now" counts and lists the unwell nodes still in the fleet
+            # (health.selectors.what_is_wrong_now, the same condition): without this, two sequential
+            # scans of every node (~50 ms each at 125,000) to find the few that are not healthy.
+            models.Index(
+                fields=["health"],
+                condition=~Q(health=Health.HEALTHY) & ~Q(lifecycle__in=(Lifecycle.RETIRED, Lifecycle.DISPOSED)),
+                name="fleet_node_unwell_idx",
+            ),
         ]
 
     def __str__(self) -> str:
