@@ -313,7 +313,7 @@ def transition_many(
     # Plain values by COPY rather than NodeEvent instances through bulk_create: a reconcile batch
     # writes 500 events, and building the instances and bulk_create's parameterised INSERT (nine
     # columns × 500 values, each prepared and quoted) was a third of the pass's Python time at
-    # 125,000 nodes (docs/design/loops.md).
+    # 125,000 nodes (docs/design/lifecycle.md, Reconciler).
     copy_values(NodeEvent, EVENT_FIELDS, events, using=router.db_for_write(NodeEvent))
     if to_state in GONE:
         _revoke_tokens_on_commit(

@@ -23,8 +23,9 @@ only their deadlines are enforced here.
 Each batch is one transaction that claims its rows with `SELECT ... FOR UPDATE SKIP LOCKED`
 (PostgreSQL), so concurrent workers and operator actions never act on one node twice, and a
 run that dies midway leaves every batch either done or untouched. Queries per batch are
-constant: one claim, one read of agent actions, one of live allocations, then one grouped
-write per kind of change.
+constant: one claim (through the partial index fleet_node_working_idx, so it never walks idle
+nodes), one read of agent actions, one of live allocations when the batch has draining nodes,
+then one grouped write per kind of change (a move: one UPDATE and one COPY of its events).
 """
 
 import time
