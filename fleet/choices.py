@@ -31,6 +31,20 @@ class Lifecycle(models.TextChoices):
     DISPOSED = "disposed", "Disposed"
 
 
+# The states the node reconciler watches (fleet.services.reconcile.WORKING_STATES, which checks
+# it is this set): each waits on an agent step, a deadline or a tenant leaving. The node table
+# keeps an index of just these rows so a pass claims them without walking the whole fleet.
+RECONCILED_LIFECYCLES = (
+    Lifecycle.BURN_IN,
+    Lifecycle.PROVISIONING,
+    Lifecycle.RELEASING,
+    Lifecycle.WIPING,
+    Lifecycle.DRAINING,
+    Lifecycle.REMEDIATING,
+    Lifecycle.VALIDATING,
+    Lifecycle.SANITIZING,
+)
+
 LIFECYCLE_COLORS = {
     Lifecycle.ENROLLED: "#9aa5b1",
     Lifecycle.BRINGING_UP: "#c1a3e0",

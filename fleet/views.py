@@ -55,7 +55,6 @@ from .services.operator_actions import (
 )
 from .services.power_actions import perform_power_action
 from .software_pages import node_software_context
-from .wall_power import SourceMix
 
 DEFAULT_REFRESH_SECONDS = 30
 HOT_RACKS_SHOWN = 100
@@ -93,21 +92,15 @@ def _refresh_seconds(request) -> int:
 @operator_required
 def overview(request):
     now = timezone.now()
-    summary = fleet_summary()
-    halls = hall_power(now=now)
+    summary = fleet_summary(now)  # the power figures ride on the same scan of the nodes
     return render(
         request,
         "fleet/overview.html",
         {
             "nav": "overview",
             "summary": summary,
-            "it_kw": round(sum(h.drawn_kw for h in halls), 1),
-            "power_sources": SourceMix(
-                **{k: sum(getattr(h.sources, k) for h in halls) for k in ("bmc", "pdu", "estimate", "rated")},
-                oldest_reading_at=min(
-                    (h.sources.oldest_reading_at for h in halls if h.sources.oldest_reading_at), default=None
-                ),
-            ),
+            "it_kw": summary.it_kw,
+            "power_sources": summary.power_sources,
             "figures": {
                 # the state chart reuses the summary already computed above instead of querying again
                 "gpus-by-state": charts.gpus_by_state(summary.by_state),

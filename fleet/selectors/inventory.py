@@ -25,8 +25,9 @@ from ..models import (
     NodeEvent,
     Rack,
 )
+from ..wall_power import SourceMix
 from .end_of_life import sanitized_drive_ids
-from .power import HOT_FRACTION, KW_QUANTUM, ZERO_KW
+from .power import HOT_FRACTION, KW_QUANTUM, ZERO_KW, drawn_kw_expr, source_mix_annotations, source_mix_of
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,17 @@ class FleetSummary:
     by_generation: list[tuple[str, GpuCounts]]
     by_hall: list[tuple[str, GpuCounts]]
     by_state: list[tuple[str, int]]  # (lifecycle, GPUs), largest first
+    # Only with `now`: the IT (wall) draw in kW, summed per hall and rounded as hall_power() does,
+    # and the sources behind it.
+    it_kw: float | None = None
+    power_sources: SourceMix | None = None
 
 
-def fleet_summary() -> FleetSummary:
-    """GPU totals, healthy, allocated and in repair per generation and per hall: one grouped query."""
+def fleet_summary(now: datetime | None = None) -> FleetSummary:
+    """GPU totals, healthy, allocated and in repair per generation and per hall: one grouped query.
+    With `now` the same scan also sums the fleet's wall draw and its sources (what hall_power()
+    gives per hall), for the overview, which would otherwise scan every node a second time."""
+    power = {"drawn": Coalesce(Sum(drawn_kw_expr(now)), 0.0), **source_mix_annotations(now)} if now is not None else {}
     rows = (
         Node.objects.values(
             generation=F("node_type__generation"),
@@ -159,13 +167,20 @@ def fleet_summary() -> FleetSummary:
         .annotate(
             total=_gpu_sum(),
             healthy=_gpu_sum(Q(health=Health.HEALTHY)),
+            **power,
         )
         .order_by()
     )
     by_generation: dict[str, GpuCounts] = {}
     by_hall: dict[str, GpuCounts] = {}
     by_state: dict[str, int] = {}
+    drawn_by_hall: dict[str, float] = {}
+    sources: list[SourceMix] = []
     for row in rows:
+        if power:
+            hall = f"{row['site']}/{row['hall']}"
+            drawn_by_hall[hall] = drawn_by_hall.get(hall, 0.0) + row["drawn"]
+            sources.append(source_mix_of(row))
         counts = GpuCounts(
             total=row["total"],
             healthy=row["healthy"],
@@ -181,6 +196,13 @@ def fleet_summary() -> FleetSummary:
         by_generation=sorted(by_generation.items()),
         by_hall=sorted(by_hall.items()),
         by_state=sorted(by_state.items(), key=lambda kv: (-kv[1], kv[0])),
+        it_kw=round(sum(round(kw, 1) for kw in drawn_by_hall.values()), 1) if power else None,
+        power_sources=SourceMix(
+            **{k: sum(getattr(m, k) for m in sources) for k in ("bmc", "pdu", "estimate", "rated")},
+            oldest_reading_at=min((m.oldest_reading_at for m in sources if m.oldest_reading_at), default=None),
+        )
+        if power
+        else None,
     )
 
 

@@ -23,8 +23,9 @@ only their deadlines are enforced here.
 Each batch is one transaction that claims its rows with `SELECT ... FOR UPDATE SKIP LOCKED`
 (PostgreSQL), so concurrent workers and operator actions never act on one node twice, and a
 run that dies midway leaves every batch either done or untouched. Queries per batch are
-constant: one claim, one read of agent actions, one of live allocations, then one grouped
-write per kind of change.
+constant: one claim (through the partial index fleet_node_working_idx, so it never walks idle
+nodes), one read of agent actions, one of live allocations when the batch has draining nodes,
+then one grouped write per kind of change (a move: one UPDATE and one COPY of its events).
 """
 
 import time
@@ -41,7 +42,7 @@ from core.locks import locked_run
 from core.models import LoopClock
 from core.services.audit import record_audit
 from core.services.loop_clock import Outage, note_run
-from fleet.choices import AgentAction, AgentActionState
+from fleet.choices import RECONCILED_LIFECYCLES, AgentAction, AgentActionState
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeAgentAction
 from fleet.selectors import occupied_node_ids
@@ -74,6 +75,7 @@ FAILURE: dict[str, str] = {
 # Sanitizing has a deadline but no failure move (retiring is gated on sanitisation records):
 # past it the node is only flagged with last_error.
 WORKING_STATES = frozenset(STEPS) | frozenset(DEADLINE_FAILURE) | {L.SANITIZING}
+assert WORKING_STATES == frozenset(RECONCILED_LIFECYCLES), "the claim's index (fleet_node_working_idx) must cover them"
 
 
 def backoff(failures: int) -> timedelta:
@@ -122,17 +124,9 @@ def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
     qs = Node.objects.filter(due, lifecycle__in=WORKING_STATES).order_by("pk")
     if after_id is not None:
         qs = qs.filter(pk__gt=after_id)
-    qs = qs.only(
-        "pk",
-        "hostname",
-        "lifecycle",
-        "state_deadline",
-        "state_entered_at",
-        "failed_attempts",
-        "next_attempt_at",
-        "last_error",
-        "updated_at",
-    )
+    # Only what the batch reads (hostname for error messages): each datetime column loaded costs
+    # a parse per row, and the ones a batch writes (attempts, backoff) it sets before writing.
+    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "state_entered_at", "last_error")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     return list(qs[:batch_size])

@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.formatting import format_kw
 from devtools.services.fleet_seed import seed_fleet
 from fleet import charts, drawings
 from fleet.choices import Health, Lifecycle
@@ -79,6 +80,18 @@ def test_dashboard_pages_have_a_fixed_query_count(operator_client, django_assert
             assert operator_client.get(url).status_code == 200, url
 
 
+OVERVIEW_QUERIES = 10  # session, user, one summary scan (with power), two history reads, five for "what is wrong now"
+
+
+@pytest.mark.parametrize("gpus", [64, 512])
+def test_overview_query_count_is_the_same_at_two_fleet_sizes(operator_client, django_assert_num_queries, gpus):
+    seed_fleet(gpus=gpus)
+    _mix_states(gpus // 8)
+    operator_client.get("/")  # the session and user reads settle on the first request
+    with django_assert_num_queries(OVERVIEW_QUERIES):
+        assert operator_client.get("/").status_code == 200
+
+
 def test_power_counts_meter_readings_then_estimates_then_rated_and_says_which(operator_client, small_fleet):
     now = timezone.now()
     nodes = list(Node.objects.order_by("hostname"))
@@ -105,6 +118,15 @@ def test_power_counts_meter_readings_then_estimates_then_rated_and_says_which(op
     page = operator_client.get("/fleet/power/").content.decode()
     assert "mixed: 1 bmc, 1 estimate, 6 rated" in page
     assert "GPU power is not node power" in page
+    # The overview's figures come from the summary's own scan: the same as summing the halls.
+    halls = hall_power(now=now)
+    summary = fleet_summary(now)
+    assert summary.it_kw == round(sum(h.drawn_kw for h in halls), 1)
+    assert summary.power_sources.counts == {"bmc": 1, "estimate": 1, "rated": 6}
+    assert summary.power_sources.oldest_reading_at == hall.sources.oldest_reading_at
+    assert fleet_summary().it_kw is None  # without `now` no power is summed
+    overview = operator_client.get("/").content.decode()
+    assert f'id="kpi-it-kw">{format_kw(summary.it_kw)}<' in overview and "mixed: 1 bmc, 1 estimate, 6 rated" in overview
 
 
 def test_node_page_shows_wall_draw_with_its_source_apart_from_gpu_power(operator_client, small_fleet):

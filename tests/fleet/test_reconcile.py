@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.choices import AgentActionState
@@ -189,6 +190,19 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
     Node.objects.update(lifecycle="available", state_deadline=None)
     NodeAgentAction.objects.all().delete()
     assert run(len(nodes)) == small
+
+
+def test_each_batch_is_four_statements(nodes):
+    """Claim, read its agent actions, one compare-and-set UPDATE, one COPY of the events (the
+    batch's SAVEPOINT pair aside: inside the test's transaction each batch is a savepoint)."""
+    for node in nodes[:5]:
+        place(node, "wiping")
+        _finish(node, "wipe")
+    with CaptureQueriesContext(connection) as captured:
+        result = reconcile_pass(batch_size=2)
+    statements = [q["sql"] for q in captured if "SAVEPOINT" not in q["sql"]]
+    assert result.batches == 3 and result.moved["available"] == 5
+    assert len(statements) == 3 * 4, statements
 
 
 @pytest.mark.postgres
