@@ -42,7 +42,7 @@ from core.locks import locked_run
 from core.models import LoopClock
 from core.services.audit import record_audit
 from core.services.loop_clock import Outage, note_run
-from fleet.choices import RECONCILED_LIFECYCLES, AgentAction, AgentActionState
+from fleet.choices import AgentAction, AgentActionState
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeAgentAction
 from fleet.selectors import occupied_node_ids
@@ -75,7 +75,6 @@ FAILURE: dict[str, str] = {
 # Sanitizing has a deadline but no failure move (retiring is gated on sanitisation records):
 # past it the node is only flagged with last_error.
 WORKING_STATES = frozenset(STEPS) | frozenset(DEADLINE_FAILURE) | {L.SANITIZING}
-assert WORKING_STATES == frozenset(RECONCILED_LIFECYCLES), "the claim's index (fleet_node_working_idx) must cover them"
 
 
 def backoff(failures: int) -> timedelta:

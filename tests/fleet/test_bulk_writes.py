@@ -35,23 +35,20 @@ def test_insert_values_fills_defaults_shares_values_and_batches(small_fleet):
 def test_insert_values_takes_a_column_that_is_null_in_every_row(small_fleet):
     nodes = list(Node.objects.order_by("hostname")[:2])
     rows = [{"node_id": n.pk, "drive_id": None} for n in nodes]
-    queued = insert_values(
-        NodeAgentAction,
-        rows,
-        using="default",
-        shared={"action": AgentAction.PROVISION, "requested_by": "test"},
-        ignore_conflicts=True,
-        returning=True,
-    )
+
+    def queue():
+        return insert_values(
+            NodeAgentAction,
+            rows,
+            using="default",
+            shared={"action": AgentAction.PROVISION, "requested_by": "test"},
+            ignore_conflicts=True,
+            returning=True,
+        )
+
+    queued = queue()
     assert len(queued) == 2 and set(NodeAgentAction.objects.values_list("pk", flat=True)) == set(queued)
-    again = insert_values(
-        NodeAgentAction,
-        rows,
-        using="default",
-        shared={"action": AgentAction.PROVISION, "requested_by": "test"},
-        ignore_conflicts=True,
-        returning=True,
-    )
+    again = queue()
     assert again == []  # one pending per kind: the constraint skipped both
     assert NodeAgentAction.objects.get(node=nodes[0]).created_at is not None  # auto_now_add
 

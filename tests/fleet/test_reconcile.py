@@ -9,11 +9,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleet.choices import AgentActionState
+from fleet.choices import RECONCILED_LIFECYCLES, AgentActionState
 from fleet.models import Node, NodeAgentAction, NodeEvent
 from fleet.services.agent_results import record_action_result
 from fleet.services.agent_work import request_agent_action
-from fleet.services.reconcile import backoff, reconcile_nodes, reconcile_pass
+from fleet.services.reconcile import WORKING_STATES, backoff, reconcile_nodes, reconcile_pass
 
 from .lifecycle_helpers import allocate, place
 
@@ -292,3 +292,10 @@ def test_sanitizing_past_deadline_is_flagged_not_moved(nodes):
     node.refresh_from_db()
     assert node.lifecycle == "sanitizing"
     assert node.last_error.startswith("sanitizing did not finish within 24 h")
+
+
+def test_the_claim_index_covers_every_state_the_reconciler_works_on():
+    """fleet_node_working_idx is built from RECONCILED_LIFECYCLES (a migration cannot import the
+    reconciler); a state added to one and not the other would be claimed by a table scan or not
+    at all."""
+    assert WORKING_STATES == frozenset(RECONCILED_LIFECYCLES)
