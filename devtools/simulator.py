@@ -1,10 +1,11 @@
 """The fleet simulator: one simulated node agent per node, all in one process.
 
 Every agent is the real `hangar_agent.Agent` on a simulated hardware backend, talking to the
-control plane over the real HTTP endpoints. Agents are stepped concurrently: they are dealt
-into `workers` lanes, each lane one thread with its own HTTP session (connection pool), so a
-slow answer holds up only its lane and 2,048 agents make their 10 s heartbeats while the
-server takes tens of milliseconds per call. Every call's latency and every agent's heartbeat
+control plane over the real HTTP endpoints. Agents are dealt into `workers` lanes, each lane
+one thread with its own HTTP session (connection pool). `run` lets every lane pass over its own
+agents on its own clock, so a slow answer (or a heavy first health report) holds up only its
+lane's next few agents, never the fleet; `step` ticks every lane once and waits for all of them,
+which is what tests stepping simulated time need. Every call's latency and every agent's heartbeat
 age is measured (devtools.simulator_stats). Faults come from the agent's simulated hardware
 at the rates and cause mix of core/reference/reliability.csv; a scripted scenario ("xid 79 on
 gpu 3 at 30s") can be given per node for tests and demos.
@@ -16,9 +17,10 @@ server refuses reports stamped more than 300 s from its own clock (clock-skew ch
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -73,8 +75,13 @@ class FleetSimulator:
         # session is ever used by two threads at once.
         self.sessions = [TimedSession(self.stats, pool=2) for _ in range(self.workers)]
         self.lane_of: dict[str, int] = {}
+        # Each lane's members, replaced whole by `refresh` (never changed in place) so a running
+        # lane thread reads either the old tuple or the new one, never a dict being resized.
+        self.lanes: list[tuple[tuple[str, Agent], ...]] = [() for _ in range(self.workers)]
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="agent-lane")
         self._next_lane = 0
+        self._longest_pass = 0.0
+        self._pass_lock = threading.Lock()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -145,6 +152,10 @@ class FleetSimulator:
                 )
                 if self.stagger:
                     self._stagger(self.agents[hostname], start)
+        lanes: list[list[tuple[str, Agent]]] = [[] for _ in range(self.workers)]
+        for hostname, agent in self.agents.items():
+            lanes[self.lane_of[hostname]].append((hostname, agent))
+        self.lanes = [tuple(members) for members in lanes]
         return len(self.agents)
 
     def _stagger(self, agent: Agent, start: datetime) -> None:
@@ -168,22 +179,60 @@ class FleetSimulator:
         """One tick of every agent (each does only what is due), the lanes side by side; returns
         when every lane is done. A failing tick is logged and the lane's next agent goes on: one
         agent's error never stops the fleet."""
-        lanes: list[list[tuple[str, Agent]]] = [[] for _ in range(self.workers)]
-        for hostname, agent in self.agents.items():
-            if self.leaf_of.get(hostname) in self.failed_leaves:
-                continue  # cut off: nothing it would send gets through
-            lanes[self.lane_of[hostname]].append((hostname, agent))
         # Staggered agents keep their own phase: each ticks at the (simulated) time it really
         # runs, not the step's start, or one slow step would line every agent it ran up again.
         speed = self.speed if self.stagger else 0.0
         started = time.monotonic()
+        lanes = [self._reachable(members) for members in self.lanes]
         for done in [self.pool.submit(_tick_lane, lane, now, started, speed) for lane in lanes if lane]:
             done.result()
+
+    def run(self, stop: threading.Event, *, tick: float = 1.0) -> list[Future]:
+        """Free-running lanes until `stop` is set: each lane passes over its own agents once a
+        `tick` (wall seconds), on its own, at simulated time `speed` × the wall time since now.
+
+        Nothing waits for the slowest lane. Under `step`, a 5 s pass on one lane held every
+        agent of the fleet for 5 s, and heartbeats that fell due just after their lane had gone
+        by were sent 5 s late (p99 gaps of 15.3-15.6 s at a 10 s interval). Returns the lanes'
+        futures; a lane that dies raises from its future's `result()`."""
+        origin, origin_wall = time.monotonic(), datetime.now(UTC)
+        return [
+            self.pool.submit(self._run_lane, index, stop, tick, origin, origin_wall) for index in range(self.workers)
+        ]
+
+    def take_longest_pass(self) -> float:
+        """The longest lane pass (wall seconds) since the last call: what `run` adds to a lag."""
+        with self._pass_lock:
+            longest, self._longest_pass = self._longest_pass, 0.0
+        return longest
+
+    def _reachable(self, members: tuple[tuple[str, Agent], ...]) -> list[tuple[str, Agent]]:
+        # cut off by a failed leaf switch: nothing such an agent would send gets through
+        return [
+            (hostname, agent) for hostname, agent in members if self.leaf_of.get(hostname) not in self.failed_leaves
+        ]
+
+    def _run_lane(self, index: int, stop: threading.Event, tick: float, origin: float, origin_wall: datetime) -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            for hostname, agent in self._reachable(self.lanes[index]):
+                if stop.is_set():
+                    return
+                now = origin_wall + timedelta(seconds=(time.monotonic() - origin) * self.speed)
+                _tick_agent(hostname, agent, now)
+            took = time.monotonic() - began
+            with self._pass_lock:
+                self._longest_pass = max(self._longest_pass, took)
+            stop.wait(max(0.0, tick - took))
 
 
 def _tick_lane(lane: list[tuple[str, Agent]], now: datetime, started: float, speed: float) -> None:
     for hostname, agent in lane:
-        try:
-            agent.tick(now + timedelta(seconds=(time.monotonic() - started) * speed) if speed else now)
-        except Exception:
-            log.exception("agent %s: tick failed; continuing", hostname)
+        _tick_agent(hostname, agent, now + timedelta(seconds=(time.monotonic() - started) * speed) if speed else now)
+
+
+def _tick_agent(hostname: str, agent: Agent, now: datetime) -> None:
+    try:
+        agent.tick(now)
+    except Exception:
+        log.exception("agent %s: tick failed; continuing", hostname)

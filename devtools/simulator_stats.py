@@ -108,7 +108,7 @@ class LagSummary:
     age_p50_s: float | None
     age_p99_s: float | None
     silent: int  # agents with no accepted heartbeat within 1.5 × the interval
-    tick_s: float = 0.0  # the longest step of the window (set by the command)
+    tick_s: float = 0.0  # the longest lane pass of the window (set by the command)
 
     @property
     def lane_busy_share(self) -> float:
@@ -131,7 +131,7 @@ def lag_report(summary: LagSummary) -> list[str]:
     lines = [
         f"{summary.agents} agents, last {summary.window_s:.0f} s: heartbeat age p50 {seconds(summary.age_p50_s)}, "
         f"p99 {seconds(summary.age_p99_s)} (interval {summary.interval_s:.0f} s); "
-        f"{summary.silent} silent > {summary.interval_s * LATE_FACTOR:.0f} s; longest tick {summary.tick_s:.1f} s"
+        f"{summary.silent} silent > {summary.interval_s * LATE_FACTOR:.0f} s; longest lane pass {summary.tick_s:.1f} s"
     ]
     for kind, c in summary.calls.items():
         rate = c.count / summary.window_s if summary.window_s > 0 else 0.0
@@ -151,7 +151,7 @@ def lag_report(summary: LagSummary) -> list[str]:
     else:
         lines.append(
             f"NOT KEEPING UP: the simulator itself is behind (its HTTP lanes were busy only "
-            f"{summary.lane_busy_share:.0%} of the time, the longest tick took {summary.tick_s:.1f} s): "
+            f"{summary.lane_busy_share:.0%} of the time, its longest lane pass took {summary.tick_s:.1f} s): "
             "this process is short of CPU. Give it more --workers, a quieter machine, or fewer nodes."
         )
     return lines

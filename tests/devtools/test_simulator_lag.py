@@ -2,6 +2,7 @@
 server cannot keep up, and never stamps a report ahead of the server's clock."""
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -145,3 +146,35 @@ def test_a_staggered_fleet_spreads_its_first_calls_over_their_intervals():
     locked = FleetSimulator(url="http://127.0.0.1:9", seed=4)
     locked.refresh(start)
     assert {a.next_heartbeat for a in locked.agents.values()} == {None}  # tests step agents in lockstep
+
+
+@pytest.mark.django_db(transaction=True)
+def test_free_running_lanes_do_not_wait_for_the_slowest(live_server, monkeypatch):
+    """Under `run`, an agent whose every tick takes 0.6 s holds up its own lane only: the other
+    lanes keep ticking their agents once a `tick`. (Stepped with a barrier, every lane would
+    tick only as often as the slow one.)"""
+    from hangar_agent.agent import Agent
+
+    seed_fleet(gpus=32)
+    simulator = FleetSimulator(url=live_server.url, seed=3, workers=4)
+    assert simulator.refresh(datetime.now(UTC)) == 4
+    slow = simulator.lanes[0][0][1]
+    ticks: dict[int, int] = {}
+
+    def tick(self, now):
+        ticks[id(self)] = ticks.get(id(self), 0) + 1
+        if self is slow:
+            time.sleep(0.6)
+
+    monkeypatch.setattr(Agent, "tick", tick)
+    stop = threading.Event()
+    lanes = simulator.run(stop, tick=0.05)
+    time.sleep(1.5)
+    stop.set()
+    for lane in lanes:
+        lane.result(timeout=5)
+    simulator.close()
+    others = [count for agent, count in ticks.items() if agent != id(slow)]
+    assert ticks[id(slow)] <= 3
+    assert len(others) == 3 and min(others) >= 10, ticks
+    assert simulator.take_longest_pass() >= 0.6
