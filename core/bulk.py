@@ -3,8 +3,10 @@
 Django's bulk_update writes a `CASE WHEN pk = … THEN …` per field and row; its SQL, and the
 time Django spends building it, grow with rows × fields. Re-rating 10,000 draft invoices spent
 16 s of a 32 s billing run there (benchmarks/bench_ledger.py). On PostgreSQL this joins the
-table to a VALUES list instead, each value cast to its column's type; other vendors keep
-bulk_update. `insert_rows` is bulk_create by COPY for large batches; `insert_values` and
+table to a VALUES list instead, each value cast to its column's type; SQLite (3.33 and later,
+which has UPDATE … FROM) joins it to the same list as a common table expression, untyped, the
+column's affinity converting each value. A health report's ten drive rows cost ~80 ms of
+Django building CASE WHENs on the demo's SQLite; older SQLite keeps bulk_update. `insert_rows` is bulk_create by COPY for large batches; `insert_values` and
 `update_returning` are the few-row INSERT and compare-and-set UPDATE of hot paths (placement),
 where Django's per-row model instances and SQL building cost more than the database does.
 """
@@ -14,6 +16,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from django.db import connections, models
+from django.db.backends.sqlite3.base import Database as sqlite3
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 
@@ -29,16 +32,21 @@ def update_rows(
     if not objs:
         return
     connection = connections[using]
-    if connection.vendor != "postgresql":
+    postgres = connection.vendor == "postgresql"
+    if not postgres and not (connection.vendor == "sqlite" and sqlite3.sqlite_version_info >= (3, 33)):
         model.objects.using(using).bulk_update(objs, fields, batch_size=batch_size)
         return
     pk = model._meta.pk
     columns = [model._meta.get_field(name) for name in fields]
     quote = connection.ops.quote_name
-    casts = [pk.db_type(connection), *(c.db_type(connection) for c in columns)]
-    row = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
+    if postgres:
+        casts = [pk.db_type(connection), *(c.db_type(connection) for c in columns)]
+        row = "(" + ", ".join(f"%s::{cast}" for cast in casts) + ")"
+    else:
+        row = "(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"
     names = ", ".join(["pk", *(f"c{i}" for i in range(len(columns)))])
     assignments = ", ".join(f"{quote(c.column)} = v.c{i}" for i, c in enumerate(columns))
+    table, key = quote(model._meta.db_table), quote(pk.column)
     with connection.cursor() as cursor:
         for lo in range(0, len(objs), batch_size):
             batch = objs[lo : lo + batch_size]
@@ -46,11 +54,12 @@ def update_rows(
             for obj in batch:
                 params.append(pk.get_db_prep_value(obj.pk, connection))
                 params.extend(c.get_db_prep_save(getattr(obj, c.attname), connection) for c in columns)
-            cursor.execute(
-                f"UPDATE {quote(model._meta.db_table)} AS t SET {assignments} "
-                f"FROM (VALUES {', '.join([row] * len(batch))}) AS v({names}) WHERE t.{quote(pk.column)} = v.pk",
-                params,
-            )
+            values = ", ".join([row] * len(batch))
+            if postgres:
+                sql = f"UPDATE {table} AS t SET {assignments} FROM (VALUES {values}) AS v({names}) WHERE t.{key} = v.pk"
+            else:
+                sql = f"WITH v({names}) AS (VALUES {values}) UPDATE {table} AS t SET {assignments} FROM v WHERE t.{key} = v.pk"
+            cursor.execute(sql, params)
 
 
 def insert_rows(model: type[models.Model], objs: Sequence[models.Model], *, using: str) -> None:

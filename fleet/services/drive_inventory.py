@@ -10,8 +10,9 @@ tell when the agent last counted and whether the rows still agree with what it c
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import router, transaction
 
+from core.bulk import update_rows
 from core.search import index_objects
 from fleet.choices import DriveInterface
 from fleet.models import Drive, Node, NodeDriveInventory
@@ -71,8 +72,11 @@ def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datet
             changed.append(row)
     Drive.objects.bulk_create(added)
     index_objects(added, created=True)  # bulk_create sends no post_save; the update below moves no serial
-    Drive.objects.bulk_update(
-        changed, ["last_reported_at", "missing_since", "self_encrypting", "purge_supported", "model", "capacity_gb"]
+    update_rows(
+        Drive,
+        changed,
+        ["last_reported_at", "missing_since", "self_encrypting", "purge_supported", "model", "capacity_gb"],
+        using=router.db_for_write(Drive),
     )
     NodeDriveInventory.objects.update_or_create(
         node=node, defaults={"reported_at": observed_at, "drives": list(reported.values())}

@@ -5,9 +5,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from core.bulk import insert_values, update_returning
+from core.bulk import insert_values, update_returning, update_rows
 from fleet.choices import AgentAction, Lifecycle
-from fleet.models import Node, NodeAgentAction, NodeEvent
+from fleet.models import Drive, Node, NodeAgentAction, NodeEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -66,3 +66,35 @@ def test_update_returning_moves_only_rows_that_still_hold_the_expectation(small_
     assert set(moved) == {nodes[1].pk, nodes[2].pk}
     assert Node.objects.get(pk=nodes[0].pk).lifecycle == Lifecycle.ACTIVE
     assert set(Node.objects.filter(pk__in=moved).values_list("lifecycle", flat=True)) == {Lifecycle.QUARANTINED}
+
+
+def test_update_rows_writes_each_rows_own_values_in_one_statement(small_fleet):
+    """One UPDATE … FROM a VALUES list on PostgreSQL and on SQLite alike: datetimes, NULLs,
+    booleans, text and integers land on their own row; rows not listed keep theirs."""
+    node = Node.objects.order_by("hostname").first()
+    drives = [
+        Drive.objects.create(node=node, serial=f"BULK-{i}", model="old", capacity_gb=100, purge_supported=True)
+        for i in range(3)
+    ]
+    untouched = Drive.objects.create(node=node, serial="BULK-X", model="old", capacity_gb=100)
+    seen = node.created_at
+    for i, drive in enumerate(drives[:2]):
+        drive.model, drive.capacity_gb, drive.self_encrypting = f"new-{i}", 200 + i, i == 1
+        drive.last_reported_at, drive.missing_since = seen, None if i == 0 else seen
+        drive.purge_supported = False
+    with CaptureQueriesContext(connection) as statements:
+        update_rows(
+            Drive,
+            drives[:2],
+            ["model", "capacity_gb", "self_encrypting", "last_reported_at", "missing_since", "purge_supported"],
+            using="default",
+        )
+    assert len(statements) == 1 and "CASE" not in statements[0]["sql"]
+    got = {
+        d.serial: (d.model, d.capacity_gb, d.self_encrypting, d.last_reported_at, d.missing_since, d.purge_supported)
+        for d in Drive.objects.filter(serial__startswith="BULK-")
+    }
+    assert got["BULK-0"] == ("new-0", 200, False, seen, None, False)
+    assert got["BULK-1"] == ("new-1", 201, True, seen, seen, False)
+    assert got["BULK-2"] == ("old", 100, False, None, None, True)
+    assert got["BULK-X"] == ("old", 100, False, None, None, untouched.purge_supported)
