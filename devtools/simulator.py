@@ -35,7 +35,16 @@ from hangar_agent.agent import Agent, simulated_agent
 
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
 MAX_WORKERS = 256
+# A real fleet has one agent per node, each with its own connection; a lane stands in for a few.
+# With 16 agents to a lane, a lane's pass reached 5-10 s whenever one of its agents met a slow
+# answer, and heartbeats due behind it went out that late.
+AGENTS_PER_LANE = 4
 log = logging.getLogger(__name__)
+
+
+def lanes_for(agents: int) -> int:
+    """How many lanes to deal `agents` into when the caller does not say."""
+    return max(1, min(MAX_WORKERS, -(-agents // AGENTS_PER_LANE)))
 
 
 def server_clock(_simulated: datetime) -> datetime:

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from devtools.services.fleet_seed import seed_fleet
-from devtools.simulator import FleetSimulator
+from devtools.simulator import FleetSimulator, lanes_for
 from devtools.simulator_stats import CallFigures, CallStats, LagSummary, lag_report
 from fleet.models import Node
 from health.models import HealthCheckResult
@@ -178,3 +178,16 @@ def test_free_running_lanes_do_not_wait_for_the_slowest(live_server, monkeypatch
     assert ticks[id(slow)] <= 3
     assert len(others) == 3 and min(others) >= 10, ticks
     assert simulator.take_longest_pass() >= 0.6
+
+
+def test_lanes_default_to_one_per_four_agents():
+    assert (lanes_for(0), lanes_for(1), lanes_for(4), lanes_for(5)) == (1, 1, 1, 2)
+    assert lanes_for(257) == 65 and lanes_for(2048) == 256 and lanes_for(125_000) == 256
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_deals_the_fleet_into_lanes_by_its_size(live_server):
+    seed_fleet(gpus=64)
+    out = StringIO()
+    call_command("simulate_fleet", url=live_server.url, duration=0.5, tick=0.25, stdout=out, stderr=StringIO())
+    assert "Simulating 8 node agents" in out.getvalue() and "on 2 lanes" in out.getvalue()

@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
-from devtools.simulator import MAX_WORKERS, FleetSimulator
+from devtools.simulator import AGENTS_PER_LANE, GONE, MAX_WORKERS, FleetSimulator, lanes_for
 from devtools.simulator_stats import lag_report
+from fleet.models import Node
 
 REFRESH_EVERY = timedelta(seconds=60)
 REPORT_EVERY = 60.0
@@ -43,7 +45,10 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=None, help="stop after this many wall seconds")
         parser.add_argument("--tick", type=float, default=1.0, help="wall seconds between ticks")
         parser.add_argument(
-            "--workers", type=int, default=16, help=f"concurrent HTTP lanes (threads), 1..{MAX_WORKERS}"
+            "--workers",
+            type=int,
+            default=None,
+            help=f"concurrent HTTP lanes (threads), 1..{MAX_WORKERS}; default one per {AGENTS_PER_LANE} nodes",
         )
         parser.add_argument("--report-every", type=float, default=REPORT_EVERY, help="wall seconds between lag reports")
 
@@ -52,6 +57,11 @@ class Command(BaseCommand):
     ):
         if speed <= 0 or tick <= 0 or report_every <= 0:
             raise CommandError("--speed, --tick and --report-every must be positive.")
+        if workers is None:
+            try:
+                workers = lanes_for(Node.objects.exclude(lifecycle__in=GONE).count())
+            except DatabaseError as exc:
+                raise CommandError(f"Cannot read the node list ({exc}). Is the database up?") from exc
         if not 1 <= workers <= MAX_WORKERS:
             raise CommandError(f"--workers must be 1..{MAX_WORKERS}.")
         scenarios = {}
