@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from core.charts import say_when_empty
 
@@ -26,12 +27,17 @@ COLORS = {
     "ok": "#3ebd93",
 }
 GENERATION_COLORS = ("#2680c2", "#3ebd93", "#e67635", "#7b61ff", "#f0b429", "#d64545")
+# plotly_white as these charts use it: its layout and its bar and line defaults, built once.
+# Naming "plotly_white" on each figure deep-copied the whole template, defaults for two dozen
+# trace kinds, every time (21 ms a figure against 8 ms) and put all of it in the page's JSON.
+_WHITE = pio.templates["plotly_white"]
+TEMPLATE = go.layout.Template(layout=_WHITE.layout, data={"bar": _WHITE.data.bar, "scatter": _WHITE.data.scatter})
 
 
 def _layout(fig: go.Figure, *, title: str, height: int = 320, **extra) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
-        template="plotly_white",
+        template=TEMPLATE,
         font=FONT,
         height=height,
         margin={"l": 60, "r": 20, "t": 48, "b": 48},

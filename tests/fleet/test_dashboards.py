@@ -324,3 +324,17 @@ def test_backfilled_history_ends_at_the_live_value(small_fleet):
     assert last.gpus_allocated == 3 * 8  # the live allocation, not the invented month's share
     older = FleetSnapshot.objects.filter(resolution=SnapshotResolution.HOURLY, at__lt=now - timedelta(days=1))
     assert any(s.gpus_allocated != 24 for s in older)  # the month before keeps its invented shape
+
+
+def test_figures_look_like_plotly_white_without_carrying_all_of_it():
+    """The console's charts keep plotly_white's layout and its bar and line styling; the
+    defaults for trace kinds they never draw stay out of every page's figure JSON."""
+    import plotly.io as pio
+
+    white = pio.templates["plotly_white"]
+    fig = charts.gpus_by_state([("active", 40)])
+    template = fig.layout.template
+    assert template.layout == white.layout
+    assert template.data.bar == white.data.bar and template.data.scatter == white.data.scatter
+    assert not template.data.heatmap and not template.data.pie
+    assert len(charts.figure_json(fig)) < len(fig.update_layout(template="plotly_white").to_json()) / 2
