@@ -3,15 +3,27 @@
 On PostgreSQL a run takes a transaction-level advisory lock (released at commit or crash),
 so two workers never run the same loop at once. SQLite (the embedded default) serialises
 writers anyway; there an exclusive file lock under var/ plays the same role.
+
+A run that waits on the network between its writes takes a lease instead (`leased_run`): a
+row taken and given back in short transactions of their own, so the run's writes commit batch
+by batch and nothing stays locked while it waits. It works the same under a transaction-pooling
+proxy (where a session-level advisory lock would not) and on SQLite.
 """
 
 import fcntl
 import hashlib
+import os
+import socket
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
+
+from core.models import LoopLease
 
 # Names of every loop that holds a lock. Adding a loop means adding its name here.
 LOCK_NAMES = frozenset(
@@ -75,3 +87,28 @@ def locked_run(name: str, *, using: str = "default") -> Iterator[bool]:
     """A transaction holding the loop's advisory lock: `with locked_run("x") as got: ...`."""
     with transaction.atomic(using=using), advisory_lock(name, using=using) as acquired:
         yield acquired
+
+
+@contextmanager
+def leased_run(name: str, *, ttl: timedelta) -> Iterator[bool]:
+    """`with leased_run("x", ttl=...) as got: ...` with no transaction held for the run.
+
+    Yields True when this run took the lease, False when another run holds an unexpired one.
+    `ttl` must be at least the run's hard time limit: a worker killed mid-run leaves the lease
+    behind, and the next run may take it only once the killed one cannot still be running."""
+    lock_id(name)  # the same registry as the advisory locks
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    now = timezone.now()
+    with transaction.atomic():
+        LoopLease.objects.get_or_create(name=name, defaults={"expires_at": now})
+        took = LoopLease.objects.filter(name=name, expires_at__lte=now).update(holder=holder, expires_at=now + ttl)
+    if not took:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        try:
+            LoopLease.objects.filter(name=name, holder=holder).update(holder="", expires_at=timezone.now())
+        except DatabaseError:
+            pass  # the database went away mid-run: the lease expires by itself

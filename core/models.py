@@ -178,6 +178,23 @@ class BeatLease(models.Model):
         return f"{self.name} held by {self.holder}"
 
 
+class LoopLease(models.Model):
+    """Who runs a loop that must not hold a transaction for its whole run (core.locks.leased_run).
+
+    A loop that waits on the network (the BMC power sync reads hundreds of BMCs) cannot take a
+    transaction-level advisory lock: the transaction would hold every row it wrote, and on
+    SQLite the one write lock, until the last BMC answered. The lease is taken and given back in
+    transactions of their own; one left behind by a killed worker expires at `expires_at`, the
+    task's hard time limit after it was taken."""
+
+    name = models.CharField(primary_key=True, max_length=50)
+    holder = models.CharField(max_length=200, blank=True, help_text="host:pid:run of the run holding it")
+    expires_at = models.DateTimeField(help_text="free from this moment, whoever took it")
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder or 'nobody'} until {self.expires_at:%H:%M:%S} UTC"
+
+
 class AgentTokenRevocation(models.Model):
     """The revocation list of agent tokens, one row per node that has one.
 

@@ -14,6 +14,7 @@ import logging
 from datetime import datetime
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q
 
 from fleet.choices import BMCErrorKind, WallPowerSource
@@ -69,6 +70,13 @@ def read_chassis_power(*, now: datetime, concurrency: int, pool_map, limit: int 
         except CredentialsUnreadable:
             continue  # the state read already put that on the record
     results = pool_map(_read, items, concurrency)
+    _write_readings(results, now, counts)
+    return counts
+
+
+@transaction.atomic
+def _write_readings(results: list, now: datetime, counts: dict) -> None:
+    """What the reads saw, in one short transaction of its own (the reads held none)."""
     for bmc, watts, error in results:
         if error is not None:
             # The state read owns reachability and the node's last_error; a chassis without a
@@ -101,4 +109,3 @@ def read_chassis_power(*, now: datetime, concurrency: int, pool_map, limit: int 
     # on a wall_power_at equal to it marks the reading as the sync's own, and the BMCs just
     # read go to the back of the queue.
     NodeBMC.objects.filter(pk__in=[bmc.pk for bmc, _, _ in results]).update(power_read_at=now)
-    return counts

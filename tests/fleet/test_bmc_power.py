@@ -4,7 +4,7 @@ loop, drift, deadlines, and the failures an operator must be able to act on."""
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
 from django.utils import timezone
 
@@ -15,7 +15,7 @@ from fleet.models import BMCPowerAction, Node, NodeBMC, NodeEvent
 from fleet.services import bmc as redfish
 from fleet.services.bmc_credentials import set_bmc, target_for
 from fleet.services.power_actions import PowerActionRefused, perform_power_action, request_power_action
-from fleet.services.power_sync import fail_overdue, power_sync_pass
+from fleet.services.power_sync import fail_overdue, power_sync_pass, run_power_sync
 from tests.redfish import attach_bmc
 
 FAST_RETRIES = {"BMC_RETRIES": 1, "BMC_RETRY_BACKOFF_S": 0.01, "BMC_CONNECT_TIMEOUT_S": 0.5}
@@ -177,3 +177,22 @@ def test_a_wrong_system_path_says_so(node, redfish_emulator):
     with pytest.raises(redfish.BMCError) as error:
         redfish.read_power_state(target_for(bmc))
     assert error.value.kind == BMCErrorKind.NOT_FOUND and "Correct the system path" in error.value.detail
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sync_holds_no_transaction_while_bmcs_answer(node, redfish_emulator, emulated_system, monkeypatch):
+    """The pass's BMC reads run with no transaction open: rows written for one batch are not
+    held locked (and on SQLite no write of any process waits) until the last BMC answers."""
+    attach_bmc(node, redfish_emulator, emulated_system())
+    main = connections["default"]  # the pass's own connection (the reads run on pool threads)
+    seen = []
+    read = redfish.read_power_state
+
+    def reading(target):
+        seen.append(main.in_atomic_block)
+        return read(target)
+
+    monkeypatch.setattr(redfish, "read_power_state", reading)
+    with override_settings(BMC_POWER_READS_PER_PASS=0):
+        summary = run_power_sync()
+    assert summary["read"] == 1 and seen == [False]
