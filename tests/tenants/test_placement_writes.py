@@ -109,8 +109,8 @@ def test_requesting_agent_actions_counts_only_what_it_queued(small_fleet):
 def test_the_free_counts_need_no_visit_to_the_nodes_table(small_fleet, tenant_a, is_postgres):
     """Choosing the domain counts every free node of the type (~20,000 at 125,000 nodes, 80 %
     used), and ranking reads a domain's: the free-nodes index holds every column both read, so
-    on PostgreSQL neither visits the table (an index-only scan); only the chosen rows are
-    fetched, to be locked."""
+    on PostgreSQL neither visits the table (an index-only scan); only the chosen rows, and the
+    few free nodes found from unwiped memberships, are fetched."""
     if not is_postgres:
         pytest.skip("a PostgreSQL plan")
     node_type = NodeType.objects.get(slug="h100-sxm-8x")
@@ -122,5 +122,38 @@ def test_the_free_counts_need_no_visit_to_the_nodes_table(small_fleet, tenant_a,
         cursor.execute(f"EXPLAIN {sql}", (*head, tenant_a.pk, *tail))
         plan = "\n".join(row[0] for row in cursor.fetchall())
     node_scans = [line.strip() for line in plan.splitlines() if " on fleet_node " in line]
-    assert len(node_scans) == 3, plan  # the count, the ranking, the fetch of the chosen rows to lock
-    assert sum("Index Only Scan using fleet_node_free_by_type_idx" in line for line in node_scans) == 2, plan
+    # The free count, the unwiped ones among them (looked up from their memberships), the
+    # ranking, the fetch of the chosen rows to lock.
+    assert len(node_scans) == 4, plan
+    # The count and the ranking at least (on eight nodes the unwiped lookup may be one too).
+    assert sum("Index Only Scan using fleet_node_free_by_type_idx" in line for line in node_scans) >= 2, plan
+
+
+def _left_unwiped(tenant, node: Node, times: int = 1) -> None:
+    """`node` left a tenant `times` over and was never seen wiped (what the count must leave out)."""
+    for i in range(times):
+        gone = _allocation(tenant, 1, f"gone-{node.hostname}-{i}", fabric=FabricMode.NONE)
+        AllocationNode.objects.create(allocation=gone, node=node, started_at=gone.created_at, ended_at=gone.created_at)
+
+
+def test_an_unwiped_node_is_not_counted_as_free_by_the_domain_choice(small_fleet, tenant_a, django_assert_num_queries):
+    nodes = _h100_nodes()
+    second = _second_domain(nodes[:5])  # 5 there, 3 in the first domain
+    _left_unwiped(tenant_a, nodes[5])  # the first domain holds only 2 placeable now
+    allocation = _allocation(tenant_a, 3, "three", fabric=FabricMode.NONE)
+    # Counted right, the one statement chooses the second domain: no failed try, no fallback.
+    with django_assert_num_queries(8):
+        placed = place_allocation(allocation)
+    assert {n.fabric_domain_id for n in placed} == {second.pk}
+    assert nodes[5].pk not in {n.pk for n in placed}
+
+
+def test_a_node_that_left_unwiped_twice_is_subtracted_once(small_fleet, tenant_a, django_assert_num_queries):
+    nodes = _h100_nodes()
+    second = _second_domain(nodes[:5])
+    _left_unwiped(tenant_a, nodes[0], times=2)  # the second domain holds 4 placeable, not 3
+    allocation = _allocation(tenant_a, 4, "four", fabric=FabricMode.NONE)
+    with django_assert_num_queries(8):
+        placed = place_allocation(allocation)
+    assert {n.pk for n in placed} == {n.pk for n in nodes[1:5]}
+    assert {n.fabric_domain_id for n in placed} == {second.pk}
