@@ -18,6 +18,14 @@ memberships, node events (in transition_many, after its compare-and-set UPDATE â
 and agent actions, and the allocation's UPDATE. Only when that domain cannot be taken are the
 domains counted and tried in turn; a tenant's first isolated allocation in a domain also
 creates its partition.
+
+What keeps the choosing statement cheap as the fleet grows: every free node of the type is
+counted per domain to find the tightest, ~20,000 at 125,000 nodes (80 % used). The free-nodes
+index (`fleet_node_free_by_type_idx`) holds every column that count and the ranking read, so
+both are index-only scans; the count is a plain grouped scan in domain order, and the few free
+nodes with an unwiped membership are found from their own partial index and subtracted
+(`_tightest_domain`); the partition is joined to the locked rows only. No counter is kept
+anywhere, so nothing that moves, cordons or grades a node has to keep one right.
 """
 
 import functools
