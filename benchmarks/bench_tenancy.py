@@ -1,6 +1,7 @@
 """Tenancy benchmarks on the 12,500-node fixture: placing an 8-node allocation at 80% utilisation,
 and the tenant's allocation list page with 100,000 allocations in the table."""
 
+import os
 import statistics
 import time
 
@@ -115,7 +116,8 @@ def _place_eight() -> Measurement:
         baseline,
         queries,
         note=f"Python CPU p50 {statistics.median(cpu_samples) * 1000:.1f} ms; p99 {p99 * 1000:.1f} ms over {len(samples)} placements; {free} free "
-        "h100 nodes; baseline = one raw locked SELECT of 8 nodes",
+        f"h100 nodes; baseline = one raw locked SELECT of 8 nodes; load average {os.getloadavg()[0]:.1f} (timings on a "
+        "shared machine are only comparable at the same load)",
     )
 
 

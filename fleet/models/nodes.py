@@ -166,9 +166,12 @@ class Node(BaseModel):
         ]
         indexes = [
             models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),
-            # placement reads only the free nodes of one type per domain: keep them in their own small index
+            # Placement reads only the free nodes of one type, per domain: they have an index of their
+            # own, and it holds every column placement reads of them (domain, leaf, health, id), so
+            # counting each domain's free nodes is an index-only scan instead of a heap visit per
+            # free node (~20,000 of them at 125,000 nodes, 80 % used).
             models.Index(
-                fields=["node_type", "fabric_domain", "leaf_switch"],
+                fields=["node_type", "fabric_domain", "leaf_switch", "health", "id"],
                 condition=Q(lifecycle="available", cordoned=False),
                 name="fleet_node_free_by_type_idx",
             ),

@@ -18,12 +18,21 @@ memberships, node events (in transition_many, after its compare-and-set UPDATE â
 and agent actions, and the allocation's UPDATE. Only when that domain cannot be taken are the
 domains counted and tried in turn; a tenant's first isolated allocation in a domain also
 creates its partition.
+
+What keeps the choosing statement cheap as the fleet grows: every free node of the type is
+counted per domain to find the tightest, ~20,000 at 125,000 nodes (80 % used). The free-nodes
+index (`fleet_node_free_by_type_idx`) holds every column that count and the ranking read, so
+both are index-only scans; the count is a plain grouped scan in domain order, and the few free
+nodes with an unwiped membership are found from their own partial index and subtracted
+(`_tightest_domain`); the partition is joined to the locked rows only. No counter is kept
+anywhere, so nothing that moves, cordons or grades a node has to keep one right.
 """
 
 import functools
 
 from django.db import IntegrityError, connection, router, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Window
+from django.db.models import Count, Exists, F, OuterRef, Q, Window
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from core.bulk import insert_values, update_returning
@@ -57,15 +66,50 @@ class InsufficientCapacity(Conflict):
 def placeable_nodes(*, instance_type: NodeType | None = None, on_baseline_only: bool = False):
     """Nodes a new allocation may use now; `on_baseline_only` (a tenant's `require_baseline`)
     keeps only nodes running their type's golden baseline."""
-    unwiped = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=False, wiped_at__isnull=True)
+    unwiped = _unwiped_memberships().filter(node=OuterRef("pk"))
+    return _free_nodes(instance_type, on_baseline_only).exclude(Exists(unwiped))
+
+
+def _unwiped_memberships():
+    """Memberships of nodes that left a tenant and were not seen wiped since: such a node is
+    never placed (a partial index holds just these rows, normally none)."""
+    return AllocationNode.objects.filter(ended_at__isnull=False, wiped_at__isnull=True)
+
+
+def _free_nodes(instance_type: NodeType | None, on_baseline_only: bool):
+    """`placeable_nodes` before the unwiped nodes are taken out."""
     qs = Node.objects.filter(
         lifecycle=Lifecycle.AVAILABLE, cordoned=False, health__in=PLACEABLE_HEALTH, fabric_domain__isnull=False
-    ).exclude(Exists(unwiped))
+    )
     if instance_type is not None:
         qs = qs.filter(node_type=instance_type)
         if on_baseline_only:
             qs = on_golden_baseline(qs, instance_type)
     return qs
+
+
+def _tightest_domain(instance_type: NodeType, node_count: int, on_baseline_only: bool) -> RawSQL:
+    """The tightest domain that can hold `node_count` (fewest placeable nodes, ties by id), as a
+    scalar subquery. Each domain's placeable count is its free count less its free nodes that
+    are not yet wiped, two grouped counts joined: the free count is an index-only scan of the
+    free-nodes index (~20,000 entries at 125,000 nodes, 80 % used) with nothing probed per
+    entry, and the unwiped ones are found from their own partial index, normally empty. The
+    same figure as counting `placeable_nodes` per domain, whose anti-join probed once per free
+    node: ~2 ms of a ~5 ms count at 125,000 nodes."""
+    free = _free_nodes(instance_type, on_baseline_only).order_by()
+    counted = free.values("fabric_domain_id").annotate(n=Count("id"))
+    held = counted.filter(pk__in=_unwiped_memberships().values("node_id"))
+    free_sql, free_params = counted.query.sql_with_params()
+    held_sql, held_params = held.query.sql_with_params()
+    placeable = "f.n - COALESCE(h.n, 0)"
+    sql = (
+        f"SELECT f.fabric_domain_id FROM ({free_sql}) f LEFT JOIN ({held_sql}) h "
+        f"ON h.fabric_domain_id = f.fabric_domain_id WHERE {placeable} >= %s "
+        f"ORDER BY {placeable}, f.fabric_domain_id LIMIT 1"
+    )
+    return RawSQL(
+        sql, (*free_params, *held_params, node_count), output_field=Node._meta.get_field("fabric_domain").target_field
+    )
 
 
 def free_by_domain(*, instance_type: NodeType, on_baseline_only: bool = False) -> dict:
@@ -108,14 +152,7 @@ def _claim_statement(
     if domain_id is None:
         # The tightest domain that can hold them all (fewest placeable nodes, ties by id): what the
         # fallback loop of claim_nodes tries first, chosen in the same statement.
-        domain_id = Subquery(
-            placeable.order_by()
-            .values("fabric_domain_id")
-            .annotate(free=Count("id"))
-            .filter(free__gte=node_count)
-            .order_by("free", "fabric_domain_id")
-            .values("fabric_domain_id")[:1]
-        )
+        domain_id = _tightest_domain(instance_type, node_count, on_baseline_only)
     ranked = (
         placeable.filter(fabric_domain_id=domain_id)
         .annotate(leaf_healthy=Window(Count("id", filter=Q(health=Health.HEALTHY)), partition_by=[F("leaf_switch")]))
@@ -133,22 +170,26 @@ def _claim_statement(
         lock = " FOR UPDATE OF n SKIP LOCKED"
     else:
         only_ranked, lock = "", ""
+    node_columns = ", ".join(f"n.{quote(f.column)}" for f in _NODE_FIELDS)
     columns = ", ".join(
-        [*(f"n.{quote(f.column)}" for f in _NODE_FIELDS), *(f"p.{quote(f.column)}" for f in _PARTITION_FIELDS)]
+        [*(f"t.{quote(f.column)}" for f in _NODE_FIELDS), *(f"p.{quote(f.column)}" for f in _PARTITION_FIELDS)]
     )
-    # The tenant's partition in each candidate's domain comes along (LEFT JOIN, not locked): an
-    # isolated allocation needs it, and a statement of its own cost more than the join. The
-    # outer WHERE is what PostgreSQL re-checks on a row another transaction changed while we
-    # waited: a node that stopped being available or was cordoned is not taken.
+    # The chosen rows (`t`) are ranked, limited and locked first; the outer WHERE is what
+    # PostgreSQL re-checks on a row another transaction changed while we waited: a node that
+    # stopped being available or was cordoned is not taken. Then the tenant's partition in their
+    # domain comes along (LEFT JOIN, not locked): an isolated allocation needs it, and a
+    # statement of its own cost more than the join. Joined after the LIMIT, it is looked up for
+    # the `node_count` chosen rows, not for every candidate of the domain (one domain's
+    # partitions of this tenant read per candidate: ~50 Ã— 500 rows at 125,000 nodes).
     sql = (
-        f"WITH c (id, leaf_switch, health, leaf_healthy) AS ({ranked_sql}) "
-        f"SELECT {columns} FROM {quote(Node._meta.db_table)} n JOIN c ON c.id = n.id "
-        f"LEFT JOIN {quote(FabricPartition._meta.db_table)} p "
-        f"ON p.{quote('fabric_domain_id')} = n.{quote('fabric_domain_id')} AND p.{quote('tenant_id')} = %s "
-        f"WHERE {only_ranked}n.lifecycle = %s AND NOT n.cordoned ORDER BY {_PREFERENCE} LIMIT %s{lock}"
+        f"WITH c (id, leaf_switch, health, leaf_healthy) AS ({ranked_sql}), "
+        f"t AS (SELECT {node_columns} FROM {quote(Node._meta.db_table)} n JOIN c ON c.id = n.id "
+        f"WHERE {only_ranked}n.lifecycle = %s AND NOT n.cordoned ORDER BY {_PREFERENCE} LIMIT %s{lock}) "
+        f"SELECT {columns} FROM t LEFT JOIN {quote(FabricPartition._meta.db_table)} p "
+        f"ON p.{quote('fabric_domain_id')} = t.{quote('fabric_domain_id')} AND p.{quote('tenant_id')} = %s"
     )
     # Parameters before the tenant's, and after it: the statement is cached for every tenant.
-    return sql, tuple(ranked_params), (Lifecycle.AVAILABLE, *order_params, node_count)
+    return sql, (*ranked_params, Lifecycle.AVAILABLE, *order_params, node_count), ()
 
 
 @functools.lru_cache(maxsize=1024)
