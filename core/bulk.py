@@ -53,6 +53,60 @@ def update_rows(
             )
 
 
+def update_values(
+    model: type[models.Model],
+    fields: Sequence[str],
+    rows: Sequence[Sequence],
+    *,
+    using: str,
+    shared: dict | None = None,
+) -> None:
+    """`update_rows` for rows given as plain values: each row is (pk, *values of `fields`), and
+    `shared` (field → value) is set on every row alike. No model instances: for a billing run's
+    10,000 invoices, building them and preparing each field was most of the update's cost.
+
+    On PostgreSQL one `UPDATE … FROM unnest(<one array per column>)`, whatever the number of
+    rows (a VALUES list's thousands of placeholders cost the driver more than the update costs
+    the database); the values must be what psycopg adapts as the columns expect, as for
+    `copy_values`. Other vendors: one prepared UPDATE run for every row (executemany), values
+    prepared by their fields. Like QuerySet.update, no auto_now and no signals."""
+    if not rows:
+        return
+    connection = connections[using]
+    meta = model._meta
+    pk = meta.pk
+    columns = [meta.get_field(name) for name in fields]
+    constant = [(meta.get_field(name), value) for name, value in (shared or {}).items()]
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    head = [f.get_db_prep_save(value, connection) for f, value in constant]
+    if connection.vendor == "postgresql":
+        assignments = [f"{quote(c.column)} = v.c{i}" for i, c in enumerate(columns)]
+        assignments += [f"{quote(f.column)} = %s" for f, _ in constant]
+        arrays = ", ".join(f"%s::{_db_type(c, using)}[]" for c in (pk, *columns))
+        names = ", ".join(["pk", *(f"c{i}" for i in range(len(columns)))])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS t SET {', '.join(assignments)} FROM unnest({arrays}) AS v({names}) "
+                f"WHERE t.{quote(pk.column)} = v.pk",
+                [*head, *(list(column) for column in zip(*rows, strict=True))],
+            )
+        return
+    assignments = [f"{quote(c.column)} = %s" for c in columns] + [f"{quote(f.column)} = %s" for f, _ in constant]
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET {', '.join(assignments)} WHERE {quote(pk.column)} = %s",
+            [
+                [
+                    *(c.get_db_prep_save(value, connection) for c, value in zip(columns, row[1:], strict=True)),
+                    *head,
+                    pk.get_db_prep_value(row[0], connection),
+                ]
+                for row in rows
+            ],
+        )
+
+
 def insert_rows(model: type[models.Model], objs: Sequence[models.Model], *, using: str) -> None:
     """What `bulk_create` does for rows whose primary key is set in Python, by COPY on PostgreSQL.
 

@@ -39,10 +39,20 @@ from billing.periods import format_period, period_end, period_of, previous_perio
 from billing.selectors import archived_periods
 from billing.services.disputes import hold_disputed_usage
 from billing.services.energy_lines import with_energy_lines
-from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
+from billing.services.rating import (
+    Cutoff,
+    PriceBook,
+    output_hash,
+    rate_period,
+    run_periods,
+    run_usage,
+    tally_usage,
+    usage_scope,
+)
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
-from core.bulk import insert_rows, update_rows
+from core.bulk import copy_values, update_values
 from core.faults import fault_point
+from core.ids import uuid7s
 from core.locks import advisory_lock
 from core.search import index_objects
 from core.services.audit import record_audit
@@ -151,11 +161,48 @@ def _check_finalizable(period: date, now: datetime) -> None:
         )
 
 
-def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[Invoice]:
-    drafts = {
-        inv.tenant_id: inv
-        for inv in Invoice.objects.using(LEDGER).select_for_update().filter(period=period, status=InvoiceStatus.DRAFT)
-    }
+# What a billing run writes of each invoice and line, in this order (attnames).
+INVOICE_COLUMNS = tuple(f.attname for f in Invoice._meta.concrete_fields)
+LINE_COLUMNS = (
+    "id",
+    "invoice_id",
+    "position",
+    "kind",
+    "sku",
+    "description",
+    "usage_period",
+    "quantity",
+    "quantity_micro",
+    "unit",
+    "unit_price",
+    "rate",
+    "price_version",
+    "start",
+    "end",
+    "amount",
+    "note",
+    "reference",
+)
+
+
+@dataclass(frozen=True)
+class WrittenInvoice:
+    id: object
+    tenant_id: object
+    total: Decimal
+
+
+def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[WrittenInvoice]:
+    """The run's draft invoices and their lines, rewritten: one statement per kind of write,
+    rows as plain tuples (no model instance per invoice or line: at 10,000 tenants building and
+    preparing them was most of a run's Python). A draft keeps its id (and its page's address);
+    its lines are replaced."""
+    drafts = dict(
+        Invoice.objects.using(LEDGER)
+        .select_for_update()
+        .filter(period=period, status=InvoiceStatus.DRAFT)
+        .values_list("tenant_id", "id")
+    )
     # One statement (drafts' lines are never referenced: credit notes are for finalized invoices,
     # and the foreign key would refuse it); Django's delete() first reads every line and its
     # credit-note references, seconds at 10,000 tenants.
@@ -165,29 +212,65 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
             "(SELECT id FROM billing_invoice WHERE period = %s AND status = %s)",
             [connections[LEDGER].ops.adapt_datefield_value(period), InvoiceStatus.DRAFT],
         )
-    stale = [inv.pk for tenant, inv in drafts.items() if tenant not in rated]
+    stale = [pk for tenant, pk in drafts.items() if tenant not in rated]
     if stale:
         Invoice.objects.using(LEDGER).filter(pk__in=stale).delete()
-    invoices, new, lines = [], [], []
-    for tenant_id in sorted(rated, key=str):
-        invoice = drafts.get(tenant_id)
-        if invoice is None:
-            invoice = Invoice(tenant_id=tenant_id, period=period, currency=currency)
-            new.append(invoice)
-        invoice.total = sum((line.amount for line in rated[tenant_id]), Decimal("0.00"))
-        invoice.billing_run_id = run_id
-        invoices.append(invoice)
-        lines.extend(line_rows(invoice, rated[tenant_id]))
-    Invoice.objects.using(LEDGER).bulk_create(new, batch_size=500)
-    new_ids = {inv.pk for inv in new}
-    existing = [inv for inv in invoices if inv.pk not in new_ids]
-    if existing:
-        now = timezone.now()
-        for inv in existing:
-            inv.updated_at = now
-        update_rows(Invoice, existing, ["total", "billing_run_id", "updated_at"], using=LEDGER)
-    insert_rows(InvoiceLine, lines, using=LEDGER)
-    return invoices
+    now = timezone.now()
+    tenants = sorted(rated, key=str)
+    new_ids = iter(uuid7s(sum(1 for tenant in tenants if tenant not in drafts)))
+    line_ids = iter(uuid7s(sum(len(rated[tenant]) for tenant in tenants)))
+    defaults = {f.attname: f.get_default() for f in Invoice._meta.concrete_fields if f.attname != "id"}
+    written, new, totals, lines = [], [], [], []
+    for tenant_id in tenants:
+        tenant_lines = rated[tenant_id]
+        total = sum((line.amount for line in tenant_lines), Decimal("0.00"))
+        invoice_id = drafts.get(tenant_id)
+        if invoice_id is None:
+            invoice_id = next(new_ids)
+            row = {
+                **defaults,
+                "id": invoice_id,
+                "tenant_id": tenant_id,
+                "period": period,
+                "currency": currency,
+                "total": total,
+                "billing_run_id": run_id,
+                "created_at": now,
+                "updated_at": now,
+            }
+            new.append(tuple(row[name] for name in INVOICE_COLUMNS))
+        else:
+            totals.append((invoice_id, total))
+        written.append(WrittenInvoice(invoice_id, tenant_id, total))
+        # Amounts, quantities and prices are already exact at their columns' places (rating
+        # quantizes them), so they go as they are, not through each field's preparation.
+        lines.extend(
+            (
+                next(line_ids),
+                invoice_id,
+                position,
+                line.kind,
+                line.sku,
+                line.description,
+                line.usage_period,
+                line.quantity,
+                line.quantity_micro,
+                line.unit,
+                line.unit_price,
+                line.rate,
+                line.price_version,
+                line.start,
+                line.end,
+                line.amount,
+                line.note,
+                line.reference,
+            )
+            for position, line in enumerate(tenant_lines, 1)
+        )
+    copy_values(Invoice, INVOICE_COLUMNS, new, using=LEDGER)
+    update_values(Invoice, ["total"], totals, shared={"billing_run_id": run_id, "updated_at": now}, using=LEDGER)
+    copy_values(InvoiceLine, LINE_COLUMNS, lines, using=LEDGER)
+    return written
 
 
 def line_rows(invoice: Invoice, rated_lines) -> list[InvoiceLine]:
@@ -228,25 +311,36 @@ def number_documents(issuer: str, count: int, *, series: str = "") -> list[str]:
     return numbers
 
 
-def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
+def _finalize(written: list[WrittenInvoice], period: date, issuer: str, now: datetime) -> None:
     """Gapless numbers: the counter row is locked and advanced in the run's transaction."""
-    if not invoices:
+    if not written:
         return
-    terms = issue_terms({invoice.tenant_id for invoice in invoices}, now)
-    for invoice, number in zip(invoices, number_documents(issuer, len(invoices)), strict=True):
-        invoice.number = number
-        invoice.status = InvoiceStatus.FINALIZED
-        invoice.finalized_at = now
-        invoice.updated_at = now
-        invoice.issuer = issuer
-        invoice.tax_rate_percent, invoice.due_on = terms[invoice.tenant_id]
-    update_rows(
+    terms = issue_terms({invoice.tenant_id for invoice in written}, now)
+    numbers = number_documents(issuer, len(written))
+    update_values(
         Invoice,
-        invoices,
-        ["number", "status", "finalized_at", "updated_at", "issuer", "tax_rate_percent", "due_on"],
+        ["number", "tax_rate_percent", "due_on"],
+        [(w.id, number, *terms[w.tenant_id]) for w, number in zip(written, numbers, strict=True)],
+        shared={"status": InvoiceStatus.FINALIZED, "finalized_at": now, "updated_at": now, "issuer": issuer},
         using=LEDGER,
     )
-    index_objects(invoices)  # numbers are searchable once the ledger commits (core.search.index)
+    # numbers are searchable once the ledger commits (core.search.index)
+    index_objects(
+        [
+            Invoice(
+                id=w.id,
+                tenant_id=w.tenant_id,
+                period=period,
+                number=number,
+                status=InvoiceStatus.FINALIZED,
+                issuer=issuer,
+                total=w.total,
+                finalized_at=now,
+                updated_at=now,
+            )
+            for w, number in zip(written, numbers, strict=True)
+        ]
+    )
 
 
 def issue_terms(tenant_ids, now: datetime) -> dict:
@@ -292,9 +386,16 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         # The run records the highest version in force during the period; lines carry their own.
         version = book.version_at(period_end(period) - timedelta(microseconds=1)) or 0
         cutoff = _cutoff(watermark, adjustment_watermark)
+        # One scan of the run's usage feeds both the reconciliation and the rating.
+        periods = run_periods(period, cutoff)
+        tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
         # Reconcile first: usage the allocation history contradicts is held, not rated.
-        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
-        rated = with_energy_lines(rate_period(period=period, cutoff=cutoff, book=book), period=period, book=book)
+        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now, spans=tally.spans)
+        if disputed:  # the rows just held leave the rating
+            tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
+        rated = with_energy_lines(
+            rate_period(period=period, cutoff=cutoff, book=book, tally=tally), period=period, book=book
+        )
         digest = output_hash(period=period, price_book_version=version, rated=rated)
         run = BillingRun(
             period=period,
@@ -309,10 +410,10 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
             actor=actor,
             started_at=started_at,
         )
-        invoices = _write_invoices(period, rated, run.id, currency="USD")
+        written = _write_invoices(period, rated, run.id, currency="USD")
         fault_point("billing.after_write")  # the fault suite kills the worker here (uncommitted)
         if finalize:
-            _finalize(invoices, settings.BILLING_ISSUER, now)
+            _finalize(written, period, settings.BILLING_ISSUER, now)
         run.finished_at = timezone.now()
         run.save(using=LEDGER, force_insert=True)
     record_audit(
