@@ -24,7 +24,7 @@ class EpochMicros(models.Func):
     against their allocations' memberships): reading a timestamp costs the driver and Django's
     time-zone loader ~5 µs a value, an integer a fraction of that. PostgreSQL's EXTRACT(EPOCH)
     is an exact numeric; SQLite keeps Django's 'YYYY-MM-DD HH:MM:SS.ffffff' UTC text (six
-    digits whenever there is a fraction), read as seconds plus the fraction's digits."""
+    digits whenever there is a fraction), read as its whole seconds plus the fraction's digits."""
 
     output_field = models.BigIntegerField()
 
@@ -36,6 +36,9 @@ class EpochMicros(models.Func):
     def as_sqlite(self, compiler, connection, **extra_context):
         sql, params = compiler.compile(self.source_expressions[0])
         return (
-            f"(CAST(strftime('%%s', {sql}) AS INTEGER) * 1000000 + CAST(substr({sql} || '.000000', 21, 6) AS INTEGER))",
+            # The whole seconds without the fraction: SQLite parses a time to milliseconds, so
+            # strftime of '…:59.999999' would round up into the next second.
+            f"(CAST(strftime('%%s', substr({sql}, 1, 19)) AS INTEGER) * 1000000 "
+            f"+ CAST(substr({sql} || '.000000', 21, 6) AS INTEGER))",
             [*params, *params],
         )
