@@ -7,7 +7,6 @@ allocation and tenant overlapping the period. Anything else is a gap: a node run
 tenant's workload unbilled, or billing with no allocation behind it.
 """
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from uuid import UUID
@@ -138,47 +137,18 @@ def usage_spans(rows) -> dict:
     }
 
 
-def _memberships(spans: dict, tolerance_us: int) -> tuple[dict, dict]:
-    """The allocation history behind `spans`: (allocation → its tenant, (allocation, node) →
-    [(started, ended or None)] in microseconds since 1970), for every allocation a span names.
+_MEMBERSHIP_FIELDS = ("allocation_id", "node_id", "allocation__tenant_id")
+_MEMBERSHIP_EDGES = {"started": EpochMicros("started_at"), "ended": EpochMicros("ended_at")}
 
-    One query by time first: every membership whose window (± tolerance) reaches the spans'
-    overall range. That is all a span inside a membership needs (a window outside the range
-    cannot contain any row), and unlike one query per 1,000 allocation ids it costs a 10,000-
-    tenant run one statement. Allocations it did not find, or found without a span's node, are
-    then read whole, so "never in this allocation" is told apart from "outside its memberships"
-    exactly as before."""
-    lo = min(first for first, _ in spans.values()) - tolerance_us
-    hi = max(last for _, last in spans.values()) + tolerance_us
-    fields = ("allocation_id", "node_id", "allocation__tenant_id")
-    edges = {"started": EpochMicros("started_at"), "ended": EpochMicros("ended_at")}
-    owners: dict = {}
-    memberships: dict = defaultdict(list)
-    wanted = {allocation for allocation, _, _ in spans}
-    by_time = (
-        AllocationNode.objects.filter(started_at__lte=from_epoch_micros(hi))
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=from_epoch_micros(lo)))
-        .annotate(**edges)
-        .values_list(*fields, "started", "ended")
-    )
-    for allocation_id, node_id, tenant_id, started, ended in by_time:
-        if allocation_id in wanted:
-            owners[allocation_id] = tenant_id
-            memberships[(allocation_id, node_id)].append((started, ended))
-    whole = sorted({a for a, n, _ in spans if a not in owners or (a, n) not in memberships}, key=str)
-    for allocation_id in whole:
-        # its memberships found by time are read again: replace them rather than add twice
-        for pair in [pair for pair in memberships if pair[0] == allocation_id]:
-            del memberships[pair]
-    for start in range(0, len(whole), 1000):
-        for allocation_id, node_id, tenant_id, started, ended in (
-            AllocationNode.objects.filter(allocation_id__in=whole[start : start + 1000])
-            .annotate(**edges)
-            .values_list(*fields, "started", "ended")
-        ):
-            owners[allocation_id] = tenant_id
-            memberships[(allocation_id, node_id)].append((started, ended))
-    return owners, memberships
+
+def _read_memberships(memberships, owners: dict, windows: dict) -> None:
+    """Fill owners (allocation → tenant) and windows ((allocation, node) → [(started, ended or
+    None)], microseconds since 1970) from an AllocationNode queryset."""
+    for allocation_id, node_id, tenant_id, started, ended in memberships.annotate(**_MEMBERSHIP_EDGES).values_list(
+        *_MEMBERSHIP_FIELDS, "started", "ended"
+    ):
+        owners[allocation_id] = tenant_id
+        windows.setdefault((allocation_id, node_id), []).append((started, ended))
 
 
 def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None, spans: dict | None = None) -> list[Contradiction]:
@@ -200,49 +170,95 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None, spans: dict 
         return []
     tolerance_us = tolerance // timedelta(microseconds=1)
     now_us = epoch_micros(now)
-    owners, memberships = _memberships(spans, tolerance_us)
+    # The memberships by time first: every one whose window (± tolerance) reaches the spans'
+    # overall range. That is all a span inside a membership needs (a window outside the range
+    # cannot contain any of its rows), and unlike one query per 1,000 allocation ids it costs a
+    # 10,000-tenant run one statement. A span whose allocation, or whose (allocation, node) pair,
+    # it did not find has that allocation's whole history read, so "never in this allocation"
+    # is told apart from "outside its memberships" exactly as before.
+    lo = min(first for first, _ in spans.values()) - tolerance_us
+    hi = max(last for _, last in spans.values()) + tolerance_us
+    owners: dict = {}
+    windows: dict = {}
+    _read_memberships(
+        AllocationNode.objects.filter(started_at__lte=from_epoch_micros(hi)).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gte=from_epoch_micros(lo))
+        ),
+        owners,
+        windows,
+    )
+    unresolved = []
     out: list[Contradiction] = []
-    for (allocation_id, node_id, tenant_id), (first, last) in spans.items():
+    for key, span in spans.items():
+        allocation_id, node_id, tenant_id = key
         owner = owners.get(allocation_id)
-        pair = (allocation_id, node_id)
-        if owner is not None and owner != tenant_id:
-            reason = f"metered to tenant {tenant_id}, but the allocation belongs to tenant {owner}"
-        elif pair not in memberships:
-            reason = f"node {node_id} was never in allocation {allocation_id}"
-        else:
-            inside = False
-            for started, ended in memberships[pair]:
-                if started - tolerance_us <= first and last <= (now_us if ended is None else ended) + tolerance_us:
-                    inside = True
-                    break
-            if inside:
-                continue
-            windows = _windows(
-                [
-                    (m.started_at, m.ended_at)
-                    for m in AllocationNode.objects.filter(allocation_id=allocation_id, node_id=node_id)
-                ],
-                now,
-                tolerance,
-            )
-            for row_id, row_tenant, period, start, end in _pair_rows(
-                rows, allocation_id, node_id, tenant_id
-            ).values_list("id", "tenant_id", "period", "start", "end"):
-                if not any(lo <= start and end <= hi for lo, hi in windows):
-                    out.append(
-                        Contradiction(
-                            row_id,
-                            row_tenant,
-                            period,
-                            f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
-                            f"of node {node_id} in allocation {allocation_id}",
-                        )
-                    )
+        found = windows.get((allocation_id, node_id))
+        if owner is None or found is None:
+            unresolved.append((key, span))
+        elif owner == tenant_id and _inside(span, found, tolerance_us, now_us):
             continue
-        out.extend(
-            Contradiction(row_id, row_tenant, period, reason)
-            for row_id, row_tenant, period in _pair_rows(rows, allocation_id, node_id, tenant_id).values_list(
-                "id", "tenant_id", "period"
+        else:
+            out.extend(_contradictions(rows, key, owner, found is not None, now, tolerance))
+    if unresolved:
+        allocations = sorted({key[0] for key, _ in unresolved}, key=str)
+        owners, windows = {}, {}
+        for start in range(0, len(allocations), 1000):
+            _read_memberships(
+                AllocationNode.objects.filter(allocation_id__in=allocations[start : start + 1000]), owners, windows
             )
-        )
+        for key, span in unresolved:
+            allocation_id, node_id, tenant_id = key
+            owner, found = owners.get(allocation_id), windows.get((allocation_id, node_id))
+            if (
+                owner is not None
+                and owner == tenant_id
+                and found is not None
+                and _inside(span, found, tolerance_us, now_us)
+            ):
+                continue
+            out.extend(_contradictions(rows, key, owner, found is not None, now, tolerance))
     return out
+
+
+def _inside(span, windows: list, tolerance_us: int, now_us: int) -> bool:
+    first, last = span
+    return any(
+        started - tolerance_us <= first and last <= (now_us if ended is None else ended) + tolerance_us
+        for started, ended in windows
+    )
+
+
+def _contradictions(rows, key: tuple, owner, is_member: bool, now, tolerance: timedelta) -> list[Contradiction]:
+    """The rows of one (allocation, node, tenant) span that the history contradicts, with why."""
+    allocation_id, node_id, tenant_id = key
+    pair_rows = _pair_rows(rows, allocation_id, node_id, tenant_id)
+    if owner is not None and owner != tenant_id:
+        reason = f"metered to tenant {tenant_id}, but the allocation belongs to tenant {owner}"
+    elif not is_member:
+        reason = f"node {node_id} was never in allocation {allocation_id}"
+    else:
+        windows = _windows(
+            [
+                (m.started_at, m.ended_at)
+                for m in AllocationNode.objects.filter(allocation_id=allocation_id, node_id=node_id)
+            ],
+            now,
+            tolerance,
+        )
+        return [
+            Contradiction(
+                row_id,
+                row_tenant,
+                period,
+                f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
+                f"of node {node_id} in allocation {allocation_id}",
+            )
+            for row_id, row_tenant, period, start, end in pair_rows.values_list(
+                "id", "tenant_id", "period", "start", "end"
+            )
+            if not any(lo <= start and end <= hi for lo, hi in windows)
+        ]
+    return [
+        Contradiction(row_id, row_tenant, period, reason)
+        for row_id, row_tenant, period in pair_rows.values_list("id", "tenant_id", "period")
+    ]

@@ -39,17 +39,18 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from json.encoder import encode_basestring_ascii
 from typing import NamedTuple
 
-from django.db.models import Case, IntegerField, Max, Min, Q, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Max, Min, Q, Sum, Value, When
 
 from billing.models import (
-    BILLABLE_USAGE,
     MICRO_PER_HOUR,
     Adjustment,
     AdjustmentKind,
+    DisputeStatus,
     LineKind,
     PriceBookEntry,
     SlaPolicy,
     Unit,
+    UsageDispute,
     UsageEvent,
 )
 from billing.periods import format_period, period_end, period_start
@@ -167,9 +168,10 @@ def _unpriced(sku: str) -> UnpricedSku:
 
 
 def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...], spans: bool = False):
-    """Rows `(*group values, version in force, GPU-µs, first start, last end)` of a usage queryset,
-    one or more per group (pieces of one group under the same version are not merged; callers
-    sum them). `group` names `period` and `sku`; first/last are microseconds since 1970
+    """Rows `(*group values, version in force, GPU-µs, pieces, first start, last end)` of a usage
+    queryset, one or more per group (pieces of one group under the same version are not merged;
+    callers sum them). `pieces` counts the usage rows (or, for a row split at a version change,
+    its parts) summed. `group` names `period` and `sku`; first/last are microseconds since 1970
     (`epoch_micros`) when `spans`, else None.
 
     Rows never cross a month (ingest splits them), so only version changes strictly inside
@@ -182,19 +184,17 @@ def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...
     cuts = sorted({t for t in book.change_times for p in periods if period_start(p) < t < period_end(p)})
     at_period, at_sku = group.index("period"), group.index("sku")
     edges = {"first": EpochMicros(Min("start")), "last": EpochMicros(Max("end"))} if spans else {}
+    width = len(group)
     if not cuts:
         version_of: dict = {}  # period → version in force at its start (one bisect per month)
-        for row in usage.values_list(*group).annotate(micro=Sum("quantity_micro"), **edges).order_by():
+        for row in usage.values_list(*group).annotate(micro=Sum("quantity_micro"), n=Count("id"), **edges).order_by():
             period = row[at_period]
             if period not in version_of:
                 version_of[period] = book.version_at(period_start(period))
             version = version_of[period]
             if version is None:
                 raise _unpriced(row[at_sku])
-            if spans:
-                yield (*row[: len(group)], version, row[-3], row[-2], row[-1])
-            else:
-                yield (*row[: len(group)], version, row[-1], None, None)
+            yield (*row[:width], version, *row[width : width + 2], *(row[width + 2 :] if spans else (None, None)))
         return
     straddles = Q()
     for moment in cuts:
@@ -209,18 +209,15 @@ def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...
         usage.exclude(straddles)
         .annotate(segment=segment)
         .values_list(*group, "segment")
-        .annotate(micro=Sum("quantity_micro"), **edges)
+        .annotate(micro=Sum("quantity_micro"), n=Count("id"), **edges)
         .order_by()
     )
     for row in whole:
-        index = row[len(group)]
+        index = row[width]
         if index < 0:
             raise _unpriced(row[at_sku])
         version = book.change_versions[index]
-        if spans:
-            yield (*row[: len(group)], version, row[-3], row[-2], row[-1])
-        else:
-            yield (*row[: len(group)], version, row[-1], None, None)
+        yield (*row[:width], version, *row[width + 1 : width + 3], *(row[width + 3 :] if spans else (None, None)))
     for *key, start, end, micro in (
         usage.filter(straddles).values_list(*group, "start", "end", "quantity_micro").order_by("id")
     ):
@@ -229,7 +226,7 @@ def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...
             version = book.version_at(lo)
             if version is None:
                 raise _unpriced(key[at_sku])
-            yield (*key, version, share, first, last)
+            yield (*key, version, share, 1, first, last)
 
 
 def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool = False) -> Buckets:
@@ -238,12 +235,12 @@ def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool =
     buckets: Buckets = defaultdict(int)
     if by_allocation:
         group = ("tenant_id", "allocation_id", "period", "sku")
-        for tenant, allocation, period, sku, version, micro, _, _ in grouped_usage(
+        for tenant, allocation, period, sku, version, micro, _, _, _ in grouped_usage(
             usage, book, periods=periods, group=group
         ):
             buckets[(tenant, allocation, period, sku, version)] += micro
     else:
-        for tenant, period, sku, version, micro, _, _ in grouped_usage(
+        for tenant, period, sku, version, micro, _, _, _ in grouped_usage(
             usage, book, periods=periods, group=("tenant_id", "period", "sku")
         ):
             buckets[(tenant, None, period, sku, version)] += micro
@@ -265,27 +262,69 @@ class UsageTally:
     spans: dict
 
 
+_TALLY_GROUP = ("tenant_id", "allocation_id", "node_id", "period", "sku")
+
+
 def tally_usage(usage, book: PriceBook, *, periods) -> UsageTally:
-    undisputed = Case(When(dispute__isnull=True, then=Value(1)), default=Value(0), output_field=IntegerField())
-    rows = grouped_usage(
-        usage.filter(BILLABLE_USAGE).annotate(undisputed=undisputed),
-        book,
-        periods=periods,
-        group=("tenant_id", "allocation_id", "node_id", "period", "sku", "undisputed"),
-        spans=True,
-    )
-    buckets: Buckets = defaultdict(int)
+    """The tally of `usage` (a run's scope, rows of every dispute state).
+
+    The scan reads the rows alone, without the disputes table: joined to it, PostgreSQL
+    misjudged the month's 400,000 rows as a few thousand and sorted them on disk (0.6 s against
+    0.4 s hashed). Disputed rows are few; they are read again by id and taken back out: their
+    GPU-µs and pieces leave the buckets (a bucket left with no piece is gone, as if never
+    summed), and the spans of their (allocation, node, tenant) pairs are read again without them.
+    """
+    counts: dict = {}  # bucket → [GPU-µs, pieces]
     spans: dict = {}
-    for tenant, allocation, node, period, sku, clean, version, micro, first, last in rows:
-        buckets[(tenant, None, period, sku, version)] += micro
-        if clean:
-            pair = (allocation, node, tenant)
-            span = spans.get(pair)
-            if span is None:
-                spans[pair] = [first, last]
-            else:
-                span[0], span[1] = min(span[0], first), max(span[1], last)
-    return UsageTally(buckets, spans)
+    for tenant, allocation, node, period, sku, version, micro, pieces, first, last in grouped_usage(
+        usage, book, periods=periods, group=_TALLY_GROUP, spans=True
+    ):
+        # setdefault: one hash of each key (a tuple hashes its UUIDs anew every time)
+        count = counts.setdefault((tenant, None, period, sku, version), [0, 0])
+        count[0] += micro
+        count[1] += pieces
+        _widen(spans, (allocation, node, tenant), first, last)
+    held = dict(UsageDispute.objects.using(LEDGER).filter(period__in=periods).values_list("usage_event_id", "status"))
+    if held:
+        unbillable = sorted(row for row, status in held.items() if status != DisputeStatus.ACCEPTED)
+        for lo in range(0, len(unbillable), 1000):
+            chunk = usage.filter(id__in=unbillable[lo : lo + 1000])
+            for tenant, _, _, period, sku, version, micro, pieces, _, _ in grouped_usage(
+                chunk, book, periods=periods, group=_TALLY_GROUP
+            ):
+                key = (tenant, None, period, sku, version)
+                count = counts[key]  # every held row was summed in the scan above
+                count[0] -= micro
+                count[1] -= pieces
+                if not count[1]:
+                    del counts[key]
+        ids = sorted(held)
+        pairs = set()
+        for lo in range(0, len(ids), 1000):
+            pairs.update(
+                usage.filter(id__in=ids[lo : lo + 1000]).values_list("allocation_id", "node_id", "tenant_id").distinct()
+            )
+        pairs = sorted(pairs, key=str)
+        for lo in range(0, len(pairs), 100):
+            chunk = pairs[lo : lo + 100]
+            for pair in chunk:
+                spans.pop(pair, None)
+            either = Q()
+            for allocation, node, tenant in chunk:
+                either |= Q(allocation_id=allocation, node_id=node, tenant_id=tenant)
+            for tenant, allocation, node, _, _, _, _, _, first, last in grouped_usage(
+                usage.filter(either, dispute__isnull=True), book, periods=periods, group=_TALLY_GROUP, spans=True
+            ):
+                _widen(spans, (allocation, node, tenant), first, last)
+    return UsageTally({key: micro for key, (micro, _) in counts.items()}, spans)
+
+
+def _widen(spans: dict, pair: tuple, first: int, last: int) -> None:
+    span = spans.setdefault(pair, [first, last])
+    if first < span[0]:
+        span[0] = first
+    if last > span[1]:
+        span[1] = last
 
 
 @dataclass(frozen=True)
@@ -417,51 +456,54 @@ def _usage_lines(buckets: Buckets, book: PriceBook, period: date) -> dict:
 
     Everything but the quantity and the amount is the same for every tenant billed at one
     price row in one month (description, price, the time range the row was in force): it is
-    built once per (month, SKU, row), not once per tenant."""
-    price_of: dict = {}  # (sku, version in force) → its Price row
-    grouped: dict = defaultdict(int)  # (tenant, usage period, sku, row version) → GPU-µs
+    built once per (month, SKU, row) as a "head", and tenants' pieces refer to it by number."""
+    heads: list = []  # (sort key, the line's shared fields) per (usage period, sku, price row)
+    head_of_row: dict = {}  # (usage period, sku, row version) → index in heads
+    head_of_version: dict = {}  # (usage period, sku, version in force) → index in heads
+    by_tenant: dict = {}  # tenant → {head index: GPU-µs}
     for (tenant, _allocation, usage_period, sku, version), micro in buckets.items():
-        price = price_of.get((sku, version))
-        if price is None:
-            price = price_of[(sku, version)] = book.price(sku, version)
+        index = head_of_version.get((usage_period, sku, version))
+        if index is None:
+            price = book.price(sku, version)
             if price is None:
                 raise UnpricedSku(f"no price for SKU {sku!r} in price book v{version}")
-        grouped[(tenant, usage_period, sku, price.version)] += micro
-    prices = {(sku, price.version): price for (sku, _), price in price_of.items()}
-    heads: dict = {}  # (usage period, sku, row version) → (sort key, the line's shared fields)
-    by_tenant: dict = defaultdict(list)
-    for (tenant, usage_period, sku, row_version), micro in grouped.items():
-        head = heads.get((usage_period, sku, row_version))
-        if head is None:
-            head = heads[(usage_period, sku, row_version)] = _usage_head(
-                prices[(sku, row_version)], usage_period, period, book
-            )
-        by_tenant[tenant].append((head, micro))
+            index = head_of_row.get((usage_period, sku, price.version))
+            if index is None:
+                index = head_of_row[(usage_period, sku, price.version)] = len(heads)
+                heads.append(_usage_head(price, usage_period, period, book))
+            head_of_version[(usage_period, sku, version)] = index
+        pieces = by_tenant.get(tenant)
+        if pieces is None:
+            by_tenant[tenant] = {index: micro}
+        else:
+            pieces[index] = pieces.get(index, 0) + micro
     out: dict = {}
     for tenant in sorted(by_tenant, key=str):
         pieces = by_tenant[tenant]
-        if len(pieces) > 1:
-            pieces.sort(key=lambda piece: piece[0][0])
-        out[tenant] = [
-            RatedLine(
-                kind,
-                sku,
-                description,
-                usage_period,
-                gpu_hours(micro),
-                Unit.GPU_HOUR,
-                unit_price,
-                usage_amount(micro, unit_price),
-                "",
-                micro,
-                ONE,
-                price_version,
-                start,
-                end,
-                "",
+        ordered = sorted(pieces.items(), key=lambda piece: heads[piece[0]][0]) if len(pieces) > 1 else pieces.items()
+        lines = []
+        for index, micro in ordered:
+            kind, sku, description, usage_period, unit_price, price_version, start, end = heads[index][1]
+            lines.append(
+                RatedLine(
+                    kind,
+                    sku,
+                    description,
+                    usage_period,
+                    gpu_hours(micro),
+                    Unit.GPU_HOUR,
+                    unit_price,
+                    usage_amount(micro, unit_price),
+                    "",
+                    micro,
+                    ONE,
+                    price_version,
+                    start,
+                    end,
+                    "",
+                )
             )
-            for (_, (kind, sku, description, usage_period, unit_price, price_version, start, end)), micro in pieces
-        ]
+        out[tenant] = lines
     return out
 
 

@@ -51,6 +51,7 @@ from billing.services.rating import (
 )
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
 from core.bulk import copy_values, update_values
+from core.collector import collector_paused
 from core.faults import fault_point
 from core.ids import uuid7s
 from core.locks import advisory_lock
@@ -363,12 +364,30 @@ def issue_terms(tenant_ids, now: datetime) -> dict:
     }
 
 
+def _room_to_group_the_month() -> None:
+    """PostgreSQL: enough memory, for this transaction, to hash the month's groups.
+
+    The tally groups 400,000 rows (per million rows a month) into one group per tenant,
+    allocation, node and SKU; estimated at ~40,000 groups of 100 bytes, that is more than the
+    default work_mem (4 MB, twice that for hashing), and the planner sorted the rows on disk
+    instead (0.6 s against 0.4 s at 10,000 tenants). Runs hold the `billing_run` lock, so one
+    at a time takes it; past 64 MB a hash aggregate spills to disk rather than fail."""
+    connection = connections[LEDGER]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL work_mem = '64MB'")
+
+
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
     """Rate `period` into draft invoices (and finalize them when `finalize`). Atomic."""
     now = now or timezone.now()
     started_at = timezone.now()
     watermark, adjustment_watermark = safe_watermarks()
-    with transaction.atomic(using=LEDGER), advisory_lock("billing_run", using=LEDGER) as acquired:
+    with (
+        collector_paused(),  # the run's ~10^5 live rows and lines made full collections cost 0.45 s of CPU
+        transaction.atomic(using=LEDGER),
+        advisory_lock("billing_run", using=LEDGER) as acquired,
+    ):
         if not acquired:
             raise BillingRunError("billing_run_in_progress", "Another billing run is in progress; retry in a minute.")
         done = _finalized_run(period)
@@ -387,6 +406,7 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         version = book.version_at(period_end(period) - timedelta(microseconds=1)) or 0
         cutoff = _cutoff(watermark, adjustment_watermark)
         # One scan of the run's usage feeds both the reconciliation and the rating.
+        _room_to_group_the_month()
         periods = run_periods(period, cutoff)
         tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
         # Reconcile first: usage the allocation history contradicts is held, not rated.
