@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from json.encoder import encode_basestring_ascii
+from operator import itemgetter
 from typing import NamedTuple
 
 from django.db.models import Case, Count, IntegerField, Max, Min, Q, Sum, Value, When
@@ -451,8 +452,9 @@ def _adjustment_filter(period: date, cut: Cutoff) -> Q:
 
 
 def _usage_lines(buckets: Buckets, book: PriceBook, period: date) -> dict:
-    """{tenant_id: [usage and late-usage RatedLine, ...]}: buckets grouped by tenant × period ×
-    SKU × price row (allocations merged), each tenant's lines by period, SKU and start.
+    """{tenant_id: [usage and late-usage RatedLine, ...]} (a defaultdict): buckets grouped by
+    tenant × period × SKU × price row (allocations merged), each tenant's lines by period, SKU
+    and start.
 
     Everything but the quantity and the amount is the same for every tenant billed at one
     price row in one month (description, price, the time range the row was in force): it is
@@ -477,9 +479,8 @@ def _usage_lines(buckets: Buckets, book: PriceBook, period: date) -> dict:
             by_tenant[tenant] = {index: micro}
         else:
             pieces[index] = pieces.get(index, 0) + micro
-    out: dict = {}
-    for tenant in sorted(by_tenant, key=str):
-        pieces = by_tenant[tenant]
+    out: dict = defaultdict(list)  # in no particular order: the hash and the writer sort by tenant
+    for tenant, pieces in by_tenant.items():
         ordered = sorted(pieces.items(), key=lambda piece: heads[piece[0]][0]) if len(pieces) > 1 else pieces.items()
         lines = []
         for index, micro in ordered:
@@ -635,7 +636,8 @@ def rate_period(
     price_book_version: int | None = None,
     tally: UsageTally | None = None,
 ) -> dict:
-    """{tenant_id: [RatedLine, ...]} for every tenant with something to bill in `period`.
+    """{tenant_id: [RatedLine, ...]} for every tenant with something to bill in `period` (in no
+    particular order of tenants).
 
     `tally`: the run's scan of its usage (`tally_usage` over `run_usage`), when the caller
     already has it; read here otherwise."""
@@ -645,7 +647,7 @@ def rate_period(
         adjustments = adjustments.filter(tenant_id__in=tenant_ids)
     if tally is None:
         tally = tally_usage(run_usage(period, cutoff, tenant_ids=tenant_ids), book, periods=run_periods(period, cutoff))
-    lines: dict = defaultdict(list, _usage_lines(tally.buckets, book, period))
+    lines = _usage_lines(tally.buckets, book, period)
     adjustments = list(adjustments.order_by("tenant_id", "id"))
     sla = _sla_lines([a for a in adjustments if a.kind == AdjustmentKind.SLA_CREDIT], cutoff, book)
     for adj in adjustments:
@@ -671,12 +673,10 @@ def rate_period(
                 note=f"recorded by {adj.actor}"[:300] if adj.actor else "",
             )
         )
-    credited = {adj.tenant_id for adj in adjustments if adj.kind == AdjustmentKind.SLA_CREDIT}
-    # Only an invoice with SLA credits can need its credits capped (the others return as they are).
-    return {
-        tenant: _cap_credits_at_invoice(tenant_lines) if tenant in credited else tenant_lines
-        for tenant, tenant_lines in lines.items()
-    }
+    # Only an invoice with SLA credits can need its credits capped (the others stay as they are).
+    for tenant in {adj.tenant_id for adj in adjustments if adj.kind == AdjustmentKind.SLA_CREDIT}:
+        lines[tenant] = _cap_credits_at_invoice(lines[tenant])
+    return dict(lines)
 
 
 def run_periods(period: date, cut: Cutoff) -> set[date]:
@@ -698,21 +698,38 @@ def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:
     [{field: str(value)} per line]}} with sorted keys and no spaces (json.dumps, ASCII escapes).
     It is written here directly rather than through json.dumps of 10,000 dicts, byte for byte
     the same (tests pin it against json.dumps): fields in name order, each str(value) escaped by
-    json's own encoder, and each distinct value object escaped once (a month's lines share
-    their description, price, dates and time range)."""
-    encoded: dict = {}  # id(value) → (value, its JSON text); the value is kept so its id stays its own
+    json's own encoder. A month's lines share all but their quantities and amounts (the same
+    description, price, dates and time range objects), so the text around those three is built
+    once per distinct set of shared value objects, found by their ids (all alive in `rated`
+    while this runs, so an id is never reused)."""
+    around: dict = {}  # ids of a line's shared values → the line's JSON text around its own three
 
-    def text(value) -> str:
-        hit = encoded.get(id(value))
-        if hit is None:
-            hit = encoded[id(value)] = (value, encode_basestring_ascii(str(value)))
-        return hit[1]
+    def line_json(line) -> str:
+        shared = tuple(map(id, _shared_of(line)))
+        parts = around.get(shared)
+        if parts is None:
+            text = [encode_basestring_ascii(str(line[i])) for i in _HASH_ORDER]
+            for slot in _OWN_SLOTS:
+                text[slot] = _SLOT
+            parts = around[shared] = (_LINE_JSON % tuple(text)).split(_SLOT)
+        first, second, third = _own_of(line)
+        return "".join(
+            (
+                parts[0],
+                encode_basestring_ascii(str(first)),
+                parts[1],
+                encode_basestring_ascii(str(second)),
+                parts[2],
+                encode_basestring_ascii(str(third)),
+                parts[3],
+            )
+        )
 
-    by_name = {str(tenant): tenant for tenant in sorted(rated, key=str)}
-    invoices = []
-    for name in sorted(by_name):
-        lines = ",".join(_LINE_JSON % tuple(text(line[i]) for i in _HASH_ORDER) for line in rated[by_name[name]])
-        invoices.append(f"{encode_basestring_ascii(name)}:[{lines}]")
+    by_name = {str(tenant): tenant for tenant in rated}  # as json.dumps keys them (the last of equal names)
+    invoices = [
+        f"{encode_basestring_ascii(name)}:[{','.join(line_json(line) for line in rated[by_name[name]])}]"
+        for name in sorted(by_name)
+    ]
     canonical = (
         f'{{"invoices":{{{",".join(invoices)}}},"period":{encode_basestring_ascii(format_period(period))},'
         f'"price_book_version":{json.dumps(price_book_version)}}}'
@@ -723,3 +740,11 @@ def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:
 # Line fields in the canonical form's (sorted) order, and its JSON object with a slot for each.
 _HASH_ORDER = tuple(LINE_FIELDS.index(name) for name in sorted(LINE_FIELDS))
 _LINE_JSON = "{" + ",".join(f'"{name}":%s' for name in sorted(LINE_FIELDS)) + "}"
+# The fields each line has of its own; the others are usually shared with other lines.
+_OWN = tuple(
+    sorted((LINE_FIELDS.index(name) for name in ("amount", "quantity", "quantity_micro")), key=_HASH_ORDER.index)
+)
+_OWN_SLOTS = tuple(_HASH_ORDER.index(i) for i in _OWN)
+_SHARED = tuple(i for i in range(len(LINE_FIELDS)) if i not in _OWN)
+_own_of, _shared_of = itemgetter(*_OWN), itemgetter(*_SHARED)
+_SLOT = "\x00"  # marks where a line's own values go; never in JSON text (json escapes it as \u0000)

@@ -170,7 +170,7 @@ def test_the_output_hash_is_json_dumps_of_the_canonical_form_byte_for_byte():
     line = RatedLine(
         kind="usage",
         sku="h100-sxm-8x",
-        description='GPU-hours "quoted" — at 2.35 \\ per\nhour ü',
+        description='GPU-hours "quoted" — at 2.35 \\ per\nhour ü, 100% %s %%',
         usage_period=SEP,
         quantity=Decimal("1.000000"),
         unit="gpu_hour",
@@ -182,9 +182,11 @@ def test_the_output_hash_is_json_dumps_of_the_canonical_form_byte_for_byte():
         end=shared_start + timedelta(days=30),
     )
     rated = {
-        T2: [line, line._replace(amount=Decimal("-0.00"), unit_price=None, note="capped", start=None)],
+        T2: [line, line._replace(amount=Decimal("-0.00"), unit_price=None, note="capped at 10% of %(x)s", start=None)],
         T1: [line._replace(rate=Decimal("0.500000"), amount=Decimal("1.2"), quantity=Decimal("1.0"))],
         T3: [],
+        # equal prices written differently: the hash tells them apart, as str() does
+        T4: [line._replace(unit_price=Decimal("2.35")), line._replace(unit_price=Decimal("2.350000"))],
     }
     for candidate in (rated, {}, {T1: rated[T1]}):
         assert output_hash(period=SEP, price_book_version=2, rated=candidate) == _reference_hash(
