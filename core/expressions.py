@@ -23,7 +23,7 @@ class EpochMicros(models.Func):
     For paths that only compare or subtract many datetimes (a billing run's 10,000 usage spans
     against their allocations' memberships): reading a timestamp costs the driver and Django's
     time-zone loader ~5 µs a value, an integer a fraction of that. PostgreSQL's EXTRACT(EPOCH)
-    is an exact numeric; SQLite keeps Django's 'YYYY-MM-DD HH:MM:SS.ffffff' UTC text (six
+    is an exact numeric (since PostgreSQL 14, the oldest Django 5.2 supports); SQLite keeps Django's 'YYYY-MM-DD HH:MM:SS.ffffff' UTC text (six
     digits whenever there is a fraction), read as its whole seconds plus the fraction's digits."""
 
     output_field = models.BigIntegerField()
