@@ -131,29 +131,43 @@ def insert_rows(model: type[models.Model], objs: Sequence[models.Model], *, usin
     )
 
 
-def copy_values(model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence], *, using: str) -> None:
+def copy_values(
+    model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence], *, using: str, binary: bool = False
+) -> None:
     """Rows given as plain values of the named fields (attnames), written by COPY on PostgreSQL.
 
     For hot paths where building a model instance and preparing each field per row is most of
     the cost (a transition batch's 500 node events). The values must be what psycopg adapts as
-    the columns expect (UUID, str, int, aware datetime): what those fields' get_db_prep_save
-    returns on PostgreSQL anyway. Defaults are not applied: name every column the row needs.
-    Other vendors build the instances and bulk_create them."""
+    the columns expect (UUID, str, int, Decimal, date, aware datetime): what those fields'
+    get_db_prep_save returns on PostgreSQL anyway. Defaults are not applied: name every column
+    the row needs. `binary`: COPY in PostgreSQL's binary format, each value dumped as its
+    column's type (about half the driver's time of the text format for a billing run's 10,000
+    lines of uuids, numerics and timestamps); only for columns of plain scalar types (no JSON:
+    a str is not a binary jsonb). Other vendors build the instances and bulk_create them."""
     if not rows:
         return
     connection = connections[using]
     if connection.vendor != "postgresql":
         model.objects.using(using).bulk_create([model(**dict(zip(fields, row))) for row in rows], batch_size=1000)
         return
-    _copy(connection, model, [model._meta.get_field(name).column for name in fields], rows)
+    columns = [model._meta.get_field(name) for name in fields]
+    # a column's type without its modifiers ("numeric(18, 2)" → "numeric"), as psycopg names types
+    types = [_db_type(c, using).split("(")[0].strip() for c in columns] if binary else None
+    _copy(connection, model, [c.column for c in columns], rows, types=types)
 
 
-def _copy(connection, model: type[models.Model], columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+def _copy(
+    connection, model: type[models.Model], columns: Sequence[str], rows: Iterable[Sequence], *, types=None
+) -> None:
     names = ", ".join(connection.ops.quote_name(c) for c in columns)
     sql = f"COPY {connection.ops.quote_name(model._meta.db_table)} ({names}) FROM STDIN"
+    if types is not None:
+        sql += " (FORMAT BINARY)"
     started = time.monotonic()
     with connection.cursor() as cursor:
         with cursor.cursor.copy(sql) as copy:
+            if types is not None:
+                copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
     # COPY goes past Django's cursor wrapper: log it as the statement it is, so the fixed

@@ -226,9 +226,9 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[Wr
         # Amounts, quantities and prices are already exact at their columns' places (rating
         # quantizes them), so they go as they are, not through each field's preparation.
         lines.extend((next(line_ids), invoice_id, position, *line) for position, line in enumerate(tenant_lines, 1))
-    copy_values(Invoice, INVOICE_COLUMNS, new, using=LEDGER)
+    copy_values(Invoice, INVOICE_COLUMNS, new, using=LEDGER, binary=True)
     update_values(Invoice, ["total"], totals, shared={"billing_run_id": run_id, "updated_at": now}, using=LEDGER)
-    copy_values(InvoiceLine, LINE_COLUMNS, lines, using=LEDGER)
+    copy_values(InvoiceLine, LINE_COLUMNS, lines, using=LEDGER, binary=True)
     return written
 
 
