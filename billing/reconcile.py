@@ -7,7 +7,6 @@ allocation and tenant overlapping the period. Anything else is a gap: a node run
 tenant's workload unbilled, or billing with no allocation behind it.
 """
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from uuid import UUID
@@ -19,6 +18,7 @@ from billing.models import UsageEvent
 from billing.periods import format_period, period_end, period_start
 from billing.selectors import archived_periods
 from core.errors import Conflict
+from core.expressions import EpochMicros, epoch_micros, from_epoch_micros
 from tenants.models import AllocationNode
 
 LEDGER = "ledger"
@@ -120,63 +120,145 @@ def _windows(memberships: list[tuple], now, tolerance: timedelta) -> list[tuple]
     return [(started - tolerance, (ended or now) + tolerance) for started, ended in memberships]
 
 
-def _pair_rows(rows, span: dict):
+def _pair_rows(rows, allocation_id, node_id, tenant_id):
     # Built only for a span that needs its rows read: building a queryset per span cost a
     # 10,000-tenant run seconds even when every span lay inside its membership.
-    return rows.filter(allocation_id=span["allocation_id"], node_id=span["node_id"], tenant_id=span["tenant_id"])
+    return rows.filter(allocation_id=allocation_id, node_id=node_id, tenant_id=tenant_id)
 
 
-def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None) -> list[Contradiction]:
+def usage_spans(rows) -> dict:
+    """(allocation_id, node_id, tenant_id) → [first start, last end] of these usage rows, in
+    microseconds since 1970 (what billing.services.rating.tally_usage gives a billing run)."""
+    return {
+        (allocation, node, tenant): [first, last]
+        for allocation, node, tenant, first, last in rows.values_list("allocation_id", "node_id", "tenant_id")
+        .annotate(first=EpochMicros(Min("start")), last=EpochMicros(Max("end")))
+        .order_by()
+    }
+
+
+_MEMBERSHIP_FIELDS = ("allocation_id", "node_id", "allocation__tenant_id")
+_MEMBERSHIP_EDGES = {"started": EpochMicros("started_at"), "ended": EpochMicros("ended_at")}
+
+
+def _read_memberships(memberships, owners: dict, windows: dict) -> None:
+    """Fill owners (allocation → tenant) and windows ((allocation, node) → [(started, ended or
+    None)], microseconds since 1970) from an AllocationNode queryset."""
+    for allocation_id, node_id, tenant_id, started, ended in memberships.annotate(**_MEMBERSHIP_EDGES).values_list(
+        *_MEMBERSHIP_FIELDS, "started", "ended"
+    ):
+        owners[allocation_id] = tenant_id
+        windows.setdefault((allocation_id, node_id), []).append((started, ended))
+
+
+def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None, spans: dict | None = None) -> list[Contradiction]:
     """Usage rows in `scope` (not yet disputed) that the allocation history contradicts: the node
     was never in that allocation, the allocation belongs to another tenant, or the row lies
     outside every membership of the node in it (beyond `tolerance`).
 
     Every row passed its grant's signature check; this is the second, control-plane opinion.
-    Cost: one grouped query over the scope and one membership query per 1,000 allocations; rows
-    are read one by one only for (allocation, node) pairs whose span is not inside a membership.
+    `spans`: the rows' `usage_spans`, when the caller already scanned them (a billing run's
+    tally); read here otherwise. Spans and memberships are compared as integers (microseconds):
+    reading 20,000 timestamps cost a 10,000-tenant run a tenth of a second. Rows are read one by
+    one only for (allocation, node) pairs whose span is not inside a membership.
     """
     now = now or timezone.now()
     rows = UsageEvent.objects.using(LEDGER).filter(scope, dispute__isnull=True)
-    spans = list(
-        rows.values("allocation_id", "node_id", "tenant_id").annotate(first=Min("start"), last=Max("end")).order_by()
-    )
-    allocation_ids = sorted({s["allocation_id"] for s in spans}, key=str)
+    if spans is None:
+        spans = usage_spans(rows)
+    if not spans:
+        return []
+    tolerance_us = tolerance // timedelta(microseconds=1)
+    now_us = epoch_micros(now)
+    # The memberships by time first: every one whose window (± tolerance) reaches the spans'
+    # overall range. That is all a span inside a membership needs (a window outside the range
+    # cannot contain any of its rows), and unlike one query per 1,000 allocation ids it costs a
+    # 10,000-tenant run one statement. A span whose allocation, or whose (allocation, node) pair,
+    # it did not find has that allocation's whole history read, so "never in this allocation"
+    # is told apart from "outside its memberships" exactly as before.
+    lo = min(first for first, _ in spans.values()) - tolerance_us
+    hi = max(last for _, last in spans.values()) + tolerance_us
     owners: dict = {}
-    memberships: dict = defaultdict(list)
-    for lo in range(0, len(allocation_ids), 1000):
-        for allocation_id, node_id, tenant_id, started, ended in AllocationNode.objects.filter(
-            allocation_id__in=allocation_ids[lo : lo + 1000]
-        ).values_list("allocation_id", "node_id", "allocation__tenant_id", "started_at", "ended_at"):
-            owners[allocation_id] = tenant_id
-            memberships[(allocation_id, node_id)].append((started, ended))
+    windows: dict = {}
+    _read_memberships(
+        AllocationNode.objects.filter(started_at__lte=from_epoch_micros(hi)).filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gte=from_epoch_micros(lo))
+        ),
+        owners,
+        windows,
+    )
+    unresolved = []
     out: list[Contradiction] = []
-    for span in spans:
-        pair = (span["allocation_id"], span["node_id"])
-        owner = owners.get(pair[0])
-        if owner is not None and owner != span["tenant_id"]:
-            reason = f"metered to tenant {span['tenant_id']}, but the allocation belongs to tenant {owner}"
-        elif pair not in memberships:
-            reason = f"node {pair[1]} was never in allocation {pair[0]}"
-        else:
-            windows = _windows(memberships[pair], now, tolerance)
-            if any(lo <= span["first"] and span["last"] <= hi for lo, hi in windows):
-                continue
-            for row_id, tenant_id, period, start, end in _pair_rows(rows, span).values_list(
-                "id", "tenant_id", "period", "start", "end"
-            ):
-                if not any(lo <= start and end <= hi for lo, hi in windows):
-                    out.append(
-                        Contradiction(
-                            row_id,
-                            tenant_id,
-                            period,
-                            f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
-                            f"of node {pair[1]} in allocation {pair[0]}",
-                        )
-                    )
+    for key, span in spans.items():
+        allocation_id, node_id, tenant_id = key
+        owner = owners.get(allocation_id)
+        found = windows.get((allocation_id, node_id))
+        if owner is None or found is None:
+            unresolved.append((key, span))
+        elif owner == tenant_id and _inside(span, found, tolerance_us, now_us):
             continue
-        out.extend(
-            Contradiction(row_id, tenant_id, period, reason)
-            for row_id, tenant_id, period in _pair_rows(rows, span).values_list("id", "tenant_id", "period")
-        )
+        else:
+            out.extend(_contradictions(rows, key, owner, found is not None, now, tolerance))
+    if unresolved:
+        allocations = sorted({key[0] for key, _ in unresolved}, key=str)
+        owners, windows = {}, {}
+        for start in range(0, len(allocations), 1000):
+            _read_memberships(
+                AllocationNode.objects.filter(allocation_id__in=allocations[start : start + 1000]), owners, windows
+            )
+        for key, span in unresolved:
+            allocation_id, node_id, tenant_id = key
+            owner, found = owners.get(allocation_id), windows.get((allocation_id, node_id))
+            if (
+                owner is not None
+                and owner == tenant_id
+                and found is not None
+                and _inside(span, found, tolerance_us, now_us)
+            ):
+                continue
+            out.extend(_contradictions(rows, key, owner, found is not None, now, tolerance))
     return out
+
+
+def _inside(span, windows: list, tolerance_us: int, now_us: int) -> bool:
+    first, last = span
+    return any(
+        started - tolerance_us <= first and last <= (now_us if ended is None else ended) + tolerance_us
+        for started, ended in windows
+    )
+
+
+def _contradictions(rows, key: tuple, owner, is_member: bool, now, tolerance: timedelta) -> list[Contradiction]:
+    """The rows of one (allocation, node, tenant) span that the history contradicts, with why."""
+    allocation_id, node_id, tenant_id = key
+    pair_rows = _pair_rows(rows, allocation_id, node_id, tenant_id)
+    if owner is not None and owner != tenant_id:
+        reason = f"metered to tenant {tenant_id}, but the allocation belongs to tenant {owner}"
+    elif not is_member:
+        reason = f"node {node_id} was never in allocation {allocation_id}"
+    else:
+        windows = _windows(
+            [
+                (m.started_at, m.ended_at)
+                for m in AllocationNode.objects.filter(allocation_id=allocation_id, node_id=node_id)
+            ],
+            now,
+            tolerance,
+        )
+        return [
+            Contradiction(
+                row_id,
+                row_tenant,
+                period,
+                f"[{start.isoformat()}, {end.isoformat()}) is outside every membership "
+                f"of node {node_id} in allocation {allocation_id}",
+            )
+            for row_id, row_tenant, period, start, end in pair_rows.values_list(
+                "id", "tenant_id", "period", "start", "end"
+            )
+            if not any(lo <= start and end <= hi for lo, hi in windows)
+        ]
+    return [
+        Contradiction(row_id, row_tenant, period, reason)
+        for row_id, row_tenant, period in pair_rows.values_list("id", "tenant_id", "period")
+    ]

@@ -47,12 +47,13 @@ class DisputeError(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
-def hold_disputed_usage(*, scope: Q, now: datetime | None = None) -> int:
+def hold_disputed_usage(*, scope: Q, now: datetime | None = None, spans: dict | None = None) -> int:
     """Open a dispute for every row in `scope` the allocation history contradicts (idempotent).
-    Returns how many were opened."""
+    Returns how many were opened. `spans`: the scope's undisputed rows as
+    billing.reconcile.usage_spans gives them, when the caller already has them."""
     now = now or timezone.now()
     tolerance = timedelta(seconds=settings.BILLING_DISPUTE_TOLERANCE_SECONDS)
-    found = contradicted_usage(scope=scope, tolerance=tolerance, now=now)
+    found = contradicted_usage(scope=scope, tolerance=tolerance, now=now, spans=spans)
     created = UsageDispute.objects.using(LEDGER).bulk_create(
         [
             UsageDispute(

@@ -78,9 +78,13 @@ def energy_lines(*, period: date, book: PriceBook, tenant_ids=None) -> dict:
 
 def with_energy_lines(rated: dict, *, period: date, book: PriceBook, tenant_ids=None) -> dict:
     """`rated` ({tenant_id: [RatedLine]}) with each tenant's energy lines appended (a tenant
-    with energy but no GPU usage gets an invoice of its energy alone)."""
+    with energy but no GPU usage gets an invoice of its energy alone); `rated` itself when
+    there is no energy line to add."""
+    energy = energy_lines(period=period, book=book, tenant_ids=tenant_ids)
+    if not energy:  # no energy price in force: nothing to add (and no 10,000 list copies)
+        return rated
     out = {tenant: list(lines) for tenant, lines in rated.items()}
     by_key = {str(t): t for t in out}
-    for tenant_id, lines in energy_lines(period=period, book=book, tenant_ids=tenant_ids).items():
+    for tenant_id, lines in energy.items():
         out.setdefault(by_key.get(str(tenant_id), tenant_id), []).extend(lines)
     return out

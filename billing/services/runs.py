@@ -20,6 +20,7 @@ usage on the next finalized invoice, priced at its own month's prices.
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -39,10 +40,22 @@ from billing.periods import format_period, period_end, period_of, previous_perio
 from billing.selectors import archived_periods
 from billing.services.disputes import hold_disputed_usage
 from billing.services.energy_lines import with_energy_lines
-from billing.services.rating import Cutoff, PriceBook, output_hash, rate_period, usage_scope
+from billing.services.rating import (
+    Cutoff,
+    PriceBook,
+    RatedLine,
+    output_hash,
+    rate_period,
+    run_periods,
+    run_usage,
+    tally_usage,
+    usage_scope,
+)
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
-from core.bulk import insert_rows, update_rows
+from core.bulk import copy_values, update_values
+from core.collector import collector_paused
 from core.faults import fault_point
+from core.ids import uuid7s
 from core.locks import advisory_lock
 from core.search import index_objects
 from core.services.audit import record_audit
@@ -151,11 +164,30 @@ def _check_finalizable(period: date, now: datetime) -> None:
         )
 
 
-def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[Invoice]:
-    drafts = {
-        inv.tenant_id: inv
-        for inv in Invoice.objects.using(LEDGER).select_for_update().filter(period=period, status=InvoiceStatus.DRAFT)
-    }
+# What a billing run writes of each invoice and line, in this order (attnames).
+INVOICE_COLUMNS = tuple(f.attname for f in Invoice._meta.concrete_fields)
+# A line row as the run writes it: its id, invoice and position, then the rated line's fields
+# in RatedLine's order (every one of them is a column of the same name).
+LINE_COLUMNS = ("id", "invoice_id", "position", *RatedLine._fields)
+
+
+class WrittenInvoice(NamedTuple):  # one per tenant: a named tuple costs a third of a dataclass
+    id: object
+    tenant_id: object
+    total: Decimal
+
+
+def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[WrittenInvoice]:
+    """The run's draft invoices and their lines, rewritten: one statement per kind of write,
+    rows as plain tuples (no model instance per invoice or line: at 10,000 tenants building and
+    preparing them was most of a run's Python). A draft keeps its id (and its page's address);
+    its lines are replaced."""
+    drafts = dict(
+        Invoice.objects.using(LEDGER)
+        .select_for_update()
+        .filter(period=period, status=InvoiceStatus.DRAFT)
+        .values_list("tenant_id", "id")
+    )
     # One statement (drafts' lines are never referenced: credit notes are for finalized invoices,
     # and the foreign key would refuse it); Django's delete() first reads every line and its
     # credit-note references, seconds at 10,000 tenants.
@@ -165,29 +197,39 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[In
             "(SELECT id FROM billing_invoice WHERE period = %s AND status = %s)",
             [connections[LEDGER].ops.adapt_datefield_value(period), InvoiceStatus.DRAFT],
         )
-    stale = [inv.pk for tenant, inv in drafts.items() if tenant not in rated]
+    stale = [pk for tenant, pk in drafts.items() if tenant not in rated]
     if stale:
         Invoice.objects.using(LEDGER).filter(pk__in=stale).delete()
-    invoices, new, lines = [], [], []
-    for tenant_id in sorted(rated, key=str):
-        invoice = drafts.get(tenant_id)
-        if invoice is None:
-            invoice = Invoice(tenant_id=tenant_id, period=period, currency=currency)
-            new.append(invoice)
-        invoice.total = sum((line.amount for line in rated[tenant_id]), Decimal("0.00"))
-        invoice.billing_run_id = run_id
-        invoices.append(invoice)
-        lines.extend(line_rows(invoice, rated[tenant_id]))
-    Invoice.objects.using(LEDGER).bulk_create(new, batch_size=500)
-    new_ids = {inv.pk for inv in new}
-    existing = [inv for inv in invoices if inv.pk not in new_ids]
-    if existing:
-        now = timezone.now()
-        for inv in existing:
-            inv.updated_at = now
-        update_rows(Invoice, existing, ["total", "billing_run_id", "updated_at"], using=LEDGER)
-    insert_rows(InvoiceLine, lines, using=LEDGER)
-    return invoices
+    now = timezone.now()
+    tenants = sorted(rated, key=str)
+    new_ids = iter(uuid7s(sum(1 for tenant in tenants if tenant not in drafts)))
+    line_ids = iter(uuid7s(sum(len(rated[tenant]) for tenant in tenants)))
+    # A new draft's row: the model's defaults, then what the run sets (positions in INVOICE_COLUMNS).
+    template = [f.get_default() if f.attname != "id" else None for f in Invoice._meta.concrete_fields]
+    for name, value in (("period", period), ("currency", currency), ("billing_run_id", run_id)):
+        template[INVOICE_COLUMNS.index(name)] = value
+    template[INVOICE_COLUMNS.index("created_at")] = template[INVOICE_COLUMNS.index("updated_at")] = now
+    at_id, at_tenant, at_total = (INVOICE_COLUMNS.index(name) for name in ("id", "tenant_id", "total"))
+    written, new, totals, lines = [], [], [], []
+    for tenant_id in tenants:
+        tenant_lines = rated[tenant_id]
+        total = sum((line.amount for line in tenant_lines), Decimal("0.00"))
+        invoice_id = drafts.get(tenant_id)
+        if invoice_id is None:
+            invoice_id = next(new_ids)
+            row = template.copy()
+            row[at_id], row[at_tenant], row[at_total] = invoice_id, tenant_id, total
+            new.append(row)
+        else:
+            totals.append((invoice_id, total))
+        written.append(WrittenInvoice(invoice_id, tenant_id, total))
+        # Amounts, quantities and prices are already exact at their columns' places (rating
+        # quantizes them), so they go as they are, not through each field's preparation.
+        lines.extend((next(line_ids), invoice_id, position, *line) for position, line in enumerate(tenant_lines, 1))
+    copy_values(Invoice, INVOICE_COLUMNS, new, using=LEDGER, binary=True)
+    update_values(Invoice, ["total"], totals, shared={"billing_run_id": run_id, "updated_at": now}, using=LEDGER)
+    copy_values(InvoiceLine, LINE_COLUMNS, lines, using=LEDGER, binary=True)
+    return written
 
 
 def line_rows(invoice: Invoice, rated_lines) -> list[InvoiceLine]:
@@ -228,25 +270,36 @@ def number_documents(issuer: str, count: int, *, series: str = "") -> list[str]:
     return numbers
 
 
-def _finalize(invoices: list[Invoice], issuer: str, now: datetime) -> None:
+def _finalize(written: list[WrittenInvoice], period: date, issuer: str, now: datetime) -> None:
     """Gapless numbers: the counter row is locked and advanced in the run's transaction."""
-    if not invoices:
+    if not written:
         return
-    terms = issue_terms({invoice.tenant_id for invoice in invoices}, now)
-    for invoice, number in zip(invoices, number_documents(issuer, len(invoices)), strict=True):
-        invoice.number = number
-        invoice.status = InvoiceStatus.FINALIZED
-        invoice.finalized_at = now
-        invoice.updated_at = now
-        invoice.issuer = issuer
-        invoice.tax_rate_percent, invoice.due_on = terms[invoice.tenant_id]
-    update_rows(
+    terms = issue_terms({invoice.tenant_id for invoice in written}, now)
+    numbers = number_documents(issuer, len(written))
+    update_values(
         Invoice,
-        invoices,
-        ["number", "status", "finalized_at", "updated_at", "issuer", "tax_rate_percent", "due_on"],
+        ["number", "tax_rate_percent", "due_on"],
+        [(w.id, number, *terms[w.tenant_id]) for w, number in zip(written, numbers, strict=True)],
+        shared={"status": InvoiceStatus.FINALIZED, "finalized_at": now, "updated_at": now, "issuer": issuer},
         using=LEDGER,
     )
-    index_objects(invoices)  # numbers are searchable once the ledger commits (core.search.index)
+    # numbers are searchable once the ledger commits (core.search.index)
+    index_objects(
+        [
+            Invoice(
+                id=w.id,
+                tenant_id=w.tenant_id,
+                period=period,
+                number=number,
+                status=InvoiceStatus.FINALIZED,
+                issuer=issuer,
+                total=w.total,
+                finalized_at=now,
+                updated_at=now,
+            )
+            for w, number in zip(written, numbers, strict=True)
+        ]
+    )
 
 
 def issue_terms(tenant_ids, now: datetime) -> dict:
@@ -269,12 +322,30 @@ def issue_terms(tenant_ids, now: datetime) -> dict:
     }
 
 
+def _room_to_group_the_month() -> None:
+    """PostgreSQL: enough memory, for this transaction, to hash the month's groups.
+
+    The tally groups 400,000 rows (per million rows a month) into one group per tenant,
+    allocation, node and SKU; estimated at ~40,000 groups of 100 bytes, that is more than the
+    default work_mem (4 MB, twice that for hashing), and the planner sorted the rows on disk
+    instead (0.6 s against 0.4 s at 10,000 tenants). Runs hold the `billing_run` lock, so one
+    at a time takes it; past 64 MB a hash aggregate spills to disk rather than fail."""
+    connection = connections[LEDGER]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL work_mem = '64MB'")
+
+
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
     """Rate `period` into draft invoices (and finalize them when `finalize`). Atomic."""
     now = now or timezone.now()
     started_at = timezone.now()
     watermark, adjustment_watermark = safe_watermarks()
-    with transaction.atomic(using=LEDGER), advisory_lock("billing_run", using=LEDGER) as acquired:
+    with (
+        collector_paused(),  # the run's ~10^5 live rows and lines made full collections cost 0.45 s of CPU
+        transaction.atomic(using=LEDGER),
+        advisory_lock("billing_run", using=LEDGER) as acquired,
+    ):
         if not acquired:
             raise BillingRunError("billing_run_in_progress", "Another billing run is in progress; retry in a minute.")
         done = _finalized_run(period)
@@ -292,9 +363,17 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         # The run records the highest version in force during the period; lines carry their own.
         version = book.version_at(period_end(period) - timedelta(microseconds=1)) or 0
         cutoff = _cutoff(watermark, adjustment_watermark)
+        # One scan of the run's usage feeds both the reconciliation and the rating.
+        _room_to_group_the_month()
+        periods = run_periods(period, cutoff)
+        tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
         # Reconcile first: usage the allocation history contradicts is held, not rated.
-        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now)
-        rated = with_energy_lines(rate_period(period=period, cutoff=cutoff, book=book), period=period, book=book)
+        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now, spans=tally.spans)
+        if disputed:  # the rows just held leave the rating
+            tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
+        rated = with_energy_lines(
+            rate_period(period=period, cutoff=cutoff, book=book, tally=tally), period=period, book=book
+        )
         digest = output_hash(period=period, price_book_version=version, rated=rated)
         run = BillingRun(
             period=period,
@@ -309,10 +388,10 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
             actor=actor,
             started_at=started_at,
         )
-        invoices = _write_invoices(period, rated, run.id, currency="USD")
+        written = _write_invoices(period, rated, run.id, currency="USD")
         fault_point("billing.after_write")  # the fault suite kills the worker here (uncommitted)
         if finalize:
-            _finalize(invoices, settings.BILLING_ISSUER, now)
+            _finalize(written, period, settings.BILLING_ISSUER, now)
         run.finished_at = timezone.now()
         run.save(using=LEDGER, force_insert=True)
     record_audit(
