@@ -6,7 +6,8 @@ time Django spends building it, grow with rows × fields. Re-rating 10,000 draft
 table to a VALUES list instead, each value cast to its column's type; SQLite (3.33 and later,
 which has UPDATE … FROM) joins it to the same list as a common table expression, untyped, the
 column's affinity converting each value. A health report's ten drive rows cost ~80 ms of
-Django building CASE WHENs on the demo's SQLite; older SQLite keeps bulk_update. `insert_rows` is bulk_create by COPY for large batches; `insert_values` and
+Django building CASE WHENs on the demo's SQLite; older SQLite keeps bulk_update.
+`insert_values` and
 `update_returning` are the few-row INSERT and compare-and-set UPDATE of hot paths (placement),
 where Django's per-row model instances and SQL building cost more than the database does.
 `copy_values` and `update_values` take plain values instead of model instances (a billing run's
@@ -116,28 +117,6 @@ def update_values(
                 for row in rows
             ],
         )
-
-
-def insert_rows(model: type[models.Model], objs: Sequence[models.Model], *, using: str) -> None:
-    """What `bulk_create` does for rows whose primary key is set in Python, by COPY on PostgreSQL.
-
-    bulk_create builds one parameterised INSERT per batch; for 10,000 invoice lines of 18
-    columns that was ~5 s of a billing run, mostly Django preparing the SQL. COPY streams the
-    same values (each prepared by its field, as bulk_create would) and the table's triggers and
-    constraints run as for an INSERT. Other vendors keep bulk_create."""
-    if not objs:
-        return
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        model.objects.using(using).bulk_create(objs, batch_size=1000)
-        return
-    fields = [f for f in model._meta.concrete_fields]
-    _copy(
-        connection,
-        model,
-        [f.column for f in fields],
-        ([f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields] for obj in objs),
-    )
 
 
 def copy_values(
