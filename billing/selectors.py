@@ -2,9 +2,10 @@
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+from django.db import connection, models
 from django.db.models import Count, Prefetch, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -27,7 +28,9 @@ from billing.models import (
 )
 from billing.periods import period_of
 from billing.services.rating import Price, PriceBook, gpu_hours, price_buckets, usage_buckets
-from tenants.models import AllocationNode
+from fleet.choices import AgentActionState
+from fleet.models import Node, NodeAgentAction, NodeType
+from tenants.models import Allocation, AllocationNode
 
 LEDGER = "ledger"
 
@@ -224,26 +227,77 @@ def dispute_counts() -> dict[str, int]:
     return {row["status"]: row["n"] for row in rows}
 
 
-def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
-    """The signed grants a node's agent attaches to its meter events: one per live allocation
-    membership of the node, from the membership's start to a few hours ahead (renewed on every
-    desired-state poll while the membership lives; none once it ends). One query."""
-    rows = (
-        AllocationNode.objects.filter(node=node, ended_at__isnull=True)
-        .values_list(
-            "allocation_id",
-            "allocation__tenant_id",
-            "allocation__instance_type__slug",
-            "allocation__instance_type__gpus_per_node",
-            "started_at",
-        )
-        .order_by("started_at")
+@dataclass(frozen=True)
+class AgentNodeState:
+    """What desired-state needs of a node, from one statement (agent_node_state)."""
+
+    lifecycle: str
+    hostname: str
+    sku: str  # the node's type
+    gpus: int
+    has_pending_actions: bool
+    memberships: tuple  # (allocation_id, tenant_id, allocation's SKU, its GPUs per node, started_at)
+
+
+def _agent_node_state_sql() -> str:
+    """Hand-written, like the heartbeat's UPDATE: every agent polls every 10 s, and the ORM
+    spent ~1.3 ms of CPU building each of the three queries this replaces (the statement
+    itself ~0.1 ms). Pending actions are only probed here (EXISTS); they are read when there
+    are some, which is rare."""
+    node, node_type = Node._meta.db_table, NodeType._meta.db_table
+    action, membership, allocation = (
+        NodeAgentAction._meta.db_table,
+        AllocationNode._meta.db_table,
+        Allocation._meta.db_table,
     )
+    pending = AgentActionState.PENDING.value
+    return (
+        f"SELECT n.lifecycle, n.hostname, t.slug, t.gpus_per_node, "
+        f"EXISTS(SELECT 1 FROM {action} x WHERE x.node_id = n.id AND x.state = '{pending}'), "
+        f"m.allocation_id, a.tenant_id, it.slug, it.gpus_per_node, m.started_at "
+        f"FROM {node} n JOIN {node_type} t ON t.id = n.node_type_id "
+        f"LEFT JOIN {membership} m ON m.node_id = n.id AND m.ended_at IS NULL "
+        f"LEFT JOIN {allocation} a ON a.id = m.allocation_id "
+        f"LEFT JOIN {node_type} it ON it.id = a.instance_type_id "
+        f"WHERE n.id = %s ORDER BY m.started_at"
+    )
+
+
+_AGENT_NODE_STATE = _agent_node_state_sql()
+_UUID = models.UUIDField()
+_MOMENT = models.DateTimeField()
+
+
+def _aware(value) -> datetime:
+    """A timestamp as the ORM would give it: SQLite hands back naive UTC text."""
+    value = _MOMENT.to_python(value)
+    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+
+
+def agent_node_state(node_id) -> AgentNodeState | None:
+    """The node, its type, whether it has pending agent actions, and its live allocation
+    memberships (at most one: a partial unique index), in one statement; None for no such node."""
+    with connection.cursor() as cursor:
+        cursor.execute(_AGENT_NODE_STATE, [Node._meta.pk.get_db_prep_value(node_id, connection)])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    lifecycle, hostname, sku, gpus, pending = rows[0][:5]
+    memberships = tuple(
+        (_UUID.to_python(allocation), _UUID.to_python(tenant), slug, per_node, _aware(started))
+        for *_, allocation, tenant, slug, per_node, started in rows
+        if allocation is not None
+    )
+    return AgentNodeState(lifecycle, hostname, sku, gpus, bool(pending), memberships)
+
+
+def metering_grants(node_id, memberships, *, now: datetime) -> list[dict]:
+    """The signed grants for `memberships` (AgentNodeState.memberships) at `now`."""
     grants = []
-    for allocation_id, tenant_id, sku, gpus, started_at in rows:
+    for allocation_id, tenant_id, sku, gpus, started_at in memberships:
         valid_from, valid_until = grant_window(started_at=started_at, now=now)
         grant = MeteringGrant(
-            node_id=node.pk,
+            node_id=node_id,
             tenant_id=tenant_id,
             allocation_id=allocation_id,
             sku=sku,
@@ -263,3 +317,11 @@ def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
             }
         )
     return grants
+
+
+def metering_grants_for_node(node, *, now: datetime) -> list[dict]:
+    """The signed grants a node's agent attaches to its meter events: one per live allocation
+    membership of the node, from the membership's start to a few hours ahead (renewed on every
+    desired-state poll while the membership lives; none once it ends). One query."""
+    state = agent_node_state(node.pk)
+    return metering_grants(node.pk, state.memberships if state else (), now=now)

@@ -11,7 +11,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.selectors import metering_grants_for_node
+from billing.selectors import agent_node_state, metering_grants
 from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
@@ -31,16 +31,24 @@ class AgentView(APIView):
     def node(self, request) -> Node:
         node = Node.objects.select_related("node_type").filter(pk=request.user.node_id).first()
         if node is None:
-            raise Problem(
-                404,
-                "unknown_node",
-                "This agent token names a node the control plane does not know; "
-                "mint a token for an enrolled node with manage.py create_token --agent HOSTNAME.",
-            )
+            raise _unknown_node()
         if node.lifecycle in GONE:
-            # Also on the revocation list; this holds even if writing that list failed.
-            raise exceptions.AuthenticationFailed(f"Revoked agent token: {node.hostname} is {node.lifecycle}.")
+            raise _gone(node.hostname, node.lifecycle)
         return node
+
+
+def _unknown_node() -> Problem:
+    return Problem(
+        404,
+        "unknown_node",
+        "This agent token names a node the control plane does not know; "
+        "mint a token for an enrolled node with manage.py create_token --agent HOSTNAME.",
+    )
+
+
+def _gone(hostname: str, lifecycle: str) -> exceptions.AuthenticationFailed:
+    # Also on the revocation list; this holds even if writing that list failed.
+    return exceptions.AuthenticationFailed(f"Revoked agent token: {hostname} is {lifecycle}.")
 
 
 class DesiredStateView(AgentView):
@@ -52,18 +60,25 @@ class DesiredStateView(AgentView):
         "polls are 304s).",
     )
     def get(self, request):
-        node = self.node(request)
-        actions = NodeAgentAction.objects.filter(node=node, state=AgentActionState.PENDING).order_by("created_at")
-        # One grant per live membership, and a node has at most one (a partial unique index):
-        # the grants name the live allocation, so it costs no query of its own.
-        grants = metering_grants_for_node(node, now=timezone.now())
+        node_id = request.user.node_id
+        node = agent_node_state(node_id)  # one statement: every agent polls every 10 s
+        if node is None:
+            raise _unknown_node()
+        if node.lifecycle in GONE:
+            raise _gone(node.hostname, node.lifecycle)
+        actions = (
+            NodeAgentAction.objects.filter(node_id=node_id, state=AgentActionState.PENDING).order_by("created_at")
+            if node.has_pending_actions
+            else ()
+        )
+        grants = metering_grants(node_id, node.memberships, now=timezone.now())
         state = {
             "lifecycle": node.lifecycle,
             "allocation_id": grants[0]["allocation_id"] if grants else None,
             "tenant_id": grants[0]["tenant_id"] if grants else None,
             "actions": [{"id": str(a.pk), "action": a.action, "params": a.params} for a in actions],
-            "sku": node.node_type.slug,
-            "gpus": node.node_type.gpus_per_node,
+            "sku": node.sku,
+            "gpus": node.gpus,
             "metering_grants": grants,
         }
         etag = _etag(state)

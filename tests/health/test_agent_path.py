@@ -1,7 +1,7 @@
 """The agent's hot path: a quiet heartbeat is one statement, a good heartbeat ends a lease
 lapse at once, and desired-state answers 304 to an unchanged ETag."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.db import connection
@@ -10,9 +10,11 @@ from django.utils import timezone
 
 from fleet.choices import Health
 from fleet.models import Node
+from fleet.services.agent_work import request_agent_action
 from health.choices import ConditionStatus, Severity
 from health.models import Condition
 from health.services.sweep import run_health_sweep
+from tests.fleet.lifecycle_helpers import allocate, place
 
 pytestmark = pytest.mark.django_db
 
@@ -120,13 +122,35 @@ def test_the_shared_revocation_cache_outlives_the_heartbeat_interval(settings):
     assert settings.AGENT_REVOCATION_CACHE_SECONDS > 2 * AgentConfig().heartbeat_interval
 
 
-def test_a_desired_state_poll_costs_three_queries(nodes, agent_for):
-    """The node, its pending actions, its grants (which also name the live allocation)."""
-    agent = agent_for(nodes[6]).client
+def test_a_desired_state_poll_is_one_statement_and_a_second_only_for_pending_actions(nodes, agent_for):
+    """The node, its type, its live allocation (the grants) and whether it has pending actions
+    in one statement; the actions themselves only when there are some."""
+    node = nodes[6]
+    place(node, "wiping")
+    membership = allocate(node)
+    agent = agent_for(node).client
     agent.get("/api/agent/v1/desired-state")  # the revocation entry is cached from here on
     with CaptureQueriesContext(connection) as ctx:
-        assert agent.get("/api/agent/v1/desired-state").status_code == 200
-    assert len(ctx) == 3, [q["sql"][:80] for q in ctx.captured_queries]
+        quiet = agent.get("/api/agent/v1/desired-state")
+    assert quiet.status_code == 200 and len(ctx) == 1, [q["sql"][:80] for q in ctx.captured_queries]
+    assert quiet.json()["allocation_id"] == str(membership.allocation_id) and quiet.json()["actions"] == []
+    [grant] = quiet.json()["metering_grants"]
+    assert grant["allocation_id"] == str(membership.allocation_id)
+    wipe = request_agent_action(node=node, action="wipe", actor="test")
+    with CaptureQueriesContext(connection) as ctx:
+        busy = agent.get("/api/agent/v1/desired-state")
+    assert busy.status_code == 200 and len(ctx) == 2, [q["sql"][:80] for q in ctx.captured_queries]
+    assert busy.json()["actions"] == [{"id": str(wipe.pk), "action": "wipe", "params": {}}]
+
+
+def test_desired_state_reads_the_grant_window_from_the_membership_start(nodes, agent_for):
+    """The hand-written statement's timestamps come back as the ORM's would (aware UTC, on
+    SQLite too), so the grant window starts at the membership's start to the second."""
+    node = nodes[5]
+    membership = allocate(node)
+    [grant] = agent_for(node).client.get("/api/agent/v1/desired-state").json()["metering_grants"]
+    started = membership.started_at.astimezone(UTC).replace(microsecond=0)
+    assert grant["valid_from"] == started.isoformat().replace("+00:00", "Z")
 
 
 @pytest.mark.django_db(transaction=True)
