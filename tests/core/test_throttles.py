@@ -5,6 +5,7 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from core.api.agent_tokens import mint_agent_token
+from core.api.throttles import spend
 from core.services.tokens import create_api_token
 from tenants.models import Tenant
 
@@ -107,3 +108,46 @@ def test_guessed_agent_tokens_are_throttled_but_the_address_valid_agents_keep_re
     _assert_throttled(_client(forged).get("/api/agent/v1/desired-state"))
     _assert_throttled(_client("not-a-token").get("/api/agent/v1/desired-state"))
     assert _client(mint_agent_token(node.pk)).get("/api/agent/v1/desired-state").status_code == 200
+
+
+# The sliding-window counter itself (core.api.throttles.spend), on a clock the test sets.
+
+
+def _spend_all(key, moments, limit=10, window=60):
+    return [(t, spend(key, limit, window, now=t)) for t in moments]
+
+
+def test_a_steady_caller_within_its_budget_is_never_refused(small_budgets):
+    """9 a minute against 10 (the counter weighs the previous minute as if spread evenly, so
+    a caller exactly at its budget can meet a refusal at a slot's start)."""
+    start = 1_800_000_001.0  # a second into a slot (1.8e9 is a multiple of 60)
+    results = _spend_all("steady", [start + 60 / 9 * i for i in range(100)])
+    assert all(wait is None for _, wait in results)
+
+
+def test_a_burst_gets_the_budget_then_waits_as_long_as_it_is_told(small_budgets):
+    start = 1_800_000_030.0  # halfway into a slot
+    burst = _spend_all("burst", [start] * 25)
+    assert [wait is None for _, wait in burst] == [True] * 10 + [False] * 15
+    wait = burst[-1][1]
+    assert 0 < wait <= 120
+    # refused requests were not counted: the wait it was told is enough, and not much more
+    assert spend("burst", 10, 60, now=start + wait - 2) is not None
+    assert spend("burst", 10, 60, now=start + wait + 0.01) is None
+
+
+def test_a_hammering_caller_is_held_to_its_rate(small_budgets):
+    """One request every 0.5 s for ten minutes against 10 per minute: over the run it gets
+    about its rate, and never more than twice the budget in any trailing minute."""
+    start = 1_800_000_017.0
+    moments = [start + 0.5 * i for i in range(1200)]
+    allowed = [t for t, wait in _spend_all("hammer", moments) if wait is None]
+    assert 85 <= len(allowed) <= 110
+    assert max(sum(1 for a in allowed if t - 60 < a <= t) for t in allowed) <= 20
+
+
+def test_the_counter_keeps_two_integers_per_caller_whatever_the_rate(small_budgets):
+    start = 1_800_000_000.0
+    _spend_all("small", [start + 0.1 * i for i in range(200)])
+    slot = int(start // 60)
+    assert cache.get(f"small:{slot}") == 10 and cache.get(f"small:{slot - 1}") is None
