@@ -1,17 +1,22 @@
 """What a billing run's one scan relies on: exact integer timestamps on both vendors, the
 reconciliation's membership lookup by time (and its fall-back to an allocation's whole
-history), and the plain-value writes of invoices."""
+history), the plain-value writes of invoices, and (PostgreSQL) the planner settings that make
+the scan a parallel aggregate like the raw one."""
 
 import uuid
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from billing.grants import MeteringGrant, sign_grant
 from billing.models import Invoice, InvoiceLine, UsageDispute
 from billing.services.ingest import ingest_meter_events
-from billing.services.runs import run_billing
+from billing.services.ledger_partitions import ensure_partitions_for
+from billing.services.rating import Cutoff, PriceBook, run_periods, run_usage, tally_usage
+from billing.services.runs import SCAN_SETTINGS, run_billing, scans_planned_for_few_groups
 from core.bulk import update_values
 from core.expressions import EpochMicros, epoch_micros, from_epoch_micros
 from core.ids import uuid7s
@@ -145,3 +150,89 @@ def test_uuid7s_are_version_7_and_distinct():
     ids = uuid7s(2000)
     assert len(set(ids)) == 2000 and uuid7s(0) == []
     assert {i.version for i in ids} == {7} and {i.variant for i in ids} == {uuid.RFC_4122}
+
+
+postgres_only = pytest.mark.skipif(
+    connections["ledger"].vendor != "postgresql", reason="the scan's planner settings are PostgreSQL's"
+)
+
+
+def _settings(cursor) -> dict:
+    cursor.execute(f"SELECT {', '.join('current_setting(%s)' for _ in SCAN_SETTINGS)}", list(SCAN_SETTINGS))
+    return dict(zip(SCAN_SETTINGS, cursor.fetchone(), strict=True))
+
+
+@postgres_only
+def test_the_runs_scan_runs_under_the_scan_settings_and_its_writes_do_not(ingest):
+    """The run's grouped scan of the month runs under SCAN_SETTINGS; the rest of the run (its
+    writes among them) under the settings from before."""
+    ingest([make_event(tenant_id=uuid.uuid4(), start=START, seconds=3600)])
+    ledger = connections["ledger"]
+    with ledger.cursor() as cursor:
+        before = _settings(cursor)
+    assert before != SCAN_SETTINGS
+    seen: dict = {}  # statement → the settings it ran under
+
+    def note_settings(execute, sql, params, many, context):
+        # read on the driver's connection: a Django cursor would come through here again
+        names = list(SCAN_SETTINGS)
+        values = context["connection"].connection.execute(
+            f"SELECT {', '.join('current_setting(%s)' for _ in names)}", names
+        )
+        seen.setdefault(sql, dict(zip(names, values.fetchone(), strict=True)))
+        return execute(sql, params, many, context)
+
+    with ledger.execute_wrapper(note_settings):
+        run_billing(period=OCT, finalize=False, actor="test")
+    [during] = [settings for sql, settings in seen.items() if "GROUP BY" in sql and 'MIN("billing_usageevent"' in sql]
+    assert during == SCAN_SETTINGS
+    writes = [settings for sql, settings in seen.items() if sql.startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert writes and all(settings == before for settings in writes)
+    with ledger.cursor() as cursor:
+        assert _settings(cursor) == before
+
+
+@postgres_only
+def test_the_scan_settings_plan_the_month_as_the_raw_aggregate_is_planned(db):
+    """Grouped by tenant, allocation, node, month and SKU, the month is estimated at one group
+    per ten rows and planned in one process; under SCAN_SETTINGS as partial aggregates in
+    parallel workers, as the raw aggregate of the month by tenant and SKU is."""
+    ledger = connections["ledger"]
+    ensure_partitions_for({OCT})
+    with ledger.cursor() as cursor:
+        # 20,000 rows, 200 tenants each with one allocation on one node (as at 10,000 tenants)
+        cursor.execute(
+            'INSERT INTO billing_usageevent (event_id, part, tenant_id, allocation_id, node_id, sku, start, "end", '
+            "period, quantity_micro, unit, payload_hash, received_at) "
+            "SELECT 'plan-' || g, 0, t, t, %s::uuid, 'h100-sxm-8x', ts, ts + interval '60 s', %s, 480000000, "
+            "'gpu_second', repeat('0', 64), ts FROM generate_series(0, 19999) g, LATERAL (SELECT "
+            "('00000000-0000-0007-0000-' || lpad(to_hex(g %% 200), 12, '0'))::uuid AS t, "
+            "%s::timestamptz + (g / 200) * interval '1 minute' AS ts) x",
+            [str(uuid.uuid4()), OCT, START],
+        )
+        cursor.execute("ANALYZE billing_usageevent")
+    cutoff = Cutoff(watermark=10**15, adjustment_watermark=10**15)
+    with CaptureQueriesContext(ledger) as captured:
+        tally = tally_usage(run_usage(OCT, cutoff), PriceBook.load(), periods=run_periods(OCT, cutoff))
+    assert len(tally.spans) == 200
+    [scan] = [q["sql"] for q in captured.captured_queries if "GROUP BY" in q["sql"]]
+
+    def plan(cursor, sql) -> str:
+        cursor.execute(f"EXPLAIN {sql}")
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+    raw = (
+        'SELECT tenant_id, sku, SUM(quantity_micro), min(start), max("end") FROM billing_usageevent '
+        f"WHERE period = '{OCT.isoformat()}' AND id <= {10**15} GROUP BY tenant_id, sku"
+    )
+    with transaction.atomic(using="ledger"), ledger.cursor() as cursor:
+        # At a test's size PostgreSQL considers workers only when the table's size and their
+        # start cost nothing; that alone still plans the scan in one process.
+        cursor.execute("SET LOCAL min_parallel_table_scan_size = 0")
+        cursor.execute("SET LOCAL parallel_setup_cost = 0")
+        alone, raw_plan = plan(cursor, scan), plan(cursor, raw)
+        with scans_planned_for_few_groups():
+            planned = plan(cursor, scan)
+    assert "Partial" in raw_plan, raw_plan
+    assert "Partial" not in alone, alone
+    assert "Partial HashAggregate" in planned and "Parallel Seq Scan" in planned, planned
