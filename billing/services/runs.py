@@ -48,6 +48,7 @@ from billing.services.rating import (
     output_hash,
     rate_period,
     run_periods,
+    run_spans,
     run_usage,
     tally_usage,
     usage_scope,
@@ -326,19 +327,19 @@ def issue_terms(tenant_ids, now: datetime) -> dict:
 # What the run's scans of the month are planned with on PostgreSQL (setting → value).
 SCAN_SETTINGS = {
     # Enough memory to hash the month's groups: at the default 4 MB the planner sorted the
-    # month's rows on disk instead (0.6 s against 0.4 s hashed, 416,666 rows at 10,000 tenants).
+    # month's rows on disk instead (0.6 s against 0.4 s hashed, 416,666 rows at 10,000 tenants,
+    # measured with the wider grouping by allocation and node as well).
     # Runs hold the `billing_run` lock, so one at a time takes it; past 64 MB a hash aggregate
     # spills to disk rather than fail.
     "work_mem": "64MB",
-    # Rows handed from parallel workers to the leader cost nothing. The scan groups by tenant,
-    # allocation, node, month and SKU, columns the planner takes for independent (per-column
-    # counts cannot say that an allocation has one tenant, and autovacuum never analyzes a
-    # partitioned parent), so it estimates one group per ten rows, its cap. At that estimate
-    # workers would hand on nearly every row they read, and it hashed the month in one
-    # process: 1.4–1.9 s for the 50 M benchmark's 4.2 M rows, which three processes group in
-    # 0.85–0.93 s, the raw aggregate's plan. A group is one allocation node's SKU for a month
-    # (a node meters once a minute: ~43,000 rows), so workers hand on a small fraction of
-    # what they read.
+    # Rows handed from parallel workers to the leader cost nothing. A run with finalized
+    # months behind it groups its rows by tenant, month and SKU; with no statistics of the
+    # partitioned parent (autovacuum never analyzes one) the planner takes 200 values for
+    # each, estimates the groups at its cap of one per ten rows, and at that estimate workers
+    # would hand on nearly every row they read: it hashed the month in one process. Measured
+    # on the 50 M benchmark with the wider grouping this replaced (by allocation and node too):
+    # 1.4–1.9 s in one process, 0.85–0.93 s in three, the raw aggregate's plan. A group is a
+    # tenant's SKU for a month, so what workers hand on is a small fraction of what they read.
     "parallel_tuple_cost": "0",
 }
 
@@ -390,14 +391,12 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         # The run records the highest version in force during the period; lines carry their own.
         version = book.version_at(period_end(period) - timedelta(microseconds=1)) or 0
         cutoff = _cutoff(watermark, adjustment_watermark)
-        # One scan of the run's usage feeds both the reconciliation and the rating.
-        periods = run_periods(period, cutoff)
+        # Reconcile first: usage the allocation history contradicts is held, not rated. The
+        # pairs to compare come from the spans the database keeps, not from the rows.
+        disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now, spans=run_spans(period, cutoff))
+        # One scan of the run's usage, grouped like the raw aggregate of the month, for the rating.
         with scans_planned_for_few_groups():
-            tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
-            # Reconcile first: usage the allocation history contradicts is held, not rated.
-            disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now, spans=tally.spans)
-            if disputed:  # the rows just held leave the rating
-                tally = tally_usage(run_usage(period, cutoff), book, periods=periods)
+            tally = tally_usage(run_usage(period, cutoff), book, periods=run_periods(period, cutoff))
         rated = with_energy_lines(
             rate_period(period=period, cutoff=cutoff, book=book, tally=tally), period=period, book=book
         )
