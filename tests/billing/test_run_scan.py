@@ -240,3 +240,25 @@ def test_the_scan_settings_plan_the_scan_in_parallel_when_its_groups_are_misjudg
             planned = plan(cursor)
     assert "Partial" not in alone, alone
     assert "Partial HashAggregate" in planned, planned
+
+
+@postgres_only
+def test_a_rerun_updates_its_drafts_on_their_pages(ingest):
+    """Half of each invoice page is left free (migration 0011): a re-run's update of every draft
+    stays on the draft's page (heap-only), adding nothing to the invoice table's five indexes.
+    Full pages (the default) let only the drafts on the last page's free space do that."""
+    ingest([make_event(tenant_id=uuid.uuid4(), start=START + timedelta(minutes=i)) for i in range(200)])
+    run_billing(period=OCT, finalize=False, actor="test")
+
+    def updates() -> tuple[int, int]:
+        with connections["ledger"].cursor() as cursor:
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'billing_invoice'"
+            )
+            return cursor.fetchone()
+
+    before = updates()
+    run_billing(period=OCT, finalize=False, actor="test")
+    updated, on_their_pages = (after - earlier for after, earlier in zip(updates(), before, strict=True))
+    assert updated == Invoice.objects.count() == 200
+    assert on_their_pages == 200
