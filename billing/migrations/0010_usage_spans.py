@@ -6,8 +6,8 @@ inserted rows as a transition table (one grouped upsert per INSERT or COPY, not 
 in key order, so two statements never wait on each other's spans in opposite orders). SQLite:
 a row trigger. Created before the spans of the rows already stored are written, in the same
 transaction: the trigger's lock holds inserts back until both are committed, so no row is
-missed between them. Archived months (billing.partitions) get their spans too: they can be
-restored.
+missed between them (meter ingest waits meanwhile: 56 s for the 50 M-row benchmark ledger; agents
+re-send). Archived months (billing.partitions) get their spans too: they can be restored.
 """
 
 from django.db import migrations, models
