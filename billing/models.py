@@ -102,6 +102,34 @@ class UsageEvent(models.Model):
         return Decimal(self.quantity_micro) / MICRO
 
 
+class UsageSpan(models.Model):
+    """First start, last end and highest id of the usage rows of one (month, allocation, node,
+    tenant), kept by the database itself: a trigger widens it in the statement that inserts
+    the rows (migration 0010), whatever inserts them, so it covers every row of the ledger
+    (attached or archived; usage rows are never changed or deleted).
+
+    What a billing run's reconciliation reads instead of grouping the month's rows by
+    allocation and node (billing.services.rating.run_spans). It only ever decides which
+    (allocation, node, tenant) pairs need their rows read: a span wider than the run's rows
+    (rows above the run's watermark, or already disputed) at worst has a pair's rows read and
+    checked one by one; the rows decide, never this table."""
+
+    period = models.DateField()
+    allocation_id = models.UUIDField()
+    node_id = models.UUIDField()
+    tenant_id = models.UUIDField()
+    first_start = models.DateTimeField()
+    last_end = models.DateTimeField()
+    last_id = models.BigIntegerField(help_text="the highest usage-event id of the pair in the month")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "allocation_id", "node_id", "tenant_id"], name="billing_usage_span_unique"
+            ),
+        ]
+
+
 class AdjustmentKind(models.TextChoices):
     SLA_CREDIT = "sla_credit", "SLA credit"
     LATE_USAGE = "late_usage", "Late usage"

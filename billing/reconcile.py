@@ -128,7 +128,8 @@ def _pair_rows(rows, allocation_id, node_id, tenant_id):
 
 def usage_spans(rows) -> dict:
     """(allocation_id, node_id, tenant_id) → [first start, last end] of these usage rows, in
-    microseconds since 1970 (what billing.services.rating.tally_usage gives a billing run)."""
+    microseconds since 1970 (a billing run reads wider ones the database keeps instead:
+    billing.services.rating.run_spans)."""
     return {
         (allocation, node, tenant): [first, last]
         for allocation, node, tenant, first, last in rows.values_list("allocation_id", "node_id", "tenant_id")
@@ -157,8 +158,10 @@ def contradicted_usage(*, scope: Q, tolerance: timedelta, now=None, spans: dict 
     outside every membership of the node in it (beyond `tolerance`).
 
     Every row passed its grant's signature check; this is the second, control-plane opinion.
-    `spans`: the rows' `usage_spans`, when the caller already scanned them (a billing run's
-    tally); read here otherwise. Spans and memberships are compared as integers (microseconds):
+    `spans`: the rows' `usage_spans`, or spans at least as wide covering at least their pairs
+    (a billing run's `run_spans`); read here when not given. A span only decides whether a
+    pair's rows are read; a wider one at worst has them read and checked one by one, so the
+    result is the same. Spans and memberships are compared as integers (microseconds):
     reading 20,000 timestamps cost a 10,000-tenant run a tenth of a second. Rows are read one by
     one only for (allocation, node) pairs whose span is not inside a membership.
     """

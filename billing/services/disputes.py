@@ -49,8 +49,8 @@ class DisputeError(Exception):
 
 def hold_disputed_usage(*, scope: Q, now: datetime | None = None, spans: dict | None = None) -> int:
     """Open a dispute for every row in `scope` the allocation history contradicts (idempotent).
-    Returns how many were opened. `spans`: the scope's undisputed rows as
-    billing.reconcile.usage_spans gives them, when the caller already has them."""
+    Returns how many were opened. `spans`: as billing.reconcile.contradicted_usage takes them
+    (a billing run's come from billing.services.rating.run_spans)."""
     now = now or timezone.now()
     tolerance = timedelta(seconds=settings.BILLING_DISPUTE_TOLERANCE_SECONDS)
     found = contradicted_usage(scope=scope, tolerance=tolerance, now=now, spans=spans)

@@ -31,6 +31,7 @@ from billing.models import (
     LedgerArchiveAction,
     LedgerArchiveRecord,
     UsageDispute,
+    UsageSpan,
 )
 from billing.partitions import (
     ARCHIVE_SCHEMA,
@@ -355,6 +356,8 @@ def drop_archived_month(period: date, *, actor: str) -> LedgerArchiveRecord:
     with transaction.atomic(using=LEDGER):
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE {archived.location}")
+        # The spans cover the rows in the ledger, attached or archived; these rows are gone.
+        UsageSpan.objects.using(LEDGER).filter(period=period).delete()
         record = _log_after(archived, LedgerArchiveAction.DROPPED, actor, location=str(path))
     _audit(record, actor)
     return record

@@ -40,7 +40,7 @@ from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 from typing import NamedTuple
 
-from django.db.models import Case, Count, IntegerField, Max, Min, Q, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
 
 from billing.models import (
     MICRO_PER_HOUR,
@@ -53,9 +53,10 @@ from billing.models import (
     Unit,
     UsageDispute,
     UsageEvent,
+    UsageSpan,
 )
 from billing.periods import format_period, period_end, period_start
-from core.expressions import EpochMicros, epoch_micros
+from core.expressions import EpochMicros
 
 LEDGER = "ledger"
 CENT = Decimal("0.01")
@@ -168,34 +169,48 @@ def _unpriced(sku: str) -> UnpricedSku:
     return UnpricedSku(f"usage of {sku!r} before the first price-book version took effect")
 
 
-def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...], spans: bool = False):
-    """Rows `(*group values, version in force, GPU-µs, pieces, first start, last end)` of a usage
-    queryset, one or more per group (pieces of one group under the same version are not merged;
-    callers sum them). `pieces` counts the usage rows (or, for a row split at a version change,
-    its parts) summed. `group` names `period` and `sku`; first/last are microseconds since 1970
-    (`epoch_micros`) when `spans`, else None.
+def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...]):
+    """Rows `(*group values, version in force, GPU-µs, pieces)` of a usage queryset, one or more
+    per group (pieces of one group under the same version are not merged; callers sum them).
+    `pieces` counts the usage rows (or, for a row split at a version change, its parts) summed.
+    `group` names `period` and `sku`.
 
     Rows never cross a month (ingest splits them), so only version changes strictly inside
     one of the months involved (`periods`; read from the rows when not given) can split a
     row. Months without one are priced per month: a plain grouped SUM. Otherwise rows inside
     one version's span are summed in SQL by span, and the few rows straddling a change are
-    read and split in Python."""
+    read and split in Python.
+
+    `periods`, when given, holds every month of the rows. When it is one month, the SQL leaves
+    it out of the grouping (the rows are filtered to it) and each row gets it back here: a
+    run's scan before any month is finalized groups by tenant and SKU alone, as the raw
+    aggregate of the month does."""
     if periods is None:
         periods = set(usage.order_by().values_list("period", flat=True).distinct())
     cuts = sorted({t for t in book.change_times for p in periods if period_start(p) < t < period_end(p)})
     at_period, at_sku = group.index("period"), group.index("sku")
-    edges = {"first": EpochMicros(Min("start")), "last": EpochMicros(Max("end"))} if spans else {}
     width = len(group)
+    month = next(iter(periods)) if len(periods) == 1 else None
+    if month is not None:
+        usage = usage.filter(period=month)
+    keys = group if month is None else tuple(name for name in group if name != "period")
+
+    def with_month(rows):
+        """SQL rows grouped by `keys`, as rows grouped by `group`."""
+        if month is None:
+            return rows
+        return ((*row[:at_period], month, *row[at_period:]) for row in rows)
+
     if not cuts:
         version_of: dict = {}  # period → version in force at its start (one bisect per month)
-        for row in usage.values_list(*group).annotate(micro=Sum("quantity_micro"), n=Count("id"), **edges).order_by():
+        for row in with_month(usage.values_list(*keys).annotate(micro=Sum("quantity_micro"), n=Count("id")).order_by()):
             period = row[at_period]
             if period not in version_of:
                 version_of[period] = book.version_at(period_start(period))
             version = version_of[period]
             if version is None:
                 raise _unpriced(row[at_sku])
-            yield (*row[:width], version, *row[width : width + 2], *(row[width + 2 :] if spans else (None, None)))
+            yield (*row[:width], version, *row[width : width + 2])
         return
     straddles = Q()
     for moment in cuts:
@@ -209,25 +224,24 @@ def grouped_usage(usage, book: PriceBook, *, periods=None, group: tuple[str, ...
     whole = (
         usage.exclude(straddles)
         .annotate(segment=segment)
-        .values_list(*group, "segment")
-        .annotate(micro=Sum("quantity_micro"), n=Count("id"), **edges)
+        .values_list(*keys, "segment")
+        .annotate(micro=Sum("quantity_micro"), n=Count("id"))
         .order_by()
     )
-    for row in whole:
+    for row in with_month(whole):
         index = row[width]
         if index < 0:
             raise _unpriced(row[at_sku])
         version = book.change_versions[index]
-        yield (*row[:width], version, *row[width + 1 : width + 3], *(row[width + 3 :] if spans else (None, None)))
+        yield (*row[:width], version, *row[width + 1 : width + 3])
     for *key, start, end, micro in (
         usage.filter(straddles).values_list(*group, "start", "end", "quantity_micro").order_by("id")
     ):
-        first, last = (epoch_micros(start), epoch_micros(end)) if spans else (None, None)
         for lo, _hi, share in split_by_time(start, end, micro, cuts):
             version = book.version_at(lo)
             if version is None:
                 raise _unpriced(key[at_sku])
-            yield (*key, version, share, 1, first, last)
+            yield (*key, version, share, 1)
 
 
 def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool = False) -> Buckets:
@@ -236,12 +250,12 @@ def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool =
     buckets: Buckets = defaultdict(int)
     if by_allocation:
         group = ("tenant_id", "allocation_id", "period", "sku")
-        for tenant, allocation, period, sku, version, micro, _, _, _ in grouped_usage(
+        for tenant, allocation, period, sku, version, micro, _ in grouped_usage(
             usage, book, periods=periods, group=group
         ):
             buckets[(tenant, allocation, period, sku, version)] += micro
     else:
-        for tenant, period, sku, version, micro, _, _, _ in grouped_usage(
+        for tenant, period, sku, version, micro, _ in grouped_usage(
             usage, book, periods=periods, group=("tenant_id", "period", "sku")
         ):
             buckets[(tenant, None, period, sku, version)] += micro
@@ -250,20 +264,17 @@ def usage_buckets(usage, book: PriceBook, *, periods=None, by_allocation: bool =
 
 @dataclass
 class UsageTally:
-    """One scan of a run's usage rows: what rating prices, and what reconciliation checks.
+    """One scan of a run's usage rows: what rating prices.
 
     `buckets`: (tenant_id, None, period, sku, version) → GPU-µs of the billable rows (not
-    disputed, or disputed and accepted), as `usage_buckets` gives them. `spans`: (allocation_id,
-    node_id, tenant_id) → [first start, last end] in microseconds since 1970 of the rows with no
-    dispute at all, what billing.reconcile.contradicted_usage compares with the allocation
-    history. One scan instead of two: at 10,000 tenants the month's partition is the largest
-    thing a run reads."""
+    disputed, or disputed and accepted), as `usage_buckets` gives them. The reconciliation's
+    spans are not read from the rows (`run_spans`): grouping the month by allocation and node as
+    well cost the 50 M benchmark's scan a third more than grouping it by tenant and SKU."""
 
     buckets: Buckets
-    spans: dict
 
 
-_TALLY_GROUP = ("tenant_id", "allocation_id", "node_id", "period", "sku")
+_TALLY_GROUP = ("tenant_id", "period", "sku")
 
 
 def tally_usage(usage, book: PriceBook, *, periods) -> UsageTally:
@@ -273,59 +284,28 @@ def tally_usage(usage, book: PriceBook, *, periods) -> UsageTally:
     misjudged the month's 400,000 rows as a few thousand and sorted them on disk (0.6 s against
     0.4 s hashed). Disputed rows are few; they are read again by id and taken back out: their
     GPU-µs and pieces leave the buckets (a bucket left with no piece is gone, as if never
-    summed), and the spans of their (allocation, node, tenant) pairs are read again without them.
+    summed).
     """
     counts: dict = {}  # bucket → [GPU-µs, pieces]
-    spans: dict = {}
-    for tenant, allocation, node, period, sku, version, micro, pieces, first, last in grouped_usage(
-        usage, book, periods=periods, group=_TALLY_GROUP, spans=True
-    ):
+    for tenant, period, sku, version, micro, pieces in grouped_usage(usage, book, periods=periods, group=_TALLY_GROUP):
         # setdefault: one hash of each key (a tuple hashes its UUIDs anew every time)
         count = counts.setdefault((tenant, None, period, sku, version), [0, 0])
         count[0] += micro
         count[1] += pieces
-        _widen(spans, (allocation, node, tenant), first, last)
     held = dict(UsageDispute.objects.using(LEDGER).filter(period__in=periods).values_list("usage_event_id", "status"))
-    if held:
-        unbillable = sorted(row for row, status in held.items() if status != DisputeStatus.ACCEPTED)
-        for lo in range(0, len(unbillable), 1000):
-            chunk = usage.filter(id__in=unbillable[lo : lo + 1000])
-            for tenant, _, _, period, sku, version, micro, pieces, _, _ in grouped_usage(
-                chunk, book, periods=periods, group=_TALLY_GROUP
-            ):
-                key = (tenant, None, period, sku, version)
-                count = counts[key]  # every held row was summed in the scan above
-                count[0] -= micro
-                count[1] -= pieces
-                if not count[1]:
-                    del counts[key]
-        ids = sorted(held)
-        pairs = set()
-        for lo in range(0, len(ids), 1000):
-            pairs.update(
-                usage.filter(id__in=ids[lo : lo + 1000]).values_list("allocation_id", "node_id", "tenant_id").distinct()
-            )
-        pairs = sorted(pairs, key=str)
-        for lo in range(0, len(pairs), 100):
-            chunk = pairs[lo : lo + 100]
-            for pair in chunk:
-                spans.pop(pair, None)
-            either = Q()
-            for allocation, node, tenant in chunk:
-                either |= Q(allocation_id=allocation, node_id=node, tenant_id=tenant)
-            for tenant, allocation, node, _, _, _, _, _, first, last in grouped_usage(
-                usage.filter(either, dispute__isnull=True), book, periods=periods, group=_TALLY_GROUP, spans=True
-            ):
-                _widen(spans, (allocation, node, tenant), first, last)
-    return UsageTally({key: micro for key, (micro, _) in counts.items()}, spans)
-
-
-def _widen(spans: dict, pair: tuple, first: int, last: int) -> None:
-    span = spans.setdefault(pair, [first, last])
-    if first < span[0]:
-        span[0] = first
-    if last > span[1]:
-        span[1] = last
+    unbillable = sorted(row for row, status in held.items() if status != DisputeStatus.ACCEPTED)
+    for lo in range(0, len(unbillable), 1000):
+        chunk = usage.filter(id__in=unbillable[lo : lo + 1000])
+        for tenant, period, sku, version, micro, pieces in grouped_usage(
+            chunk, book, periods=periods, group=_TALLY_GROUP
+        ):
+            key = (tenant, None, period, sku, version)
+            count = counts[key]  # every held row was summed in the scan above
+            count[0] -= micro
+            count[1] -= pieces
+            if not count[1]:
+                del counts[key]
+    return UsageTally({key: micro for key, (micro, _) in counts.items()})
 
 
 @dataclass(frozen=True)
@@ -689,6 +669,35 @@ def run_usage(period: date, cut: Cutoff, *, tenant_ids=None):
     billable ones)."""
     usage = UsageEvent.objects.using(LEDGER).filter(usage_scope(period, cut))
     return usage if tenant_ids is None else usage.filter(tenant_id__in=tenant_ids)
+
+
+def run_spans(period: date, cut: Cutoff) -> dict:
+    """(allocation_id, node_id, tenant_id) → [first start, last end] in microseconds since 1970,
+    for billing.reconcile.contradicted_usage: every pair with rows in the run's scope
+    (`usage_scope`), each span at least as wide as those rows'.
+
+    Read from the spans the database keeps (billing.models.UsageSpan), one row per pair and
+    month: the month's pairs, and those of late months with a row above the last finalized
+    run's watermark. A span may be wider than the run's rows (it also covers rows above the
+    watermark, and disputed ones): the reconciliation then reads that pair's rows and checks
+    each, so what it finds is what it would find from the rows alone."""
+    scope = Q(period=period)
+    late = _late_periods(period, cut)
+    if late:
+        scope |= Q(period__in=late, last_id__gt=cut.prior_watermark)
+    spans: dict = {}
+    for allocation, node, tenant, first, last in (
+        UsageSpan.objects.using(LEDGER)
+        .filter(scope)
+        .annotate(first=EpochMicros("first_start"), last=EpochMicros("last_end"))
+        .values_list("allocation_id", "node_id", "tenant_id", "first", "last")
+    ):
+        span = spans.setdefault((allocation, node, tenant), [first, last])  # a pair in several months
+        if first < span[0]:
+            span[0] = first
+        if last > span[1]:
+            span[1] = last
+    return spans
 
 
 def output_hash(*, period: date, price_book_version: int, rated: dict) -> str:

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connections, transaction
 
-from billing.models import Invoice, LedgerArchiveAction, LedgerArchiveRecord, UsageDispute, UsageEvent
+from billing.models import Invoice, LedgerArchiveAction, LedgerArchiveRecord, UsageDispute, UsageEvent, UsageSpan
 from billing.partitions import attached_partitions, is_partitioned, partition_name
 from billing.reconcile import reconcile
 from billing.services.ingest import EventConflict, ingest_meter_events
@@ -161,8 +161,11 @@ def test_restore_brings_the_month_back_whole_and_drop_needs_the_export(ingest, t
         UsageEvent.objects.filter(period=JUNE).update(quantity_micro=0)  # the parent's trigger again
 
     archived = archive_month(JUNE, actor="test", export_dir=tmp_path, now=NOW)
+    spans = set(UsageSpan.objects.values_list("period", flat=True))
+    assert JUNE in spans  # an archived month keeps its usage spans: it can come back
     dropped = drop_archived_month(JUNE, actor="test")
     assert dropped.action == "dropped" and dropped.export_sha256 == archived.export_sha256
+    assert set(UsageSpan.objects.values_list("period", flat=True)) == spans - {JUNE}  # its rows are gone
     with pytest.raises(ArchiveRefused) as err:
         restore_month(JUNE, actor="test")
     assert err.value.code == "archive_dropped" and archived.export_path in err.value.detail

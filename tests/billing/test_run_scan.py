@@ -1,17 +1,23 @@
 """What a billing run's one scan relies on: exact integer timestamps on both vendors, the
 reconciliation's membership lookup by time (and its fall-back to an allocation's whole
-history), and the plain-value writes of invoices."""
+history), the plain-value writes of invoices, and (PostgreSQL) the planner settings that make
+the scan a parallel aggregate like the raw one."""
 
 import uuid
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from billing.grants import MeteringGrant, sign_grant
 from billing.models import Invoice, InvoiceLine, UsageDispute
+from billing.partitions import partition_name
 from billing.services.ingest import ingest_meter_events
-from billing.services.runs import run_billing
+from billing.services.ledger_partitions import ensure_partitions_for
+from billing.services.rating import Cutoff, PriceBook, run_periods, run_usage, tally_usage
+from billing.services.runs import SCAN_SETTINGS, run_billing, scans_planned_for_few_groups
 from core.bulk import update_values
 from core.expressions import EpochMicros, epoch_micros, from_epoch_micros
 from core.ids import uuid7s
@@ -19,7 +25,7 @@ from core.ids import uuid7s
 from .conftest import LEDGER_DBS, make_event
 
 pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
-OCT = date(2026, 10, 1)
+SEP, OCT = date(2026, 9, 1), date(2026, 10, 1)
 START = datetime(2026, 10, 10, tzinfo=UTC)
 AFTER_OCT = datetime(2026, 11, 2, tzinfo=UTC)
 
@@ -145,3 +151,114 @@ def test_uuid7s_are_version_7_and_distinct():
     ids = uuid7s(2000)
     assert len(set(ids)) == 2000 and uuid7s(0) == []
     assert {i.version for i in ids} == {7} and {i.variant for i in ids} == {uuid.RFC_4122}
+
+
+postgres_only = pytest.mark.skipif(
+    connections["ledger"].vendor != "postgresql", reason="the scan's planner settings are PostgreSQL's"
+)
+
+
+def _settings(cursor) -> dict:
+    cursor.execute(f"SELECT {', '.join('current_setting(%s)' for _ in SCAN_SETTINGS)}", list(SCAN_SETTINGS))
+    return dict(zip(SCAN_SETTINGS, cursor.fetchone(), strict=True))
+
+
+@postgres_only
+def test_the_runs_scan_runs_under_the_scan_settings_and_its_writes_do_not(ingest):
+    """The run's grouped scan of the month runs under SCAN_SETTINGS; the rest of the run (its
+    writes among them) under the settings from before."""
+    ingest([make_event(tenant_id=uuid.uuid4(), start=START, seconds=3600)])
+    ledger = connections["ledger"]
+    with ledger.cursor() as cursor:
+        before = _settings(cursor)
+    assert before != SCAN_SETTINGS
+    seen: dict = {}  # statement → the settings it ran under
+
+    def note_settings(execute, sql, params, many, context):
+        # read on the driver's connection: a Django cursor would come through here again
+        names = list(SCAN_SETTINGS)
+        values = context["connection"].connection.execute(
+            f"SELECT {', '.join('current_setting(%s)' for _ in names)}", names
+        )
+        seen.setdefault(sql, dict(zip(names, values.fetchone(), strict=True)))
+        return execute(sql, params, many, context)
+
+    with ledger.execute_wrapper(note_settings):
+        run_billing(period=OCT, finalize=False, actor="test")
+    [during] = [settings for sql, settings in seen.items() if "GROUP BY" in sql and "billing_usageevent" in sql]
+    assert during == SCAN_SETTINGS
+    writes = [settings for sql, settings in seen.items() if sql.startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert writes and all(settings == before for settings in writes)
+    with ledger.cursor() as cursor:
+        assert _settings(cursor) == before
+
+
+@postgres_only
+def test_the_scan_settings_plan_the_scan_in_parallel_when_its_groups_are_misjudged(db):
+    """A run with a finalized month behind it groups by tenant, month and SKU. With no statistics
+    of the partitioned parent (autovacuum never analyzes one) PostgreSQL estimates that at its
+    cap, one group per ten rows, and plans the scan in one process; under SCAN_SETTINGS as
+    partial aggregates in parallel workers, the raw aggregate's plan."""
+    ledger = connections["ledger"]
+    ensure_partitions_for({SEP, OCT})
+    with ledger.cursor() as cursor:
+        # 20,000 rows of October and 200 late ones of September, 200 tenants
+        cursor.execute(
+            'INSERT INTO billing_usageevent (event_id, part, tenant_id, allocation_id, node_id, sku, start, "end", '
+            "period, quantity_micro, unit, payload_hash, received_at) "
+            "SELECT 'plan-' || g, 0, t, t, %s::uuid, 'h100-sxm-8x', ts, ts + interval '60 s', "
+            "date_trunc('month', ts)::date, 480000000, 'gpu_second', repeat('0', 64), ts "
+            "FROM generate_series(0, 20199) g, LATERAL (SELECT "
+            "('00000000-0000-0007-0000-' || lpad(to_hex(g %% 200), 12, '0'))::uuid AS t, "
+            "CASE WHEN g < 20000 THEN %s::timestamptz + (g / 200) * interval '1 minute' "
+            "ELSE %s::timestamptz END AS ts) x",
+            [str(uuid.uuid4()), START, datetime(2026, 9, 20, tzinfo=UTC)],
+        )
+        # What autovacuum does: the months analyzed, the partitioned parent never.
+        cursor.execute(f"ANALYZE {partition_name(SEP)}, {partition_name(OCT)}")
+    cutoff = Cutoff(watermark=10**15, adjustment_watermark=10**15, finalized_periods=frozenset({SEP}))
+    with CaptureQueriesContext(ledger) as captured:
+        tally = tally_usage(run_usage(OCT, cutoff), PriceBook.load(), periods=run_periods(OCT, cutoff))
+    assert {(period, micro) for (_, _, period, _, _), micro in tally.buckets.items()} == {
+        (OCT, 100 * 480000000),
+        (SEP, 480000000),
+    }
+    [scan] = [q["sql"] for q in captured.captured_queries if "GROUP BY" in q["sql"]]
+    assert '"billing_usageevent"."period"' in scan.split("GROUP BY")[0]  # grouped by month too
+
+    def plan(cursor) -> str:
+        cursor.execute(f"EXPLAIN {scan}")
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+    with transaction.atomic(using="ledger"), ledger.cursor() as cursor:
+        # At a test's size PostgreSQL considers workers only when the table's size and their
+        # start cost nothing; that alone still plans the scan in one process.
+        cursor.execute("SET LOCAL min_parallel_table_scan_size = 0")
+        cursor.execute("SET LOCAL parallel_setup_cost = 0")
+        alone = plan(cursor)
+        with scans_planned_for_few_groups():
+            planned = plan(cursor)
+    assert "Partial" not in alone, alone
+    assert "Partial HashAggregate" in planned, planned
+
+
+@postgres_only
+def test_a_rerun_updates_its_drafts_on_their_pages(ingest):
+    """Half of each invoice page is left free (migration 0011): a re-run's update of every draft
+    stays on the draft's page (heap-only), adding nothing to the invoice table's five indexes.
+    Full pages (the default) let only the drafts on the last page's free space do that."""
+    ingest([make_event(tenant_id=uuid.uuid4(), start=START + timedelta(minutes=i)) for i in range(200)])
+    run_billing(period=OCT, finalize=False, actor="test")
+
+    def updates() -> tuple[int, int]:
+        with connections["ledger"].cursor() as cursor:
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'billing_invoice'"
+            )
+            return cursor.fetchone()
+
+    before = updates()
+    run_billing(period=OCT, finalize=False, actor="test")
+    updated, on_their_pages = (after - earlier for after, earlier in zip(updates(), before, strict=True))
+    assert updated == Invoice.objects.count() == 200
+    assert on_their_pages == 200
