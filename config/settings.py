@@ -159,6 +159,8 @@ def _database(var: str, sqlite_name: str) -> dict:
     else:
         config.setdefault("CONN_MAX_AGE", 60)
         config.setdefault("CONN_HEALTH_CHECKS", True)
+        if config["ENGINE"] == "django.db.backends.postgresql":
+            config["ENGINE"] = "core.db.postgresql"  # health-checks only a connection left idle
     return config
 
 
