@@ -88,3 +88,42 @@ def test_the_default_limit_fits_the_largest_legitimate_body(settings):
 
     assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= 200_000 * 38  # a disposition plan of 200,000 node ids
     assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= MAX_BATCH * 2_000  # a full meter batch, with grants
+
+
+NUL_BODIES = {
+    "a NUL in a small body": '{"instance_type": "h100-sxm-8x", "count": 1, "labels": {"a": "x\\u0000"}}',
+    "a NUL in a key": '{"instance_type": "h100-sxm-8x", "count": 1, "labels": {"\\u0000": "x"}}',
+    "a NUL in a body with more openers than the depth limit": json.dumps(
+        {"instance_type": "h100-sxm-8x", "count": 1, "labels": {f"k{i}": [] for i in range(40)} | {"z": "\x00"}}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", NUL_BODIES)
+def test_nul_characters_are_a_400_problem_whatever_the_body_shape(tenant_token, name):
+    response = _post("/api/v1/allocations", NUL_BODIES[name], tenant_token, HTTP_IDEMPOTENCY_KEY="nul")
+    assert response.status_code == 400 and response.json()["code"] == "validation_error"
+    assert "NUL" in response.json()["detail"]
+    assert not Allocation.objects.exists()
+
+
+def _nested(levels: int) -> str:
+    """A valid allocation whose labels nest so that the whole body is `levels` deep."""
+    return json.dumps(
+        {"instance_type": "h100-sxm-8x", "count": 1, "labels": json.loads("[" * (levels - 1) + "]" * (levels - 1))}
+    )
+
+
+def test_the_depth_limit_is_exact_around_the_text_shortcut(tenant_token, settings):
+    at_limit = _post(
+        "/api/v1/allocations", _nested(settings.API_MAX_JSON_DEPTH), tenant_token, HTTP_IDEMPOTENCY_KEY="d1"
+    )
+    assert "nested too deeply" not in at_limit.content.decode()
+    over = _post(
+        "/api/v1/allocations", _nested(settings.API_MAX_JSON_DEPTH + 1), tenant_token, HTTP_IDEMPOTENCY_KEY="d2"
+    )
+    assert over.status_code == 400 and "nested too deeply" in over.json()["detail"]
+    # Braces inside strings only make the shortcut walk the body; they are not nesting.
+    braces = json.dumps({"instance_type": "h100-sxm-8x", "count": 1, "labels": {"note": "{[" * 50}})
+    shallow = _post("/api/v1/allocations", braces, tenant_token, HTTP_IDEMPOTENCY_KEY="d3")
+    assert "nested too deeply" not in shallow.content.decode()
