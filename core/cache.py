@@ -30,31 +30,37 @@ class ReusingRedisCache(RedisCache):
         super().__init__(server, params)
         self._class = ReusingRedisCacheClient
 
-    def count_hit(self, key: str, previous_key: str, ttl: int) -> tuple[int, int]:
-        """INCR `key` (setting its expiry) and read `previous_key`, in one round trip."""
+    def count_hit(self, key: str, previous_key: str, ttl: int, read_key: str | None = None) -> tuple[int, int, object]:
+        """INCR `key` (setting its expiry) and read `previous_key` and, if given, the cached
+        value at `read_key` (None when absent), in one round trip."""
         current = self.make_and_validate_key(key)
         pipe = self._cache.get_client(write=True).pipeline(transaction=False)
         pipe.incr(current)
         pipe.expire(current, ttl)
         pipe.get(self.make_and_validate_key(previous_key))
-        count, _, previous = pipe.execute()
-        return count, int(previous or 0)
+        if read_key is not None:
+            pipe.get(self.make_and_validate_key(read_key))
+        count, _, previous, *read = pipe.execute()
+        value = self._cache._serializer.loads(read[0]) if read and read[0] is not None else None
+        return count, int(previous or 0), value
 
 
-def count_hit(key: str, previous_key: str, ttl: int) -> tuple[int, int]:
+def count_hit(key: str, previous_key: str, ttl: int, read_key: str | None = None) -> tuple[int, int, object]:
     """One more hit on counter `key` (kept `ttl` seconds), and the count at `previous_key`:
-    (this one's count including the hit, the previous one's). One round trip on Redis; the
-    cache API elsewhere (the embedded default's per-process memory cache)."""
+    (this one's count including the hit, the previous one's, and the cached value at
+    `read_key` or None). One round trip on Redis, `read_key` included: the agent path reads its
+    node's revocation entry this way (core.api.authentication). The cache API elsewhere (the
+    embedded default's per-process memory cache)."""
     cache = caches["default"]
     if isinstance(cache, ReusingRedisCache):
-        return cache.count_hit(key, previous_key, ttl)
+        return cache.count_hit(key, previous_key, ttl, read_key)
     cache.add(key, 0, ttl)
     try:
         count = cache.incr(key)
     except ValueError:  # expired between the two calls
         cache.set(key, 1, ttl)
         count = 1
-    return count, cache.get(previous_key, 0)
+    return count, cache.get(previous_key, 0), None if read_key is None else cache.get(read_key)
 
 
 def read_counts(key: str, previous_key: str) -> tuple[int, int]:

@@ -18,10 +18,10 @@ from rest_framework import authentication, exceptions
 
 from core.choices import ApiTokenKind, TenantRole
 from core.models import ApiToken
-from core.services.agent_credentials import revocation_reason
+from core.services.agent_credentials import revocation_cache_key, revocation_reason
 
 from .agent_tokens import looks_like_agent_token, verify_agent_token
-from .throttles import guarded_authentication
+from .throttles import UNREAD, guarded_authentication, spend_agent_budget
 
 TOKEN_PREFIXES = {ApiTokenKind.TENANT: "hgt_", ApiTokenKind.OPERATOR: "hgo_"}
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -141,14 +141,14 @@ class AgentTokenAuthentication(BearerTokenAuthentication):
     def authenticate(self, request):
         plain = _bearer(request)
         if plain is not None and verify_agent_token(plain) is not None:
-            return _agent_principal(plain), plain
+            return _agent_principal(plain, request=request), plain
         return super().authenticate(request)
 
     def verify(self, request):
         plain = _bearer(request)
         if plain is None:
             return None
-        return _agent_principal(plain), plain
+        return _agent_principal(plain, request=request), plain
 
 
 class LedgerAgentTokenAuthentication(AgentTokenAuthentication):
@@ -159,17 +159,23 @@ class LedgerAgentTokenAuthentication(AgentTokenAuthentication):
         plain = _bearer(request)
         if plain is None:
             return None
-        return _agent_principal(plain, using="ledger"), plain
+        return _agent_principal(plain, using="ledger", request=request), plain
 
 
-def _agent_principal(plain: str, using: str = "default") -> Principal:
+def _agent_principal(plain: str, using: str = "default", request=None) -> Principal:
     identity = verify_agent_token(plain)
     if identity is None:
         raise exceptions.AuthenticationFailed(
             "Not a valid agent token (forged, malformed, of the old hga1 form, or signed under another key); "
             "issue one with manage.py create_token --agent HOSTNAME."
         )
-    reason = revocation_reason(identity, using=using)
+    # The node's revocation entry comes back in the round trip that spends its rate budget.
+    cached = (
+        UNREAD
+        if request is None
+        else spend_agent_budget(request, identity.node_id, read_key=revocation_cache_key(identity.node_id, using))
+    )
+    reason = revocation_reason(identity, using=using, cached=None if cached is UNREAD else cached)
     if reason is not None:
         raise exceptions.AuthenticationFailed(f"Revoked agent token: {reason}.")
     return Principal(

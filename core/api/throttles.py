@@ -72,13 +72,18 @@ def _wait(current: int, previous: int, into: float, limit: int, window: int) -> 
 def spend(key: str, limit: int, window: int, *, now: float | None = None) -> float | None:
     """One request against the budget `key`: None when allowed (and counted), else the
     seconds to wait (and not counted)."""
+    return _spend(key, limit, window, now=now)[0]
+
+
+def _spend(key: str, limit: int, window: int, *, now: float | None = None, read_key: str | None = None):
+    """`spend`, and the cached value at `read_key`, in the same round trip."""
     now = time.time() if now is None else now
     this, last, into = _slots(key, window, now)
-    current, previous = count_hit(this, last, 2 * window)
+    current, previous, value = count_hit(this, last, 2 * window, read_key)
     if _estimate(current, previous, into) <= limit:
-        return None
+        return None, value
     uncount_hit(this)
-    return _wait(current - 1, previous, into, limit, window)
+    return _wait(current - 1, previous, into, limit, window), value
 
 
 def exhausted(key: str, limit: int, window: int, *, now: float | None = None) -> float | None:
@@ -89,6 +94,11 @@ def exhausted(key: str, limit: int, window: int, *, now: float | None = None) ->
     if _estimate(current + 1, previous, into) <= limit:
         return None
     return _wait(current, previous, into, limit, window)
+
+
+# The verdict of a budget already spent for this request (spend_agent_budget), read by the throttle.
+_PREPAID_WAIT = "_hangar_throttle_wait"
+UNREAD = object()  # spend_agent_budget read nothing: the caller reads its value itself
 
 
 class TokenKindThrottle(BaseThrottle):
@@ -104,6 +114,9 @@ class TokenKindThrottle(BaseThrottle):
         return "anonymous", client_address(request)
 
     def allow_request(self, request, view):
+        if hasattr(request, _PREPAID_WAIT):  # spent during authentication, in its round trip
+            self._wait = getattr(request, _PREPAID_WAIT)
+            return self._wait is None
         scope, ident = self._caller(request)
         rate = _rate(scope)
         if rate is None:
@@ -113,6 +126,22 @@ class TokenKindThrottle(BaseThrottle):
 
     def wait(self):
         return self._wait
+
+
+def spend_agent_budget(request, node_id, *, read_key: str):
+    """Spend node `node_id`'s agent budget for this request now and return the cached value
+    at `read_key` (None when absent), both in one Redis round trip; the throttle then takes
+    this verdict instead of spending again. The agent authenticator reads its node's
+    revocation entry this way, which saves every agent call a round trip (its CPU is most of
+    the web tier's cost per heartbeat). UNREAD when the view has no TokenKindThrottle or
+    agents have no budget: nothing was spent or read."""
+    view = (getattr(request, "parser_context", None) or {}).get("view")
+    rate = _rate("agent")
+    if rate is None or view is None or TokenKindThrottle not in getattr(view, "throttle_classes", ()):
+        return UNREAD
+    wait, value = _spend(f"throttle:agent:{node_id}", *rate, read_key=read_key)
+    setattr(request, _PREPAID_WAIT, wait)
+    return value
 
 
 def _failed_auth_key(request) -> str:

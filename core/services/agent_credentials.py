@@ -38,17 +38,18 @@ class _Entry:
 _NONE = _Entry(None, False, "")
 
 
-def _cache_key(node_id, using: str) -> str:
+def revocation_cache_key(node_id, using: str) -> str:
+    """Where the node's entry is cached (the agent authenticator reads it in its throttle's round trip)."""
     return f"agent-revocation:{using}:{node_id}"
 
 
 def _remember(node_id, entry: _Entry, using: str) -> None:
-    cache.set(_cache_key(node_id, using), entry, settings.AGENT_REVOCATION_CACHE_SECONDS)
-    cache.set(_cache_key(node_id, using) + ":stale", entry, _STALE_FOR)
+    cache.set(revocation_cache_key(node_id, using), entry, settings.AGENT_REVOCATION_CACHE_SECONDS)
+    cache.set(revocation_cache_key(node_id, using) + ":stale", entry, _STALE_FOR)
 
 
 def _entry(node_id, using: str) -> _Entry:
-    cached = cache.get(_cache_key(node_id, using))
+    cached = cache.get(revocation_cache_key(node_id, using))
     if cached is not None:
         return cached
     try:
@@ -57,16 +58,17 @@ def _entry(node_id, using: str) -> _Entry:
         # Rather the last entry seen than an error: this database being briefly unreadable must
         # not lock every agent out. An entry never seen means no revocation.
         log.warning("revocation list in %s unreadable; using the last known entry for node %s", using, node_id)
-        return cache.get(_cache_key(node_id, using) + ":stale") or _NONE
+        return cache.get(revocation_cache_key(node_id, using) + ":stale") or _NONE
     entry = _NONE if row is None else _Entry(row.not_before, row.revoked_all, row.reason)
     _remember(node_id, entry, using)
     return entry
 
 
-def revocation_reason(identity: AgentIdentity, *, using: str = "default") -> str | None:
+def revocation_reason(identity: AgentIdentity, *, using: str = "default", cached=None) -> str | None:
     """Why this (validly signed) token no longer works, or None when it does. `using`: the
-    database of the route asking ("ledger" for meter ingest)."""
-    entry = _entry(identity.node_id, using)
+    database of the route asking ("ledger" for meter ingest). `cached`: the value already read
+    from revocation_cache_key (anything but an entry, e.g. None for a miss, reads it here)."""
+    entry = cached if isinstance(cached, _Entry) else _entry(identity.node_id, using)
     if entry.revoked_all:
         return f"every agent token of this node is revoked ({entry.reason})"
     if entry.not_before is not None and identity.issued_at < entry.not_before:

@@ -1,12 +1,21 @@
 """Rate limits per token kind: the attacker's burst and the 429 that stops it."""
 
+import time
+
 import pytest
 from django.core.cache import cache
-from rest_framework.test import APIClient
+from rest_framework.response import Response
+from rest_framework.test import APIClient, APIRequestFactory
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
 
 from core.api.agent_tokens import mint_agent_token
+from core.api.authentication import AgentTokenAuthentication
+from core.api.permissions import IsAgent
 from core.api.throttles import spend
+from core.services.agent_credentials import revocation_cache_key, revoke_node_agent_tokens
 from core.services.tokens import create_api_token
+from fleet.models import Node
 from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
@@ -63,8 +72,8 @@ def test_an_operator_burst_is_429(small_budgets, operator_token):
 
 
 def test_an_agent_burst_is_429_per_node(small_budgets, small_fleet):
-    from fleet.models import Node
-
+    """Spent once per request although the authenticator spends it (in the round trip that
+    reads the revocation entry) and the throttle only takes the verdict."""
     first, second = Node.objects.order_by("hostname")[:2]
     client = _client(mint_agent_token(first.pk))
     assert [client.get("/api/agent/v1/desired-state").status_code for _ in range(3)] == [200] * 3
@@ -151,3 +160,46 @@ def test_the_counter_keeps_two_integers_per_caller_whatever_the_rate(small_budge
     _spend_all("small", [start + 0.1 * i for i in range(200)])
     slot = int(start // 60)
     assert cache.get(f"small:{slot}") == 10 and cache.get(f"small:{slot - 1}") is None
+
+
+class _UnthrottledAgentView(APIView):
+    """An agent route that opts out of the rate budget (none does today)."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+    throttle_classes = []
+
+    def get(self, request):
+        return Response({"node": str(request.user.node_id)})
+
+
+def _budget_spent(node_id) -> bool:
+    return any(cache.get(f"throttle:agent:{node_id}:{slot}") for slot in _current_slots())
+
+
+def _current_slots():
+    _, window = SimpleRateThrottle.parse_rate(None, "3/min")
+    slot = int(time.time() // window)
+    return (slot - 1, slot)
+
+
+def test_a_revoked_token_is_refused_with_the_entry_read_in_the_budget_trip(small_fleet):
+    node = Node.objects.order_by("hostname")[3]
+    plain = mint_agent_token(node.pk)
+    assert _client(plain).get("/api/agent/v1/desired-state").status_code == 200  # entry now cached
+    revoke_node_agent_tokens(node=node, actor="test", reason="stolen")
+    response = _client(plain).get("/api/agent/v1/desired-state")
+    assert response.status_code == 401 and "Revoked agent token" in response.json()["detail"]
+    cache.delete(revocation_cache_key(node.pk, "default"))  # a miss: read from the database
+    assert _client(plain).get("/api/agent/v1/desired-state").status_code == 401
+
+
+def test_an_agent_route_without_the_throttle_still_checks_revocation_and_spends_nothing(small_budgets, small_fleet):
+    node = Node.objects.order_by("hostname")[4]
+    plain = mint_agent_token(node.pk)
+    view = _UnthrottledAgentView.as_view()
+    request = lambda: APIRequestFactory().get("/x", HTTP_AUTHORIZATION=f"Bearer {plain}")  # noqa: E731
+    assert [view(request()).status_code for _ in range(5)] == [200] * 5  # over a 3/min budget: none applies
+    assert not _budget_spent(node.pk)
+    revoke_node_agent_tokens(node=node, actor="test", reason="stolen")
+    assert view(request()).status_code == 401
