@@ -36,7 +36,12 @@ class RequestIdMiddleware:
 
 class RequestLatencyMiddleware:
     """Feeds hangar_http_request_duration_seconds. The route label is the URL pattern
-    (e.g. `/fleet/racks/<str:rack_id>/`), never the raw path, so ids cannot explode the series count."""
+    (e.g. `/fleet/racks/<str:rack_id>/`), never the raw path, so ids cannot explode the series count.
+
+    The same figure goes back to the caller as `Server-Timing: app;dur=<ms>` (the W3C header a
+    browser's network panel shows): a client that sees a slow answer can tell the time the
+    application spent on it from the time the request queued before a worker took it, or waited
+    in the client itself. The fleet simulator's verdict rests on that split."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -47,9 +52,9 @@ class RequestLatencyMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         route = ("/" + match.route) if match is not None else "unmatched"
-        REQUEST_LATENCY.labels(method=request.method, route=route, status=str(response.status_code)).observe(
-            time.perf_counter() - started
-        )
+        elapsed = time.perf_counter() - started
+        REQUEST_LATENCY.labels(method=request.method, route=route, status=str(response.status_code)).observe(elapsed)
+        response["Server-Timing"] = f"app;dur={elapsed * 1000:.1f}"
         return response
 
 

@@ -1,5 +1,5 @@
 """The API's common rules that hold before any resource exists: public schema and docs,
-problem+json 404s, token kinds and hashing, agent tokens verified without a database read."""
+problem+json 404s, the Server-Timing header, token kinds and hashing, agent tokens verified without a database read."""
 
 import hashlib
 
@@ -16,6 +16,15 @@ pytestmark = pytest.mark.django_db
 def test_schema_and_docs_are_public_in_both_slash_forms(client, path):
     response = client.get(path)
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/api/v1/schema/", "/api/v1/no-such-thing"])
+def test_every_answer_says_how_long_the_application_spent_on_it(client, path):
+    """`Server-Timing: app;dur=<ms>` lets a client split a slow answer into the handler's time
+    and the time it queued or travelled (the fleet simulator's verdict reads it)."""
+    timing = client.get(path)["Server-Timing"]
+    name, _, duration = timing.partition(";dur=")
+    assert name == "app" and float(duration) >= 0
 
 
 def test_docs_page_uses_local_assets_only(client):
