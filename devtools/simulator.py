@@ -19,6 +19,7 @@ import logging
 import random
 import threading
 import time
+import zlib
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +48,14 @@ def lanes_for(agents: int) -> int:
     return max(1, min(MAX_WORKERS, -(-agents // AGENTS_PER_LANE)))
 
 
+def in_part(hostname: str, part: tuple[int, int] | None) -> bool:
+    """Whether `hostname` belongs to share k of n (`part` = (k, n); None: the whole fleet)."""
+    if part is None:
+        return True
+    k, n = part
+    return zlib.crc32(hostname.encode()) % n == k - 1
+
+
 def server_clock(_simulated: datetime) -> datetime:
     """What reports are stamped with: this machine's (the server's) clock, whatever the tick's."""
     return datetime.now(UTC)
@@ -60,6 +69,10 @@ class FleetSimulator:
     scenarios: dict[str, str] = field(default_factory=dict)  # hostname → scenario text
     missing_software: dict[str, set[str]] = field(default_factory=dict)  # hostname → layers not installed
     hostnames: Iterable[str] | None = None  # limit to these nodes (tests)
+    # (k, n): simulate only the k-th of n shares of the fleet (1-based), so n processes, each a
+    # Python process running its lanes on about one core, can together drive a larger fleet.
+    # A node's share follows from its hostname alone, so the n processes never overlap.
+    part: tuple[int, int] | None = None
     agents: dict[str, Agent] = field(default_factory=dict)
     leaf_of: dict[str, str] = field(default_factory=dict)  # hostname → "fabric-domain/leaf"
     failed_leaves: set[str] = field(default_factory=set)  # leaf switches the simulation has killed
@@ -76,6 +89,8 @@ class FleetSimulator:
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
             raise ValueError(f"workers must be 1..{MAX_WORKERS}, got {self.workers}")
+        if self.part is not None and not 1 <= self.part[0] <= self.part[1]:
+            raise ValueError(f"part must be (k, n) with 1 <= k <= n, got {self.part}")
         if self.counter_dir:
             Path(self.counter_dir).mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(self.seed)
@@ -115,7 +130,7 @@ class FleetSimulator:
         if self.hostnames is not None:
             nodes = nodes.filter(hostname__in=list(self.hostnames))
         try:
-            current = {n.hostname: n for n in nodes}
+            current = {n.hostname: n for n in nodes if in_part(n.hostname, self.part)}
         except DatabaseError as exc:
             self.refresh_failures += 1
             log.warning("node list unavailable (%s); keeping %d running agents", exc, len(self.agents))

@@ -5,9 +5,14 @@ the simulator itself) cannot keep the agents on schedule.
 The numbers are wall-clock, measured in the simulator: an HTTP call's latency is from sending
 to the answer; a heartbeat's age is the gap between two accepted heartbeats of the same agent
 (what the server's lease sees just before it is renewed), and agents whose last accepted
-heartbeat is older than the interval allows count as silent.
+heartbeat is older than the interval allows count as silent. Beside each call's latency stands
+the time the server's application spent on it (its `Server-Timing: app;dur=` header), and
+beside the window the CPU this process used and the machine's load: a slow answer whose
+handler was quick waited in a queue (the web server's, with every worker busy) or in this
+process, and the verdict says which.
 """
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +25,37 @@ import requests
 LATE_FACTOR = 1.5
 # HTTP lanes busy this share of the wall clock: the server's answers are the bottleneck.
 BUSY_SHARE = 0.8
+# The application's own time under this share of a call's latency: the call mostly waited
+# outside the handler (a queue before a worker took it, or this process's threads).
+HANDLER_SHARE = 0.5
+# A machine whose load average per core is at least this has no CPU to spare: when the
+# simulator shares it with the server, both are short, and more web workers would not help.
+LOADED_PER_CORE = 0.9
+# The lanes are threads of one Python process: near one core, it is the process that is short.
+PROCESS_CORE_LIMIT = 0.8
+
+
+def server_time_s(header: str | None) -> float | None:
+    """The `app` duration of a Server-Timing header ("app;dur=4.2" → 0.0042 s), if any."""
+    for metric in (header or "").split(","):
+        name, *params = metric.split(";")
+        if name.strip() != "app":
+            continue
+        for param in params:
+            key, _, value = param.strip().partition("=")
+            if key == "dur":
+                try:
+                    return float(value) / 1000
+                except ValueError:
+                    return None
+    return None
+
+
+def _load_per_core() -> float | None:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):  # not on every platform
+        return None
 
 
 def _percentile(values: list[float], share: float) -> float | None:
@@ -34,19 +70,25 @@ class CallStats:
     """Thread-safe counters filled by every lane's session, read and reset by `take()`."""
 
     latency: dict[str, list[float]] = field(default_factory=dict)  # kind → seconds
+    handler: dict[str, list[float]] = field(default_factory=dict)  # kind → the server's own seconds
     errors: dict[str, int] = field(default_factory=dict)  # kind → failed calls (transport or ≥ 500)
     refused: dict[str, int] = field(default_factory=dict)  # kind → 4xx answers
     gaps: list[float] = field(default_factory=list)  # seconds between accepted heartbeats
     last_beat: dict[str, float] = field(default_factory=dict)  # agent key → monotonic time
     since: float = field(default_factory=time.monotonic)
+    cpu_since: float = field(default_factory=time.process_time)
 
     def __post_init__(self):
         self.lock = threading.Lock()
 
-    def record(self, kind: str, agent: str, seconds: float, status: int | None) -> None:
+    def record(
+        self, kind: str, agent: str, seconds: float, status: int | None, server_seconds: float | None = None
+    ) -> None:
         now = time.monotonic()
         with self.lock:
             self.latency.setdefault(kind, []).append(seconds)
+            if server_seconds is not None:
+                self.handler.setdefault(kind, []).append(server_seconds)
             if status is None or status >= 500:
                 self.errors[kind] = self.errors.get(kind, 0) + 1
             elif status >= 400:
@@ -59,13 +101,14 @@ class CallStats:
 
     def take(self, *, agents: int, lanes: int, interval: float) -> "LagSummary":
         """The summary since the previous take; the counters start again."""
-        now = time.monotonic()
+        now, cpu = time.monotonic(), time.process_time()
         with self.lock:
-            latency, errors, refused, gaps = self.latency, self.errors, self.refused, self.gaps
-            self.latency, self.errors, self.refused, self.gaps = {}, {}, {}, []
+            latency, handler, errors, refused, gaps = self.latency, self.handler, self.errors, self.refused, self.gaps
+            self.latency, self.handler, self.errors, self.refused, self.gaps = {}, {}, {}, {}, []
             silent = sum(1 for t in self.last_beat.values() if now - t > interval * LATE_FACTOR)
             never = max(0, agents - len(self.last_beat))
             window, self.since = now - self.since, now
+            cpu_used, self.cpu_since = cpu - self.cpu_since, cpu
         return LagSummary(
             window_s=window,
             agents=agents,
@@ -79,12 +122,15 @@ class CallStats:
                     errors=errors.get(kind, 0),
                     refused=refused.get(kind, 0),
                     busy_s=sum(values),
+                    server_p50_ms=None if not handler.get(kind) else _percentile(handler[kind], 0.5) * 1000,
                 )
                 for kind, values in sorted(latency.items())
             },
             age_p50_s=_percentile(gaps, 0.5),
             age_p99_s=_percentile(gaps, 0.99),
             silent=silent + never,
+            process_cores=cpu_used / window if window > 0 else None,
+            load_per_core=_load_per_core(),
         )
 
 
@@ -96,6 +142,7 @@ class CallFigures:
     errors: int
     refused: int
     busy_s: float
+    server_p50_ms: float | None = None  # the application's own time (Server-Timing), if the server sent it
 
 
 @dataclass(frozen=True)
@@ -109,6 +156,18 @@ class LagSummary:
     age_p99_s: float | None
     silent: int  # agents with no accepted heartbeat within 1.5 × the interval
     tick_s: float = 0.0  # the longest lane pass of the window (set by the command)
+    process_cores: float | None = None  # CPU this process used over the window, in cores
+    load_per_core: float | None = None  # the machine's 1-minute load average per core
+
+    @property
+    def handler_share(self) -> float | None:
+        """The application's p50 time as a share of the calls' p50 latency (call-weighted), or
+        None when the server sent no Server-Timing."""
+        timed = [c for c in self.calls.values() if c.server_p50_ms is not None and c.p50_ms > 0]
+        if not timed:
+            return None
+        weight = sum(c.count for c in timed)
+        return sum(c.count * min(1.0, c.server_p50_ms / c.p50_ms) for c in timed) / weight
 
     @property
     def lane_busy_share(self) -> float:
@@ -128,20 +187,50 @@ def lag_report(summary: LagSummary) -> list[str]:
     def seconds(value: float | None) -> str:
         return "–" if value is None else f"{value:.1f} s"
 
+    machine = []
+    if summary.process_cores is not None:
+        machine.append(f"this process {summary.process_cores:.2f} cores")
+    if summary.load_per_core is not None:
+        machine.append(f"machine load {summary.load_per_core:.2f} per core")
     lines = [
         f"{summary.agents} agents, last {summary.window_s:.0f} s: heartbeat age p50 {seconds(summary.age_p50_s)}, "
         f"p99 {seconds(summary.age_p99_s)} (interval {summary.interval_s:.0f} s); "
         f"{summary.silent} silent > {summary.interval_s * LATE_FACTOR:.0f} s; longest lane pass {summary.tick_s:.1f} s"
+        + (f"; {', '.join(machine)}" if machine else "")
     ]
     for kind, c in summary.calls.items():
         rate = c.count / summary.window_s if summary.window_s > 0 else 0.0
+        handler = "" if c.server_p50_ms is None else f" (server {c.server_p50_ms:,.1f} ms)"
         lines.append(
-            f"  {kind:<15} {c.count:>7} calls ({rate:,.0f}/s)  p50 {c.p50_ms:,.0f} ms  p99 {c.p99_ms:,.0f} ms"
+            f"  {kind:<15} {c.count:>7} calls ({rate:,.0f}/s)  p50 {c.p50_ms:,.0f} ms{handler}  p99 {c.p99_ms:,.0f} ms"
             f"  errors {c.errors}  refused {c.refused}"
         )
     if summary.keeping_up:
         return lines
-    if summary.lane_busy_share >= BUSY_SHARE:
+    share = summary.handler_share
+    if summary.lane_busy_share >= BUSY_SHARE and share is not None and share < HANDLER_SHARE:
+        wait = f"the server's handlers took {share:.0%} of a call's p50; the rest was spent waiting"
+        if summary.load_per_core is not None and summary.load_per_core >= LOADED_PER_CORE:
+            lines.append(
+                f"NOT KEEPING UP: this machine is short of CPU — {wait}, and the machine's load is "
+                f"{summary.load_per_core:.2f} per core with this process using "
+                f"{summary.process_cores or 0:.2f} cores. The simulator and the server share the cores: "
+                "run the simulator on another machine, or simulate fewer nodes; more web workers "
+                "would only split the same cores."
+            )
+        elif summary.process_cores is not None and summary.process_cores >= PROCESS_CORE_LIMIT:
+            lines.append(
+                f"NOT KEEPING UP: this process is short of CPU — {wait}, and this process used "
+                f"{summary.process_cores:.2f} cores (one Python process runs its lanes on about one). "
+                "Give it a quieter machine, or simulate fewer nodes."
+            )
+        else:
+            lines.append(
+                f"NOT KEEPING UP: every web worker is busy — {wait} for a worker to take the request "
+                "(the machine has CPU to spare). Run more web workers (docs/PERFORMANCE.md, "
+                "'web workers per 10,000 nodes'), or simulate fewer nodes."
+            )
+    elif summary.lane_busy_share >= BUSY_SHARE:
         lines.append(
             f"NOT KEEPING UP: the server cannot answer {summary.agents} agents on schedule — the "
             f"{summary.lanes} HTTP lanes waited on it {summary.lane_busy_share:.0%} of the time. "
@@ -177,5 +266,11 @@ class TimedSession(requests.Session):
         except Exception:
             self.stats.record(kind, agent, time.monotonic() - started, None)
             raise
-        self.stats.record(kind, agent, time.monotonic() - started, response.status_code)
+        self.stats.record(
+            kind,
+            agent,
+            time.monotonic() - started,
+            response.status_code,
+            server_time_s(response.headers.get("Server-Timing")),
+        )
         return response

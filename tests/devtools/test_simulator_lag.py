@@ -8,10 +8,11 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from devtools.services.fleet_seed import seed_fleet
-from devtools.simulator import FleetSimulator, lanes_for
-from devtools.simulator_stats import CallFigures, CallStats, LagSummary, lag_report
+from devtools.simulator import FleetSimulator, in_part, lanes_for
+from devtools.simulator_stats import CallFigures, CallStats, LagSummary, lag_report, server_time_s
 from fleet.models import Node
 from health.models import HealthCheckResult
 
@@ -45,6 +46,44 @@ def test_late_heartbeats_with_busy_lanes_blame_the_server():
     assert "web workers" in lines[-1] and "94%" in lines[-1]
 
 
+def _queued(**overrides) -> LagSummary:
+    """Late heartbeats, busy lanes, and answers that took 600 ms of which the handler spent 4."""
+    queued = CallFigures(count=6000, p50_ms=600, p99_ms=1000, errors=0, refused=0, busy_s=900, server_p50_ms=4.0)
+    return _summary(calls={"heartbeat": queued}, age_p99_s=17.0, **overrides)
+
+
+def test_quick_handlers_on_a_loaded_machine_blame_the_shared_cores_not_the_server():
+    lines = lag_report(_queued(process_cores=0.55, load_per_core=1.4))
+    assert lines[-1].startswith("NOT KEEPING UP: this machine is short of CPU")
+    assert "handlers took 1% of a call's p50" in lines[-1] and "1.40 per core" in lines[-1]
+    assert "another machine" in lines[-1]
+    assert "p50 600 ms (server 4.0 ms)" in lines[1]
+    assert "this process 0.55 cores, machine load 1.40 per core" in lines[0]
+
+
+def test_quick_handlers_with_a_saturated_simulator_blame_the_simulator():
+    lines = lag_report(_queued(process_cores=0.95, load_per_core=0.5))
+    assert lines[-1].startswith("NOT KEEPING UP: this process is short of CPU")
+
+
+def test_quick_handlers_on_an_idle_machine_mean_every_worker_is_busy():
+    lines = lag_report(_queued(process_cores=0.3, load_per_core=0.4))
+    assert lines[-1].startswith("NOT KEEPING UP: every web worker is busy")
+    assert "Run more web workers" in lines[-1]
+
+
+def test_slow_handlers_still_blame_the_server():
+    slow = CallFigures(count=6000, p50_ms=600, p99_ms=1000, errors=0, refused=0, busy_s=900, server_p50_ms=550.0)
+    lines = lag_report(_summary(calls={"heartbeat": slow}, age_p99_s=17.0, process_cores=0.3, load_per_core=1.5))
+    assert lines[-1].startswith("NOT KEEPING UP: the server cannot answer 2048 agents")
+
+
+def test_server_timing_header_gives_the_applications_own_time():
+    assert server_time_s("app;dur=4.2") == pytest.approx(0.0042)
+    assert server_time_s("db;dur=1, app;desc=x;dur=12") == pytest.approx(0.012)
+    assert server_time_s(None) is None and server_time_s("app") is None and server_time_s("app;dur=x") is None
+
+
 def test_silent_agents_with_idle_lanes_blame_the_simulator():
     lines = lag_report(_summary(silent=12, tick_s=14.0))
     assert lines[-1].startswith("NOT KEEPING UP: the simulator itself is behind")
@@ -57,9 +96,12 @@ def test_heartbeat_age_is_the_gap_between_accepted_heartbeats_of_one_agent():
     stats.record("heartbeat", "b", 0.01, 202)
     stats.record("heartbeat", "a", 0.01, 202)
     stats.record("heartbeat", "b", 0.01, 503)  # failed: no renewal, counted as an error
-    stats.record("desired-state", "a", 0.02, 304)
+    stats.record("desired-state", "a", 0.02, 304, 0.003)
     summary = stats.take(agents=3, lanes=2, interval=10.0)
     assert summary.calls["heartbeat"].count == 4 and summary.calls["heartbeat"].errors == 1
+    assert summary.calls["heartbeat"].server_p50_ms is None  # no Server-Timing came back
+    assert summary.calls["desired-state"].server_p50_ms == pytest.approx(3.0)
+    assert summary.process_cores is not None and summary.process_cores >= 0
     assert summary.calls["desired-state"].errors == 0
     assert summary.age_p99_s is not None and summary.age_p99_s < 1  # one gap, a's
     assert summary.silent == 1  # the third agent never got a heartbeat through
@@ -127,6 +169,7 @@ def test_the_command_prints_the_lag_of_every_kind_of_call(live_server):
     text = out.getvalue()
     assert "on 2 lanes" in text and "heartbeat age p50" in text
     assert "desired-state" in text and "heartbeat " in text
+    assert " ms (server " in text  # the server's own time, read from its Server-Timing header
 
 
 @pytest.mark.django_db
@@ -191,3 +234,32 @@ def test_the_command_deals_the_fleet_into_lanes_by_its_size(live_server):
     out = StringIO()
     call_command("simulate_fleet", url=live_server.url, duration=0.5, tick=0.25, stdout=out, stderr=StringIO())
     assert "Simulating 8 node agents" in out.getvalue() and "on 2 lanes" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_shares_of_the_fleet_cover_every_node_once():
+    """`--part K/N` lets N simulator processes (each about one core) drive one fleet between them."""
+    seed_fleet(gpus=256)
+    start = datetime(2026, 12, 4, 2, 0, tzinfo=UTC)
+    shares = [FleetSimulator(url="http://127.0.0.1:9", part=(k, 3)) for k in (1, 2, 3)]
+    counts = [s.refresh(start) for s in shares]
+    hostnames = [set(s.agents) for s in shares]
+    assert sum(counts) == Node.objects.count() == 32 and all(counts)
+    assert not (hostnames[0] & hostnames[1]) and not (hostnames[1] & hostnames[2]) and not (hostnames[0] & hostnames[2])
+    assert all(in_part(h, (2, 3)) for h in hostnames[1])
+    with pytest.raises(ValueError):
+        FleetSimulator(url="http://127.0.0.1:9", part=(4, 3))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_runs_one_share_and_refuses_a_share_it_cannot_read(live_server):
+    seed_fleet(gpus=64)
+    out = StringIO()
+    call_command(
+        "simulate_fleet", url=live_server.url, duration=0.5, tick=0.25, part="2/2", stdout=out, stderr=StringIO()
+    )
+    mine = sum(1 for h in Node.objects.values_list("hostname", flat=True) if in_part(h, (2, 2)))
+    assert f"Simulating {mine} node agents (share 2/2 of the fleet)" in out.getvalue()
+    for bad in ("3/2", "0/2", "half", "1-2"):
+        with pytest.raises(CommandError, match="K/N"):
+            call_command("simulate_fleet", url=live_server.url, duration=0.1, part=bad, stdout=StringIO())

@@ -1,5 +1,6 @@
-"""`manage.py simulate_fleet [--url URL] [--speed X] [--workers N]`: run a simulated node agent
-for every node, stepped concurrently, and print once a minute how far behind schedule they are."""
+"""`manage.py simulate_fleet [--url URL] [--speed X] [--workers N] [--part K/N]`: run a simulated
+node agent for every node (or for one share of them), stepped concurrently, and print once a
+minute how far behind schedule they are."""
 
 import threading
 import time
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from devtools.simulator import AGENTS_PER_LANE, GONE, MAX_WORKERS, FleetSimulator, lanes_for
+from devtools.simulator import AGENTS_PER_LANE, GONE, MAX_WORKERS, FleetSimulator, in_part, lanes_for
 from devtools.simulator_stats import lag_report
 from fleet.models import Node
 
@@ -51,15 +52,35 @@ class Command(BaseCommand):
             help=f"concurrent HTTP lanes (threads), 1..{MAX_WORKERS}; default one per {AGENTS_PER_LANE} nodes",
         )
         parser.add_argument("--report-every", type=float, default=REPORT_EVERY, help="wall seconds between lag reports")
+        parser.add_argument(
+            "--part",
+            default=None,
+            metavar="K/N",
+            help="simulate only share K of N of the nodes (by hostname), to drive one fleet from N processes",
+        )
 
     def handle(
-        self, *args, url, speed, seed, scenario, missing_software, duration, tick, workers, report_every, **options
+        self,
+        *args,
+        url,
+        speed,
+        seed,
+        scenario,
+        missing_software,
+        duration,
+        tick,
+        workers,
+        report_every,
+        part,
+        **options,
     ):
         if speed <= 0 or tick <= 0 or report_every <= 0:
             raise CommandError("--speed, --tick and --report-every must be positive.")
+        share = _part(part)
         if workers is None:
             try:
-                workers = lanes_for(Node.objects.exclude(lifecycle__in=GONE).count())
+                hostnames = Node.objects.exclude(lifecycle__in=GONE).values_list("hostname", flat=True)
+                workers = lanes_for(sum(1 for h in hostnames.iterator() if in_part(h, share)))
             except DatabaseError as exc:
                 raise CommandError(f"Cannot read the node list ({exc}). Is the database up?") from exc
         if not 1 <= workers <= MAX_WORKERS:
@@ -90,13 +111,15 @@ class Command(BaseCommand):
             counter_dir=str(settings.VAR_DIR / "simulated-energy"),
             workers=workers,
             stagger=True,
+            part=share,
         )
         started = time.monotonic()
         count = simulator.refresh(datetime.now(UTC))
         if not count:
             raise CommandError("No nodes to simulate. Seed a fleet first: manage.py seed_fleet --gpus 2048")
         self.stdout.write(
-            f"Simulating {count} node agents against {url} at {speed}× on {workers} lanes (Ctrl-C to stop)."
+            f"Simulating {count} node agents{f' (share {part} of the fleet)' if share else ''} against {url} "
+            f"at {speed}× on {workers} lanes (Ctrl-C to stop)."
         )
         last_refresh = datetime.now(UTC)
         last_report = time.monotonic()
@@ -132,3 +155,16 @@ class Command(BaseCommand):
             self.stdout.write(line)
         if not summary.keeping_up:
             self.stderr.write(self.style.WARNING(lines[-1]))
+
+
+def _part(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    k, sep, n = text.partition("/")
+    try:
+        share = (int(k), int(n))
+    except ValueError:
+        share = None
+    if not sep or share is None or not 1 <= share[0] <= share[1]:
+        raise CommandError(f"--part {text!r}: write it as K/N with 1 <= K <= N, e.g. 1/2 and 2/2 for two processes.")
+    return share
