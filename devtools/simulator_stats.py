@@ -7,12 +7,11 @@ to the answer; a heartbeat's age is the gap between two accepted heartbeats of t
 (what the server's lease sees just before it is renewed), and agents whose last accepted
 heartbeat is older than the interval allows count as silent. Beside each call's latency stands
 the time the server's application spent on it (its `Server-Timing: app;dur=` header), and
-beside the window the CPU this process used and the machine's load: a slow answer whose
+beside the window the CPU this process used and how busy the machine's CPU was: a slow answer whose
 handler was quick waited in a queue (the web server's, with every worker busy) or in this
 process, and the verdict says which.
 """
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,9 +27,10 @@ BUSY_SHARE = 0.8
 # The application's own time under this share of a call's latency: the call mostly waited
 # outside the handler (a queue before a worker took it, or this process's threads).
 HANDLER_SHARE = 0.5
-# A machine whose load average per core is at least this has no CPU to spare: when the
+# A machine whose cores are busy this share of the window has no CPU to spare: when the
 # simulator shares it with the server, both are short, and more web workers would not help.
-LOADED_PER_CORE = 0.9
+# (Not the load average: the simulator's own hundreds of lane threads inflate it.)
+BUSY_MACHINE = 0.85
 # The lanes are threads of one Python process: near one core, it is the process that is short.
 PROCESS_CORE_LIMIT = 0.8
 
@@ -51,11 +51,15 @@ def server_time_s(header: str | None) -> float | None:
     return None
 
 
-def _load_per_core() -> float | None:
+def machine_cpu_times() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat; None off Linux."""
     try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
-    except (AttributeError, OSError):  # not on every platform
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
         return None
+    idle = sum(ticks[3:5])  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
 
 
 def _percentile(values: list[float], share: float) -> float | None:
@@ -77,6 +81,7 @@ class CallStats:
     last_beat: dict[str, float] = field(default_factory=dict)  # agent key → monotonic time
     since: float = field(default_factory=time.monotonic)
     cpu_since: float = field(default_factory=time.process_time)
+    machine_since: tuple[int, int] | None = field(default_factory=machine_cpu_times)
 
     def __post_init__(self):
         self.lock = threading.Lock()
@@ -101,7 +106,7 @@ class CallStats:
 
     def take(self, *, agents: int, lanes: int, interval: float) -> "LagSummary":
         """The summary since the previous take; the counters start again."""
-        now, cpu = time.monotonic(), time.process_time()
+        now, cpu, machine = time.monotonic(), time.process_time(), machine_cpu_times()
         with self.lock:
             latency, handler, errors, refused, gaps = self.latency, self.handler, self.errors, self.refused, self.gaps
             self.latency, self.handler, self.errors, self.refused, self.gaps = {}, {}, {}, {}, []
@@ -109,6 +114,10 @@ class CallStats:
             never = max(0, agents - len(self.last_beat))
             window, self.since = now - self.since, now
             cpu_used, self.cpu_since = cpu - self.cpu_since, cpu
+            machine_busy = None
+            if machine and self.machine_since and machine[1] > self.machine_since[1]:
+                machine_busy = (machine[0] - self.machine_since[0]) / (machine[1] - self.machine_since[1])
+            self.machine_since = machine
         return LagSummary(
             window_s=window,
             agents=agents,
@@ -130,7 +139,7 @@ class CallStats:
             age_p99_s=_percentile(gaps, 0.99),
             silent=silent + never,
             process_cores=cpu_used / window if window > 0 else None,
-            load_per_core=_load_per_core(),
+            machine_busy=machine_busy,
         )
 
 
@@ -157,7 +166,7 @@ class LagSummary:
     silent: int  # agents with no accepted heartbeat within 1.5 × the interval
     tick_s: float = 0.0  # the longest lane pass of the window (set by the command)
     process_cores: float | None = None  # CPU this process used over the window, in cores
-    load_per_core: float | None = None  # the machine's 1-minute load average per core
+    machine_busy: float | None = None  # share of the machine's CPU time busy over the window
 
     @property
     def handler_share(self) -> float | None:
@@ -190,8 +199,8 @@ def lag_report(summary: LagSummary) -> list[str]:
     machine = []
     if summary.process_cores is not None:
         machine.append(f"this process {summary.process_cores:.2f} cores")
-    if summary.load_per_core is not None:
-        machine.append(f"machine load {summary.load_per_core:.2f} per core")
+    if summary.machine_busy is not None:
+        machine.append(f"machine CPU {summary.machine_busy:.0%} busy")
     lines = [
         f"{summary.agents} agents, last {summary.window_s:.0f} s: heartbeat age p50 {seconds(summary.age_p50_s)}, "
         f"p99 {seconds(summary.age_p99_s)} (interval {summary.interval_s:.0f} s); "
@@ -210,11 +219,11 @@ def lag_report(summary: LagSummary) -> list[str]:
     share = summary.handler_share
     if summary.lane_busy_share >= BUSY_SHARE and share is not None and share < HANDLER_SHARE:
         wait = f"the server's handlers took {share:.0%} of a call's p50; the rest was spent waiting"
-        if summary.load_per_core is not None and summary.load_per_core >= LOADED_PER_CORE:
+        if summary.machine_busy is not None and summary.machine_busy >= BUSY_MACHINE:
             lines.append(
-                f"NOT KEEPING UP: this machine is short of CPU — {wait}, and the machine's load is "
-                f"{summary.load_per_core:.2f} per core with this process using "
-                f"{summary.process_cores or 0:.2f} cores. The simulator and the server share the cores: "
+                f"NOT KEEPING UP: this machine is short of CPU — {wait}, and the machine's CPU was "
+                f"{summary.machine_busy:.0%} busy, {summary.process_cores or 0:.2f} cores of it this process. "
+                "If the server runs here too, the simulator and the server share the cores: "
                 "run the simulator on another machine, or simulate fewer nodes; more web workers "
                 "would only split the same cores."
             )
@@ -222,7 +231,7 @@ def lag_report(summary: LagSummary) -> list[str]:
             lines.append(
                 f"NOT KEEPING UP: this process is short of CPU — {wait}, and this process used "
                 f"{summary.process_cores:.2f} cores (one Python process runs its lanes on about one). "
-                "Give it a quieter machine, or simulate fewer nodes."
+                "Split the fleet across processes (--part 1/2 and --part 2/2), or simulate fewer nodes."
             )
         else:
             lines.append(
@@ -241,7 +250,8 @@ def lag_report(summary: LagSummary) -> list[str]:
         lines.append(
             f"NOT KEEPING UP: the simulator itself is behind (its HTTP lanes were busy only "
             f"{summary.lane_busy_share:.0%} of the time, its longest lane pass took {summary.tick_s:.1f} s): "
-            "this process is short of CPU. Give it more --workers, a quieter machine, or fewer nodes."
+            "this process is short of CPU. Give it more --workers, split the fleet across processes "
+            "(--part K/N), a quieter machine, or fewer nodes."
         )
     return lines
 

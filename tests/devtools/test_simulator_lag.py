@@ -53,28 +53,28 @@ def _queued(**overrides) -> LagSummary:
 
 
 def test_quick_handlers_on_a_loaded_machine_blame_the_shared_cores_not_the_server():
-    lines = lag_report(_queued(process_cores=0.55, load_per_core=1.4))
+    lines = lag_report(_queued(process_cores=0.55, machine_busy=0.93))
     assert lines[-1].startswith("NOT KEEPING UP: this machine is short of CPU")
-    assert "handlers took 1% of a call's p50" in lines[-1] and "1.40 per core" in lines[-1]
+    assert "handlers took 1% of a call's p50" in lines[-1] and "93% busy" in lines[-1]
     assert "another machine" in lines[-1]
     assert "p50 600 ms (server 4.0 ms)" in lines[1]
-    assert "this process 0.55 cores, machine load 1.40 per core" in lines[0]
+    assert "this process 0.55 cores, machine CPU 93% busy" in lines[0]
 
 
 def test_quick_handlers_with_a_saturated_simulator_blame_the_simulator():
-    lines = lag_report(_queued(process_cores=0.95, load_per_core=0.5))
+    lines = lag_report(_queued(process_cores=0.95, machine_busy=0.5))
     assert lines[-1].startswith("NOT KEEPING UP: this process is short of CPU")
 
 
 def test_quick_handlers_on_an_idle_machine_mean_every_worker_is_busy():
-    lines = lag_report(_queued(process_cores=0.3, load_per_core=0.4))
+    lines = lag_report(_queued(process_cores=0.3, machine_busy=0.4))
     assert lines[-1].startswith("NOT KEEPING UP: every web worker is busy")
     assert "Run more web workers" in lines[-1]
 
 
 def test_slow_handlers_still_blame_the_server():
     slow = CallFigures(count=6000, p50_ms=600, p99_ms=1000, errors=0, refused=0, busy_s=900, server_p50_ms=550.0)
-    lines = lag_report(_summary(calls={"heartbeat": slow}, age_p99_s=17.0, process_cores=0.3, load_per_core=1.5))
+    lines = lag_report(_summary(calls={"heartbeat": slow}, age_p99_s=17.0, process_cores=0.3, machine_busy=0.97))
     assert lines[-1].startswith("NOT KEEPING UP: the server cannot answer 2048 agents")
 
 
@@ -102,6 +102,7 @@ def test_heartbeat_age_is_the_gap_between_accepted_heartbeats_of_one_agent():
     assert summary.calls["heartbeat"].server_p50_ms is None  # no Server-Timing came back
     assert summary.calls["desired-state"].server_p50_ms == pytest.approx(3.0)
     assert summary.process_cores is not None and summary.process_cores >= 0
+    assert summary.machine_busy is None or 0 <= summary.machine_busy <= 1
     assert summary.calls["desired-state"].errors == 0
     assert summary.age_p99_s is not None and summary.age_p99_s < 1  # one gap, a's
     assert summary.silent == 1  # the third agent never got a heartbeat through
