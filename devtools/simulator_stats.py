@@ -31,8 +31,6 @@ HANDLER_SHARE = 0.5
 # simulator shares it with the server, both are short, and more web workers would not help.
 # (Not the load average: the simulator's own hundreds of lane threads inflate it.)
 BUSY_MACHINE = 0.85
-# The lanes are threads of one Python process: near one core, it is the process that is short.
-PROCESS_CORE_LIMIT = 0.8
 
 
 def server_time_s(header: str | None) -> float | None:
@@ -217,41 +215,39 @@ def lag_report(summary: LagSummary) -> list[str]:
     if summary.keeping_up:
         return lines
     share = summary.handler_share
-    if summary.lane_busy_share >= BUSY_SHARE and share is not None and share < HANDLER_SHARE:
-        wait = f"the server's handlers took {share:.0%} of a call's p50; the rest was spent waiting"
-        if summary.machine_busy is not None and summary.machine_busy >= BUSY_MACHINE:
-            lines.append(
-                f"NOT KEEPING UP: this machine is short of CPU — {wait}, and the machine's CPU was "
-                f"{summary.machine_busy:.0%} busy, {summary.process_cores or 0:.2f} cores of it this process. "
-                "If the server runs here too, the simulator and the server share the cores: "
-                "run the simulator on another machine, or simulate fewer nodes; more web workers "
-                "would only split the same cores."
-            )
-        elif summary.process_cores is not None and summary.process_cores >= PROCESS_CORE_LIMIT:
-            lines.append(
-                f"NOT KEEPING UP: this process is short of CPU — {wait}, and this process used "
-                f"{summary.process_cores:.2f} cores (one Python process runs its lanes on about one). "
-                "Split the fleet across processes (--part 1/2 and --part 2/2), or simulate fewer nodes."
-            )
-        else:
-            lines.append(
-                f"NOT KEEPING UP: every web worker is busy — {wait} for a worker to take the request "
-                "(the machine has CPU to spare). Run more web workers (docs/PERFORMANCE.md, "
-                "'web workers per 10,000 nodes'), or simulate fewer nodes."
-            )
-    elif summary.lane_busy_share >= BUSY_SHARE:
+    lanes_busy = summary.lane_busy_share >= BUSY_SHARE
+    handlers_slow = share is None or share >= HANDLER_SHARE
+    handlers = "" if share is None else f"the server's handlers took {share:.0%} of a call's p50; "
+    if lanes_busy and handlers_slow:
         lines.append(
             f"NOT KEEPING UP: the server cannot answer {summary.agents} agents on schedule — the "
-            f"{summary.lanes} HTTP lanes waited on it {summary.lane_busy_share:.0%} of the time. "
-            "Run more web workers (docs/PERFORMANCE.md, 'web workers per 10,000 nodes'), "
+            f"{summary.lanes} HTTP lanes waited on it {summary.lane_busy_share:.0%} of the time"
+            + ("" if share is None else f", and its handlers took {share:.0%} of each call's p50")
+            + ". Run more web workers (docs/PERFORMANCE.md, 'web workers per 10,000 nodes'), "
             "or simulate fewer nodes."
+        )
+    elif summary.machine_busy is not None and summary.machine_busy >= BUSY_MACHINE:
+        lines.append(
+            f"NOT KEEPING UP: this machine is short of CPU — {handlers}its CPU was "
+            f"{summary.machine_busy:.0%} busy, {summary.process_cores or 0:.2f} cores of it this process. "
+            "If the server runs here too, the simulator and the server share the cores: "
+            "run the simulator on another machine, or simulate fewer nodes; more web workers "
+            "or simulator processes would only split the same cores."
+        )
+    elif lanes_busy:
+        lines.append(
+            f"NOT KEEPING UP: every web worker is busy — {handlers}the rest was spent waiting for a "
+            "worker to take the request (the machine has CPU to spare). Run more web workers "
+            "(docs/PERFORMANCE.md, 'web workers per 10,000 nodes'), or simulate fewer nodes."
         )
     else:
         lines.append(
             f"NOT KEEPING UP: the simulator itself is behind (its HTTP lanes were busy only "
-            f"{summary.lane_busy_share:.0%} of the time, its longest lane pass took {summary.tick_s:.1f} s): "
-            "this process is short of CPU. Give it more --workers, split the fleet across processes "
-            "(--part K/N), a quieter machine, or fewer nodes."
+            f"{summary.lane_busy_share:.0%} of the time, its longest lane pass took {summary.tick_s:.1f} s"
+            + ("" if summary.process_cores is None else f", this process used {summary.process_cores:.2f} cores")
+            + "): this process is short of CPU (one Python process runs its lanes on about one core). "
+            "Give it more --workers, split the fleet across processes (--part 1/2 and --part 2/2), "
+            "a quieter machine, or fewer nodes."
         )
     return lines
 
