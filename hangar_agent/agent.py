@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -99,18 +100,18 @@ class Agent:
         if self.hardware.power_state() == "off":
             return
         if _due(self.next_heartbeat, now):
-            self.next_heartbeat = now + timedelta(seconds=self.config.heartbeat_interval)
+            self.next_heartbeat = _next(self.next_heartbeat, now, self.config.heartbeat_interval)
             self._heartbeat(now)
         if _due(self.next_desired, now):
-            self.next_desired = now + timedelta(seconds=self.config.desired_state_interval)
+            self.next_desired = _next(self.next_desired, now, self.config.desired_state_interval)
             self._poll_desired()
         self._run_actions(now)
         if _due(self.next_health, now):
-            self.next_health = now + timedelta(seconds=self.config.health_report_interval)
+            self.next_health = _next(self.next_health, now, self.config.health_report_interval)
             # the periodic report also carries the drive inventory the exit gate relies on
             self._report_health(now, self.hardware.health_checks(), drives=self._drive_inventory())
         if self.software is not None and _due(self.next_software, now):
-            self.next_software = now + timedelta(seconds=self.config.software_inventory_interval)
+            self.next_software = _next(self.next_software, now, self.config.software_inventory_interval)
             self._report_software(now)
         self.meter.observe(now, self.usage())
         for flusher in self.flushers:
@@ -120,11 +121,12 @@ class Agent:
         """Tick once a `period` until `stop` is set; a failing tick is logged, not fatal."""
         stop = stop or threading.Event()
         while not stop.is_set():
+            began = time.monotonic()
             try:
                 self.tick(datetime.now(UTC))
             except Exception:
                 log.exception("tick failed; continuing")
-            stop.wait(period)
+            stop.wait(max(0.0, period - (time.monotonic() - began)))  # a slow tick does not stretch the period
 
     def usage(self) -> Usage | None:
         """What to meter now: only an active node running a known tenant's allocation."""
@@ -333,6 +335,17 @@ def _same(moment: datetime) -> datetime:
 
 def _due(deadline: datetime | None, now: datetime) -> bool:
     return deadline is None or now >= deadline
+
+
+def _next(deadline: datetime | None, now: datetime, interval: float) -> datetime:
+    """The deadline after `deadline`, kept on its cadence: a call sent late (a slow tick, a busy
+    host) does not push every later one late too, so heartbeats stay `interval` apart on
+    average instead of `interval` plus the lateness. An agent more than a whole interval behind
+    (suspended, or just started) starts a new cadence from `now` rather than sending a burst."""
+    step = timedelta(seconds=interval)
+    if deadline is not None and deadline + step > now:
+        return deadline + step
+    return now + step
 
 
 def simulated_agent(

@@ -164,3 +164,20 @@ def test_events_outside_every_grant_are_sent_with_the_newest_one_and_refusals_ar
         run(agent, 200)
     assert cp.ledger and {e["grant"] for e in cp.ledger.values()} == {expired["grant"]}
     assert "refused by the ledger (outside_grant)" in caplog.text
+
+
+def test_a_late_tick_does_not_push_later_heartbeats_late() -> None:
+    """Heartbeats keep a 10 s cadence: one sent 0.8 s late (a slow pass) is followed by one
+    due on the original beat, not 10 s after the late one; an agent a whole interval behind
+    starts afresh instead of sending a burst."""
+    cp = FakeControlPlane()
+    agent = make_agent(cp)
+    agent.tick(T0)
+    assert agent.next_heartbeat == T0 + timedelta(seconds=10)
+    agent.tick(T0 + timedelta(seconds=10.8))
+    assert len(cp.heartbeats) == 2 and agent.next_heartbeat == T0 + timedelta(seconds=20)
+    agent.tick(T0 + timedelta(seconds=20.1))
+    assert len(cp.heartbeats) == 3 and agent.next_heartbeat == T0 + timedelta(seconds=30)
+    agent.tick(T0 + timedelta(seconds=75))  # suspended past two deadlines: one heartbeat, a new cadence
+    assert len(cp.heartbeats) == 4 and agent.next_heartbeat == T0 + timedelta(seconds=85)
+    assert agent.next_desired is not None and agent.next_desired > T0 + timedelta(seconds=75)
