@@ -226,9 +226,9 @@ def test_free_running_lanes_do_not_wait_for_the_slowest(live_server, monkeypatch
     assert simulator.take_longest_pass() >= 0.6
 
 
-def test_lanes_default_to_one_per_four_agents():
+def test_lanes_default_to_one_per_four_agents_up_to_64():
     assert (lanes_for(0), lanes_for(1), lanes_for(4), lanes_for(5)) == (1, 1, 1, 2)
-    assert lanes_for(257) == 65 and lanes_for(2048) == 256 and lanes_for(125_000) == 256
+    assert lanes_for(252) == 63 and lanes_for(257) == 64 and lanes_for(2048) == 64 and lanes_for(125_000) == 64
 
 
 @pytest.mark.django_db(transaction=True)

@@ -11,7 +11,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from devtools.simulator import AGENTS_PER_LANE, GONE, MAX_WORKERS, FleetSimulator, in_part, lanes_for
+from devtools.simulator import (
+    AGENTS_PER_LANE,
+    DEFAULT_MAX_LANES,
+    GONE,
+    MAX_WORKERS,
+    FleetSimulator,
+    in_part,
+    lanes_for,
+)
 from devtools.simulator_stats import lag_report
 from fleet.models import Node
 
@@ -49,7 +57,10 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=None,
-            help=f"concurrent HTTP lanes (threads), 1..{MAX_WORKERS}; default one per {AGENTS_PER_LANE} nodes",
+            help=(
+                f"concurrent HTTP lanes (threads), 1..{MAX_WORKERS}; "
+                f"default one per {AGENTS_PER_LANE} nodes, at most {DEFAULT_MAX_LANES}"
+            ),
         )
         parser.add_argument("--report-every", type=float, default=REPORT_EVERY, help="wall seconds between lag reports")
         parser.add_argument(
