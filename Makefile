@@ -47,7 +47,7 @@ bench: migrate
 	@$(PY) -m benchmarks
 
 # N node agents (locust, headless) against gunicorn on PostgreSQL; docs/PERFORMANCE.md.
-# e.g. make loadtest LOADTEST_ARGS="--nodes 2048 --workers 2 --duration 60"
+# e.g. make loadtest LOADTEST_ARGS="--nodes 1024,2048,2560,3072 --workers 2 --duration 60"
 loadtest: install
 	@$(PY) -m benchmarks.loadtest $(LOADTEST_ARGS)
 
