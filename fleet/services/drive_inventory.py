@@ -23,7 +23,9 @@ MAX_DRIVES = 64  # far above any GPU server (GB200 trays carry 8 E1.S bays)
 MAX_CAPACITY_GB = 1_000_000
 
 
-@transaction.atomic
+# No savepoint of its own when nested: its one caller (the health report's ingest) fails the whole
+# report on any error anyway, and the SAVEPOINT/RELEASE pair was two of a report's round trips.
+@transaction.atomic(savepoint=False)
 def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datetime, now: datetime) -> dict:
     """Apply one agent inventory. Returns {"added", "missing", "returned", "elsewhere"} serials.
     An inventory older than the one stored is ignored (reports can arrive out of order)."""
@@ -78,9 +80,12 @@ def reconcile_drive_inventory(*, node_id, drives: list[dict], observed_at: datet
         ["last_reported_at", "missing_since", "self_encrypting", "purge_supported", "model", "capacity_gb"],
         using=router.db_for_write(Drive),
     )
-    NodeDriveInventory.objects.update_or_create(
-        node=node, defaults={"reported_at": observed_at, "drives": list(reported.values())}
-    )
+    # `stored` was read under the node's row lock, so no other report can have created it since:
+    # one INSERT or UPDATE, not update_or_create's savepoint, second read and write.
+    if stored is None:
+        NodeDriveInventory.objects.create(node=node, reported_at=observed_at, drives=list(reported.values()))
+    else:
+        NodeDriveInventory.objects.filter(pk=stored.pk).update(reported_at=observed_at, drives=list(reported.values()))
     notes = []
     if added:
         notes.append(f"new drive(s) {', '.join(d.serial for d in added)}")

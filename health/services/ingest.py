@@ -336,10 +336,13 @@ def ingest_health_report(
 def _apply_report(
     *, node_id, observed_at: datetime, checks: list[dict], now: datetime, drives: list[dict] | None = None
 ) -> int:
-    if not Node.objects.filter(pk=node_id).exists():
-        raise UnknownNode(node_id)
     if drives is not None:
-        reconcile_drive_inventory(node_id=node_id, drives=drives, observed_at=observed_at, now=now)
+        try:  # it locks the node's row first, which is also the existence check
+            reconcile_drive_inventory(node_id=node_id, drives=drives, observed_at=observed_at, now=now)
+        except Node.DoesNotExist:
+            raise UnknownNode(node_id) from None
+    elif not Node.objects.filter(pk=node_id).exists():
+        raise UnknownNode(node_id)
     HealthCheckResult.objects.bulk_create(
         [
             HealthCheckResult(

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.choices import Health
-from fleet.models import Node
+from fleet.models import Drive, Node
 from fleet.services.agent_work import request_agent_action
 from health.choices import ConditionStatus, Severity
 from health.models import Condition
@@ -178,3 +178,48 @@ def test_a_heartbeat_on_its_own_skips_the_wal_flush_and_nothing_else_does(nodes,
     with transaction.atomic(), CaptureQueriesContext(connection) as ctx:
         ingest_heartbeat(node_id=node.pk, power_state="on", gpus=[], now=timezone.now())
     assert "set_config" not in ctx.captured_queries[0]["sql"]
+
+
+def test_a_periodic_health_report_with_its_drives_takes_twelve_statements(nodes, agent_for):
+    """The five-minutely report: the node's row locked (which is also its existence check), the
+    stored inventory, the node's drives and any registered elsewhere, one UPDATE of the drive
+    rows, one of the inventory, one INSERT of the results, the conditions (in their own
+    savepoint), and the transaction around it all. It took 18 before the existence probe, the
+    drive reconcile's savepoint and update_or_create's savepoint and second read went."""
+    node = nodes[0]
+    drives = [
+        {"serial": d.serial, "model": d.model, "capacity_gb": d.capacity_gb, "self_encrypting": True}
+        for d in node.drives.order_by("serial")
+    ]
+    assert drives
+    agent = agent_for(node)
+
+    def report():
+        body = {
+            "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+            "checks": [{"name": "dcgm_r1", "status": "pass", "detail": ""}],
+            "drives": drives,
+        }
+        return agent.client.post("/api/agent/v1/health-reports", body, format="json")
+
+    assert report().status_code == 202  # the first one creates the inventory row
+    with CaptureQueriesContext(connection) as ctx:
+        assert report().status_code == 202
+    statements = [q["sql"] for q in ctx.captured_queries]
+    assert len(statements) == 12, statements
+    assert sum("fleet_nodedriveinventory" in s for s in statements) == 2  # read once, written once
+    assert not any(s.startswith("SELECT 1 AS") for s in statements)  # no separate existence probe
+
+
+def test_a_health_report_for_a_node_that_is_gone_is_refused_and_stores_nothing(nodes, agent_for):
+    node = nodes[0]
+    agent = agent_for(node)
+    body = {
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "checks": [{"name": "dcgm_r1", "status": "pass", "detail": ""}],
+        "drives": [{"serial": "S-GONE-1", "model": "m", "capacity_gb": 3840}],
+    }
+    Node.objects.filter(pk=node.pk).delete()
+    response = agent.client.post("/api/agent/v1/health-reports", body, format="json")
+    assert 400 <= response.status_code < 500
+    assert not Drive.objects.filter(serial="S-GONE-1").exists()
