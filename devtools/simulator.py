@@ -55,12 +55,39 @@ def lanes_for(agents: int) -> int:
     return max(1, min(DEFAULT_MAX_LANES, -(-agents // AGENTS_PER_LANE)))
 
 
+def check_part(part: tuple[int, int]) -> tuple[int, int]:
+    """`part` if it names share k of n with 1 <= k <= n; ValueError otherwise."""
+    k, n = part
+    if not 1 <= k <= n:
+        raise ValueError(f"share {k}/{n} is not K/N with 1 <= K <= N")
+    return part
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """Parse "K/N" into (k, n) by check_part's rule; ValueError otherwise."""
+    k, sep, n = text.partition("/")
+    if not sep:
+        raise ValueError(f"{text!r} is not K/N")
+    return check_part((int(k), int(n)))  # int() raises ValueError on anything but digits
+
+
 def in_part(hostname: str, part: tuple[int, int] | None) -> bool:
     """Whether `hostname` belongs to share k of n (`part` = (k, n); None: the whole fleet)."""
     if part is None:
         return True
     k, n = part
     return zlib.crc32(hostname.encode()) % n == k - 1
+
+
+def _live_nodes():
+    """The nodes that have an agent to simulate (not retired or disposed)."""
+    return Node.objects.exclude(lifecycle__in=GONE)
+
+
+def count_simulated_nodes(part: tuple[int, int] | None = None) -> int:
+    """How many agents `FleetSimulator.refresh` would start for `part` (the same selection)."""
+    hostnames = _live_nodes().values_list("hostname", flat=True)
+    return sum(1 for hostname in hostnames.iterator() if in_part(hostname, part))
 
 
 def server_clock(_simulated: datetime) -> datetime:
@@ -96,8 +123,8 @@ class FleetSimulator:
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
             raise ValueError(f"workers must be 1..{MAX_WORKERS}, got {self.workers}")
-        if self.part is not None and not 1 <= self.part[0] <= self.part[1]:
-            raise ValueError(f"part must be (k, n) with 1 <= k <= n, got {self.part}")
+        if self.part is not None:
+            check_part(self.part)
         if self.counter_dir:
             Path(self.counter_dir).mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(self.seed)
@@ -129,11 +156,7 @@ class FleetSimulator:
         The simulator reads the node list straight from the database; when the database is
         away the agents it already runs keep running (and keep their queues) and the list
         is read again on the next refresh, so an outage never takes the fleet down with it."""
-        nodes = (
-            Node.objects.exclude(lifecycle__in=GONE)
-            .select_related("node_type", "fabric_domain")
-            .prefetch_related("drives")
-        )
+        nodes = _live_nodes().select_related("node_type", "fabric_domain").prefetch_related("drives")
         if self.hostnames is not None:
             nodes = nodes.filter(hostname__in=list(self.hostnames))
         try:

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from devtools.services.fleet_seed import seed_fleet
-from devtools.simulator import FleetSimulator, in_part, lanes_for
+from devtools.simulator import FleetSimulator, count_simulated_nodes, in_part, lanes_for, parse_part
 from devtools.simulator_stats import CallFigures, CallStats, LagSummary, lag_report, server_time_s
 from fleet.models import Node
 from health.models import HealthCheckResult
@@ -250,6 +250,11 @@ def test_shares_of_the_fleet_cover_every_node_once():
     assert sum(counts) == Node.objects.count() == 32 and all(counts)
     assert not (hostnames[0] & hostnames[1]) and not (hostnames[1] & hostnames[2]) and not (hostnames[0] & hostnames[2])
     assert all(in_part(h, (2, 3)) for h in hostnames[1])
+    assert [count_simulated_nodes((k, 3)) for k in (1, 2, 3)] == counts  # what sizes the default lanes
+    assert parse_part("2/3") == (2, 3)
+    for bad in ("3/2", "0/2", "half", "1-2", "1/"):
+        with pytest.raises(ValueError):
+            parse_part(bad)
     with pytest.raises(ValueError):
         FleetSimulator(url="http://127.0.0.1:9", part=(4, 3))
 

@@ -221,5 +221,5 @@ def test_a_health_report_for_a_node_that_is_gone_is_refused_and_stores_nothing(n
     }
     Node.objects.filter(pk=node.pk).delete()
     response = agent.client.post("/api/agent/v1/health-reports", body, format="json")
-    assert 400 <= response.status_code < 500
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
     assert not Drive.objects.filter(serial="S-GONE-1").exists()

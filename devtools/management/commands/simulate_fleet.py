@@ -14,14 +14,13 @@ from django.db import DatabaseError
 from devtools.simulator import (
     AGENTS_PER_LANE,
     DEFAULT_MAX_LANES,
-    GONE,
     MAX_WORKERS,
     FleetSimulator,
-    in_part,
+    count_simulated_nodes,
     lanes_for,
+    parse_part,
 )
 from devtools.simulator_stats import lag_report
-from fleet.models import Node
 
 REFRESH_EVERY = timedelta(seconds=60)
 REPORT_EVERY = 60.0
@@ -90,8 +89,7 @@ class Command(BaseCommand):
         share = _part(part)
         if workers is None:
             try:
-                hostnames = Node.objects.exclude(lifecycle__in=GONE).values_list("hostname", flat=True)
-                workers = lanes_for(sum(1 for h in hostnames.iterator() if in_part(h, share)))
+                workers = lanes_for(count_simulated_nodes(share))
             except DatabaseError as exc:
                 raise CommandError(f"Cannot read the node list ({exc}). Is the database up?") from exc
         if not 1 <= workers <= MAX_WORKERS:
@@ -171,11 +169,9 @@ class Command(BaseCommand):
 def _part(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    k, sep, n = text.partition("/")
     try:
-        share = (int(k), int(n))
+        return parse_part(text)
     except ValueError:
-        share = None
-    if not sep or share is None or not 1 <= share[0] <= share[1]:
-        raise CommandError(f"--part {text!r}: write it as K/N with 1 <= K <= N, e.g. 1/2 and 2/2 for two processes.")
-    return share
+        raise CommandError(
+            f"--part {text!r}: write it as K/N with 1 <= K <= N, e.g. 1/2 and 2/2 for two processes."
+        ) from None
