@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from fleet.choices import Health
 from fleet.models import Node, NodeEnergyCounter
 from fleet.services.drive_inventory import reconcile_drive_inventory
-from fleet.services.energy import INTEGRATE_EVERY, record_counters
+from fleet.services.energy import INTEGRATE_EVERY, as_datetime, record_counters
 from fleet.wall_power import host_share_kw
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
@@ -232,13 +232,7 @@ def _believable_wall_watts(node_id, wall_power: dict | None, shape: _NodeShape) 
 
 
 def _counter_due(read_at, now: datetime) -> bool:
-    if read_at is None:
-        return True
-    if isinstance(read_at, str):  # SQLite hands back text (or a naive datetime) from a raw subquery
-        read_at = datetime.fromisoformat(read_at)
-    if read_at.tzinfo is None:
-        read_at = read_at.replace(tzinfo=now.tzinfo)
-    return now - read_at >= INTEGRATE_EVERY
+    return read_at is None or now - as_datetime(read_at, now.tzinfo) >= INTEGRATE_EVERY
 
 
 def ingest_heartbeat(

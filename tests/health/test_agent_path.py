@@ -10,12 +10,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.choices import Health
-from fleet.models import Drive, Node
+from fleet.models import Drive, Node, NodeEnergyCounter, NodeEnergyHour, NodeEnergyMonth
 from fleet.services.agent_work import request_agent_action
 from health.choices import ConditionStatus, Severity
 from health.models import Condition
 from health.services.sweep import run_health_sweep
 from tests.fleet.lifecycle_helpers import allocate, place
+from tests.health.conftest import heartbeat_body
 
 pytestmark = pytest.mark.django_db
 
@@ -223,3 +224,30 @@ def test_a_health_report_for_a_node_that_is_gone_is_refused_and_stores_nothing(n
     response = agent.client.post("/api/agent/v1/health-reports", body, format="json")
     assert response.status_code == 404 and response.json()["code"] == "not_found"
     assert not Drive.objects.filter(serial="S-GONE-1").exists()
+
+
+def test_a_heartbeat_that_integrates_energy_counters_adds_two_statements_on_postgresql(nodes, agent_for):
+    """Once a minute a node's counters are integrated: the baseline read and one write (the
+    compare-and-set of the baseline with its hour and month rows). SQLite, without writable
+    CTEs, writes them one after another in a transaction."""
+    node = nodes[0]
+    agent = agent_for(node)
+
+    def beat(mj: int, wall_j: int):
+        body = {**heartbeat_body(8), "wall_power": {"watts": 5000, "source": "bmc", "energy_j": wall_j}}
+        for g in body["gpus"]:
+            g["energy_mj"] = mj
+        assert agent.heartbeat(body=body).status_code == 202
+
+    beat(1_000_000, 10_000_000)  # the baseline
+    NodeEnergyCounter.objects.filter(node=node).update(read_at=timezone.now() - timedelta(seconds=61))
+    with CaptureQueriesContext(connection) as ctx:
+        beat(1_000_000 + 61 * 400_000, 10_000_000 + 61 * 5000)
+    writes = 1 if connection.vendor == "postgresql" else 3  # the one statement, or update + hour + month
+    statements = [q["sql"][:60] for q in ctx if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    assert len(statements) == 1 + 1 + writes, statements  # (the savepoints are the test's own transaction)
+    assert sum(NodeEnergyHour.objects.filter(node=node).values_list("it_energy_j", flat=True)) == 61 * 5000
+    assert sum(NodeEnergyMonth.objects.filter(node=node).values_list("it_energy_j", flat=True)) == 61 * 5000
+    with CaptureQueriesContext(connection) as ctx:
+        beat(1_000_000 + 62 * 400_000, 10_000_000 + 62 * 5000)  # too soon: no read, no write
+    assert len(ctx) == 1
