@@ -1,8 +1,8 @@
 """Locust scenario: N node agents on their real schedule against a running control plane.
 
 Each locust user is one node: every `HANGAR_LOADTEST_INTERVAL` seconds (10, the agent's
-default) it sends a heartbeat with 8 GPUs and polls desired-state with the ETag of its last
-answer, as `hangar_agent` does. Each keeps its own phase, a random moment of the interval, as
+default) it sends a heartbeat with 8 GPUs and their energy counters and polls desired-state
+with the ETag of its last answer, as `hangar_agent` does. Each keeps its own phase, a random moment of the interval, as
 a real fleet's agents do (each counts from its own boot). Locust starts users in batches once
 a second and `constant_pacing` keeps each batch in step, so every second brought a burst of
 ~N/10 agents at once: at 1,024 agents against `gunicorn -w 2` the p50 was 170 ms in step,
@@ -30,12 +30,14 @@ INTERVAL = float(os.environ.get("HANGAR_LOADTEST_INTERVAL", "10"))
 with open(os.environ["HANGAR_LOADTEST_TOKENS"]) as _tokens:
     _next_token = itertools.cycle(json.load(_tokens)).__next__
 
+GPU_WATTS = 520.0
+WALL_WATTS = 5200.0  # below the smallest seeded node type's rated maximum (6.5 kW)
 GPUS = [
     {
         "index": i,
         "uuid": f"GPU-LOAD-{i}",
         "temperature_c": 61,
-        "power_w": 520.0,
+        "power_w": GPU_WATTS,
         "utilization_pct": 93.0,
         "memory_used_mb": 71000,
         "ecc_sbe": 0,
@@ -54,6 +56,7 @@ class NodeAgent(FastHttpUser):
     def on_start(self):
         self.headers = {"Authorization": f"Bearer {_next_token()}", "Accept": "application/json"}
         self.etag = None
+        self.booted = time.monotonic()  # the energy counters count from here
         self.due = time.monotonic() + random.uniform(0, INTERVAL)  # this agent's phase
         gevent.sleep(self.due - time.monotonic())
 
@@ -64,11 +67,15 @@ class NodeAgent(FastHttpUser):
 
     @task
     def report(self):
+        # Cumulative counters, as a real agent sends them (NVML energy per GPU, the BMC's meter):
+        # once a minute the control plane integrates them, the heaviest part of a heartbeat.
+        up = time.monotonic() - self.booted
         body = {
             "observed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
             "power_state": "on",
             "agent_version": "locust",
-            "gpus": GPUS,
+            "gpus": [{**gpu, "energy_mj": int(GPU_WATTS * 1000 * up)} for gpu in GPUS],
+            "wall_power": {"watts": WALL_WATTS, "source": "bmc", "energy_j": int(WALL_WATTS * up)},
         }
         with self.client.post(
             "/api/agent/v1/heartbeat", json=body, headers=self.headers, name="heartbeat", catch_response=True
