@@ -140,8 +140,9 @@ class AgentTokenAuthentication(BearerTokenAuthentication):
 
     def authenticate(self, request):
         plain = _bearer(request)
-        if plain is not None and verify_agent_token(plain) is not None:
-            return _agent_principal(plain, request=request), plain
+        identity = None if plain is None else verify_agent_token(plain)
+        if identity is not None:
+            return _agent_principal(plain, request=request, identity=identity), plain
         return super().authenticate(request)
 
     def verify(self, request):
@@ -162,8 +163,10 @@ class LedgerAgentTokenAuthentication(AgentTokenAuthentication):
         return _agent_principal(plain, using="ledger", request=request), plain
 
 
-def _agent_principal(plain: str, using: str = "default", request=None) -> Principal:
-    identity = verify_agent_token(plain)
+def _agent_principal(plain: str, using: str = "default", request=None, identity=None) -> Principal:
+    """`identity`: the token's, when the caller has just verified it (the signature check is
+    ~75 µs of CPU, a twentieth of a heartbeat; it was made twice on every agent request)."""
+    identity = identity or verify_agent_token(plain)
     if identity is None:
         raise exceptions.AuthenticationFailed(
             "Not a valid agent token (forged, malformed, of the old hga1 form, or signed under another key); "
