@@ -1,12 +1,16 @@
 """The API's common rules that hold before any resource exists: public schema and docs,
-problem+json 404s, the Server-Timing header, token kinds and hashing, agent tokens verified without a database read."""
+problem+json 404s, the Server-Timing header, flash messages kept off the agent API, token kinds and
+hashing, agent tokens verified without a database read."""
 
 import hashlib
 
 import pytest
 from django.core.management import call_command
+from django.http import HttpResponse
+from django.test import RequestFactory
 
 from core.api.agent_tokens import mint_agent_token, verify_agent_token
+from core.middleware import MessageMiddleware
 from core.models import ApiToken
 
 pytestmark = pytest.mark.django_db
@@ -25,6 +29,20 @@ def test_every_answer_says_how_long_the_application_spent_on_it(client, path):
     timing = client.get(path)["Server-Timing"]
     name, _, duration = timing.partition(";dur=")
     assert name == "app" and float(duration) >= 0
+
+
+@pytest.mark.parametrize(
+    ("path", "has_messages"),
+    [("/api/agent/v1/heartbeat", False), ("/api/agent/v1/desired-state", False), ("/fleet/", True), ("/api/v1/", True)],
+)
+def test_flash_messages_exist_everywhere_but_the_agent_api(path, has_messages):
+    """No agent request shows a message, so the agent API skips making their storage; pages
+    (and any other API route) keep it."""
+    request = RequestFactory().get(path)
+    request.session = {}
+    response = MessageMiddleware(lambda r: HttpResponse())(request)
+    assert hasattr(request, "_messages") is has_messages
+    assert response.status_code == 200
 
 
 def test_docs_page_uses_local_assets_only(client):
