@@ -95,13 +95,13 @@ def record_counters(
     `refused`, `nothing` (no usable counter) or `raced` (another heartbeat of the node took its
     counters since `baseline` was read; its delta covers this span, so nothing is lost).
 
-    `baseline`: the counter row as the caller already read it (the heartbeat's own UPDATE
-    returns it), or None for no row; read here when not given. No row lock is held between the
-    read and the write: the write replaces the baseline only if `read_at` is still the one read
-    (compare-and-set), and on PostgreSQL it is one statement that also adds the hour and month
-    rows. Integrating was 6 statements through the ORM (a locked read, a save, an update per
-    hour and month row, the transaction), ~4 ms of the web worker's CPU on the 2-core VM: more
-    than the heartbeat and the desired-state poll together, once a minute for every node."""
+    `baseline`: the counter row as the caller read it earlier (None: no row); read here when not
+    given. No row lock is held between the read and the write: the write replaces the baseline
+    only if `read_at` is still the one read (compare-and-set), and on PostgreSQL it is one
+    statement that also adds the hour and month rows. Integrating was 4-6 statements through the
+    ORM in a transaction (a locked read, a save, an UPDATE, or an INSERT the first time, per hour
+    and month row), 3-5 ms of the web worker's CPU on the 2-core VM: more than the heartbeat and
+    the desired-state poll together, once a minute for every node."""
     if baseline is UNREAD:
         baseline = read_baseline(node_id)
     new_gpus = {str(k): v for k, v in gpu_energy_mj.items()}
