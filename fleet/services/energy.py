@@ -16,6 +16,7 @@ the gap's UTC hours (nothing says how it was distributed inside the gap).
   share × elapsed time (fleet.wall_power), recorded under source `estimate`.
 """
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ class Baseline:
     gpu_energy_mj: dict[str, int]
 
 
-def baseline_from_row(read_at, wall_energy_j, wall_source, gpu_energy_mj) -> Baseline | None:
+def _baseline_from_row(read_at, wall_energy_j, wall_source, gpu_energy_mj) -> Baseline | None:
     """A Baseline from the counter row's columns as a cursor returns them (None: no row)."""
     if read_at is None:
         return None
@@ -69,7 +70,7 @@ def read_baseline(node_id) -> Baseline | None:
     with connection.cursor() as cursor:
         cursor.execute(_READ_SQL, [_db_node_id(node_id)])
         row = cursor.fetchone()
-    return None if row is None else baseline_from_row(*row)
+    return None if row is None else _baseline_from_row(*row)
 
 
 def as_datetime(value, tz=UTC) -> datetime:
@@ -188,24 +189,24 @@ def _replace_baseline(node_id, source, update: list, parts: list[tuple[datetime,
     db_node = _db_node_id(node_id)
     hour_rows = [(db_node, _db_time(hour), source, it_j, gpu_j, s) for hour, it_j, gpu_j, s in parts]
     month_rows = [(db_node, connection.ops.adapt_datefield_value(m), source, *sums) for m, sums in months.items()]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # One statement, so no transaction to open and commit: the hour and month inserts
-            # read the UPDATE's RETURNING and add nothing when it matched no row.
-            sql = f"WITH replaced AS ({_REPLACE_SQL} RETURNING 1)"
-            params = list(update)
-            for n, (table, key, rows) in enumerate(_chunks(hour_rows, month_rows)):
-                sql += f", added_{n} AS ({_upsert_sql(table, key, len(rows), guarded=True)})"
-                params += [value for row in rows for value in row]
+    if connection.vendor == "postgresql":
+        # One statement, so no transaction to open and commit: the hour and month inserts
+        # read the UPDATE's RETURNING and add nothing when it matched no row.
+        sql = f"WITH replaced AS ({_REPLACE_SQL} RETURNING 1)"
+        params = list(update)
+        for n, (table, key, rows) in enumerate(_chunks(hour_rows, month_rows)):
+            sql += f", added_{n} AS ({_upsert_sql(table, key, len(rows), guarded=True)})"
+            params += [value for row in rows for value in row]
+        with connection.cursor() as cursor:
             cursor.execute(sql + " SELECT count(*) FROM replaced", params)
             return cursor.fetchone()[0] == 1
-        with transaction.atomic():
-            cursor.execute(_REPLACE_SQL, update)
-            if cursor.rowcount != 1:
-                return False
-            for table, key, rows in _chunks(hour_rows, month_rows):
-                cursor.execute(_upsert_sql(table, key, len(rows)), [value for row in rows for value in row])
-        return True
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_REPLACE_SQL, update)
+        if cursor.rowcount != 1:
+            return False
+        for table, key, rows in _chunks(hour_rows, month_rows):
+            cursor.execute(_upsert_sql(table, key, len(rows)), [value for row in rows for value in row])
+    return True
 
 
 def _chunks(hour_rows: list, month_rows: list):
@@ -228,17 +229,22 @@ def _db_json(value: dict):
     return _COUNTERS_FIELD.get_db_prep_value(value, connection)
 
 
+@functools.cache
 def _upsert_sql(model, key: str, rows: int, *, guarded: bool = False) -> str:
     """Add each row's energy and seconds to the (node, `key`, source) row, creating it if absent.
-    `guarded`: only when the `replaced` CTE returned its row (PostgreSQL's one-statement form)."""
+    `guarded`: only when the `replaced` CTE returned its row (PostgreSQL's one-statement form;
+    as in core.bulk.insert_values, each value is cast to its column's type, since PostgreSQL
+    would otherwise type a VALUES column from its parameters)."""
     table = model._meta.db_table
-    columns = f"node_id, {key}, source, it_energy_j, gpu_energy_j, seconds"
-    values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * rows)
+    names = ("node_id", key, "source", "it_energy_j", "gpu_energy_j", "seconds")
+    columns = ", ".join(names)
     adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in ("it_energy_j", "gpu_energy_j", "seconds"))
     if guarded:
+        casts = ", ".join(f"%s::{model._meta.get_field(n.removesuffix('_id')).db_type(connection)}" for n in names)
+        values = ", ".join([f"({casts})"] * rows)
         body = f"SELECT * FROM (VALUES {values}) AS v({columns}) WHERE EXISTS (SELECT 1 FROM replaced)"
     else:
-        body = f"VALUES {values}"
+        body = "VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s)"] * rows)
     return f"INSERT INTO {table} ({columns}) {body} ON CONFLICT (node_id, {key}, source) DO UPDATE SET {adds}"
 
 
