@@ -10,6 +10,7 @@ from django.contrib.messages.middleware import MessageMiddleware as DjangoMessag
 from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body, unavailable_response
+from core.api.routes import AGENT_API_PREFIX
 
 from .context import request_id_var
 from .metrics import REQUEST_LATENCY
@@ -127,9 +128,6 @@ class RequestBodyLimitMiddleware:
                 )
             return HttpResponse(detail, status=413, content_type="text/plain")
         return self.get_response(request)
-
-
-AGENT_API_PREFIX = "/api/agent/"
 
 
 class MessageMiddleware(DjangoMessageMiddleware):

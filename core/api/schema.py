@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
 
 from core.api.problems import PROBLEM_CONTENT_TYPE
+from core.api.routes import AGENT_API_PREFIX
 
 
 class FieldErrorSerializer(serializers.Serializer):
@@ -126,7 +127,7 @@ BILLING_WORDS = ("invoice", "usage", "billing", "credit-note", "meter", "price",
 
 
 def tag_for_path(path: str) -> str:
-    if path.startswith("/api/agent/"):
+    if path.startswith(AGENT_API_PREFIX):
         return "agent"
     if path.startswith(PLANNING_PATHS):
         return "planning"
