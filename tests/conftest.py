@@ -15,9 +15,13 @@ def pytest_collection_modifyitems(config, items):
 
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     skip_pg = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL); real concurrency is tested there")
+    on_redis = "Redis" in settings.CACHES["default"]["BACKEND"]
+    skip_redis = pytest.mark.skip(reason="needs Redis as the shared cache (set REDIS_URL)")
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)
+        if "redis" in item.keywords and not on_redis:
+            item.add_marker(skip_redis)
         _open_both_databases(item)
 
 

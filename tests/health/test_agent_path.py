@@ -96,6 +96,7 @@ def test_desired_state_answers_304_to_an_unchanged_etag_and_200_once_it_changes(
     assert changed.status_code == 200 and changed["ETag"] != etag and changed.json() != first.json()
 
 
+@pytest.mark.redis
 def test_a_quiet_heartbeat_costs_one_redis_round_trip(nodes, agent_for, monkeypatch):
     """The agent's throttle (its counter's INCR and EXPIRE and the previous slot's GET) and
     the node's revocation entry, pipelined; a validly signed token skips the
@@ -114,6 +115,7 @@ def test_a_quiet_heartbeat_costs_one_redis_round_trip(nodes, agent_for, monkeypa
     assert len(sent) == 1, sent
 
 
+@pytest.mark.redis
 def test_the_shared_revocation_cache_outlives_the_heartbeat_interval(settings):
     """Else every heartbeat at the 10 s interval finds its node's entry expired and pays a
     SELECT and two cache writes (a write-through keeps the longer lifetime exact)."""
