@@ -375,3 +375,11 @@ BILLING_DISPUTE_TOLERANCE_SECONDS = env.int("BILLING_DISPUTE_TOLERANCE_SECONDS",
 # write; it is longer than the 10 s heartbeat interval, else every heartbeat missed the cache
 # and paid a SELECT and two writes (docs/PERFORMANCE.md). A per-process cache keeps 10 s.
 AGENT_REVOCATION_CACHE_SECONDS = env.int("AGENT_REVOCATION_CACHE_SECONDS", default=120 if REDIS_URL else 10)
+# Identity per tenancy (core.services.agent_credentials): when a node's wipe begins, its agent
+# token is revoked and the next identity waits as a one-time handoff. The handoff's code is
+# published as one file per node in this directory, which the deployment's network-boot
+# service serves only to that node's wipe image on the provisioning network (docs/security.md,
+# "A tenant with root"); nothing else should be able to read it. A code not claimed within the
+# TTL expires (the node then needs `manage.py create_token --agent HOSTNAME`).
+AGENT_HANDOFF_DIR = env.str("AGENT_HANDOFF_DIR", default=str(VAR_DIR / "agent-handoff"))
+AGENT_HANDOFF_TTL_SECONDS = env.int("AGENT_HANDOFF_TTL_SECONDS", default=2 * 3600)

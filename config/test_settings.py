@@ -24,3 +24,7 @@ from config.settings import *  # noqa: E402,F403
 API_THROTTLE_RATES = {scope: "1000000/min" for scope in API_THROTTLE_RATES}  # noqa: F405
 # Sign-in tests post many passwords; the production hasher's cost is not what they test.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Identity handoffs the tests publish go to a directory of this run, not the checkout's var/.
+import tempfile  # noqa: E402
+
+AGENT_HANDOFF_DIR = tempfile.mkdtemp(prefix="hangar-test-handoff-")

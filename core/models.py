@@ -217,6 +217,34 @@ class AgentTokenRevocation(models.Model):
         )
 
 
+class AgentIdentityHandoff(models.Model):
+    """A node's next identity, waiting to be claimed through the provisioning channel.
+
+    Written when a node's identity is rotated at a tenancy boundary (its wipe begins): the token
+    the tenant's node held is revoked at that moment, and the new one is handed out once, to
+    whoever presents the one-time code published on the provisioning channel (a file the
+    deployment's network-boot service serves to the node's wipe image; docs/security.md,
+    "A tenant with root"). Only the code's SHA-256 is stored; the token itself is minted at the
+    claim from `issued_at`, which is the node's new `not_before` on the revocation list."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    node_id = models.UUIDField(db_index=True)
+    issued_at = models.DateTimeField(help_text="the new identity's issue time (the node's not_before)")
+    code_digest = models.CharField(max_length=64, unique=True, editable=False)
+    reason = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_from = models.CharField(max_length=64, blank=True, help_text="the address the claim came from")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        state = f"claimed {self.claimed_at:%Y-%m-%d %H:%M}" if self.claimed_at else "waiting"
+        return f"identity handoff of {self.node_id} ({state})"
+
+
 class SearchEntry(models.Model):
     """One identifier of one object, normalised for lookup (core.search): what the console's
     search box and the operator API's search read. Written by the owning apps' registrations

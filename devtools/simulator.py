@@ -10,6 +10,12 @@ age is measured (devtools.simulator_stats). Faults come from the agent's simulat
 at the rates and cause mix of core/reference/reliability.csv; a scripted scenario ("xid 79 on
 gpu 3 at 30s") can be given per node for tests and demos.
 
+Identity per tenancy: a node's token stops working when its wipe begins; the simulated node then
+reads the handoff file the control plane published for it (settings.AGENT_HANDOFF_DIR, what a
+deployment's network-boot service serves to the wipe image) and claims its new token over HTTP,
+so the simulator must run on the control plane's machine (or see that directory) for nodes to
+come back after a tenancy.
+
 Reports are stamped with this machine's clock, never the simulated one: at `speed` above 1 (or
 when a test steps time forward) the simulated clock runs ahead of the server's, and the
 server refuses reports stamped more than 300 s from its own clock (clock-skew check).
@@ -29,10 +35,11 @@ from pathlib import Path
 from django.db import DatabaseError, close_old_connections
 
 from core.api.agent_tokens import mint_agent_token
+from core.services.agent_credentials import handoff_path
 from devtools.simulator_stats import CallStats, LagSummary, TimedSession
 from fleet.choices import Lifecycle
 from fleet.models import Node
-from hangar_agent.agent import Agent, simulated_agent
+from hangar_agent.agent import Agent, read_handoff, simulated_agent
 
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
 MAX_WORKERS = 256
@@ -220,6 +227,10 @@ class FleetSimulator:
                         for d in node.drives.all()
                     ],
                     counter_file=str(Path(self.counter_dir) / f"{hostname}.json") if self.counter_dir else None,
+                    # The provisioning channel: when the node's wipe begins its token stops working and
+                    # the control plane publishes the one-time handoff of the next identity, which the
+                    # simulated wipe image reads here (a real one is served it on the provisioning network).
+                    handoff=_handoff_reader(node.pk),
                 )
                 if self.stagger:
                     self._stagger(self.agents[hostname], start)
@@ -295,6 +306,11 @@ class FleetSimulator:
             with self._pass_lock:
                 self._longest_pass = max(self._longest_pass, took)
             stop.wait(max(0.0, tick - took))
+
+
+def _handoff_reader(node_id):
+    path = str(handoff_path(node_id))
+    return lambda: read_handoff(path)
 
 
 def _tick_lane(lane: list[tuple[str, Agent]], now: datetime, started: float, speed: float) -> None:

@@ -9,12 +9,15 @@ thread; `run_forever()` is the real node's loop around it.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -27,7 +30,7 @@ from .hardware.simulated import SimulatedHardware
 from .metering import METER_KIND, Meter, Usage, pick_grant, rfc3339
 from .software import SimulatedStack, SimulatedUpgrade
 from .spool import Flusher, Spool
-from .transport import MAX_METER_BATCH, AgentAPI, AgentTransport, TransportError
+from .transport import MAX_METER_BATCH, AgentAPI, AgentTransport, AuthError, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +60,17 @@ class Agent:
         rng: random.Random | None = None,
         software: Callable[[], list[dict[str, Any]]] | None = None,
         stamp: Callable[[datetime], datetime] | None = None,
+        handoff: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         """`software` reads the node's stack (hangar_agent.software); None sends no inventory.
         `stamp` maps the tick's clock to the time written into reports (observed_at,
-        finished_at); a real node's tick clock is the wall clock, so by default it is itself."""
+        finished_at); a real node's tick clock is the wall clock, so by default it is itself.
+        `handoff` reads the identity handoff the provisioning image received (default: the
+        JSON file at `config.handoff_file`), or None when there is none."""
         self.config = config
+        self.handoff = handoff or (lambda: read_handoff(config.handoff_file))
+        self.identity_refused = False  # the control plane answered 401: this identity is over
+        self.next_claim: datetime | None = None
         self.software = software
         self.stamp = stamp or _same
         self.transport = transport
@@ -99,6 +108,9 @@ class Agent:
         self.hardware.advance(now, allocated=self.usage() is not None)
         if self.hardware.power_state() == "off":
             return
+        if self.identity_refused and _due(self.next_claim, now):
+            self.next_claim = now + timedelta(seconds=self.config.desired_state_interval)
+            self._claim_identity()
         if _due(self.next_heartbeat, now):
             self.next_heartbeat = _next(self.next_heartbeat, now, self.config.heartbeat_interval)
             self._heartbeat(now)
@@ -193,6 +205,7 @@ class Agent:
         try:
             self.transport.heartbeat(payload)
         except TransportError as exc:
+            self._note_refusal(exc)
             log.warning("heartbeat failed: %s", exc)
             for gpu in gpus:  # XIDs are events: carry them to the next heartbeat
                 if gpu["xid_errors"]:
@@ -202,6 +215,7 @@ class Agent:
         try:
             desired = self.transport.desired_state()
         except TransportError as exc:
+            self._note_refusal(exc)
             log.warning("desired-state unavailable (%s); keeping the last known one", exc)
             return
         if not isinstance(desired, dict):
@@ -265,8 +279,8 @@ class Agent:
             self.finished = (self.finished + [action_id])[-REMEMBERED_ACTIONS:]
             self.spool.set_state(FINISHED_STATE, self.finished)
             self.spool.set_state(RUNNING_STATE, None)
-            if name == "upgrade":
-                self.next_software = None  # report the new versions on this tick
+            if name in ("upgrade", "wipe"):
+                self.next_software = None  # report the new (or re-imaged) versions on this tick
             if name in HEALTH_ACTIONS:
                 self._report_health(
                     now,
@@ -308,6 +322,45 @@ class Agent:
         keys = ("serial", "model", "capacity_gb", "self_encrypting", "purge_supported")
         return [{k: d[k] for k in keys if d.get(k) is not None} for d in drives if d.get("serial")]
 
+    # ---- identity per tenancy -----------------------------------------------------------
+
+    def _note_refusal(self, exc: TransportError) -> None:
+        if isinstance(exc, AuthError) and exc.status == 401:
+            self.identity_refused = True
+
+    def _claim_identity(self) -> bool:
+        """The control plane stopped accepting this identity (a tenancy ended and the node's wipe
+        began): claim the new one with the handoff the provisioning image received, if any."""
+        try:
+            handoff = self.handoff()
+        except Exception:  # an unreadable handoff is no handoff
+            log.exception("reading the identity handoff failed")
+            return False
+        if not handoff:
+            log.warning("the control plane refuses this agent's token and no identity handoff is here yet")
+            return False
+        try:
+            token = self.transport.claim_identity(str(handoff.get("node_id", "")), str(handoff.get("code", "")))
+        except TransportError as exc:
+            log.error("claiming the identity handoff failed: %s", exc)
+            return False
+        self.transport.set_token(token)
+        self.identity_refused = False
+        if self.config.token_file:
+            _write_private(self.config.token_file, token)
+        if self.config.handoff_file:
+            try:
+                Path(self.config.handoff_file).unlink()
+            except OSError:
+                pass  # served read-only by the provisioning channel: nothing to remove
+        # speak at once as the new identity: its stack, its heartbeat, its work; and send what was
+        # queued while no identity worked
+        self.next_software = self.next_heartbeat = self.next_desired = None
+        for flusher in self.flushers:
+            flusher.failures, flusher.next_attempt = 0, None
+        log.info("identity handoff claimed: this node speaks with its new token from now on")
+        return True
+
     def _recover_interrupted_action(self) -> None:
         """An action running when the agent died is reported, never silently re-run."""
         action = self.spool.get_state(RUNNING_STATE)
@@ -319,6 +372,39 @@ class Agent:
         else:
             outcome = result("failed", "the agent restarted while this action ran; not re-run")
         self._finish(action, outcome, now)
+
+
+def read_handoff(path: str) -> dict[str, Any] | None:
+    """The handoff file's content, or None when there is none (yet)."""
+    if not path:
+        return None
+    try:
+        value = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_private(path: str, text: str) -> None:
+    """Replace a file readable by its owner only, whole (never a half-written token)."""
+    partial = f"{path}.partial"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(partial, path)
+
+
+class _Reimaging:
+    """The simulated wipe: the node is re-imaged to the versions the control plane names (its
+    type's golden baseline), as the provisioning system's wipe image does on a real node."""
+
+    def __init__(self, inner: Executor, stack: SimulatedStack) -> None:
+        self.inner, self.stack = inner, stack
+
+    def start(self, params: dict[str, Any], now: datetime) -> ActionRun:
+        versions = params.get("versions")
+        self.stack.reimage(versions if isinstance(versions, dict) else {})
+        return self.inner.start(params, now)
 
 
 class _Immediate:
@@ -366,6 +452,7 @@ def simulated_agent(
     counter_file: str | None = None,
     missing_software: set[str] | None = None,
     stamp: Callable[[datetime], datetime] | None = None,
+    handoff: Callable[[], dict[str, Any] | None] | None = None,
     **config: Any,
 ) -> Agent:
     """An agent on simulated hardware sharing `session` (one connection pool) with its fleet.
@@ -407,6 +494,7 @@ def simulated_agent(
     # drawn after everything else, so a seeded fleet's hardware and faults stay what they were
     stack = SimulatedStack(random.Random(rng.getrandbits(64)), generation, missing=missing_software)
     executors["upgrade"] = SimulatedUpgrade(stack, random.Random(rng.getrandbits(64)), hardware.wall)
+    executors["wipe"] = _Reimaging(executors["wipe"], stack)
     return Agent(
         config=cfg,
         transport=transport,
@@ -416,4 +504,5 @@ def simulated_agent(
         rng=agent_rng,
         software=stack.components,
         stamp=stamp,
+        handoff=handoff,
     )

@@ -29,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML config file (e.g. /etc/hangar/agent.toml); flags override it")
     p.add_argument("--url", help="control plane base URL, e.g. https://hangar.example.com")
     p.add_argument("--token", help="this node's agent token")
+    p.add_argument("--token-file", dest="token_file", help="file holding the token (rewritten after a handoff)")
+    p.add_argument(
+        "--handoff-file",
+        dest="handoff_file",
+        help="where the provisioning image puts the one-time identity handoff (claimed when the token is refused)",
+    )
     p.add_argument("--backend", choices=("nvml", "simulated"))
     p.add_argument("--spool", dest="spool_path", help="SQLite spool file")
     p.add_argument("--meter-interval", type=float, help="seconds per meter event (default 60)")
@@ -93,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         for k in (
             "url",
             "token",
+            "token_file",
+            "handoff_file",
             "backend",
             "spool_path",
             "meter_interval",

@@ -22,6 +22,12 @@ class AgentConfig:
 
     url: str = ""
     token: str = ""
+    # Where the agent keeps its token: read at start when `token` is not given, rewritten when the
+    # node receives a new identity through the handoff (docs/agent.md, "Identity per tenancy").
+    token_file: str = ""
+    # Where the provisioning image places the one-time identity handoff ({"node_id", "code"}) the
+    # control plane published when the node's wipe began; empty: this agent never claims one.
+    handoff_file: str = ""
     backend: str = "nvml"
     spool_path: str = "/var/lib/hangar-agent/spool.sqlite3"
     heartbeat_interval: float = 10.0
@@ -54,7 +60,7 @@ class AgentConfig:
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"url must start with http:// or https://, got {self.url!r}")
         if not self.token:
-            raise ConfigError("token is required (--token or 'token' in the config file)")
+            raise ConfigError("token is required (--token, 'token' or 'token_file' in the config file)")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         for name in (
@@ -98,4 +104,9 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> AgentConfig
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(unknown)}")
+    if not values.get("token") and values.get("token_file"):
+        try:
+            values["token"] = Path(values["token_file"]).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token_file {values['token_file']}: {exc}") from exc
     return replace(AgentConfig(), **values).validated()

@@ -179,6 +179,12 @@ class SimulatedStack:
         self.missing -= set(versions)
         return None
 
+    def reimage(self, versions: dict[str, str]) -> None:
+        """A fresh image: every layer installed again, at `versions` where they are given (the
+        golden baseline), whatever was changed or removed on the node before."""
+        self.missing.clear()
+        self.versions.update({c: str(v) for c, v in versions.items() if c in self.versions})
+
 
 class SimulatedUpgrade:
     """The `upgrade` action on a simulated node: install packages and reboot, ~10-20 min."""

@@ -63,6 +63,8 @@ class AgentAPI(Protocol):
     def meter_events(self, events: list[dict[str, Any]]) -> Any: ...
     def desired_state(self) -> dict[str, Any]: ...
     def action_result(self, payload: dict[str, Any]) -> Any: ...
+    def claim_identity(self, node_id: str, code: str) -> str: ...
+    def set_token(self, token: str) -> None: ...
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
@@ -140,6 +142,33 @@ class AgentTransport:
 
     def action_result(self, payload: dict[str, Any]) -> Any:
         return self._call("POST", "action-results", payload)
+
+    def set_token(self, token: str) -> None:
+        """Speak as another identity from the next call on (after an identity handoff)."""
+        self._headers = {**self._headers, "Authorization": f"Bearer {token}"}
+        self._desired = None
+
+    def claim_identity(self, node_id: str, code: str) -> str:
+        """Exchange the one-time handoff code for the node's new token (no bearer token: the
+        code is the credential). Raises AuthError when the server refuses it."""
+        url = self.base_url + "identity"
+        try:
+            response = self.session.request(
+                "POST",
+                url,
+                headers={"Accept": "application/json"},
+                json={"node_id": node_id, "code": code},
+                timeout=self.timeout,
+            )
+        except (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError) as exc:
+            raise RetryableError(f"POST {url}: {exc}") from exc
+        body = _body(response)
+        if response.status_code == 200 and isinstance(body, dict) and isinstance(body.get("token"), str):
+            return body["token"]
+        message = f"POST {url}: HTTP {response.status_code}"
+        if response.status_code >= 500 or response.status_code in RETRYABLE_STATUSES:
+            raise RetryableError(message, status=response.status_code, body=body, retry_after=_retry_after(response))
+        raise AuthError(message, status=response.status_code, body=body)
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         attempt = 0

@@ -18,10 +18,16 @@ from rest_framework import authentication, exceptions
 
 from core.choices import ApiTokenKind, TenantRole
 from core.models import ApiToken
-from core.services.agent_credentials import revocation_cache_key, revocation_reason
+from core.services.agent_credentials import audit_refused_token, revocation_cache_key, revocation_reason
 
 from .agent_tokens import looks_like_agent_token, verify_agent_token
-from .throttles import UNREAD, guarded_authentication, spend_agent_budget
+from .throttles import (
+    UNREAD,
+    client_address,
+    guarded_authentication,
+    note_failed_authentication,
+    spend_agent_budget,
+)
 
 TOKEN_PREFIXES = {ApiTokenKind.TENANT: "hgt_", ApiTokenKind.OPERATOR: "hgo_"}
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -154,13 +160,24 @@ class AgentTokenAuthentication(BearerTokenAuthentication):
 
 class LedgerAgentTokenAuthentication(AgentTokenAuthentication):
     """Meter ingest: the same check against the ledger's copy of the revocation list, so it
-    needs no control-plane database."""
+    needs no control-plane database. Failures count toward the address's budget as on every
+    other route (a forged token waits behind it; a revoked one is counted)."""
 
     def authenticate(self, request):
+        plain = _bearer(request)
+        identity = None if plain is None else verify_agent_token(plain)
+        if identity is not None:
+            return _agent_principal(plain, using="ledger", request=request, identity=identity), plain
+        return BearerTokenAuthentication.authenticate(self, request)
+
+    def verify(self, request):
         plain = _bearer(request)
         if plain is None:
             return None
         return _agent_principal(plain, using="ledger", request=request), plain
+
+
+_COUNTED = "_hangar_failed_auth_counted"  # guarded_authentication must not count the same failure twice
 
 
 def _agent_principal(plain: str, using: str = "default", request=None, identity=None) -> Principal:
@@ -180,6 +197,13 @@ def _agent_principal(plain: str, using: str = "default", request=None, identity=
     )
     reason = revocation_reason(identity, using=using, cached=None if cached is UNREAD else cached)
     if reason is not None:
+        # A validly signed token of a past identity (a tenant's copy after its rental, a node
+        # re-keyed): refused, recorded, and counted like any failed check of this address.
+        address = client_address(request) if request is not None else ""
+        audit_refused_token(identity, reason, using=using, address=address)
+        if request is not None and not getattr(request, _COUNTED, False):
+            setattr(request, _COUNTED, True)
+            note_failed_authentication(request)
         raise exceptions.AuthenticationFailed(f"Revoked agent token: {reason}.")
     return Principal(
         kind="agent", node_id=identity.node_id, extra={"key_id": identity.key_id, "issued_at": identity.issued_at}

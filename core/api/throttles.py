@@ -177,5 +177,6 @@ def guarded_authentication(request, verify):
     try:
         return verify(request)
     except exceptions.AuthenticationFailed:
-        note_failed_authentication(request)
+        if not getattr(request, "_hangar_failed_auth_counted", False):
+            note_failed_authentication(request)
         raise

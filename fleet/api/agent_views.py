@@ -7,7 +7,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 from django.utils.http import parse_etags, quote_etag
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions
+from rest_framework import exceptions, serializers
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -15,6 +16,12 @@ from billing.selectors import agent_node_state, metering_grants
 from core.api.authentication import AgentTokenAuthentication
 from core.api.permissions import IsAgent
 from core.api.problems import Problem
+from core.api.throttles import (
+    client_address,
+    note_failed_authentication,
+    refuse_if_too_many_failed_authentications,
+)
+from core.services.agent_credentials import HandoffRefused, claim_identity_handoff
 from fleet.choices import AgentActionState
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
@@ -139,3 +146,49 @@ class SoftwareInventoryView(AgentView):
             observed_at=data["observed_at"],
         )
         return Response({"stored": stored.stored, "stale": stored.stale}, status=202)
+
+
+class IdentityHandoffIn(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    code = serializers.CharField(max_length=128, trim_whitespace=False)
+
+
+class IdentityHandoffOut(serializers.Serializer):
+    node_id = serializers.UUIDField()
+    token = serializers.CharField()
+
+
+class IdentityHandoffView(APIView):
+    """The one way a node gets its identity after a tenancy boundary: its wipe image presents
+    the one-time code it was served on the provisioning channel and receives the new agent
+    token, once (docs/agent.md, "Identity per tenancy"). No bearer token: the code is the
+    credential, so each refusal counts toward the address's failed-authentication budget."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        request=IdentityHandoffIn,
+        responses={200: IdentityHandoffOut},
+        summary="Claim the node's new agent identity with its one-time handoff code",
+        tags=["agent"],
+    )
+    def post(self, request):
+        refuse_if_too_many_failed_authentications(request)
+        body = IdentityHandoffIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        node_id = body.validated_data["node_id"]
+        try:
+            token = claim_identity_handoff(
+                node_id=node_id, code=body.validated_data["code"], address=client_address(request)
+            )
+        except HandoffRefused:
+            note_failed_authentication(request)
+            raise Problem(
+                401,
+                "handoff_refused",
+                "This handoff code does not open a waiting identity for that node (unknown, already claimed or "
+                "expired). Each code works once, from the node's wipe image; an operator can re-key the node with "
+                "manage.py create_token --agent HOSTNAME.",
+            ) from None
+        return Response({"node_id": str(node_id), "token": token})

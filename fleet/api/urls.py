@@ -40,4 +40,5 @@ agent_urlpatterns = [
     api_route("desired-state", agent_views.DesiredStateView.as_view(), "agent-desired-state"),
     api_route("action-results", agent_views.ActionResultsView.as_view(), "agent-action-results"),
     api_route("software-inventory", agent_views.SoftwareInventoryView.as_view(), "agent-software-inventory"),
+    api_route("identity", agent_views.IdentityHandoffView.as_view(), "agent-identity-handoff"),
 ]

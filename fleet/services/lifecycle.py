@@ -19,7 +19,7 @@ from core.context import current_request_id
 from core.errors import Conflict
 from core.ids import uuid7
 from core.reference_data import burn_in_deadline
-from core.services.agent_credentials import revoke_node_agent_tokens
+from core.services.agent_credentials import revoke_node_agent_tokens, rotate_node_identities
 from fleet.choices import Lifecycle as L
 from fleet.models import Node, NodeEvent
 
@@ -27,6 +27,10 @@ from .drive_gate import EXIT_OF_STATE, gate_status
 
 # A node in these states has no agent any more: its tokens are revoked when it gets there.
 GONE = frozenset({L.RETIRED, L.DISPOSED})
+# Entering this state is a tenancy boundary: whoever had root on the node may have copied its
+# agent token, so the node's identity is rotated in the same transaction as the move, before
+# the wipe is visible to any agent (core.services.agent_credentials, docs/security.md).
+ROTATES_IDENTITY = L.WIPING
 
 # from-state → the states it may move to (docs/design, "Node"). Extra edges beyond the design
 # table are marked with why they exist.
@@ -234,6 +238,8 @@ def transition(
     )
     if to_state in GONE:
         _revoke_tokens_on_commit([node], actor=actor, to_state=to_state)
+    if to_state == ROTATES_IDENTITY:
+        rotate_node_identities(node_ids=[node.pk], actor=actor, reason=f"{from_state} → {to_state}: {reason}")
     return node
 
 
@@ -316,6 +322,10 @@ def transition_many(
     if to_state in GONE:
         _revoke_tokens_on_commit(
             [n for group in by_state.values() for n in group if n.pk in moved_all], actor=actor, to_state=to_state
+        )
+    if to_state == ROTATES_IDENTITY and changes:
+        rotate_node_identities(
+            node_ids=[c.node_id for c in changes], actor=actor, reason=f"{action} → {to_state}: {reason}"
         )
     return changes
 

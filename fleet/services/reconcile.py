@@ -49,6 +49,7 @@ from fleet.selectors import occupied_node_ids
 
 from .agent_work import request_agent_actions
 from .lifecycle import DEADLINE_FAILURE, STATE_TIMEOUTS, state_entered_at, transition_many
+from .wipe_exit import request_wipes, return_verdicts
 
 ACTOR = "system:reconciler"
 LOOP_NAME = "reconcile_nodes"
@@ -125,7 +126,7 @@ def _claim(after_id, now: datetime, batch_size: int) -> list[Node]:
         qs = qs.filter(pk__gt=after_id)
     # Only what the batch reads (hostname for error messages): each datetime column loaded costs
     # a parse per row, and the ones a batch writes (attempts, backoff) it sets before writing.
-    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "state_entered_at", "last_error")
+    qs = qs.only("pk", "hostname", "lifecycle", "state_deadline", "state_entered_at", "last_error", "node_type_id")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True, of=("self",))
     return list(qs[:batch_size])
@@ -156,6 +157,8 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
     requeue: dict[str, list[Node]] = defaultdict(list)
     backing_off: list[Node] = []
     flagged: list[Node] = []
+    waiting: list[Node] = []  # wiped, the new identity's inventory not in yet
+    wiped: list[Node] = []
     for node in nodes:
         state = node.lifecycle
         if state in STEPS:
@@ -175,7 +178,10 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
                 )
             ]
             if any(a[2] == AgentActionState.SUCCEEDED for a in mine):
-                advance[success].append(node)
+                if state == L.WIPING:
+                    wiped.append(node)  # back to the pool only through the inventory check below
+                else:
+                    advance[success].append(node)
                 continue
             if node.state_deadline is not None and node.state_deadline <= now:
                 fail[(DEADLINE_FAILURE[state], deadline_error(state))].append(node)
@@ -205,6 +211,21 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
         elif state == L.DRAINING and node.pk not in occupied:
             advance[L.REMEDIATING].append(node)
 
+    if wiped:
+        verdicts = return_verdicts(wiped)
+        for node in wiped:
+            verdict = verdicts[node.pk]
+            if verdict.outcome == "pass":
+                advance[L.AVAILABLE].append(node)
+            elif verdict.outcome == "fail":
+                fail[(L.WIPE_FAILED, verdict.reason[:2000])].append(node)
+            elif node.state_deadline is not None and node.state_deadline <= now:
+                fail[
+                    (L.WIPE_FAILED, f"{verdict.reason} (none came within {_minutes(STATE_TIMEOUTS[L.WIPING])})")
+                ].append(node)
+            elif node.last_error != verdict.reason:
+                node.last_error = verdict.reason
+                waiting.append(node)
     for to_state, group in advance.items():
         changes = transition_many(
             group,
@@ -216,11 +237,8 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
         result.moved[to_state] += len(changes)
         if to_state == L.WIPING and changes:  # start the next step now rather than on the next pass
             moved = {c.node_id for c in changes}
-            result.queued += request_agent_actions(
-                nodes=[n for n in group if n.pk in moved],
-                action=AgentAction.WIPE,
-                actor=ACTOR,
-                reason="tenant workload stopped",
+            result.queued += request_wipes(
+                nodes=[n for n in group if n.pk in moved], actor=ACTOR, reason="tenant workload stopped"
             )
     for (to_state, error), group in fail.items():
         changes = transition_many(group, to_state, actor=ACTOR, action="reconcile", reason=error, last_error=error)
@@ -230,9 +248,13 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
             node_id__in=[c.node_id for c in changes], state=AgentActionState.PENDING, drive__isnull=True
         ).update(state=AgentActionState.CANCELLED, finished_at=now, detail=f"cancelled: {error}")
     for step, group in requeue.items():
-        result.queued += request_agent_actions(
-            nodes=group, action=step, actor=ACTOR, reason="reconcile: no pending or finished action for this step"
-        )
+        why = "reconcile: no pending or finished action for this step"
+        if step == AgentAction.WIPE:
+            result.queued += request_wipes(nodes=group, actor=ACTOR, reason=why)
+        else:
+            result.queued += request_agent_actions(nodes=group, action=step, actor=ACTOR, reason=why)
+    if waiting:
+        Node.objects.bulk_update(waiting, ["last_error"])
     if backing_off:
         Node.objects.bulk_update(backing_off, ["failed_attempts", "next_attempt_at", "last_error"])
     if flagged:

@@ -19,8 +19,8 @@ from django.db.models import Count
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
-from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import state_entered_at, transition_many
+from fleet.services.wipe_exit import request_wipes
 from health.choices import CheckStatus, IncidentState, IncidentStep
 from health.models import HealthCheckResult
 from health.policy import (
@@ -121,9 +121,8 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
         reason="passed the validation gate; wiping the previous tenant's data before reuse",
         last_error="",
     )
-    request_agent_actions(
+    request_wipes(
         nodes=[n for n in accepted if n.pk in {c.node_id for c in to_wipe}],
-        action=AgentAction.WIPE,
         actor=actor,
         reason="wipe before reuse after a health pull",
     )

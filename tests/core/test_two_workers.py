@@ -160,6 +160,7 @@ def _seed() -> dict:
     for node in work["wiped"]:
         place(node, L.WIPING)
         _confirmed(node, "wipe")
+        _stack(node)  # reported after the wipe began: what returns a wiped node to the pool
     for node in work["overdue"]:
         place(node, L.PROVISIONING, entered_ago=STATE_TIMEOUTS[L.PROVISIONING] + timedelta(minutes=1))
     for node in work["releasing"]:

@@ -16,6 +16,7 @@ from fleet.services.agent_work import request_agent_action
 from fleet.services.reconcile import WORKING_STATES, backoff, reconcile_nodes, reconcile_pass
 
 from .lifecycle_helpers import allocate, place
+from .software_helpers import report_stack
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +30,13 @@ def _finish(node, action, status="succeeded", detail="", at=None):
     row = request_agent_action(node=node, action=action, actor="test")
     record_action_result(node_id=node.pk, action_id=row.pk, action=action, status=status, detail=detail, finished_at=at)
     return row
+
+
+def _wiped(node):
+    """The wipe done and the node's (new) identity reporting its stack afterwards: what a wiped
+    node needs before the reconciler returns it to the pool (fleet.services.wipe_exit)."""
+    _finish(node, "wipe")
+    report_stack(node)
 
 
 def _state(node):
@@ -48,6 +56,8 @@ def _state(node):
 def test_advances_when_the_agent_confirms(nodes, state, action, to_state):
     node = place(nodes[0], state)
     _finish(node, action)
+    if state == "wiping":
+        report_stack(node)
     result = reconcile_nodes()
     assert _state(node) == to_state and result.moved[to_state] == 1
     assert NodeEvent.objects.filter(node=node, actor="system:reconciler", from_state=state, to_state=to_state).exists()
@@ -60,6 +70,9 @@ def test_release_then_wipe_end_to_end(nodes):
     assert _state(node) == "wiping"
     wipe = NodeAgentAction.objects.get(node=node, action="wipe", state=AgentActionState.PENDING)
     record_action_result(node_id=node.pk, action_id=wipe.pk, action="wipe", status="succeeded")
+    reconcile_nodes()
+    assert _state(node) == "wiping"  # wiped, but nothing reported since the wipe began
+    report_stack(node)
     reconcile_nodes()
     assert _state(node) == "available"
 
@@ -156,7 +169,7 @@ def test_drained_node_moves_on_once_the_tenant_left(nodes):
 def test_crash_after_first_batch_then_rerun_converges(nodes):
     for node in nodes:
         place(node, "wiping")
-        _finish(node, "wipe")
+        _wiped(node)
 
     def crash(result):
         raise RuntimeError("worker killed")
@@ -181,7 +194,7 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
     def run(count):
         for node in nodes[:count]:
             place(node, "wiping")
-            _finish(node, "wipe")
+            _wiped(node)
         with django_assert_max_num_queries(12) as captured:
             reconcile_pass()
         return len(captured)
@@ -194,15 +207,25 @@ def test_queries_per_pass_do_not_grow_with_nodes(nodes, django_assert_max_num_qu
 
 def test_each_batch_is_four_statements(nodes):
     """Claim, read its agent actions, one compare-and-set UPDATE, one COPY of the events (the
-    batch's SAVEPOINT pair aside: inside the test's transaction each batch is a savepoint)."""
+    batch's SAVEPOINT pair aside: inside the test's transaction each batch is a savepoint). A
+    batch that returns wiped nodes to the pool reads three more: their types, the golden
+    baselines and the inventory reported since the wipe began."""
     for node in nodes[:5]:
-        place(node, "wiping")
-        _finish(node, "wipe")
+        place(node, "provisioning")
+        _finish(node, "provision")
     with CaptureQueriesContext(connection) as captured:
         result = reconcile_pass(batch_size=2)
     statements = [q["sql"] for q in captured if "SAVEPOINT" not in q["sql"]]
-    assert result.batches == 3 and result.moved["available"] == 5
+    assert result.batches == 3 and result.moved["active"] == 5
     assert len(statements) == 3 * 4, statements
+    for node in nodes[5:7]:
+        place(node, "wiping")
+        _wiped(node)
+    with CaptureQueriesContext(connection) as captured:
+        result = reconcile_pass(batch_size=3)
+    statements = [q["sql"] for q in captured if "SAVEPOINT" not in q["sql"]]
+    assert result.batches == 1 and result.moved["available"] == 2
+    assert len(statements) == 4 + 3, "\n".join(s[:120] for s in statements)
 
 
 @pytest.mark.postgres
@@ -214,7 +237,7 @@ def test_two_workers_never_act_on_one_node_twice():
     nodes = list(Node.objects.all())
     for node in nodes:
         place(node, "wiping")
-        _finish(node, "wipe")
+        _wiped(node)
     barrier = threading.Barrier(2)
     errors = []
 
@@ -271,6 +294,7 @@ def test_run_loops_once_runs_the_reconciler(nodes):
     assert out.getvalue().startswith("reconcile_nodes: ")
     assert NodeAgentAction.objects.filter(node=node, action="wipe", state="pending").exists()
     _finish(node, "wipe")  # the pending wipe reported done
+    report_stack(node)
     assert task.apply().get()["moved"] == {"available": 1}
 
 

@@ -71,6 +71,8 @@ def test_node_pulled_from_a_tenant_is_wiped_before_reuse_and_the_tenant_credited
     from fleet.services.reconcile import reconcile_pass
     from tenants.services.allocation_loop import run_allocation_loop
 
+    from ..fleet.software_helpers import report_stack
+
     allocation, node = allocated
     agent = agent_for(node)
     agent.heartbeat(faults={6: {"xid_errors": [79]}})
@@ -87,6 +89,7 @@ def test_node_pulled_from_a_tenant_is_wiped_before_reuse_and_the_tenant_credited
     wipe = NodeAgentAction.objects.get(node=node, action=AgentAction.WIPE, state=AgentActionState.PENDING)
     wipe.state = AgentActionState.SUCCEEDED
     wipe.save()
+    report_stack(node)  # the wiped node's new identity reports its stack
     reconcile_pass()
     run_allocation_loop()
     node.refresh_from_db()

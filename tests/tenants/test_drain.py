@@ -9,6 +9,7 @@ from fleet.services.reconcile import reconcile_pass
 from tenants.models import Allocation, AllocationNode
 from tenants.services.allocation_loop import run_allocation_loop
 
+from ..fleet.software_helpers import report_stack
 from .conftest import provision_succeeds
 
 pytestmark = pytest.mark.django_db
@@ -56,6 +57,7 @@ def test_operator_drain_moves_the_tenant_and_wipes_the_node(small_fleet, client_
     _agent_succeeds(AgentAction.STOP)
     reconcile_pass()
     _agent_succeeds(AgentAction.WIPE)
+    report_stack(drained)  # the wiped node's new identity reports its stack
     reconcile_pass()
     provision_succeeds()  # the replacement's agent confirms
     run_allocation_loop()
