@@ -95,6 +95,8 @@ class UsageEvent(models.Model):
         indexes = [
             models.Index(fields=["period", "tenant_id", "sku"], name="billing_usage_period_idx"),
             models.Index(fields=["tenant_id", "start"], name="billing_usage_tenant_start_idx"),
+            # ingest's per-interval bound: a node's rows that end after a batch's first start
+            models.Index(fields=["node_id", "end"], name="billing_usage_node_end_idx"),
         ]
 
     @property
@@ -453,6 +455,8 @@ class RejectionCode(models.TextChoices):
     GRANT_INVALID = "grant_invalid", "Grant forged, unreadable or expired"
     OUTSIDE_GRANT = "outside_grant", "Outside its grant (node, tenant, allocation, SKU or time)"
     QUANTITY_EXCEEDS_GRANT = "quantity_exceeds_grant", "More than GPUs × seconds"
+    EXCEEDS_INTERVAL = "exceeds_interval_capacity", "With the node's other usage, more than GPUs × wall-clock time"
+    EVENT_ID_IN_USE = "event_id_in_use", "Event id already recorded by another node"
 
 
 class RejectedMeterEvent(models.Model):
@@ -488,6 +492,36 @@ class RejectedMeterEvent(models.Model):
     @property
     def quantity(self) -> Decimal:
         return Decimal(self.quantity_micro) / MICRO
+
+
+class RejectedMeterTally(models.Model):
+    """Every refused meter event counted, per node, hour and code, whether or not it was kept.
+
+    Ingest keeps refused events as rows (RejectedMeterEvent) only up to a budget per node and
+    hour (METER_REJECTED_SAMPLE_PER_NODE_HOUR): a rented node's agent token can send thousands of
+    invalid events a minute, and a row each would let it fill the ledger's disk. Past the budget
+    a refusal only moves its counters here: how many, how many GPU-seconds they claimed, the
+    first and last seen. Counters, not evidence: the only ledger table that is updated."""
+
+    id = models.BigAutoField(primary_key=True)
+    node_id = models.UUIDField()
+    hour = models.DateTimeField(help_text="the UTC hour the refusals were received in")
+    code = models.CharField(max_length=32, choices=RejectionCode.choices)
+    refused = models.PositiveBigIntegerField(default=0)
+    sampled = models.PositiveBigIntegerField(default=0, help_text="of which kept as RejectedMeterEvent rows")
+    quantity_micro = models.DecimalField(max_digits=38, decimal_places=0, default=0, help_text="GPU-µs claimed")
+    first_received_at = models.DateTimeField()
+    last_received_at = models.DateTimeField()
+    last_event_id = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["-hour", "node_id", "code"]
+        constraints = [
+            models.UniqueConstraint(fields=["node_id", "hour", "code"], name="billing_rejected_tally_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.refused} {self.code} from {self.node_id} in {self.hour:%Y-%m-%d %H}h ({self.sampled} kept)"
 
 
 class DisputeStatus(models.TextChoices):

@@ -363,6 +363,9 @@ METERING_GRANT_HOURS = env.int("METERING_GRANT_HOURS", default=4)
 METER_CLOCK_SKEW_SECONDS = env.int("METER_CLOCK_SKEW_SECONDS", default=300)
 # ... and at most this old (an agent spools through outages; older is refused, kept, shown).
 METER_MAX_EVENT_AGE_HOURS = env.int("METER_MAX_EVENT_AGE_HOURS", default=7 * 24)
+# Refused meter events kept as rows per node and hour; past it they are only counted (a rented
+# node's token must not be able to fill the ledger's disk with refusals; billing.RejectedMeterTally).
+METER_REJECTED_SAMPLE_PER_NODE_HOUR = env.int("METER_REJECTED_SAMPLE_PER_NODE_HOUR", default=200)
 # The ledger's monthly partitions (PostgreSQL): how many months ahead the beat task makes them,
 # and how long after a month stops accepting usage it may be archived (docs/billing.md).
 LEDGER_PARTITIONS_AHEAD = env.int("LEDGER_PARTITIONS_AHEAD", default=3)

@@ -1,19 +1,30 @@
 """Meter-event ingest: validate a batch, check each event against its grant, dedupe by event
-id, insert in one statement.
+id, bound each interval by what the node's GPUs could deliver, insert in one statement.
 
 Writes only to the ledger database (never reads or writes `default`), so node agents keep
 metering while the control plane is down. A malformed event refuses the whole batch (400); a
 well-formed event its grant does not allow is refused alone: listed in the answer's `rejected`
-with a code, stored in RejectedMeterEvent for operators, never charged. Re-sending an event is
-a counted duplicate; the same event id with different content is a conflict and the whole batch
-is refused.
+with a code, never charged, counted per node, hour and code (RejectedMeterTally) and kept as a
+row for operators up to a budget per node and hour (RejectedMeterEvent). Re-sending an event is
+a counted duplicate; the same event id with different content from the same node is a conflict
+and the whole batch is refused; an event id another node already recorded is refused alone.
+
+Interval bound: each event is bounded by its grant (GPUs × its own seconds), and the events of
+one node together by the node (at no instant more GPUs in use than the grant's GPU count): usage
+is taken as spread evenly over its `[start, end)`, and an event whose share, added to what is
+already recorded for the same node over any part of its interval, would exceed the GPU count is
+refused (`exceeds_interval_capacity`). So however many events name the same minute, the node is
+billed at most GPUs × the wall-clock length of the union of their intervals.
 """
 
+import bisect
 import hashlib
 import json
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from uuid import UUID
 
 from django.conf import settings
@@ -21,13 +32,28 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from billing.grants import GrantInvalid, verify_grant
-from billing.models import MICRO, PriceBookEntry, RejectedMeterEvent, RejectionCode, Unit, UsageEvent
+from billing.models import (
+    MICRO,
+    PriceBookEntry,
+    RejectedMeterEvent,
+    RejectedMeterTally,
+    RejectionCode,
+    Unit,
+    UsageDispute,
+    UsageEvent,
+)
 from billing.periods import next_period, period_end, period_of
 from billing.services.ledger_partitions import ensure_partitions_for
 from core.api.timestamps import parse_rfc3339
 from core.locks import lock_id
 
 MAX_BATCH = 1000
+# A quantity is a decimal string of GPU-seconds: at most this many characters (a 5,000-digit
+# number or an exponent of a billion never reaches the arithmetic) and at most MAX_QUANTITY.
+MAX_QUANTITY_CHARS = 32
+MAX_QUANTITY = Decimal(10) ** 12  # GPU-seconds: 72 GPUs for 400 years; the column holds 9.2e12
+# Intervals of one node overlapping one new event beyond this are refused without weighing them.
+MAX_OVERLAPPING = 64
 FIELDS = ("event_id", "allocation_id", "tenant_id", "sku", "start", "end", "quantity", "unit")
 LEDGER = "ledger"
 _US = datetime.resolution  # one microsecond
@@ -75,12 +101,16 @@ class _Event:
 def _quantity_micro(value) -> int:
     if not isinstance(value, str):
         raise ValueError('must be a decimal string, e.g. "480" (GPUs × seconds)')
+    if len(value) > MAX_QUANTITY_CHARS:
+        raise ValueError(f'at most {MAX_QUANTITY_CHARS} characters (a decimal of GPU-seconds, e.g. "480")')
     try:
         quantity = Decimal(value)
     except InvalidOperation:
         raise ValueError('must be a decimal string, e.g. "480"') from None
     if not quantity.is_finite() or quantity < 0:
         raise ValueError("must be a finite decimal ≥ 0")
+    if quantity > MAX_QUANTITY:
+        raise ValueError(f"at most {MAX_QUANTITY:,f} GPU-seconds per event")
     micro = quantity * MICRO
     if micro != micro.to_integral_value():
         raise ValueError("at most 6 decimal places (microsecond resolution)")
@@ -218,30 +248,183 @@ def _refusal(event: _Event, node_id: UUID, now: datetime, verified: dict) -> tup
     return None
 
 
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
 def _store_rejections(node_id: UUID, refused: list[tuple[_Event, str, str]], received_at: datetime) -> None:
-    """Keep every refused event for inspection; re-sending the same one is stored once."""
-    RejectedMeterEvent.objects.using(LEDGER).bulk_create(
-        [
-            RejectedMeterEvent(
-                event_id=e.event_id,
-                node_id=node_id,
-                tenant_id=e.tenant_id,
-                allocation_id=e.allocation_id,
-                sku=e.sku,
-                start=e.start,
-                end=e.end,
-                quantity_micro=e.quantity_micro,
-                code=code,
-                detail=detail[:500],
-                grant=e.grant if isinstance(e.grant, str) else repr(e.grant)[:1000],
-                payload_hash=e.payload_hash,
-                received_at=received_at,
+    """Count every refusal (per node, hour and code) and keep the first ones of each node and
+    hour as rows, up to METER_REJECTED_SAMPLE_PER_NODE_HOUR; re-sending the same refused event
+    stores it once. The rest leave their count, their claimed GPU-seconds and the last event id
+    in the hour's tally, so a flood of invalid events costs the ledger a few rows an hour."""
+    hour = _hour(received_at)
+    tallies = {
+        t.code: t
+        for t in RejectedMeterTally.objects.using(LEDGER).select_for_update().filter(node_id=node_id, hour=hour)
+    }
+    room = max(0, settings.METER_REJECTED_SAMPLE_PER_NODE_HOUR - sum(t.sampled for t in tallies.values()))
+    kept = refused[:room]
+    if kept:
+        RejectedMeterEvent.objects.using(LEDGER).bulk_create(
+            [
+                RejectedMeterEvent(
+                    event_id=e.event_id,
+                    node_id=node_id,
+                    tenant_id=e.tenant_id,
+                    allocation_id=e.allocation_id,
+                    sku=e.sku,
+                    start=e.start,
+                    end=e.end,
+                    quantity_micro=e.quantity_micro,
+                    code=code,
+                    detail=detail[:500],
+                    grant=e.grant if isinstance(e.grant, str) else repr(e.grant)[:1000],
+                    payload_hash=e.payload_hash,
+                    received_at=received_at,
+                )
+                for e, code, detail in kept
+            ],
+            ignore_conflicts=True,
+            batch_size=500,
+        )
+    counts: dict = defaultdict(lambda: [0, 0, 0, ""])  # code → [refused, sampled, GPU-µs, last event id]
+    for index, (event, code, _detail) in enumerate(refused):
+        count = counts[code]
+        count[0] += 1
+        count[1] += index < len(kept)
+        count[2] += event.quantity_micro
+        count[3] = event.event_id
+    changed, created = [], []
+    for code, (n, sampled, micro, last_id) in counts.items():
+        tally = tallies.get(code)
+        if tally is None:
+            created.append(
+                RejectedMeterTally(
+                    node_id=node_id,
+                    hour=hour,
+                    code=code,
+                    refused=n,
+                    sampled=sampled,
+                    quantity_micro=micro,
+                    first_received_at=received_at,
+                    last_received_at=received_at,
+                    last_event_id=last_id,
+                )
             )
-            for e, code, detail in refused
-        ],
-        ignore_conflicts=True,
-        batch_size=500,
+            continue
+        tally.refused += n
+        tally.sampled += sampled
+        tally.quantity_micro += micro
+        tally.last_received_at, tally.last_event_id = received_at, last_id
+        changed.append(tally)
+    RejectedMeterTally.objects.using(LEDGER).bulk_update(
+        changed, ["refused", "sampled", "quantity_micro", "last_received_at", "last_event_id"]
     )
+    RejectedMeterTally.objects.using(LEDGER).bulk_create(created)
+
+
+# ---- the per-interval bound -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: datetime
+    end: datetime
+    density: Fraction  # GPUs in use, the quantity spread evenly over [start, end)
+
+
+def _span(start: datetime, end: datetime, quantity_micro: int) -> _Span:
+    return _Span(start, end, Fraction(quantity_micro, (end - start) // _US))
+
+
+class _NodeUsage:
+    """What a node is already billed for, as spans, to weigh a new event against."""
+
+    def __init__(self, spans: list[_Span]):
+        self.spans = sorted(spans, key=lambda s: s.start)
+        self.starts = [s.start for s in self.spans]
+        self.longest = max((s.end - s.start for s in self.spans), default=timedelta(0))
+
+    def overlapping(self, start: datetime, end: datetime) -> list[_Span]:
+        lo = bisect.bisect_left(self.starts, start - self.longest)
+        hi = bisect.bisect_left(self.starts, end)
+        return [s for s in self.spans[lo:hi] if s.end > start]
+
+    def add(self, span: _Span) -> None:
+        at = bisect.bisect_right(self.starts, span.start)
+        self.starts.insert(at, span.start)
+        self.spans.insert(at, span)
+        self.longest = max(self.longest, span.end - span.start)
+
+    def peak(self, new: _Span, others: list[_Span]) -> Fraction:
+        """The most GPUs in use at any instant of `new`'s interval, with it counted."""
+        cuts = sorted({new.start, new.end, *(t for o in others for t in (o.start, o.end) if new.start < t < new.end)})
+        peak = Fraction(0)
+        for lo in cuts[:-1]:
+            peak = max(peak, new.density + sum((o.density for o in others if o.start <= lo < o.end), Fraction(0)))
+        return peak
+
+
+def _recorded_usage(node_id: UUID, events: list[_Event], exclude: set[str]) -> _NodeUsage:
+    """The node's recorded events that end after the first of `events` starts and start before
+    the last ends, whole (pieces of one event summed), less the batch's own ids (a re-sent event
+    is a duplicate, not an overlap). One query."""
+    first = min(e.start for e in events)
+    last = max(e.end for e in events)
+    rows = (
+        UsageEvent.objects.using(LEDGER)
+        .filter(
+            node_id=node_id,
+            # a piece lies inside its month, so only these months' partitions can hold overlaps
+            period__gte=period_of(first),
+            period__lte=period_of(last),
+            end__gt=first,
+            start__lt=last,
+            quantity_micro__gt=0,
+        )
+        .values_list("event_id", "start", "end", "quantity_micro")
+    )
+    whole: dict = {}
+    for event_id, start, end, micro in rows:
+        if event_id in exclude:
+            continue
+        seen = whole.get(event_id)
+        whole[event_id] = (
+            (start, end, micro) if seen is None else (min(seen[0], start), max(seen[1], end), seen[2] + micro)
+        )
+    return _NodeUsage([_span(*v) for v in whole.values()])
+
+
+def _over_capacity(node_id: UUID, events: list[_Event], exclude: set[str], gpus_of) -> dict[str, str]:
+    """event id → why, for the events (in the batch's order) that would put more GPUs in use
+    at some instant than their grant's GPU count, with what is recorded and what this batch
+    accepted before them."""
+    if not events:
+        return {}
+    usage = _recorded_usage(node_id, events, exclude)
+    refused = {}
+    for event in events:
+        if event.quantity_micro == 0:
+            continue
+        gpus = gpus_of(event)
+        span = _span(event.start, event.end, event.quantity_micro)
+        others = usage.overlapping(event.start, event.end)
+        if len(others) > MAX_OVERLAPPING:
+            refused[event.event_id] = (
+                f"{len(others)} other events of this node overlap [start, end); at most {MAX_OVERLAPPING} are weighed"
+            )
+            continue
+        peak = usage.peak(span, others)
+        if peak > gpus:
+            already = sum((o.density * ((min(o.end, event.end) - max(o.start, event.start)) // _US) for o in others), 0)
+            refused[event.event_id] = (
+                f"with the {len(others)} event(s) already recorded for this node over [start, end) "
+                f"({Decimal(int(already)) / MICRO} GPU-seconds), it would bill up to {float(peak):g} GPUs at once; "
+                f"the node has {gpus}. Each second of a node is billed once"
+            )
+            continue
+        usage.add(span)
+    return refused
 
 
 def _pieces(event: _Event) -> list[tuple[datetime, datetime, int]]:
@@ -382,8 +565,8 @@ def _serialise_node(node_id: UUID) -> None:
             )
 
 
-def _stored_hashes(event_ids: list[str]) -> dict[str, str]:
-    """event id → payload hash of the ids already recorded (one query)."""
+def _stored(event_ids: list[str]) -> dict[str, tuple[str, UUID]]:
+    """event id → (payload hash, node) of the ids already recorded (one query)."""
     connection = connections[LEDGER]
     if connection.vendor == "postgresql":
         # One array parameter rather than 1,000 placeholders (same reason as _PG_INSERT), joined
@@ -392,14 +575,17 @@ def _stored_hashes(event_ids: list[str]) -> dict[str, str]:
         # unique index once per id (25 ms).
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT u.event_id, u.payload_hash FROM unnest(%s::varchar[]) AS k(event_id) "
+                "SELECT u.event_id, u.payload_hash, u.node_id FROM unnest(%s::varchar[]) AS k(event_id) "
                 "JOIN billing_usageevent u ON u.event_id = k.event_id AND u.part = 0",
                 [event_ids],
             )
-            return dict(cursor.fetchall())
-    return dict(
-        UsageEvent.objects.using(LEDGER).filter(event_id__in=event_ids, part=0).values_list("event_id", "payload_hash")
-    )
+            return {eid: (digest, node if isinstance(node, UUID) else UUID(str(node))) for eid, digest, node in cursor}
+    return {
+        eid: (digest, node)
+        for eid, digest, node in UsageEvent.objects.using(LEDGER)
+        .filter(event_id__in=event_ids, part=0)
+        .values_list("event_id", "payload_hash", "node_id")
+    }
 
 
 def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | None = None) -> IngestResult:
@@ -436,12 +622,30 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
             conflicts.add(event.event_id)
     pieces = {e.event_id: _pieces(e) for e in by_id.values()}
     ensure_partitions_for({period_of(lo) for parts in pieces.values() for lo, _, _ in parts})
+
+    def grant_of(event: _Event):
+        return verified[event.grant if isinstance(event.grant, str) else repr(event.grant)]
+
     with transaction.atomic(using=LEDGER):
         _serialise_node(node_id)
-        stored = _stored_hashes(list(by_id)) if by_id else {}
-        conflicts.update(eid for eid, digest in stored.items() if by_id[eid].payload_hash != digest)
+        stored = _stored(list(by_id)) if by_id else {}
+        # Another node's event id is that node's: refused alone, never a reason to refuse the
+        # rest of this batch (nor counted as this node's duplicate).
+        foreign = {eid for eid, (_digest, owner) in stored.items() if owner != node_id}
+        for eid in foreign:
+            refused.append(
+                (by_id.pop(eid), RejectionCode.EVENT_ID_IN_USE, "another node recorded this event id; use a new id")
+            )
+            del stored[eid]
+        conflicts.update(eid for eid, (digest, _owner) in stored.items() if by_id[eid].payload_hash != digest)
         if conflicts:
             raise EventConflict(sorted(conflicts))
+        new = [e for e in by_id.values() if e.event_id not in stored]
+        over = _over_capacity(node_id, new, set(by_id), lambda e: grant_of(e).gpus)
+        for event in new:
+            if event.event_id in over:
+                refused.append((by_id.pop(event.event_id), RejectionCode.EXCEEDS_INTERVAL, over[event.event_id]))
+        new = [e for e in new if e.event_id not in over]
         rows = [
             (
                 e.event_id,
@@ -458,16 +662,50 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
                 e.payload_hash,
                 received_at,
             )
-            for e in by_id.values()
-            if e.event_id not in stored
+            for e in new
             for part, (lo, hi, share) in enumerate(pieces[e.event_id])
         ]
         _insert(rows)
+        _hold_early_usage(new, grant_of, received_at)
         if refused:
             _store_rejections(node_id, refused, received_at)
-    new = len(by_id) - len(stored)
     return IngestResult(
-        accepted=new,
+        accepted=len(new),
         duplicates=len(stored) + in_batch_duplicates,
         rejected=tuple(Rejection(e.event_id, str(code), detail) for e, code, detail in refused),
     )
+
+
+def _hold_early_usage(events: list[_Event], grant_of, received_at: datetime) -> int:
+    """Usage that starts before its grant's window (the node's membership in the allocation) but
+    within the clock-skew allowance is stored and held as disputed at once, never rated until
+    an operator accepts it: an agent's clock may run early, and a tenant may not be billed for
+    time before its allocation started."""
+    early = {e.event_id: grant_of(e) for e in events if e.start < grant_of(e).valid_from}
+    if not early:
+        return 0
+    rows = (
+        UsageEvent.objects.using(LEDGER)
+        .filter(event_id__in=list(early))
+        .values_list("id", "event_id", "tenant_id", "period", "start")
+    )
+    UsageDispute.objects.using(LEDGER).bulk_create(
+        [
+            UsageDispute(
+                usage_event_id=pk,
+                tenant_id=tenant_id,
+                period=period,
+                reason=(
+                    f"starts {_seconds(early[event_id].valid_from - start)} before this node joined the allocation "
+                    f"({early[event_id].valid_from.isoformat()}); held until an operator accepts it"
+                )
+                if start < early[event_id].valid_from
+                else f"part of an event that starts before this node joined the allocation "
+                f"({early[event_id].valid_from.isoformat()}); held until an operator accepts it",
+                opened_at=received_at,
+            )
+            for pk, event_id, tenant_id, period, start in rows
+        ],
+        ignore_conflicts=True,
+    )
+    return len(early)

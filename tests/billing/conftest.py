@@ -148,26 +148,78 @@ def metered_node(small_fleet):
 
 
 @pytest.fixture
-def ingest(metered_node):
+def ingest(metered_node, small_fleet):
     """Store events through the ingest service (as the endpoint does, with their grants), a day's
     events at a time, as if each batch arrived a minute after its last event ended; the allocation
-    history the events belong to is recorded too (history=False: usage nobody allocated)."""
+    history the events belong to is recorded too (history=False: usage nobody allocated).
+
+    A node's GPUs are billed once per second (the ledger refuses overlapping usage beyond its
+    GPU count), so events that overlap in time are sent by different nodes, as usage of one
+    allocation's several nodes would be: each event goes to the first node (the metered node
+    first) that has nothing overlapping it yet."""
     from billing.services.ingest import ingest_meter_events
+    from fleet.models import Node
+
+    pool = [metered_node, *Node.objects.exclude(pk=metered_node.pk).order_by("hostname")]
+
+    def assign(events) -> dict:
+        """node → its events: each event to the node that already sent it (a re-send), else to
+        the first node with nothing overlapping it in the ledger or in this call (first fit in
+        order of start, which needs no more nodes than events overlap at once)."""
+        from billing.models import UsageEvent
+
+        spans = [(parse(e["start"]), parse(e["end"])) for e in events]
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+        busy: dict = {node.pk: [] for node in pool}
+        sent_by: dict = {}
+        for event_id, node_id, start, end in UsageEvent.objects.filter(
+            node_id__in=list(busy), end__gt=lo, start__lt=hi
+        ).values_list("event_id", "node_id", "start", "end"):
+            busy[node_id].append((start, end))
+            sent_by[event_id] = node_id
+        sent_by.update(
+            UsageEvent.objects.filter(event_id__in=[e["event_id"] for e in events]).values_list("event_id", "node_id")
+        )
+        by_pk = {node.pk: node for node in pool}
+        out: dict = {}
+        for event, (start, end) in sorted(zip(events, spans, strict=True), key=lambda pair: pair[1]):
+            node_id = sent_by.get(event["event_id"])
+            if node_id is None:
+                node_id = next(
+                    (n.pk for n in pool if all(end <= a or b <= start for a, b in busy[n.pk])),
+                    None,
+                )
+                if node_id is None:  # more usage at once than the fleet has nodes: one more node
+                    extra = Node.objects.create(
+                        hostname=f"metered-extra-{len(pool):04d}",
+                        serial=f"METERED-EXTRA-{len(pool):04d}",
+                        rack=metered_node.rack,
+                        u_position=200 + len(pool),
+                        node_type=metered_node.node_type,
+                    )
+                    pool.append(extra)
+                    by_pk[extra.pk], busy[extra.pk] = extra, []
+                    node_id = extra.pk
+                busy[node_id].append((start, end))
+                sent_by[event["event_id"]] = node_id
+            out.setdefault(by_pk[node_id], []).append(event)
+        return out
 
     def run(events, *, history: bool = True):
-        if history:
-            record_history(events, metered_node)
         accepted = duplicates = 0
-        by_day: dict = {}
-        for event in events:  # a node sends as it goes: one day's events arrive together
-            by_day.setdefault(parse(event["end"]).date(), []).append(event)
-        for day_events in by_day.values():
-            for i in range(0, len(day_events), 1000):
-                batch = granted(day_events[i : i + 1000], metered_node.pk)
-                arrived = max(parse(e["end"]) for e in batch) + timedelta(minutes=1)
-                result = ingest_meter_events(node_id=metered_node.pk, events=batch, received_at=arrived)
-                assert not result.rejected, result.rejected
-                accepted, duplicates = accepted + result.accepted, duplicates + result.duplicates
+        for node, node_events in assign(events).items():
+            if history:
+                record_history(node_events, node)
+            by_day: dict = {}
+            for event in node_events:  # a node sends as it goes: one day's events arrive together
+                by_day.setdefault(parse(event["end"]).date(), []).append(event)
+            for day_events in by_day.values():
+                for i in range(0, len(day_events), 1000):
+                    batch = granted(day_events[i : i + 1000], node.pk)
+                    arrived = max(parse(e["end"]) for e in batch) + timedelta(minutes=1)
+                    result = ingest_meter_events(node_id=node.pk, events=batch, received_at=arrived)
+                    assert not result.rejected, result.rejected
+                    accepted, duplicates = accepted + result.accepted, duplicates + result.duplicates
         return accepted, duplicates
 
     return run

@@ -158,10 +158,18 @@ def test_money_sums_exact_to_the_cent(ingest, django_db_blocker, rows):
 
     tenants = [uuid.uuid4() for _ in range(3)]
     events = []
-    for t, gpus, seconds, micros, sku in rows:
+    # Eight nodes' usage side by side: a node's GPUs are billed once per second, so the events run
+    # one after another on eight lanes (125 events of at most 5 h: 26 days, inside September).
+    lanes = [timedelta(0)] * 8
+    for i, (t, gpus, seconds, micros, sku) in enumerate(rows):
+        lane = i % 8
+        if lanes[lane] + timedelta(seconds=seconds + 1) > timedelta(days=27):
+            lanes[lane] = timedelta(0)
+        offset = lanes[lane] + timedelta(microseconds=micros)
+        lanes[lane] += timedelta(seconds=seconds + 1)
         event = make_event(
             tenant_id=tenants[t],
-            start=datetime(2026, 9, 2, tzinfo=UTC) + timedelta(microseconds=micros),
+            start=datetime(2026, 9, 2, tzinfo=UTC) + offset,
             seconds=seconds,
             gpus=gpus,
             sku=sku,
