@@ -278,8 +278,39 @@ BMC_SYNC_CONCURRENCY = env.int("BMC_SYNC_CONCURRENCY", default=32)
 BMC_SYNC_BUDGET_S = env.int("BMC_SYNC_BUDGET_S", default=45)
 # Chassis power reads per pass for nodes whose agent reports no fresh power (4-5 GETs each).
 BMC_POWER_READS_PER_PASS = env.int("BMC_POWER_READS_PER_PASS", default=128)
-# Verify the BMC's TLS certificate (a CA bundle path, or false for self-signed lab BMCs).
+# Verify the BMC's TLS certificate (a CA bundle path, or false for self-signed lab BMCs). A BMC
+# record may instead carry its own CA or a pinned certificate (docs/bmc.md, "Network policy").
 BMC_VERIFY_TLS = env.str("BMC_VERIFY_TLS", default="true")
+# The management networks BMCs live in (core.netguard): every BMC address entered anywhere
+# (enrolment, admin, API, import) and every connection to one must fall inside one of these
+# CIDR blocks; `+http` after a block allows plain HTTP there (equipment without TLS), e.g.
+# "10.64.0.0/16, 10.65.0.0/24+http". Loopback, link-local and the control plane's own addresses
+# are refused whatever this says. Empty (the default without DEBUG): no BMC can be reached.
+from core.netguard import parse_networks, parse_origins  # noqa: E402  (pure functions, no Django settings needed)
+
+try:
+    BMC_NETWORKS = parse_networks(
+        env.str("BMC_NETWORKS", default="10.0.0.0/8" if DEBUG else ""), setting="BMC_NETWORKS"
+    )
+    # The control plane's own addresses beyond this machine's (a load balancer's, a NAT's).
+    CONTROL_PLANE_NETWORKS = tuple(
+        n.network
+        for n in parse_networks(env.str("CONTROL_PLANE_NETWORKS", default=""), setting="CONTROL_PLANE_NETWORKS")
+    )
+except ValueError as _bad_network:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(str(_bad_network)) from None
+# Development only: exact origins (scheme://host:port) of BMC emulators on this machine, exempt
+# from the network policy. `make demo`'s emulator is on 127.0.0.1:8001. Refused without DEBUG.
+BMC_LAB_ORIGINS = parse_origins(env.str("BMC_LAB_ORIGINS", default="http://127.0.0.1:8001" if DEBUG else ""))
+if BMC_LAB_ORIGINS and not DEBUG:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "Refusing to start with DEBUG off: BMC_LAB_ORIGINS exempts addresses from the BMC network policy and is for "
+        "a development emulator only; unset it and list the management networks in BMC_NETWORKS."
+    )
 
 # --- Correlated fabric failures (health.services.fabric, docs/faults.md) --------------------------
 # Defaults are health.policy's FABRIC_* constants (the lapse rules': leaf as leaf, domain as site).

@@ -28,3 +28,11 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 import tempfile  # noqa: E402
 
 AGENT_HANDOFF_DIR = tempfile.mkdtemp(prefix="hangar-test-handoff-")
+
+# BMCs in the tests: the documentation ranges and 10/8 are "management networks" (10.200/16 also
+# over plain HTTP); the session's Redfish emulators on 127.0.0.1 are lab origins, added by the
+# fixtures that start them (tests/redfish.py).
+from core.netguard import parse_networks  # noqa: E402
+
+BMC_NETWORKS = parse_networks("10.0.0.0/8, 10.200.0.0/16+http, 192.0.2.0/24, 2001:db8::/32", setting="BMC_NETWORKS")
+BMC_LAB_ORIGINS = set()

@@ -280,3 +280,4 @@ class BMCErrorKind(models.TextChoices):
     REFUSED = "refused", "Refused by the BMC"
     NOT_FOUND = "not_found", "System not found"
     ERROR = "error", "BMC error"
+    POLICY = "policy", "Refused by the BMC network policy"

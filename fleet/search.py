@@ -9,7 +9,7 @@ from django.urls import reverse
 from core.search import Described, Kind, register
 
 from .choices import Health, Lifecycle
-from .models import GPU, Drive, Hall, Node, Rack
+from .models import GPU, Drive, Hall, Node, NodeBMC, Rack
 
 
 def _tenant_of(prefix: str) -> Max:
@@ -63,6 +63,11 @@ def describe_drives(ids: list[str]) -> dict[str, Described]:
     return _describe_parts(Drive, ids, (("serial", "model"), lambda r: f"drive {r['serial']} {r['model']}".strip()))
 
 
+def describe_bmcs(ids: list[str]) -> dict[str, Described]:
+    """A BMC address or MAC opens the node the BMC manages."""
+    return _describe_parts(NodeBMC, ids, (("address",), lambda r: f"BMC of {r['node__hostname']}"))
+
+
 def describe_racks(ids: list[str]) -> dict[str, Described]:
     rows = Rack.objects.filter(pk__in=ids).values("pk", "name", "hall__name", "hall__site__slug")
     return {
@@ -89,10 +94,13 @@ register(
         Kind("hostname", "Hostname", "hostname"),
         Kind("node_serial", "Node serial", "serial"),
         Kind("asset_tag", "Asset tag", "asset_tag"),
-        Kind("bmc_address", "BMC address", "bmc_address"),
-        Kind("bmc_mac", "BMC MAC", "bmc_mac"),
     ],
     describe=describe_nodes,
+)
+register(
+    NodeBMC,
+    kinds=[Kind("bmc_address", "BMC address", "address"), Kind("bmc_mac", "BMC MAC", "mac")],
+    describe=describe_bmcs,
 )
 register(
     GPU,

@@ -12,9 +12,21 @@ POOL = [f"sys-{i:03d}" for i in range(64)]
 _next = itertools.count()
 
 
+def allow_lab_bmc(url: str) -> str:
+    """Let the BMC network policy reach a test's own Redfish server on loopback (a lab origin,
+    as `make demo`'s emulator is); everything else on loopback stays refused."""
+    from django.conf import settings
+
+    from core.netguard import origin_of
+
+    settings.BMC_LAB_ORIGINS.add(origin_of(url))
+    return url
+
+
 @pytest.fixture(scope="session")
 def redfish_emulator():
     emulator = RedfishEmulator(systems=POOL).start()
+    allow_lab_bmc(emulator.url)
     yield emulator
     emulator.stop()
 
@@ -23,6 +35,7 @@ def redfish_emulator():
 def refusing_emulator():
     """A BMC that refuses every power-off (SUSHY_EMULATOR_DISABLE_POWER_OFF): HTTP 400."""
     emulator = RedfishEmulator(systems=["locked-000"], disable_power_off=True).start()
+    allow_lab_bmc(emulator.url)
     yield emulator
     emulator.stop()
 

@@ -7,6 +7,7 @@ process that serves it (devtools.demo.DEMO_PROCESSES)."""
 from django.conf import settings
 from django.db import transaction
 
+from core.netguard import origin_of
 from devtools.redfish_emulator import system_uuid
 from fleet.models import Node, NodeBMC
 from fleet.services.bmc_credentials import encrypt
@@ -24,19 +25,27 @@ def systems_file():
 def wire_demo_bmcs(stdout) -> None:
     hostnames = list(Node.objects.exclude(lifecycle="disposed").order_by("hostname").values_list("hostname", flat=True))
     systems_file().write_text("\n".join(hostnames) + "\n")
-    have = set(NodeBMC.objects.values_list("node__hostname", flat=True))
     user, password = encrypt(DEMO_BMC_USER), encrypt(DEMO_BMC_PASSWORD)
-    rows = [
-        NodeBMC(
-            node=node,
-            redfish_url=DEMO_REDFISH_URL,
-            system_path=f"/redfish/v1/Systems/{system_uuid(node.hostname)}",
-            username_encrypted=user,
-            password_encrypted=password,
-        )
-        for node in Node.objects.exclude(hostname__in=have).exclude(lifecycle="disposed")
-    ]
+    origin = origin_of(DEMO_REDFISH_URL)  # the credentials are bound to the emulator's address
+    records = {b.node_id: b for b in NodeBMC.objects.all()}
+    rows, wired = [], []
+    for node in Node.objects.exclude(lifecycle="disposed"):
+        record = records.get(node.pk)
+        if record is not None and record.redfish_url:
+            continue
+        record = record or NodeBMC(node=node)
+        record.redfish_url = DEMO_REDFISH_URL
+        record.system_path = f"/redfish/v1/Systems/{system_uuid(node.hostname)}"
+        record.username_encrypted, record.password_encrypted = user, password
+        record.credentials_origin = origin
+        (wired if record.pk and not record._state.adding else rows).append(record)
     NodeBMC.objects.bulk_create(rows, batch_size=1000)
+    NodeBMC.objects.bulk_update(
+        wired,
+        ["redfish_url", "system_path", "username_encrypted", "password_encrypted", "credentials_origin"],
+        batch_size=1000,
+    )
+    rows = rows + wired
     stdout.write(
         f"  {len(rows)} BMC records wired to the Redfish emulator at {DEMO_REDFISH_URL} ({len(hostnames)} systems)\n"
     )

@@ -28,6 +28,7 @@ from fleet.models import (
     FabricDomain,
     Hall,
     Node,
+    NodeBMC,
     NodeEvent,
     NodeType,
     PowerFeed,
@@ -115,7 +116,7 @@ def seed_fleet(
         index_objects([*halls, liquid_hall], created=True)  # bulk_create sends no post_save
         progress(f"site {site.slug}: {len(halls)} air-cooled hall(s) + 1 liquid-ready hall")
 
-        fabrics, racks, nodes, feeds = [], [], [], []
+        fabrics, racks, nodes, feeds, bmc_of = [], [], [], [], []
         hopper = [node_types["h100-sxm-8x"], node_types.get("h200-sxm-8x", node_types["h100-sxm-8x"])]
         for pod in range(pods):
             hall = halls[pod // PODS_PER_HALL]
@@ -152,6 +153,13 @@ def seed_fleet(
                         PowerFeed(rack=rack, name=side, voltage=415, amperage=AIR_RACK_FEED_AMPS) for side in "AB"
                     ]
                 global_index = pod * GPUS_PER_POD // 8 + n
+                bmc_of.append(
+                    (
+                        f"10.{64 + global_index // 65536}.{(global_index // 256) % 256}.{global_index % 256}",
+                        # locally administered (02:…): never a real vendor's MAC
+                        "02:48:47:" + ":".join(f"{(global_index >> s) & 0xFF:02x}" for s in (16, 8, 0)),
+                    )
+                )
                 nodes.append(
                     Node(
                         id=uuid7(),
@@ -162,9 +170,6 @@ def seed_fleet(
                         node_type=node_type,
                         fabric_domain=fabric,
                         leaf_switch=f"pod{pod + 1:02d}-su{n // NODES_PER_SCALABLE_UNIT + 1:02d}",
-                        bmc_address=f"10.{64 + global_index // 65536}.{(global_index // 256) % 256}.{global_index % 256}",
-                        # locally administered (02:…): never a real vendor's MAC
-                        bmc_mac="02:48:47:" + ":".join(f"{(global_index >> s) & 0xFF:02x}" for s in (16, 8, 0)),
                         asset_tag=f"{site.slug.upper()}-AT{global_index + 1:07d}",
                         commissioned_on=today - timedelta(days=900 + rng.randint(0, 240)),
                         lifecycle=Lifecycle.AVAILABLE,
@@ -193,6 +198,15 @@ def seed_fleet(
         for start in range(0, len(nodes), BATCH):
             Node.objects.bulk_create(nodes[start : start + BATCH])
             index_objects(nodes[start : start + BATCH], created=True)
+            # where each node's BMC is: its BMC record (no Redfish URL or credentials yet)
+            bmcs = [
+                NodeBMC(node=node, address=address, mac=mac)
+                for node, (address, mac) in zip(
+                    nodes[start : start + BATCH], bmc_of[start : start + BATCH], strict=True
+                )
+            ]
+            NodeBMC.objects.bulk_create(bmcs)
+            index_objects(bmcs, created=True)
             progress(f"nodes {min(start + BATCH, len(nodes))}/{len(nodes)}")
 
         gpu_rows, drive_rows = [], []

@@ -1,6 +1,8 @@
-"""Admin of the BMC records: address and credentials (write-only: the form never shows the
-stored ones, and saves through fleet.services.bmc_credentials.set_bmc, audited), and power
-actions on selected nodes after a confirmation page naming them."""
+"""Admin of the BMC records: address, MAC, Redfish URL, TLS trust and credentials (write-only:
+the form never shows the stored ones, and saves through fleet.services.bmc_credentials.set_bmc,
+audited: addresses outside the BMC networks are refused, and a new address without new
+credentials clears the stored ones), and power actions on selected nodes after a confirmation
+page naming them."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -13,12 +15,18 @@ from core.services.permissions import PermissionMissing
 
 from ..choices import PowerAction
 from ..models import BMCPowerAction, NodeBMC
-from ..services.bmc_credentials import set_bmc
+from ..services.bmc_credentials import clean_redfish_url, set_bmc
+from ..services.bmc_network import check_bmc_address, check_redfish_url
 from ..services.power_actions import perform_power_action
+from ..validators import validate_bmc_address
 
 
 class NodeBMCForm(forms.ModelForm):
-    redfish_url = forms.CharField(max_length=300, help_text="the BMC's Redfish service, e.g. https://10.1.2.3")
+    redfish_url = forms.CharField(
+        max_length=300,
+        required=False,
+        help_text="the BMC's Redfish service, e.g. https://10.1.2.3; changing it without new credentials clears them",
+    )
     username = forms.CharField(
         max_length=256, required=False, help_text="leave both empty to keep the stored credentials"
     )
@@ -28,14 +36,33 @@ class NodeBMCForm(forms.ModelForm):
 
     class Meta:
         model = NodeBMC
-        fields = ["node", "redfish_url", "system_path"]
+        fields = ["node", "address", "mac", "redfish_url", "system_path", "tls_ca_pem", "tls_pin_sha256"]
+
+    def clean_address(self):
+        value = (self.cleaned_data.get("address") or "").strip()
+        if value:
+            validate_bmc_address(value)  # what it is first (a MAC, a zone-scoped address), then where
+        try:
+            check_bmc_address(value)
+        except DomainError as exc:
+            raise forms.ValidationError(exc.detail) from None
+        return value
+
+    def clean_redfish_url(self):
+        value = (self.cleaned_data.get("redfish_url") or "").strip()
+        if value:
+            try:
+                check_redfish_url(clean_redfish_url(value))
+            except DomainError as exc:
+                raise forms.ValidationError(exc.detail) from None
+        return value
 
     def clean(self):
         data = super().clean()
         if bool(data.get("username")) != bool(data.get("password")):
             raise forms.ValidationError("Give both the username and the password, or neither to keep the stored ones.")
-        if not self.instance.pk and not data.get("username"):
-            raise forms.ValidationError("A new BMC record needs its username and password.")
+        if data.get("username") and not data.get("redfish_url"):
+            raise forms.ValidationError("Credentials need the Redfish address they are for.")
         return data
 
 
@@ -44,6 +71,7 @@ class NodeBMCAdmin(admin.ModelAdmin):
     form = NodeBMCForm
     list_display = (
         "node",
+        "address",
         "redfish_url",
         "system_path",
         "reachable",
@@ -52,10 +80,11 @@ class NodeBMCAdmin(admin.ModelAdmin):
         "last_error_kind",
     )
     list_filter = ("reachable", "last_error_kind", "desired_power")
-    search_fields = ("node__hostname", "redfish_url")
+    search_fields = ("node__hostname", "address", "redfish_url")
     autocomplete_fields = ("node",)
     readonly_fields = (
         "credentials_changed_at",
+        "credentials_origin",
         "reachable",
         "last_checked_at",
         "last_ok_at",
@@ -74,10 +103,14 @@ class NodeBMCAdmin(admin.ModelAdmin):
         try:
             saved = set_bmc(
                 node=obj.node,
-                redfish_url=data["redfish_url"],
+                redfish_url=data.get("redfish_url") or "",
                 system_path=data.get("system_path", ""),
                 username=data.get("username") or None,
                 password=data.get("password") or None,
+                address=data.get("address") or "",
+                mac=data.get("mac") or "",
+                tls_ca_pem=data.get("tls_ca_pem") or "",
+                tls_pin_sha256=data.get("tls_pin_sha256") or "",
                 actor=actor_label(request.user),
                 reason="set in the admin",
             )

@@ -17,6 +17,7 @@ from core.services.audit import actor_label
 
 from ..inventory_files import SHEETS, csv_lines, read_workbook, xlsx_bytes
 from ..services.inventory_import import (
+    BMC_PERMISSION,
     MODEL_OF_SHEET,
     UPDATABLE,
     ImportRejected,
@@ -24,6 +25,7 @@ from ..services.inventory_import import (
     claim_staged,
     columns_of,
     plan_import,
+    sets_bmc_columns,
     stage_workbook,
 )
 
@@ -102,6 +104,8 @@ class InventoryFileAdmin(AuditedModelAdmin):
                 missing.append(f"the {sheet} sheet needs {_perm(sheet, 'add')}")
             if sheet in allow_updates and not request.user.has_perm(_perm(sheet, "change")):
                 missing.append(f"updating {sheet} needs {_perm(sheet, 'change')}")
+        if sets_bmc_columns(workbook) and not request.user.has_perm(BMC_PERMISSION):
+            missing.append(f"BMC addresses and MACs (bmc_address, bmc_mac) need {BMC_PERMISSION}")
         return missing
 
     def _preview(self, request, context):
@@ -194,23 +198,38 @@ class InventoryFileAdmin(AuditedModelAdmin):
                 "clear the filters and try again.",
                 content_type="text/plain",
             )
-        headers = columns_of(self.sheet)
+        headers = self.export_headers(request)
+        rows = _only(columns_of(self.sheet), headers, self.export_rows(queryset))
         if fmt == "csv":
-            response = StreamingHttpResponse(csv_lines(headers, self.export_rows(queryset)), content_type="text/csv")
+            response = StreamingHttpResponse(csv_lines(headers, rows), content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="{self.sheet}.csv"'
             return response
-        sheets = [(self.sheet, headers, self.export_rows(queryset))] + self.extra_export_sheets(request, queryset)
+        sheets = [(self.sheet, headers, rows)] + self.extra_export_sheets(request, queryset)
         response = HttpResponse(
             xlsx_bytes(sheets), content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
         )
         response["Content-Disposition"] = f'attachment; filename="{self.sheet}.xlsx"'
         return response
 
+    def export_headers(self, request) -> list[str]:
+        """The columns this user's export carries (a subset of the sheet's, in its order)."""
+        return columns_of(self.sheet)
+
     def export_rows(self, queryset):  # pragma: no cover - each admin says what a row is
         raise NotImplementedError
 
     def extra_export_sheets(self, request, queryset) -> list:
         return []
+
+
+def _only(columns: list[str], wanted: list[str], rows):
+    """`rows` (in `columns` order) cut down to the `wanted` columns."""
+    if wanted == columns:
+        yield from rows
+        return
+    keep = [columns.index(c) for c in wanted]
+    for row in rows:
+        yield [row[i] for i in keep]
 
 
 # ---- sites, halls, racks, fabrics, node types ---------------------------------------------------

@@ -17,11 +17,13 @@ from ..models import (
     GPU,
     Drive,
     Node,
+    NodeBMC,
     NodeEvent,
     Rack,
 )
 from ..selectors import drive_removal_refusal, hardware_change_refusal
 from ..services.inventory_import import (
+    BMC_COLUMNS,
     columns_of,
     record_enrolment,
     record_inventory_update,
@@ -178,6 +180,10 @@ def _nodes_with_drives(ids) -> Q:
     return Q(pk__in=Drive.objects.filter(pk__in=ids).values("node_id"))
 
 
+def _nodes_with_bmcs(ids) -> Q:
+    return Q(pk__in=NodeBMC.objects.filter(pk__in=ids).values("node_id"))
+
+
 @admin.register(Node)
 class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     sheet = "nodes"
@@ -215,8 +221,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
         "hostname": "pk",
         "node_serial": "pk",
         "asset_tag": "pk",
-        "bmc_address": "pk",
-        "bmc_mac": "pk",
+        "bmc_address": _nodes_with_bmcs,
+        "bmc_mac": _nodes_with_bmcs,
         "rack_name": "rack_id",
         "gpu_uuid": _nodes_with_gpus,
         "gpu_serial": _nodes_with_gpus,
@@ -235,8 +241,6 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
                     "u_position",
                     "fabric_domain",
                     "leaf_switch",
-                    "bmc_address",
-                    "bmc_mac",
                     "asset_tag",
                     "commissioned_on",
                     "allocation",
@@ -306,8 +310,16 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     def drain_nodes(self, request, queryset):
         return confirm_or_run(self, request, queryset, "drain")
 
+    def export_headers(self, request) -> list[str]:
+        """Where a node's BMC is belongs to its BMC record: exported only to who may view that."""
+        headers = super().export_headers(request)
+        if request.user.has_perm("fleet.view_nodebmc"):
+            return headers
+        return [h for h in headers if h not in BMC_COLUMNS]
+
     def export_rows(self, queryset):
-        for node in queryset.select_related("rack", "node_type", "fabric_domain").iterator(chunk_size=2000):
+        for node in queryset.select_related("rack", "node_type", "fabric_domain", "bmc").iterator(chunk_size=2000):
+            bmc = getattr(node, "bmc", None)
             yield [
                 node.hostname,
                 node.serial,
@@ -316,8 +328,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
                 node.node_type.slug,
                 node.fabric_domain.name if node.fabric_domain else "",
                 node.leaf_switch,
-                node.bmc_address,
-                node.bmc_mac,
+                bmc.address if bmc else "",
+                bmc.mac if bmc else "",
                 node.commissioned_on.isoformat() if node.commissioned_on else "",
                 node.asset_tag,
             ]

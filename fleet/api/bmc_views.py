@@ -53,6 +53,10 @@ class NodeBMCView(OpsView):
             system_path=data["system_path"],
             username=data.get("username"),
             password=data.get("password"),
+            address=data.get("address"),
+            mac=data.get("mac"),
+            tls_ca_pem=data.get("tls_ca_pem"),
+            tls_pin_sha256=data.get("tls_pin_sha256"),
             actor=request.user.actor,
             reason=data["reason"],
         )

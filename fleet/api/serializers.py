@@ -353,10 +353,27 @@ class BmcResetIn(serializers.Serializer):
 class BMCIn(serializers.Serializer):
     """Credentials are write-only: they are never part of any answer."""
 
-    redfish_url = serializers.CharField(max_length=300, help_text="the BMC's Redfish service, e.g. https://10.1.2.3")
+    redfish_url = serializers.CharField(
+        max_length=300,
+        help_text="the BMC's Redfish service, e.g. https://10.1.2.3, inside BMC_NETWORKS; a new address without "
+        "new credentials clears the stored ones",
+    )
     system_path = serializers.CharField(max_length=300, allow_blank=True, required=False, default="")
     username = serializers.CharField(max_length=256, required=False, write_only=True)
     password = serializers.CharField(max_length=256, required=False, write_only=True, style={"input_type": "password"})
+    address = serializers.CharField(
+        max_length=253,
+        required=False,
+        allow_blank=True,
+        help_text="the BMC's IP address or DNS name (default: the URL's host)",
+    )
+    mac = serializers.CharField(max_length=17, required=False, allow_blank=True)
+    tls_ca_pem = serializers.CharField(
+        max_length=65536, required=False, allow_blank=True, help_text="PEM CA certificate trusted for this BMC alone"
+    )
+    tls_pin_sha256 = serializers.CharField(
+        max_length=95, required=False, allow_blank=True, help_text="SHA-256 of the BMC's own certificate (hex)"
+    )
     reason = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
 
 
@@ -383,9 +400,14 @@ class PowerActionOut(serializers.Serializer):
 class BMCOut(serializers.Serializer):
     node_id = serializers.UUIDField()
     hostname = serializers.CharField()
+    address = serializers.CharField(allow_null=True)
+    mac = serializers.CharField(allow_null=True)
     redfish_url = serializers.CharField(allow_null=True)
     system_path = serializers.CharField(allow_null=True)
-    credentials_set = serializers.BooleanField(help_text="whether credentials are stored (they are never shown)")
+    tls = serializers.CharField(help_text="how its certificate is checked: pinned, own_ca or default")
+    credentials_set = serializers.BooleanField(
+        help_text="whether credentials are stored for the current address (they are never shown)"
+    )
     credentials_changed_at = serializers.DateTimeField(allow_null=True)
     reachable = serializers.BooleanField(allow_null=True)
     last_checked_at = serializers.DateTimeField(allow_null=True)
@@ -404,8 +426,13 @@ def bmc_body(node, status: dict) -> dict:
         {
             "node_id": node.pk,
             "hostname": node.hostname,
+            "address": bmc.address if bmc else None,
+            "mac": bmc.mac if bmc else None,
             "redfish_url": bmc.redfish_url if bmc else None,
             "system_path": bmc.system_path if bmc else None,
+            "tls": ("pinned" if bmc.tls_pin_sha256 else "own_ca" if bmc.tls_ca_pem else "default")
+            if bmc
+            else "default",
             "credentials_set": bool(bmc and bmc.has_credentials),
             "credentials_changed_at": bmc.credentials_changed_at if bmc else None,
             "reachable": bmc.reachable if bmc else None,

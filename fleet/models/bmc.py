@@ -7,18 +7,37 @@ from django.db.models import Q
 
 from core.ids import uuid7
 from core.models import BaseModel
+from core.netguard import origin_of
 
 from ..choices import BMCErrorKind, PowerAction, PowerActionState, PowerState
+from ..validators import normalise_mac, validate_bmc_address, validate_mac
 from .nodes import Node
 
 
 class NodeBMC(BaseModel):
     """Where a node's BMC answers and how to log in. `desired_power` is what operators and the
-    lifecycle want; the node's `power_state` is what the BMC last said (the power sync loop)."""
+    lifecycle want; the node's `power_state` is what the BMC last said (the power sync loop).
+
+    Everything that says where the BMC is (its address, MAC and Redfish URL) lives here, behind
+    this model's permissions (`fleet.change_nodebmc`, `fleet.view_nodebmc`), never on the node.
+    Credentials are bound to the origin they were entered for (`credentials_origin`): a record
+    whose address changed without new credentials has none (fleet.services.bmc_credentials)."""
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="bmc")
+    address = models.CharField(
+        max_length=253, blank=True, validators=[validate_bmc_address], help_text="the BMC's IP address or DNS name"
+    )
+    mac = models.CharField(
+        max_length=17,
+        blank=True,
+        validators=[validate_mac],
+        verbose_name="BMC MAC",
+        help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56",
+    )
     redfish_url = models.URLField(
-        max_length=300, help_text="the BMC's Redfish service root, e.g. https://10.1.2.3 (scheme and host)"
+        max_length=300,
+        blank=True,
+        help_text="the BMC's Redfish service root, e.g. https://10.1.2.3 (scheme and host); empty until it is set",
     )
     system_path = models.CharField(
         max_length=300,
@@ -28,6 +47,22 @@ class NodeBMC(BaseModel):
     username_encrypted = models.TextField(blank=True, help_text="Fernet token; never shown")
     password_encrypted = models.TextField(blank=True, help_text="Fernet token; never shown")
     credentials_changed_at = models.DateTimeField(null=True, blank=True)
+    credentials_origin = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="the scheme://host:port the credentials were entered for; used nowhere else",
+    )
+    tls_ca_pem = models.TextField(
+        blank=True,
+        verbose_name="TLS CA certificate",
+        help_text="PEM certificate(s) of the CA that signed this BMC's certificate, trusted for it alone",
+    )
+    tls_pin_sha256 = models.CharField(
+        max_length=64,
+        blank=True,
+        verbose_name="pinned certificate (SHA-256)",
+        help_text="SHA-256 of this BMC's own certificate (DER, hex): that certificate and no other (a self-signed one)",
+    )
     inventory = models.JSONField(
         default=dict,
         blank=True,
@@ -60,11 +95,21 @@ class NodeBMC(BaseModel):
         indexes = [models.Index(fields=["last_checked_at"], name="fleet_nodebmc_checked_idx")]
 
     def __str__(self) -> str:
-        return f"BMC of {self.node_id} at {self.redfish_url}"
+        return f"BMC of {self.node_id} at {self.redfish_url or self.address or '(no address)'}"
+
+    def clean(self):
+        super().clean()
+        if self.mac:
+            self.mac = normalise_mac(self.mac)
+
+    @property
+    def credentials_bound(self) -> bool:
+        """The stored credentials were entered for the address the record now names."""
+        return bool(self.credentials_origin) and self.credentials_origin == origin_of(self.redfish_url or "")
 
     @property
     def has_credentials(self) -> bool:
-        return bool(self.username_encrypted and self.password_encrypted)
+        return bool(self.username_encrypted and self.password_encrypted) and self.credentials_bound
 
 
 class BMCPowerAction(models.Model):

@@ -23,7 +23,7 @@ from ..choices import (
     PowerState,
     WallPowerSource,
 )
-from ..validators import normalise_mac, validate_bmc_address, validate_gpu_uuid, validate_hostname, validate_mac
+from ..validators import validate_gpu_uuid, validate_hostname
 from .facility import KW, FabricDomain, Rack
 
 
@@ -99,16 +99,6 @@ class Node(BaseModel):
         FabricDomain, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes"
     )
     leaf_switch = models.CharField(max_length=50, blank=True, help_text="the fabric leaf the node's ports land on")
-    bmc_address = models.CharField(
-        max_length=253, blank=True, validators=[validate_bmc_address], help_text="the BMC's IP address or DNS name"
-    )
-    bmc_mac = models.CharField(
-        max_length=17,
-        blank=True,
-        validators=[validate_mac],
-        verbose_name="BMC MAC",
-        help_text="the BMC's MAC address, e.g. 3c:ec:ef:12:34:56",
-    )
     commissioned_on = models.DateField(null=True, blank=True, help_text="when it entered service (age for disposition)")
     asset_tag = models.CharField(
         max_length=64, blank=True, help_text="the owner's asset tag on the chassis label (searchable from the console)"
@@ -208,8 +198,6 @@ class Node(BaseModel):
 
     def clean(self):
         super().clean()
-        if self.bmc_mac:
-            self.bmc_mac = normalise_mac(self.bmc_mac)
         if not (self.rack_id and self.node_type_id):
             return
         errors = []

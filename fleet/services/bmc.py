@@ -2,7 +2,13 @@
 through here, on top of sushy (the OpenStack bare-metal project's Redfish library).
 
 Functions take a `Target` (address, system, decrypted credentials; see bmc_credentials) and
-touch no database, so the power sync loop can run many of them in threads. Each has a
+touch no database, so the power sync loop can run many of them in threads.
+
+Every connection goes through the BMC network policy (fleet.services.bmc_network, checked on
+the address actually connected to), follows no redirect, uses no proxy from the environment,
+and every link a BMC answers with is followed only to the same origin as the target: a device
+whose Redfish document points at http://127.0.0.1:8772/… is refused, never fetched with the
+BMC's credentials. Nothing is fetched from the public internet (message registries included). Each has a
 connect and a read timeout; reads are retried with backoff when the BMC cannot be reached or
 fails internally (5xx); a reset is sent once (a retried ForceRestart could cycle a node
 twice), and whether it happened is then read back. Every failure is a `BMCError` whose
@@ -12,7 +18,9 @@ twice), and whether it happened is then read back. Every failure is a `BMCError`
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
 
+import requests
 import sushy
 from django.conf import settings
 from sushy import auth as sushy_auth
@@ -21,9 +29,11 @@ from sushy import exceptions as sx
 from sushy.resources import constants as redfish_constants
 from sushy.resources.system import system as sushy_system
 
+from core.netguard import AddressRefused, NetworkPolicy, guard_session, same_origin
 from fleet.choices import BMCErrorKind, PowerAction, PowerState
 
 from .bmc_credentials import Target
+from .bmc_network import bmc_policy
 
 REDFISH_ROOT = "/redfish/v1/"
 
@@ -80,8 +90,33 @@ class ActionAnswer:
     response: str
 
 
-def _timeouts() -> dict:
-    return {"read_timeout": settings.BMC_READ_TIMEOUT_S, "connect_timeout": settings.BMC_CONNECT_TIMEOUT_S}
+class GuardedConnector(sushy_connector.Connector):
+    """sushy's connector, held to the BMC network policy and to the target's origin."""
+
+    def __init__(self, target: Target):
+        super().__init__(
+            target.url,
+            verify=target.verify,
+            server_side_retries=0,  # retries are ours (with_retries), with backoff
+            default_request_timeout=settings.BMC_READ_TIMEOUT_S,
+            connect_timeout=settings.BMC_CONNECT_TIMEOUT_S,
+        )
+        guard_session(self._session, bmc_policy(), pin_sha256=target.pin_sha256)
+
+    def _op(self, method, path="", data=None, headers=None, blocking=False, timeout=None, **kwargs):
+        url = path if urlsplit(path).netloc else urljoin(self._url, path)
+        if not same_origin(url, self._url):
+            raise BMCError(
+                BMCErrorKind.POLICY,
+                f"the BMC at {self._url} linked to a resource at another address; links are followed only on the "
+                "BMC's own address, so it was not fetched. Check what answers at this address.",
+            )
+        kwargs["allow_redirects"] = False
+        return super()._op(method, path, data, headers, blocking, timeout, **kwargs)
+
+
+_NOWHERE = requests.Session()  # sushy's "public" connector (message registries): reaches nothing
+guard_session(_NOWHERE, NetworkPolicy(setting="nothing", purpose="a public registry"))
 
 
 def _root(target: Target) -> sushy.Sushy:
@@ -89,10 +124,9 @@ def _root(target: Target) -> sushy.Sushy:
     return sushy.Sushy(
         target.url,
         auth=sushy_auth.BasicAuth(username=target.username, password=target.password),
-        verify=target.verify,
         root_prefix=REDFISH_ROOT,
-        server_side_retries=0,  # retries are ours (below), with backoff
-        **_timeouts(),
+        connector=GuardedConnector(target),
+        public_connector=_NOWHERE,
     )
 
 
@@ -110,6 +144,14 @@ def translate(exc: Exception, target: Target, doing: str) -> BMCError:
     where = f"the BMC at {target.url}"
     if isinstance(exc, BMCError):
         return exc
+    if isinstance(exc, AddressRefused):
+        return BMCError(BMCErrorKind.POLICY, f"{where} was not contacted while {doing}: {exc.detail}")
+    if isinstance(exc, sx.ConnectionError) and "fingerprint" in str(exc).lower():
+        return BMCError(
+            BMCErrorKind.POLICY,
+            f"{where} presented a certificate other than the one pinned on its BMC record while {doing}; nothing was "
+            "sent. If the BMC's certificate was replaced, pin the new one.",
+        )
     if isinstance(exc, sx.AccessError):
         return BMCError(
             BMCErrorKind.BAD_CREDENTIALS,
@@ -190,13 +232,7 @@ def _system_only(target: Target):
     every minute for every node. Needs the system path (enrolment and the admin set it)."""
     if not target.system_path:
         return _system(target)
-    conn = sushy_connector.Connector(
-        target.url,
-        verify=target.verify,
-        server_side_retries=0,
-        default_request_timeout=settings.BMC_READ_TIMEOUT_S,
-        connect_timeout=settings.BMC_CONNECT_TIMEOUT_S,
-    )
+    conn = GuardedConnector(target)
     conn.set_http_basic_auth(target.username, target.password)
     return sushy_system.System(conn, target.system_path)
 
@@ -242,6 +278,36 @@ def _system_and_resets(target: Target):
 # ---- inventory, readings, firmware ----------------------------------------------------------
 
 
+def _printable(value, limit: int = 100) -> str:
+    """A value a BMC reported, kept only as plain printable text of bounded length."""
+    text = "" if value is None else str(value)
+    return "".join(ch for ch in text if ch.isprintable() and ord(ch) < 0x2028)[:limit].strip()
+
+
+def _relative(path: str) -> str:
+    """A resource path as the record keeps it: a path on the BMC's own origin, never a URL."""
+    parts = urlsplit(path)
+    return (parts.path if parts.netloc else path).rstrip("/")
+
+
+PUBLIC_DETAIL = {
+    BMCErrorKind.UNREACHABLE: "no Redfish service answered at this address (check the address, the BMC's port and power)",
+    BMCErrorKind.BAD_CREDENTIALS: "the BMC refused these credentials",
+    BMCErrorKind.NOT_FOUND: "the BMC did not serve the expected Redfish systems",
+    BMCErrorKind.NOT_SUPPORTED: "the BMC does not offer what enrolment needs",
+    BMCErrorKind.REFUSED: "the BMC refused the request",
+    BMCErrorKind.ERROR: "the BMC answered with an error or with something that is not Redfish",
+    BMCErrorKind.POLICY: "not contacted: refused by the BMC network policy",
+}
+
+
+def public_detail(error: BMCError) -> str:
+    """A fixed sentence for the kind of failure: what an enrolment answer says, never the remote
+    side's words or the connection's low-level error (which would make enrolment a port scanner
+    that reports what answered)."""
+    return PUBLIC_DETAIL.get(error.kind, PUBLIC_DETAIL[BMCErrorKind.ERROR])
+
+
 def _inventory(system) -> Inventory:
     macs = []
     try:
@@ -251,14 +317,14 @@ def _inventory(system) -> Inventory:
     except (sx.MissingAttributeError, sx.ResourceNotFoundError):
         pass  # a system without EthernetInterfaces still enrols; its MACs are entered by hand
     return Inventory(
-        system_path=system.path.rstrip("/"),
+        system_path=_relative(system.path),
         # Redfish SerialNumber is optional (the emulator has none): the system UUID stands in.
-        serial=str(system.serial_number or system.uuid or system.identity),
-        model=str(system.model or ""),
-        manufacturer=str(system.manufacturer or ""),
-        uuid=str(system.uuid or ""),
-        name=str(system.name or ""),
-        macs=sorted(set(macs)),
+        serial=_printable(system.serial_number or system.uuid or system.identity),
+        model=_printable(system.model),
+        manufacturer=_printable(system.manufacturer),
+        uuid=_printable(system.uuid, 64),
+        name=_printable(system.name),
+        macs=sorted({m for m in macs if len(m) <= 17}),
         power_state=REDFISH_POWER.get(_value(system.power_state), PowerState.UNKNOWN),
     )
 

@@ -9,6 +9,12 @@ is reported and left alone, so running it twice changes nothing.
 
 Discovery talks to the network first, outside any transaction (bounded concurrency); the
 nodes are then written in one transaction, all or nothing.
+
+Every address is checked against the BMC network policy before anything is contacted: one
+outside the management networks (or loopback, link-local, the control plane's own) refuses the
+whole enrolment with the list of refused addresses, and nothing is contacted. An address that
+does not answer is listed with a fixed sentence for its kind of failure, never with what the
+remote side sent or the low-level connection error.
 """
 
 import ipaddress
@@ -19,13 +25,15 @@ from urllib.parse import urlsplit
 from django.db import transaction
 
 from core.errors import Invalid
+from core.netguard import AddressRefused, origin_of
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
 from fleet.models import Node, NodeBMC, NodeType, Rack, placement_errors
 from fleet.selectors.bmc import BMC_ENROLMENT_REASON_PREFIX
 
 from . import bmc as redfish
-from .bmc_credentials import Target, clean_redfish_url, encrypt, verify_setting
+from .bmc_credentials import Target, clean_redfish_url, clean_system_path, encrypt, verify_setting
+from .bmc_network import check_redfish_url
 from .inventory_import.events import record_enrolment
 
 MAX_ADDRESSES = 256  # one enrolment: a few racks' BMCs
@@ -51,6 +59,9 @@ def expand_addresses(spec: list[str], *, scheme: str = "https") -> list[str]:
         if "://" in item:
             urls.append(clean_redfish_url(item))
             continue
+        if _is_authority(item):  # host:port, [v6]:port, or a name
+            urls.append(clean_redfish_url(f"{scheme}://{item}"))
+            continue
         try:
             if "/" in item:
                 network = ipaddress.ip_network(item, strict=False)
@@ -75,6 +86,38 @@ def expand_addresses(spec: list[str], *, scheme: str = "https") -> list[str]:
     if not urls:
         raise Invalid("Give at least one BMC address.", extra={"errors": [{"field": "addresses", "message": "empty"}]})
     return list(dict.fromkeys(urls))
+
+
+def _is_authority(item: str) -> bool:
+    """Not an address, a CIDR block or an a-b range: a host:port, a bracketed IPv6 with a port,
+    or a DNS name, which become a URL with the enrolment's scheme."""
+    if _is_ip(item) or "/" in item:
+        return False
+    return not ("-" in item and all(_is_ip(part) for part in item.split("-", 1)))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def check_enrolment_addresses(urls: list[str]) -> None:
+    """Refuse the enrolment (nothing contacted) when any address is outside the policy."""
+    refused = []
+    for url in urls:
+        try:
+            check_redfish_url(url)
+        except AddressRefused as exc:
+            refused.append({"field": "addresses", "message": f"{url}: {exc.detail}"})
+    if refused:
+        raise AddressRefused(
+            f"{len(refused)} of {len(urls)} BMC address(es) are not allowed by the BMC network policy "
+            "(BMC_NETWORKS); nothing was contacted. Enrol only addresses in the management networks.",
+            extra={"errors": refused[:50]},
+        )
 
 
 def _discover(url: str, username: str, password: str) -> tuple[str, list, redfish.BMCError | None]:
@@ -107,13 +150,33 @@ def enrol_from_bmcs(
     urls = expand_addresses(addresses, scheme=scheme)
     if not username or not password:
         raise Invalid("The BMCs' username and password are needed to list their systems.")
+    check_enrolment_addresses(urls)
     with ThreadPoolExecutor(max_workers=min(DISCOVERY_CONCURRENCY, len(urls))) as pool:
         found = list(pool.map(lambda u: _discover(u, username, password), urls))
     report = EnrolmentReport()
     for url, _systems, error in found:
         if error is not None:
-            report.unreachable.append({"address": url, "kind": error.kind, "detail": error.detail})
-    systems = [(url, s) for url, listed, _ in found for s in listed][:MAX_SYSTEMS]
+            report.unreachable.append({"address": url, "kind": error.kind, "detail": redfish.public_detail(error)})
+    systems = []
+    for url, listed, _ in found:
+        for system in listed:
+            try:
+                path = clean_system_path(system.system_path)
+            except Invalid:
+                path = ""
+            if not path or not system.serial:
+                report.skipped.append(
+                    {
+                        "address": url,
+                        "system_path": "",
+                        "serial": "",
+                        "why": "the BMC listed a system outside its "
+                        "own Redfish tree or without an identity; not enrolled",
+                    }
+                )
+                continue
+            systems.append((url, system))
+    systems = systems[:MAX_SYSTEMS]
     _write(report, systems, username, password, rack, node_type, hostname_prefix, actor, u_start)
     return report
 
@@ -158,16 +221,17 @@ def _write(report, systems, username, password, rack, node_type, prefix, actor, 
             u_position=u,
             node_type=node_type,
             lifecycle=Lifecycle.ENROLLED,
-            bmc_address=urlsplit(url).hostname or "",
         )
         node.full_clean()
         node.save()
         NodeBMC.objects.create(
             node=node,
+            address=urlsplit(url).hostname or "",
             redfish_url=url,
             system_path=system.system_path,
             username_encrypted=username_token,
             password_encrypted=password_token,
+            credentials_origin=origin_of(url),
             inventory={
                 "serial": system.serial,
                 "model": system.model,

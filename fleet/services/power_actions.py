@@ -239,6 +239,7 @@ def nodes_with_bmc(node_ids) -> set:
     return set(
         NodeBMC.objects.filter(node_id__in=list(node_ids))
         .exclude(username_encrypted="")
+        .exclude(credentials_origin="")
         .values_list("node_id", flat=True)
     )
 

@@ -31,8 +31,9 @@ def _api_search(ops_api, q):
 def fleet(small_fleet):
     node = Node.objects.order_by("hostname").first()
     node.asset_tag = "ACME-0042"
-    node.bmc_mac = "3c:ec:ef:aa:bb:cc"
     node.save()
+    node.bmc.mac = "3c:ec:ef:aa:bb:cc"
+    node.bmc.save()
     return node
 
 
@@ -57,8 +58,8 @@ def test_every_identifier_kind_is_found(fleet, ops_api, django_capture_on_commit
         "hostname": (node.hostname, node.pk),
         "node_serial": (node.serial, node.pk),
         "asset_tag": ("acme-0042", node.pk),
-        "bmc_address": (node.bmc_address, node.pk),
-        "bmc_mac": ("3C-EC-EF-AA-BB-CC", node.pk),  # as printed on a label: dashes, capitals
+        "bmc_address": (node.bmc.address, node.bmc.pk),  # the BMC record, which opens its node
+        "bmc_mac": ("3C-EC-EF-AA-BB-CC", node.bmc.pk),  # as printed on a label: dashes, capitals
         "gpu_uuid": (gpu.uuid.upper(), gpu.pk),
         "gpu_serial": (gpu.serial, gpu.pk),
         "drive_serial": (drive.serial, drive.pk),

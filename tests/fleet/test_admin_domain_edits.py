@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.models import AuditEvent
-from fleet.models import GPU, Drive, Hall, Node, NodeEvent, NodeType, Rack, Site
+from fleet.models import GPU, Drive, Hall, Node, NodeBMC, NodeEvent, NodeType, Rack, Site
 from tenants.models import Allocation, AllocationNode
 from tenants.services.tenants import create_tenant
 
@@ -225,8 +225,6 @@ def _add_node(client, **fields):
         "rack": rack.pk,
         "u_position": 1,
         "leaf_switch": "",
-        "bmc_address": "",
-        "bmc_mac": "",
         **NODE_ADD,
     }
     data.update(fields)
@@ -238,10 +236,6 @@ def _add_node(client, **fields):
     [
         ("hostname", "gpu 01 ; rm -rf /", "RFC 1123"),
         ("hostname", "-bad-", "RFC 1123"),
-        ("bmc_address", "3c:ec:ef:12:34:56", "put it in the BMC MAC field"),
-        ("bmc_address", "fe80::1%eth0", "zone-scoped"),
-        ("bmc_address", "999.1.1.1", "neither an IP address nor a DNS name"),
-        ("bmc_mac", "zz:zz", "not a MAC address"),
     ],
 )
 def test_node_fields_are_validated_with_a_message(operator_client, small_fleet, field, value, message):
@@ -250,16 +244,42 @@ def test_node_fields_are_validated_with_a_message(operator_client, small_fleet, 
     assert not Node.objects.filter(serial="SN-NEW").exists()
 
 
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("address", "3c:ec:ef:12:34:56", "put it in the BMC MAC field"),
+        ("address", "fe80::1%eth0", "zone-scoped"),
+        ("address", "999.1.1.1", "neither an IP address nor a DNS name"),
+        ("address", "169.254.169.254", "link-local"),
+        ("address", "172.16.0.9", "outside the networks"),
+        ("mac", "zz:zz", "not a MAC address"),
+        ("redfish_url", "http://127.0.0.1:5432", "loopback"),
+        ("redfish_url", "http://10.1.2.3", "Plain HTTP"),
+    ],
+)
+def test_bmc_fields_are_validated_with_a_message(operator_client, small_fleet, field, value, message):
+    node = Node.objects.filter(bmc__isnull=True).first() or Node.objects.first()
+    NodeBMC.objects.filter(node=node).delete()
+    data = {"node": node.pk, "address": "", "mac": "", "redfish_url": "", "system_path": "", field: value}
+    response = operator_client.post(reverse("admin:fleet_nodebmc_add"), data)
+    assert message in _errors(response)
+    assert not NodeBMC.objects.filter(node=node).exists()
+
+
 def test_a_node_added_in_the_admin_is_enrolled_evented_and_audited(operator_client, small_fleet):
     response = _add_node(
         operator_client,
-        bmc_address="bmc-new.dc1",
-        bmc_mac="3C-EC-EF-12-34-56",
         **{"gpus-TOTAL_FORMS": 1, "gpus-0-index": 0, "gpus-0-uuid": "GPU-2f9d3b1e-7c4a-4e0b-9a51-0c7e4d2b8f11"},
     )
     assert response.status_code == 302, _errors(response)
     node = Node.objects.get(hostname="new-node")
-    assert node.lifecycle == "enrolled" and node.bmc_mac == "3c:ec:ef:12:34:56"
+    assert node.lifecycle == "enrolled"
+    bmc = operator_client.post(
+        reverse("admin:fleet_nodebmc_add"),
+        {"node": node.pk, "address": "bmc-new.dc1", "mac": "3C-EC-EF-12-34-56", "redfish_url": "", "system_path": ""},
+    )
+    assert bmc.status_code == 302, _errors(bmc)
+    assert NodeBMC.objects.get(node=node).mac == "3c:ec:ef:12:34:56"
     assert NodeEvent.objects.filter(node=node, action="enrol").count() == 1
     assert AuditEvent.objects.filter(action="node.admin_create", object_id=str(node.pk)).exists()
     assert AuditEvent.objects.filter(action="gpu.admin_create").count() == 1

@@ -31,7 +31,7 @@ IMPORT = "admin:fleet_node_import"
 
 @pytest.fixture
 def inventory_admin(django_user_model):
-    perms = [f"fleet.{a}_{m}" for a in ("view", "add", "change") for m in ("node", "rack", "gpu", "drive")]
+    perms = [f"fleet.{a}_{m}" for a in ("view", "add", "change") for m in ("node", "rack", "gpu", "drive", "nodebmc")]
     return client_for(Client, staff_with(django_user_model, "inv", *perms))
 
 
@@ -101,14 +101,13 @@ def test_a_rack_row_with_gpus_and_drives_imports_from_one_xlsx_atomically(small_
     assert NodeEvent.objects.filter(node__in=imported, action="enrol", to_state="enrolled").count() == 16
     audit = AuditEvent.objects.filter(action="node.import_create", actor="user:inv")
     assert audit.count() == 16 and len(audit.first().after["gpus"]) == 8
-    assert imported.get(hostname__endswith="r0001-n1").bmc_mac == "3c:ec:ef:00:00:01"
+    assert imported.get(hostname__endswith="r0001-n1").bmc.mac == "3c:ec:ef:00:00:01"
 
 
 def test_an_existing_hostname_is_an_error_unless_updates_are_chosen(small_fleet, inventory_admin):
     node = Node.objects.order_by("hostname").first()
-    before = {
-        f: getattr(node, f) for f in ("rack_id", "node_type_id", "fabric_domain_id", "leaf_switch", "bmc_address")
-    }
+    before = {f: getattr(node, f) for f in ("rack_id", "node_type_id", "fabric_domain_id", "leaf_switch")}
+    address = node.bmc.address
     other = Rack.objects.exclude(pk=node.rack_id).filter(cooling="air").first()
     row = [node.hostname, node.serial, other.name, 30, "h200-sxm-8x", "", "", "", "", ""]
     preview = _preview(inventory_admin, csv_upload([row]))
@@ -118,12 +117,12 @@ def test_an_existing_hostname_is_an_error_unless_updates_are_chosen(small_fleet,
     assert "already exists" in error.message and "update existing rows" in error.message
     assert "staged" not in preview.context
     node.refresh_from_db()
-    assert {f: getattr(node, f) for f in before} == before
+    assert {f: getattr(node, f) for f in before} == before and node.bmc.address == address
 
 
 def test_updates_show_a_diff_keep_empty_cells_and_leave_an_event_and_audit_row(small_fleet, inventory_admin):
     node = Node.objects.filter(lifecycle="available").order_by("hostname").first()
-    fabric, bmc = node.fabric_domain_id, node.bmc_address
+    fabric, bmc = node.fabric_domain_id, node.bmc.address
     row = [node.hostname, node.serial, node.rack.name, node.u_position, node.node_type.slug, "", "leaf-new", "", "", ""]
     preview = _preview(inventory_admin, csv_upload([row]), allow_updates="on")
     assert preview.status_code == 200
@@ -132,7 +131,8 @@ def test_updates_show_a_diff_keep_empty_cells_and_leave_an_event_and_audit_row(s
     assert "leaf_switch" in preview.content.decode() and "leaf-new" in preview.content.decode()
     assert _confirm(inventory_admin, preview).status_code == 302
     node.refresh_from_db()
-    assert node.leaf_switch == "leaf-new" and node.fabric_domain_id == fabric and node.bmc_address == bmc
+    node.bmc.refresh_from_db()
+    assert node.leaf_switch == "leaf-new" and node.fabric_domain_id == fabric and node.bmc.address == bmc
     assert NodeEvent.objects.filter(node=node, action="inventory_update").exists()
     assert AuditEvent.objects.get(action="node.import_update", object_id=str(node.pk)).after == {
         "leaf_switch": "leaf-new"
@@ -364,7 +364,7 @@ def test_imported_nodes_gpus_and_drives_are_searchable_at_once(small_fleet, inve
         (node.hostname, "hostname", node.pk),
         (gpu.uuid, "gpu_uuid", gpu.pk),
         (drive.serial, "drive_serial", drive.pk),
-        (node.bmc_mac.upper().replace(":", "-"), "bmc_mac", node.pk),
+        (node.bmc.mac.upper().replace(":", "-"), "bmc_mac", node.bmc.pk),
     ):
         hits = ops_api.get("/api/v1/ops/search", {"q": q}).json()["results"]
         assert [(h["kind"], h["id"]) for h in hits if h["match"] == "exact"] == [(kind, str(object_id))], q

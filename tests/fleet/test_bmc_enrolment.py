@@ -10,7 +10,7 @@ from devtools.redfish_emulator import RedfishEmulator, free_port, system_mac, sy
 from fleet.choices import Lifecycle
 from fleet.models import Node, NodeBMC, NodeDisposal, NodeEvent, Rack
 from tests.fleet.lifecycle_helpers import place
-from tests.redfish import attach_bmc
+from tests.redfish import allow_lab_bmc, attach_bmc
 
 NEW_RACK = ["new-000", "new-001", "new-002"]
 
@@ -19,6 +19,7 @@ NEW_RACK = ["new-000", "new-001", "new-002"]
 def new_rack_bmcs():
     """A chassis manager serving a new rack's three systems."""
     emulator = RedfishEmulator(systems=NEW_RACK).start()
+    allow_lab_bmc(emulator.url)
     yield emulator
     emulator.stop()
 
@@ -49,7 +50,7 @@ def _enrol(ops_api, emulator, rack, addresses):
 
 
 def test_a_new_rack_is_enrolled_from_its_bmcs(ops_api, new_rack_bmcs, empty_rack):
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = allow_lab_bmc(f"http://127.0.0.1:{free_port()}")  # a lab BMC that does not answer
     response = _enrol(ops_api, new_rack_bmcs, empty_rack, [new_rack_bmcs.url, dead])
     assert response.status_code == 201, response.content
     body = response.json()

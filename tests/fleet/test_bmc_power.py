@@ -16,7 +16,7 @@ from fleet.services import bmc as redfish
 from fleet.services.bmc_credentials import set_bmc, target_for
 from fleet.services.power_actions import PowerActionRefused, perform_power_action, request_power_action
 from fleet.services.power_sync import fail_overdue, power_sync_pass, run_power_sync
-from tests.redfish import attach_bmc
+from tests.redfish import allow_lab_bmc, attach_bmc
 
 FAST_RETRIES = {"BMC_RETRIES": 1, "BMC_RETRY_BACKOFF_S": 0.01, "BMC_CONNECT_TIMEOUT_S": 0.5}
 
@@ -94,7 +94,8 @@ def test_asking_twice_is_the_same_action_and_a_different_one_waits(node, redfish
 
 @override_settings(**FAST_RETRIES)
 def test_an_unreachable_bmc_is_reported_with_what_to_do(node):
-    set_bmc(node=node, redfish_url=f"http://127.0.0.1:{free_port()}", username="admin", password="pw", actor="test")
+    dead = allow_lab_bmc(f"http://127.0.0.1:{free_port()}")  # a lab BMC that does not answer
+    set_bmc(node=node, redfish_url=dead, username="admin", password="pw", actor="test")
     action = perform_power_action(node=node, action="power_cycle", actor="user:op")
     node.refresh_from_db()
     assert action.state == PowerActionState.FAILED

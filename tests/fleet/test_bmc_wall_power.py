@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.models import Node, NodeBMC
 from fleet.services.power_sync import power_sync_pass
+from tests.redfish import allow_lab_bmc
 
 
 def _redfish_tree(
@@ -125,7 +126,7 @@ class RecordedBMC:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = allow_lab_bmc(f"http://127.0.0.1:{self.server.server_address[1]}")
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):

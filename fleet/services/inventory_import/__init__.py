@@ -14,15 +14,29 @@ Rules:
 - lifecycle, health, cordon and the like are not columns: only the state machine moves them;
 - a node that carries an allocation keeps its rack, U position, type and fabric;
 - GPUs and drives are added with their node (by hostname), never moved or updated here;
+- a node's BMC address and MAC go to its BMC record: they need `fleet.change_nodebmc`, the
+  address must lie in the BMC networks, and a changed address clears the record's credentials;
 - every new node gets its `enrol` event, and every write its audit row.
 """
 
-from .columns import MODEL_OF_SHEET, UPDATABLE, ImportPlan, ImportRejected, RowError, columns_of
+from .columns import (
+    BMC_COLUMNS,
+    BMC_PERMISSION,
+    MODEL_OF_SHEET,
+    UPDATABLE,
+    ImportPlan,
+    ImportRejected,
+    RowError,
+    columns_of,
+    sets_bmc_columns,
+)
 from .events import record_enrolment, record_inventory_update
 from .staging import claim_staged, stage_workbook
 from .writer import apply_import, plan_import
 
 __all__ = [
+    "BMC_COLUMNS",
+    "BMC_PERMISSION",
     "MODEL_OF_SHEET",
     "UPDATABLE",
     "ImportPlan",
@@ -34,5 +48,6 @@ __all__ = [
     "plan_import",
     "record_enrolment",
     "record_inventory_update",
+    "sets_bmc_columns",
     "stage_workbook",
 ]

@@ -61,6 +61,7 @@ class ImportPlan:
     new_gpus: list[GPU] = field(default_factory=list)
     new_drives: list[Drive] = field(default_factory=list)
     updates: list[tuple[object, list[str], dict]] = field(default_factory=list)  # (instance, fields, diff)
+    bmcs: list[tuple[object, dict]] = field(default_factory=list)  # (node, {"address", "mac"} given) to write
 
     @property
     def ok(self) -> bool:
@@ -221,6 +222,21 @@ SPECS: dict[str, tuple[str, list[Column]]] = {
     ),
 }
 REFERENCE_COLUMNS = {"hall", "rack", "node_type", "fabric_domain", "node"}
+# Columns of the nodes sheet that are the node's BMC record (fleet.NodeBMC), not the node: writing
+# them needs the BMC record's permission, and the addresses are held to the BMC network policy.
+BMC_COLUMNS = {"bmc_address": "address", "bmc_mac": "mac"}
+BMC_PERMISSION = "fleet.change_nodebmc"
+
+
+def sets_bmc_columns(workbook) -> bool:
+    """Whether any row of the file's nodes sheet gives a BMC address or MAC."""
+    sheet = workbook.sheets.get("nodes")
+    if sheet is None:
+        return False
+    positions = [i for i, header in enumerate(sheet.headers) if header in BMC_COLUMNS]
+    return any(i < len(cells) and not is_blank(cells[i]) for _, cells in sheet.rows for i in positions)
+
+
 UPDATABLE = {"racks", "nodes"}
 MODEL_OF_SHEET = {"racks": Rack, "nodes": Node, "gpus": GPU, "drives": Drive}
 

@@ -3,18 +3,24 @@ drives, and `run()` which answers the whole plan."""
 
 from collections import defaultdict
 
+from django.core.exceptions import ValidationError
+
+from core.netguard import AddressRefused
 from fleet.choices import Lifecycle
 from fleet.inventory_files import SHEETS
 from fleet.models import (
     GPU,
     Drive,
     Node,
+    NodeBMC,
     Rack,
     placement_errors,
     rack_errors_for_nodes,
 )
+from fleet.validators import normalise_mac, validate_bmc_address, validate_mac
 
-from .columns import REFERENCE_COLUMNS, ImportPlan, PlannedRow, echo_value
+from ..bmc_network import check_bmc_address
+from .columns import BMC_COLUMNS, REFERENCE_COLUMNS, ImportPlan, PlannedRow, echo_value
 from .planner import PlannerBase
 
 
@@ -135,11 +141,14 @@ class Planner(PlannerBase):
                     raw.get("fabric_domain"),
                     "fabric domain",
                 )
-            plain = {k: v for k, v in values.items() if k not in REFERENCE_COLUMNS}
+            bmc = {BMC_COLUMNS[k]: values[k] for k in BMC_COLUMNS if k in values}
+            plain = {k: v for k, v in values.items() if k not in REFERENCE_COLUMNS and k not in BMC_COLUMNS}
+            if not self._bmc_ok(number, bmc, raw):
+                continue
             existing = self.db_nodes.get(hostname)
             if existing is not None:
                 if not any(v is None for v in refs.values()):
-                    self._node_update(number, existing, plain, refs, raw, placed)
+                    self._node_update(number, existing, plain, refs, raw, placed, bmc)
                 continue
             node = Node(lifecycle=Lifecycle.ENROLLED, **plain)
             fields_ok = self._field_errors(
@@ -163,6 +172,31 @@ class Planner(PlannerBase):
             self.plan.new_nodes.append(node)
             self.plan.rows.append(PlannedRow("nodes", number, hostname, "create"))
             self.file_nodes[hostname] = node
+            if bmc:
+                self.plan.bmcs.append((node, bmc))
+
+    def _bmc_ok(self, number: int, bmc: dict, raw: dict) -> bool:
+        """A BMC address must be an address or DNS name inside the BMC networks; a MAC a MAC."""
+        ok = True
+        for attr, validator, column in (
+            ("address", validate_bmc_address, "bmc_address"),
+            ("mac", validate_mac, "bmc_mac"),
+        ):
+            if attr not in bmc:
+                continue
+            try:
+                validator(bmc[attr])
+                if attr == "address":
+                    check_bmc_address(bmc[attr])
+                else:
+                    bmc[attr] = normalise_mac(bmc[attr])
+            except ValidationError as exc:
+                self.error("nodes", number, column, raw.get(column), exc.messages[0])
+                ok = False
+            except AddressRefused as exc:
+                self.error("nodes", number, column, raw.get(column), exc.detail)
+                ok = False
+        return ok
 
     def _asset_tag_free(self, number: int, hostname: str, tag, seen_tags: dict, raw: dict) -> bool:
         """An asset tag names one chassis: not two rows of this file, nor another node already."""
@@ -192,7 +226,7 @@ class Planner(PlannerBase):
             return False
         return True
 
-    def _node_update(self, number, node: Node, plain: dict, refs: dict, raw: dict, placed) -> None:
+    def _node_update(self, number, node: Node, plain: dict, refs: dict, raw: dict, placed, bmc: dict) -> None:
         if "nodes" not in self.allow_updates:
             self.error(
                 "nodes",
@@ -253,6 +287,7 @@ class Planner(PlannerBase):
                 )
                 return
 
+        errors = len(self.plan.errors)
         self._update(
             "nodes",
             number,
@@ -264,6 +299,13 @@ class Planner(PlannerBase):
             check=lambda row, updated: self._placement(row, updated, placed, exclude_pk=updated.pk),
         )
         self.file_nodes[node.hostname] = node
+        current = self.db_bmcs.get(node.pk, {"address": "", "mac": ""})
+        changed = {f"bmc_{k}": (current[k], v) for k, v in bmc.items() if current[k] != v}
+        if changed and len(self.plan.errors) == errors:
+            self.plan.bmcs.append((node, bmc))
+            row = self.plan.rows[-1]
+            row.diff.update(changed)
+            row.action = "update"
 
     def _placement(self, number: int, node: Node, placed, *, exclude_pk) -> bool:
         rack = node.rack
@@ -400,6 +442,12 @@ class Planner(PlannerBase):
             self.error("", 0, "", None, "The file has no data rows.")
         if self.parsed:
             self.load()
+            self.db_bmcs = {
+                node_id: {"address": address, "mac": mac}
+                for node_id, address, mac in NodeBMC.objects.filter(
+                    node_id__in=[n.pk for n in self.db_nodes.values()]
+                ).values_list("node_id", "address", "mac")
+            }
             self.racks()
             self.nodes()
             self.gpus()

@@ -7,6 +7,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.context import current_request_id
+from core.netguard import origin_of
 from core.search import index_objects
 from core.services.audit import AuditEntry, record_audits
 from fleet.choices import Lifecycle
@@ -15,6 +16,7 @@ from fleet.models import (
     GPU,
     Drive,
     Node,
+    NodeBMC,
     NodeEvent,
     Rack,
 )
@@ -116,6 +118,8 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
                 reason="admin import",
             )
         )
+    bmc_given = {node.pk: bmc for node, bmc in plan.bmcs}
+    audits += _write_bmcs(plan.bmcs)
     new_ids = set()
     for node in plan.new_nodes:
         new_ids.add(node.pk)
@@ -142,7 +146,7 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
                     "u_position": node.u_position,
                     "node_type": node.node_type.slug,
                     "fabric_domain": node.fabric_domain.name if node.fabric_domain else None,
-                    "bmc_address": node.bmc_address,
+                    "bmc_address": bmc_given.get(node.pk, {}).get("address"),
                     "gpus": gpus_by_node.get(node.pk, []),
                     "drives": drives_by_node.get(node.pk, []),
                 },
@@ -162,6 +166,78 @@ def _write(plan: ImportPlan, *, actor: str) -> None:
         )
     NodeEvent.objects.bulk_create(events, batch_size=2000)
     record_audits(actor=actor, entries=audits)
+
+
+def _write_bmcs(rows: list) -> list[AuditEntry]:
+    """The BMC address and MAC the file gives, on each node's BMC record (created where the node
+    has none). A changed address moves the record's Redfish URL to it and clears the stored
+    credentials: they were entered for the old address and are never sent to another."""
+    if not rows:
+        return []
+    records = {b.node_id: b for b in NodeBMC.objects.select_for_update().filter(node_id__in=[n.pk for n, _ in rows])}
+    now = timezone.now()
+    created, changed, audits = [], [], []
+    for node, given in rows:
+        record = records.get(node.pk)
+        if record is None:
+            record = NodeBMC(node=node, **given)
+            created.append(record)
+            audits.append(
+                AuditEntry("node.bmc_import", node, after={**given, "credentials_set": False}, reason="admin import")
+            )
+            continue
+        before = {"address": record.address, "mac": record.mac, "redfish_url": record.redfish_url}
+        moved = "address" in given and given["address"] != record.address
+        for attr, value in given.items():
+            setattr(record, attr, value)
+        cleared = False
+        if moved and record.redfish_url:
+            parts = record.redfish_url.split("://", 1)
+            port = origin_of(record.redfish_url).rsplit(":", 1)[1]
+            host = f"[{record.address}]" if ":" in record.address else record.address
+            record.redfish_url = f"{parts[0]}://{host}:{port}"
+            record.reachable, record.last_error, record.last_error_kind = None, "", ""
+        if moved and (record.username_encrypted or record.password_encrypted):
+            record.username_encrypted = record.password_encrypted = record.credentials_origin = ""
+            record.credentials_changed_at = now
+            cleared = True
+        record.updated_at = now
+        changed.append(record)
+        audits.append(
+            AuditEntry(
+                "node.bmc_import",
+                node,
+                before=before,
+                after={
+                    "address": record.address,
+                    "mac": record.mac,
+                    "redfish_url": record.redfish_url,
+                    "credentials_cleared": cleared,
+                },
+                reason="admin import",
+            )
+        )
+    NodeBMC.objects.bulk_create(created, batch_size=1000)
+    NodeBMC.objects.bulk_update(
+        changed,
+        [
+            "address",
+            "mac",
+            "redfish_url",
+            "username_encrypted",
+            "password_encrypted",
+            "credentials_origin",
+            "credentials_changed_at",
+            "reachable",
+            "last_error",
+            "last_error_kind",
+            "updated_at",
+        ],
+        batch_size=1000,
+    )
+    index_objects(created, created=True)
+    index_objects(changed)
+    return audits
 
 
 # ---- the file between preview and confirm --------------------------------------------------
