@@ -365,6 +365,10 @@ CACHES = (
     else {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 )
 
+# New tenant and operator API tokens expire this many days after issue unless the issuer picks
+# another time (0: new tokens do not expire unless the issuer says so).
+API_TOKEN_LIFETIME_DAYS = env.int("API_TOKEN_LIFETIME_DAYS", default=90)
+
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
 IDEMPOTENCY_KEY_TTL_DAYS = 7

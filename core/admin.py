@@ -13,6 +13,7 @@ import uuid
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
@@ -26,6 +27,7 @@ from .search import ids_by_kind
 from .services.audit import actor_label, record_audit
 from .services.tokens import (
     create_api_token,
+    default_expiry,
     issuance_refusal,
     reissue_api_token,
     revoke_api_token,
@@ -196,11 +198,17 @@ class ApiTokenCreateForm(forms.ModelForm):
 
     class Meta:
         model = ApiToken
-        fields = ("kind", "name", "tenant", "user", "role")
+        fields = ("kind", "name", "tenant", "user", "role", "expires_at")
 
     def __init__(self, *args, issuer=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.issuer = issuer
+        if "expires_at" in self.fields:
+            self.fields["expires_at"].initial = default_expiry()
+            self.fields["expires_at"].help_text = (
+                f"new tokens expire after {settings.API_TOKEN_LIFETIME_DAYS} days by default; empty: never "
+                "(an operator token acts only with the rights its user holds now, never more later)"
+            )
 
     def clean(self):
         data = super().clean()
@@ -247,13 +255,46 @@ class ApiTokenRevokeForm(forms.ModelForm):
 @admin.register(ApiToken)
 class ApiTokenAdmin(AuditedModelAdmin):
     audit_prefix = "token"
-    list_display = ("prefix", "kind", "name", "tenant", "user", "role", "created_at", "last_used_at", "revoked_at")
+    list_display = (
+        "prefix",
+        "kind",
+        "name",
+        "tenant",
+        "user",
+        "role",
+        "scope",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
     list_filter = ("kind", "role")
     search_fields = ("name", "prefix", "tenant__slug", "user__username")
     list_select_related = ("tenant", "user")
     actions = ["revoke", "revoke_and_reissue"]
     raw_id_fields = ("user", "tenant")
-    TOKEN_FIELDS = ("kind", "name", "tenant", "user", "role", "prefix", "created_at", "last_used_at", "revoked_at")
+    TOKEN_FIELDS = (
+        "kind",
+        "name",
+        "tenant",
+        "user",
+        "role",
+        "scope",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
+
+    @admin.display(description="scope")
+    def scope(self, token):
+        """What an operator token may do: the rights at issue (as far as its user still holds them)."""
+        if token.kind != ApiTokenKind.OPERATOR:
+            return f"tenant {token.role}"
+        if token.scope_superuser:
+            return "superuser"
+        return ", ".join(token.scope_permissions) or "read only (no permissions)"
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is not None:
@@ -290,6 +331,7 @@ class ApiTokenAdmin(AuditedModelAdmin):
             name=obj.name,
             actor=actor,
             issuer=request.user,
+            expires_at=form.cleaned_data.get("expires_at"),
         )
         obj.pk = token.pk
         obj._state.adding = False

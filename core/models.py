@@ -88,6 +88,17 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="after this the token is refused; empty: it does not expire"
+    )
+    # An operator token's own scope: the rights its user held when it was issued (never more
+    # than the issuer's). It acts with these rights as far as its user still holds them: a user
+    # who loses a permission loses it for the token too; one who gains rights does not pass
+    # them to tokens issued before (core.api.authentication.ScopedUser).
+    scope_superuser = models.BooleanField(default=False, help_text="issued to a superuser, by a superuser")
+    scope_permissions = models.JSONField(
+        default=list, blank=True, help_text='the rights at issue, "app_label.codename"', editable=False
+    )
 
     class Meta:
         ordering = ["-created_at"]

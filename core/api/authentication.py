@@ -33,6 +33,53 @@ TOKEN_PREFIXES = {ApiTokenKind.TENANT: "hgt_", ApiTokenKind.OPERATOR: "hgo_"}
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+class ScopedUser:
+    """The user an operator token acts as, held to the token's scope: a permission counts only
+    if the token was issued with it and the user still has it; superuser only if both. Anything
+    else (username, pk, is_staff) is the user's own."""
+
+    def __init__(self, user, token: ApiToken):
+        self._user = user
+        self._superuser = bool(token.scope_superuser)
+        self._scope = frozenset(token.scope_permissions or ())
+
+    def __getattr__(self, name):
+        return getattr(self._user, name)
+
+    @property
+    def is_superuser(self) -> bool:
+        return self._superuser and self._user.is_superuser
+
+    def get_all_permissions(self, obj=None) -> set:
+        if not self._user.is_active:
+            return set()
+        if self.is_superuser:
+            return self._user.get_all_permissions(obj)
+        return self._user.get_all_permissions(obj) & self._scope
+
+    def has_perm(self, perm: str, obj=None) -> bool:
+        if not self._user.is_active:
+            return False
+        if self.is_superuser:
+            return True
+        return perm in self._scope and self._user.has_perm(perm, obj)
+
+    def has_perms(self, perms, obj=None) -> bool:
+        return all(self.has_perm(p, obj) for p in perms)
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return self.is_superuser or any(p.startswith(f"{app_label}.") for p in self.get_all_permissions())
+
+    def __eq__(self, other):
+        return self._user == getattr(other, "_user", other)
+
+    def __hash__(self):
+        return hash(self._user)
+
+    def __str__(self) -> str:
+        return str(self._user)
+
+
 @dataclass
 class Principal:
     """Who is calling: a tenant member's token, an operator's token, or a node agent."""
@@ -120,15 +167,20 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         )
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+        now = timezone.now()
+        if token.expires_at is not None and token.expires_at <= now:
+            raise exceptions.AuthenticationFailed(
+                f"This token expired at {token.expires_at:%Y-%m-%d %H:%M}Z; ask for a new one."
+            )
         if token.kind == ApiTokenKind.OPERATOR and not (token.user.is_active and token.user.is_staff):
             raise exceptions.AuthenticationFailed("This operator account is disabled.")
-        now = timezone.now()
         if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
             # At most one write a minute per token, not one per request.
             ApiToken.objects.filter(pk=token.pk).filter(
                 Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
             ).update(last_used_at=now)
-        principal = Principal(kind=token.kind, token_id=token.pk, tenant=token.tenant, role=token.role, user=token.user)
+        user = ScopedUser(token.user, token) if token.kind == ApiTokenKind.OPERATOR else token.user
+        principal = Principal(kind=token.kind, token_id=token.pk, tenant=token.tenant, role=token.role, user=user)
         return principal, token
 
     def authenticate_header(self, request):

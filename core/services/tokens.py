@@ -1,6 +1,13 @@
 """Creating and revoking API tokens (tenant and operator). Agent tokens are minted from the
-node id and the signing key; see core.api.agent_tokens."""
+node id and the signing key; see core.api.agent_tokens.
 
+An operator token carries its own scope: the rights its user held at issue (which issuance
+already bounds by the issuer's). New tokens expire after API_TOKEN_LIFETIME_DAYS unless the
+issuer chooses another time (or none)."""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -39,12 +46,29 @@ def issuance_refusal(*, issuer, kind: str, user=None) -> str | None:
     return None
 
 
+DEFAULT_EXPIRY = object()  # create_api_token's default: API_TOKEN_LIFETIME_DAYS from now
+
+
+def default_expiry() -> datetime | None:
+    days = settings.API_TOKEN_LIFETIME_DAYS
+    return timezone.now() + timedelta(days=days) if days else None
+
+
 @transaction.atomic
 def create_api_token(
-    *, kind: str, tenant=None, user=None, role: str = "", name: str = "", actor: str, issuer=None
+    *,
+    kind: str,
+    tenant=None,
+    user=None,
+    role: str = "",
+    name: str = "",
+    actor: str,
+    issuer=None,
+    expires_at=DEFAULT_EXPIRY,
 ) -> tuple[ApiToken, str]:
     """Returns the token row and its plain value, which is never stored and never shown again.
-    With `issuer` (a person minting it in the admin), their rights bound the token's."""
+    With `issuer` (a person minting it in the admin), their rights bound the token's. An
+    operator token's scope is its user's rights now; `expires_at` None: it never expires."""
     if issuer is not None:
         refusal = issuance_refusal(issuer=issuer, kind=kind, user=user)
         if refusal:
@@ -64,9 +88,28 @@ def create_api_token(
             raise ValidationError("An operator token belongs to a staff user; leave the tenant and role empty.")
     else:
         raise ValidationError(f"Unknown token kind {kind!r}.")
+    if expires_at is DEFAULT_EXPIRY:
+        expires_at = default_expiry()
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError("The expiry must be in the future (or empty for a token that does not expire).")
+    scope_superuser, scope = False, []
+    if kind == ApiTokenKind.OPERATOR:
+        scope_superuser = bool(user.is_superuser and (issuer is None or issuer.is_superuser))
+        scope = sorted(user.get_all_permissions())
+        if issuer is not None and not issuer.is_superuser:
+            scope = sorted(set(scope) & issuer.get_all_permissions())  # never above the issuer's
     plain = generate_plain_token(kind)
     token = ApiToken.objects.create(
-        kind=kind, tenant=tenant, user=user, role=role, name=name, prefix=plain[:10], digest=token_digest(plain)
+        kind=kind,
+        tenant=tenant,
+        user=user,
+        role=role,
+        name=name,
+        prefix=plain[:10],
+        digest=token_digest(plain),
+        expires_at=expires_at,
+        scope_superuser=scope_superuser,
+        scope_permissions=scope,
     )
     record_audit(
         actor=actor,
@@ -77,6 +120,8 @@ def create_api_token(
             "tenant": str(tenant.pk) if tenant else None,
             "user": user.get_username() if user else None,
             "role": role,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+            "scope": "superuser" if scope_superuser else scope,
         },
     )
     return token, plain
@@ -103,4 +148,4 @@ def reissue_api_token(*, token: ApiToken, actor: str, issuer=None) -> tuple[ApiT
         name=token.name,
         actor=actor,
         issuer=issuer,
-    )
+    )  # the new token's scope is the user's rights now, bounded by the reissuer's; a fresh expiry

@@ -207,17 +207,33 @@ def test_staff_without_permissions_cannot_act_on_nodes_through_the_api(small_fle
     assert _state() == before
 
 
-def test_an_operator_token_acts_with_its_users_permissions(small_fleet, django_user_model):
-    """The same token gains and loses powers with its user's groups."""
+def test_an_operator_token_keeps_the_rights_it_was_issued_with_and_never_gains_the_users_later_ones(
+    small_fleet, django_user_model
+):
+    """The attack: a token issued for a staff user without permissions kept working after the
+    user was promoted, with the superuser's rights. A token's scope is what its user held at
+    issue; it loses what the user loses, and never gains what the user is given later."""
     node = Node.objects.order_by("hostname").first()
     user = _staff(django_user_model, "carol")
     client = _token_client(create_api_token(kind="operator", user=user, actor="test")[1])
     url = f"/api/v1/ops/nodes/{node.pk}/actions"
     assert client.post(url, {"action": "cordon"}, format="json", HTTP_IDEMPOTENCY_KEY="1").status_code == 403
     user.groups.add(Group.objects.get(name="operators"))
-    assert client.post(url, {"action": "cordon"}, format="json", HTTP_IDEMPOTENCY_KEY="2").status_code == 202
+    user.is_superuser = True
+    user.save()
+    refused = client.post(url, {"action": "cordon"}, format="json", HTTP_IDEMPOTENCY_KEY="2")
+    assert refused.status_code == 403 and refused.json()["permission"] == "fleet.change_node"
     node.refresh_from_db()
-    assert node.cordoned
+    assert not node.cordoned
+    # a token issued now carries the new rights ...
+    user = django_user_model.objects.get(pk=user.pk)
+    fresh = _token_client(create_api_token(kind="operator", user=user, actor="test")[1])
+    assert fresh.post(url, {"action": "cordon"}, format="json", HTTP_IDEMPOTENCY_KEY="3").status_code == 202
+    # ... and loses them with the user
+    user.groups.clear()
+    user.is_superuser = False
+    user.save()
+    assert fresh.post(url, {"action": "uncordon"}, format="json", HTTP_IDEMPOTENCY_KEY="4").status_code == 403
 
 
 def test_billing_admins_run_billing_but_operators_do_not(small_fleet, django_user_model):

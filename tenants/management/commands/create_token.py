@@ -5,13 +5,16 @@
 Prints the plain token alone on the last line of stdout (scripts read it from there).
 """
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from core.choices import ApiTokenKind, TenantRole
 from core.services.agent_credentials import NodeRetired, issue_agent_token
-from core.services.tokens import create_api_token
+from core.services.tokens import DEFAULT_EXPIRY, create_api_token
 from fleet.models import Node
 from tenants.models import Tenant
 
@@ -26,8 +29,18 @@ class Command(BaseCommand):
         who.add_argument("--agent", help="node hostname")
         parser.add_argument("--role", choices=TenantRole.values, help="tenant role: admin, member or viewer")
         parser.add_argument("--name", default="", help="a label to recognise the token by")
+        parser.add_argument(
+            "--expires-in-days",
+            type=int,
+            default=None,
+            help="tenant and operator tokens: days until it expires (default API_TOKEN_LIFETIME_DAYS; 0: never)",
+        )
 
     def handle(self, *args, tenant=None, operator=None, agent=None, role=None, name="", **options):
+        days = options.get("expires_in_days")
+        if days is not None and days < 0:
+            raise CommandError("--expires-in-days is a number of days ≥ 0 (0: the token does not expire).")
+        self.expiry = DEFAULT_EXPIRY if days is None else (timezone.now() + timedelta(days=days) if days else None)
         actor = "system:create_token"
         if agent:
             node = Node.objects.filter(hostname=agent).first()
@@ -54,7 +67,7 @@ class Command(BaseCommand):
 
     def _create(self, **kwargs) -> str:
         try:
-            _, plain = create_api_token(**kwargs)
+            _, plain = create_api_token(expires_at=self.expiry, **kwargs)
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
         return plain
