@@ -7,13 +7,21 @@ from django.core.exceptions import ImproperlyConfigured
 MIN_KEY_LENGTH = 32
 
 
+MIN_DISTINCT_CHARACTERS = 8  # "a" × 40 or "0123" × 10 is long and still guessable
+
+
 def _problem(variable: str, value: str, development_keys: tuple[str, ...]) -> str | None:
-    if not value:
-        return f"{variable} is not set"
-    if value in development_keys:
+    stripped = (value or "").strip()
+    if not stripped:
+        return f"{variable} is not set" if not value else f"{variable} is only whitespace"
+    if stripped in {k.strip() for k in development_keys}:
         return f"{variable} is the development key shipped in the source"
+    if stripped != value:
+        return f"{variable} starts or ends with whitespace (a copy-paste slip?)"
     if len(value) < MIN_KEY_LENGTH:
         return f"{variable} is shorter than {MIN_KEY_LENGTH} characters"
+    if len(set(value)) < MIN_DISTINCT_CHARACTERS:
+        return f"{variable} has fewer than {MIN_DISTINCT_CHARACTERS} different characters; use a random value"
     return None
 
 
@@ -36,8 +44,10 @@ def require_production_secrets(secrets: dict[str, str], *, development_keys: tup
 
 def require_fernet_keys(variable: str, value: str, *, development_key: str) -> None:
     """`value` is one Fernet key or several, comma-separated (rotation): each must be one."""
+    if not value.strip():
+        raise ImproperlyConfigured(f"Refusing to start with DEBUG off: {variable} is not set.")
     for key in (k.strip() for k in value.split(",")):
-        if key == development_key:
+        if key == development_key.strip():
             raise ImproperlyConfigured(f"Refusing to start with DEBUG off: {variable} is the development key.")
         try:
             Fernet(key)

@@ -75,11 +75,43 @@ CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31_536_000)  # one year
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
-# Behind a TLS-terminating proxy Django sees plain HTTP; it trusts this header (only set it
-# when the proxy overwrites whatever the client sent). "HTTP_X_FORWARDED_PROTO,https" by
-# default without DEBUG, "" turns it off.
-_proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="" if DEBUG else "HTTP_X_FORWARDED_PROTO,https")
+# The proxies in front (docs/deployment.md, "Behind a proxy"): NUM_PROXIES is how many set
+# X-Forwarded-For in turn (the client address the login limits and API budgets count by is
+# that many hops from the right), TRUSTED_PROXIES the addresses they connect from (CIDR list).
+# X-Forwarded-For, -Proto, -Host and Forwarded are dropped from any request that does not come
+# from a trusted proxy (core.middleware.ForwardedHeadersMiddleware), so a client reaching the
+# web server directly cannot claim HTTPS or another address. Both are set, or neither.
+NUM_PROXIES = env.int("NUM_PROXIES", default=0)
+from core.netguard import parse_networks as _parse_networks  # noqa: E402  (pure function)
+
+try:
+    TRUSTED_PROXIES = tuple(
+        n.network for n in _parse_networks(env.str("TRUSTED_PROXIES", default=""), setting="TRUSTED_PROXIES")
+    )
+except ValueError as _bad_proxy:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(str(_bad_proxy)) from None
+if bool(NUM_PROXIES) != bool(TRUSTED_PROXIES) or NUM_PROXIES < 0:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "Set NUM_PROXIES (how many proxies set X-Forwarded-For) and TRUSTED_PROXIES (the addresses they connect "
+        "from) together, or neither: behind a proxy with NUM_PROXIES=0 every client shares the proxy's address "
+        "(one client's wrong passwords lock everyone out), and NUM_PROXIES without TRUSTED_PROXIES would let any "
+        "client choose its own address."
+    )
+# Behind a TLS-terminating proxy Django sees plain HTTP; it trusts this header from the trusted
+# proxies only (above). "HTTP_X_FORWARDED_PROTO,https" by default when there is a proxy.
+_proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="HTTP_X_FORWARDED_PROTO,https" if NUM_PROXIES else "")
 SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header.split(",", 1)) if _proxy_ssl_header else None
+# Sessions: signed in for at most SESSION_MAX_HOURS, and signed out after SESSION_IDLE_MINUTES
+# without a page visit (core.middleware.IdleSessionMiddleware; a dashboard's background
+# refreshes do not count as a visit).
+SESSION_COOKIE_AGE = env.int("SESSION_MAX_HOURS", default=12) * 3600
+SESSION_IDLE_SECONDS = env.int("SESSION_IDLE_MINUTES", default=30) * 60
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -107,6 +139,7 @@ if env.bool("HANGAR_DEVTOOLS", default=True):
     INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
+    "core.middleware.ForwardedHeadersMiddleware",  # first: nothing may read a header a client forged
     "core.middleware.RequestIdMiddleware",
     "core.middleware.RequestBodyLimitMiddleware",
     "core.middleware.RejectNulCharactersMiddleware",
@@ -117,6 +150,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "core.middleware.IdleSessionMiddleware",
+    "core.middleware.SecurityHeadersMiddleware",  # CSP with a per-request nonce; no-store when signed in
+    "core.middleware.LoginInputMiddleware",
     "core.middleware.MessageMiddleware",  # Django's, skipped on the node-agent API
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its 429 page.
@@ -173,19 +209,32 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # django-axes first: it refuses a locked-out (username, address) before the password is checked.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-# Five wrong passwords for one account from one address lock that pair out for 15 minutes
-# (429). Locking the pair, not the account alone, keeps an attacker from locking operators
-# out by guessing their usernames; a success resets the count. Successes, failures and
-# lockouts go into the audit trail (core.services.login_audit).
-AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+# Two limits at once (core.login_limits): five wrong passwords for one account from one address
+# lock that pair out for 15 minutes (429 with Retry-After), and twenty from one address, whatever
+# the usernames, lock the address (password spraying). Locking the pair, not the account alone,
+# keeps an attacker from locking operators out by guessing their usernames; the address limit
+# is higher so one person's typos never lock out everyone behind a shared address. A success
+# resets. Successes, failures and lockouts go into the audit trail (core.services.login_audit).
+LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_ADDRESS_FAILURE_LIMIT = env.int("LOGIN_ADDRESS_FAILURE_LIMIT", default=20)
+AXES_HANDLER = "core.login_limits.PairAndAddressHandler"
+AXES_FAILURE_LIMIT = LOGIN_ADDRESS_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_LOCKOUT_CALLABLE = "core.login_limits.locked_out"
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "core.api.throttles.client_address"  # the same address the API throttles use
 AXES_VERBOSE = False
+# Longer than any account name (150): refused with 400 before anything looks it up.
+LOGIN_MAX_USERNAME_LENGTH = 150
 
+# Django's validators: not like the user's name or e-mail, at least 12 characters, not one of
+# the 20,000 most common passwords, not all digits.
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -242,9 +291,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.problems.problem_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["core.api.throttles.TokenKindThrottle"],
-    # How many proxies in front set X-Forwarded-For; 0 trusts only the socket's address, so a
-    # client cannot dodge its budget by sending a made-up header.
-    "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
+    # How many proxies in front set X-Forwarded-For (above); 0 trusts only the socket's address,
+    # so a client cannot dodge its budget by sending a made-up header.
+    "NUM_PROXIES": NUM_PROXIES,
     "DEFAULT_PAGINATION_CLASS": None,
     "UNAUTHENTICATED_USER": None,
 }

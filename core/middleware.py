@@ -1,13 +1,18 @@
 """Request id: taken from X-Request-ID when a proxy set one, otherwise minted; echoed back
 and recorded on every audit row written during the request."""
 
+import ipaddress
+import logging
 import re
+import secrets
 import time
 import uuid
 
 from django.conf import settings
+from django.contrib.auth import logout
 from django.contrib.messages.middleware import MessageMiddleware as DjangoMessageMiddleware
 from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.urls import reverse
 
 from core.api.problems import PROBLEM_CONTENT_TYPE, problem_body, unavailable_response
 from core.api.routes import AGENT_API_PREFIX
@@ -138,3 +143,135 @@ class MessageMiddleware(DjangoMessageMiddleware):
     def process_request(self, request):
         if not request.path_info.startswith(AGENT_API_PREFIX):
             super().process_request(request)
+
+
+# ---- proxies, sessions, headers, sign-in input -----------------------------------------------
+
+FORWARDED_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_HOST", "HTTP_FORWARDED")
+log = logging.getLogger(__name__)
+_warned_untrusted_proxy = False
+
+
+def _from_trusted_proxy(address: str) -> bool:
+    try:
+        peer = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(peer in network for network in settings.TRUSTED_PROXIES if network.version == peer.version)
+
+
+class ForwardedHeadersMiddleware:
+    """Forwarded headers count only when a trusted proxy (settings.TRUSTED_PROXIES) sent the
+    request: from anyone else they are removed before anything reads them, so a client that
+    reaches the web server directly can claim neither HTTPS (X-Forwarded-Proto) nor another
+    address (X-Forwarded-For). The first such header seen while NUM_PROXIES is 0 is logged: a
+    proxy seems to be in front and every client behind it shares its address for the login
+    limits and API budgets until NUM_PROXIES and TRUSTED_PROXIES say so."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        meta = request.META
+        present = [h for h in FORWARDED_HEADERS if h in meta]
+        if present and not _from_trusted_proxy(meta.get("REMOTE_ADDR", "")):
+            for header in present:
+                del meta[header]
+            global _warned_untrusted_proxy
+            if not settings.NUM_PROXIES and not _warned_untrusted_proxy:
+                _warned_untrusted_proxy = True
+                log.warning(
+                    "A request from %s carried %s but NUM_PROXIES is 0: the header is ignored. If a proxy is in "
+                    "front, set NUM_PROXIES and TRUSTED_PROXIES (docs/deployment.md), or every client behind it "
+                    "shares one address for sign-in limits and API budgets.",
+                    meta.get("REMOTE_ADDR", "?"),
+                    ", ".join(h.removeprefix("HTTP_").replace("_", "-") for h in present),
+                )
+        return self.get_response(request)
+
+
+IDLE_KEY = "_hangar_last_seen"
+IDLE_WRITE_EVERY = 60  # seconds: the last visit is written at most once a minute
+
+
+class IdleSessionMiddleware:
+    """Signs a console session out after settings.SESSION_IDLE_SECONDS without a visit. A visit
+    is a request that is not a background refresh (a dashboard's fetch for JSON), so a screen
+    left open does not keep itself signed in."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated and hasattr(request, "session"):
+            now = int(time.time())
+            last = request.session.get(IDLE_KEY)
+            if last is not None and now - last > settings.SESSION_IDLE_SECONDS:
+                logout(request)
+            elif not _background(request) and (last is None or now - last >= IDLE_WRITE_EVERY):
+                request.session[IDLE_KEY] = now
+        return self.get_response(request)
+
+
+def start_idle_clock(sender, request, user, **kwargs):
+    """At sign-in, so a fresh session's first page writes nothing more (user_logged_in)."""
+    if request is not None and hasattr(request, "session"):
+        request.session[IDLE_KEY] = int(time.time())
+
+
+def _background(request) -> bool:
+    accept = request.headers.get("Accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+CSP = (
+    "default-src 'self'; script-src 'self' 'nonce-{nonce}'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+
+
+class SecurityHeadersMiddleware:
+    """A Content-Security-Policy on every page (scripts only from this site or carrying the
+    request's nonce, `request.csp_nonce`, which templates put on their inline scripts), and
+    `Cache-Control: no-store` on every answer to a signed-in user or a bearer token, so no
+    shared cache or back button keeps a tenant's or an operator's data. The API's Swagger page
+    (/api/v1/docs, sidecar assets with inline scripts) keeps its own way."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request.csp_nonce = secrets.token_urlsafe(16)
+        response = self.get_response(request)
+        content_type = response.get("Content-Type", "")
+        if content_type.startswith("text/html") and not request.path_info.startswith("/api/"):
+            response.setdefault("Content-Security-Policy", CSP.format(nonce=request.csp_nonce))
+        user = getattr(request, "user", None)
+        signed_in = user is not None and getattr(user, "is_authenticated", False)
+        if signed_in or "HTTP_AUTHORIZATION" in request.META:
+            response["Cache-Control"] = "no-store"
+        return response
+
+
+class LoginInputMiddleware:
+    """A sign-in with a username longer than any account's is a clear 400 before anything looks
+    it up (it used to reach the lockout table's 255-character column and answer 500)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.paths: set[str] | None = None
+
+    def __call__(self, request):
+        if request.method == "POST":
+            if self.paths is None:
+                self.paths = {reverse("login"), reverse("admin:login")}
+            if request.path_info in self.paths:
+                username = request.POST.get("username", "")
+                if len(username) > settings.LOGIN_MAX_USERNAME_LENGTH:
+                    return HttpResponseBadRequest(
+                        f"A username is at most {settings.LOGIN_MAX_USERNAME_LENGTH} characters.",
+                        content_type="text/plain",
+                    )
+        return self.get_response(request)

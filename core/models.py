@@ -6,6 +6,7 @@ from django.db import models
 
 from .choices import ApiTokenKind, IdempotencyState, TenantRole
 from .ids import uuid7
+from .validators import validate_display_text
 
 
 class BaseModel(models.Model):
@@ -77,7 +78,7 @@ class ApiToken(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     kind = models.CharField(max_length=16, choices=ApiTokenKind.choices)
-    name = models.CharField(max_length=100, blank=True)
+    name = models.CharField(max_length=100, blank=True, validators=[validate_display_text])
     tenant = models.ForeignKey("tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="tokens")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"

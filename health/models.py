@@ -5,6 +5,7 @@ from django.db import models
 
 from core.ids import uuid7
 from core.models import BaseModel
+from core.validators import validate_display_text
 from fleet.choices import Attribution
 
 from .choices import (
@@ -101,7 +102,7 @@ class HealthCheckResult(models.Model):
 class Incident(BaseModel):
     """A node (or nodes) pulled from service: what happened, who was hit, how it ended."""
 
-    title = models.CharField(max_length=200)
+    title = models.CharField(max_length=200, validators=[validate_display_text])
     opened_by = models.CharField(max_length=8, choices=IncidentOpener.choices)
     state = models.CharField(max_length=12, choices=IncidentState.choices, default=IncidentState.OPEN, db_index=True)
     severity = models.CharField(max_length=8, choices=Severity.choices)

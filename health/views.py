@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
+from core.validators import validate_display_text
 from fleet.choices import Attribution
 from fleet.models import Node
 from fleet.selectors import OUT_OF_SERVICE_STATES
@@ -115,7 +116,7 @@ def incident(request, pk):
 
 
 class OperatorIncidentForm(forms.Form):
-    title = forms.CharField(max_length=200)
+    title = forms.CharField(max_length=200, validators=[validate_display_text])
     hostnames = forms.CharField(help_text="affected nodes, comma-separated hostnames")
     severity = forms.ChoiceField(choices=Severity.choices)
 

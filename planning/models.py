@@ -10,6 +10,7 @@ from django.db import models
 
 from core.ids import uuid7
 from core.models import BaseModel
+from core.validators import validate_display_text
 from fleet.choices import DispositionOption
 from fleet.models import Node, NodeType, Rack
 
@@ -18,7 +19,7 @@ class DispositionPlan(BaseModel):
     """A disposition run: the inputs the operator chose and the valuation's answer, stored as
     computed so the plan reads the same later even if reference prices change."""
 
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_display_text])
     created_by = models.CharField(max_length=200)
     inputs = models.JSONField(help_text="selection, demands, horizon, channel, lease cap, assumption overrides")
     result = models.JSONField(help_text="option values per block, split, reasoning, assumptions with sources")
@@ -63,7 +64,7 @@ class MigrationPlan(BaseModel):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_display_text])
     created_by = models.CharField(max_length=200, help_text="actor who created it (user:NAME or token:ID)")
     inputs = models.JSONField(help_text="operator parameters and the resolved planner inputs (canonical JSON)")
     result = models.JSONField(
@@ -128,7 +129,7 @@ class CapacityPlan(BaseModel):
     """A capacity plan: a traffic forecast and a model sized into GPUs, racks and kW per
     generation per month, with the gap to the current fleet (inputs and answer stored as data)."""
 
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_display_text])
     created_by = models.CharField(max_length=200)
     inputs = models.JSONField(help_text="model, forecast months, target GPU model, measured operating points")
     result = models.JSONField(help_text="per month and generation: replicas, GPUs, racks, kW; gap; deliveries")

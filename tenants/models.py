@@ -10,6 +10,7 @@ from django.db import models
 from core.choices import TenantRole
 from core.ids import uuid7
 from core.models import BaseModel
+from core.validators import validate_display_text
 
 from .choices import (
     AllocationNodeRole,
@@ -24,13 +25,18 @@ class Tenant(BaseModel):
     """A customer organisation. Everything a tenant owns is invisible to every other tenant."""
 
     slug = models.SlugField(max_length=50, unique=True)
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_display_text])
     require_baseline = models.BooleanField(
         default=False,
         help_text="place this tenant only on nodes that run their type's golden software baseline",
     )
     # The bill-to block of its invoices (billing reads these; they are printed as entered).
-    legal_name = models.CharField(max_length=200, blank=True, help_text="as printed on invoices; the name if empty")
+    legal_name = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="as printed on invoices; the name if empty",
+        validators=[validate_display_text],
+    )
     billing_address = models.TextField(blank=True, help_text="postal address for invoices, one line per line")
     tax_id = models.CharField(max_length=50, blank=True, help_text="VAT or other tax registration number")
     tax_rate_percent = models.DecimalField(
@@ -73,7 +79,7 @@ class Allocation(BaseModel):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_display_text])
     instance_type = models.ForeignKey("fleet.NodeType", on_delete=models.PROTECT, related_name="allocations")
     node_count = models.PositiveSmallIntegerField()
     fabric = models.CharField(max_length=16, choices=FabricMode.choices, default=FabricMode.ISOLATED)
@@ -193,7 +199,7 @@ class FabricPartition(BaseModel):
     fabric_domain = models.ForeignKey("fleet.FabricDomain", on_delete=models.PROTECT, related_name="partitions")
     kind = models.CharField(max_length=8, choices=PartitionKind.choices)
     partition_key = models.PositiveIntegerField(help_text="IB P_Key (0x0001-0x7ffe) or NVLink partition id")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_display_text])
     state = models.CharField(max_length=12, choices=PartitionState.choices, default=PartitionState.ACTIVE)
     idempotency_key = models.CharField(max_length=255, blank=True)
 
@@ -213,7 +219,7 @@ class Volume(BaseModel):
     """Tenant storage, exported only to the tenant's own fabric partition."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="volumes")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_display_text])
     size_gb = models.PositiveIntegerField()
     export_partition = models.ForeignKey(
         FabricPartition,

@@ -6,6 +6,7 @@ from decimal import Decimal
 from django.utils import timezone
 from rest_framework import serializers
 
+from core.validators import validate_display_text
 from fleet.choices import AgentActionState, ComponentState, CustodyKind, PowerAction, SanitizationMethod
 from fleet.models import NodeEvent
 from fleet.models.software import COMPONENT_NAME_RE, baseline_version_errors
@@ -232,7 +233,7 @@ class SoftwareInventoryIn(serializers.Serializer):
 
 class BaselineIn(serializers.Serializer):
     node_type = serializers.SlugField(max_length=50, help_text="the node type's slug, e.g. h100-sxm-8x")
-    name = serializers.CharField(max_length=80)
+    name = serializers.CharField(max_length=80, validators=[validate_display_text])
     versions = serializers.DictField(
         child=serializers.CharField(max_length=100), help_text='{"gpu_driver": "570.133.20", ...}'
     )
@@ -276,7 +277,9 @@ class DriftComponentOut(serializers.Serializer):
 
 class RolloutIn(serializers.Serializer):
     baseline_id = serializers.UUIDField()
-    name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+    name = serializers.CharField(
+        max_length=120, required=False, allow_blank=True, default="", validators=[validate_display_text]
+    )
     node_ids = serializers.ListField(
         child=serializers.UUIDField(),
         required=False,

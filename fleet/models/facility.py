@@ -10,6 +10,7 @@ from django.db.models import Sum
 
 from core.models import BaseModel
 from core.reference_data import parameter
+from core.validators import validate_display_text
 
 from ..choices import (
     COOLING_SATISFIES,
@@ -40,7 +41,7 @@ class Site(BaseModel):
     """A data-centre campus, with what its energy costs and emits."""
 
     slug = models.SlugField(max_length=50, unique=True)
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, validators=[validate_display_text])
     region = models.CharField(max_length=50, blank=True)
     electricity_usd_per_kwh = models.DecimalField(
         max_digits=8,
@@ -79,7 +80,7 @@ class Hall(BaseModel):
     """A data hall with an IT power budget; facility power is IT power × PUE."""
 
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="halls")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_display_text])
     it_power_budget_kw = models.DecimalField(**KW, help_text="IT power the hall's electrical plant can deliver (kW)")
     pue = models.DecimalField(
         max_digits=4,
@@ -125,7 +126,7 @@ class Rack(BaseModel):
     """A rack position: what it can power and what it can cool bound what it may hold."""
 
     hall = models.ForeignKey(Hall, on_delete=models.PROTECT, related_name="racks")
-    name = models.CharField(max_length=50)
+    name = models.CharField(max_length=50, validators=[validate_display_text])
     row = models.PositiveSmallIntegerField(default=0, help_text="floor-map row")
     column = models.PositiveSmallIntegerField(default=0, help_text="floor-map column")
     u_height = models.PositiveSmallIntegerField(default=42)
@@ -194,7 +195,7 @@ class PowerFeed(BaseModel):
     of a redundant pair can carry, so losing a feed never trips the other."""
 
     rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="power_feeds")
-    name = models.CharField(max_length=50)
+    name = models.CharField(max_length=50, validators=[validate_display_text])
     voltage = models.PositiveSmallIntegerField(default=415)
     amperage = models.PositiveSmallIntegerField(default=32)
     three_phase = models.BooleanField(default=True)
@@ -218,7 +219,7 @@ class FabricDomain(BaseModel):
     """A network fabric a job can span: an InfiniBand/RoCE pod or an NVLink domain."""
 
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="fabric_domains")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_display_text])
     technology = models.CharField(max_length=16, choices=FabricTechnology.choices)
     generation = models.CharField(max_length=32, help_text="GPU generation the fabric serves, e.g. hopper")
     leaf_count = models.PositiveSmallIntegerField(default=0)

@@ -7,6 +7,7 @@ from django.db import models
 
 from core.ids import uuid7
 from core.models import BaseModel
+from core.validators import validate_display_text
 
 from ..choices import RolloutNodeState, RolloutState
 from .nodes import Node, NodeAgentAction
@@ -19,7 +20,7 @@ class Rollout(BaseModel):
     node taken only while the type's free capacity stays at or above `capacity_floor_gpus`, and
     the rollout paused once more than `max_failures` nodes failed (or any canary did)."""
 
-    name = models.CharField(max_length=120)
+    name = models.CharField(max_length=120, validators=[validate_display_text])
     baseline = models.ForeignKey(SoftwareBaseline, on_delete=models.PROTECT, related_name="rollouts")
     state = models.CharField(max_length=12, choices=RolloutState.choices, default=RolloutState.RUNNING)
     canary_size = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(50)])

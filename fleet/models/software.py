@@ -13,6 +13,7 @@ from django.db.models import Q
 
 from core.ids import uuid7
 from core.models import BaseModel
+from core.validators import validate_display_text
 
 from ..choices import ComponentState, InventorySource
 from .nodes import Node, NodeType
@@ -51,7 +52,7 @@ class SoftwareBaseline(BaseModel):
     versions its nodes should run. Others are candidates a rollout can move nodes to."""
 
     node_type = models.ForeignKey(NodeType, on_delete=models.PROTECT, related_name="baselines")
-    name = models.CharField(max_length=80, help_text="e.g. 2026.11 driver 570")
+    name = models.CharField(max_length=80, help_text="e.g. 2026.11 driver 570", validators=[validate_display_text])
     versions = models.JSONField(help_text='{"component": "version"}, e.g. {"gpu_driver": "570.133.20"}')
     golden = models.BooleanField(default=False)
     created_by = models.CharField(max_length=200)

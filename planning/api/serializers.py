@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from core.validators import validate_display_text
 from planning.inputs import DEFAULT_TARGET, FLOOR_UNITS, PlanInputError, json_ready
 from planning.models import MigrationPlan
 from planning.services import disposition_plans as disposition
@@ -83,7 +84,7 @@ class HallFacilitySerializer(serializers.Serializer):
 class PlanParametersSerializer(serializers.Serializer):
     """What an operator decides; every field has a default from the inventory or the reference data."""
 
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True, validators=[validate_display_text])
     start = serializers.DateField(required=False, help_text="first planned week; default: next Monday")
     halls = serializers.ListField(
         child=serializers.UUIDField(), required=False, min_length=1, help_text="hall ids in scope; default: all halls"
@@ -375,7 +376,7 @@ class DemandIn(serializers.Serializer):
 
 
 class DispositionPlanIn(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=200, validators=[validate_display_text])
     selection = SelectionIn()
     demands = DemandIn(many=True, required=False, default=list)
     horizon_months = serializers.IntegerField(min_value=1, max_value=120)
@@ -426,7 +427,7 @@ class DispositionPlanOut(serializers.Serializer):
 
 
 class ModelIn(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=100, validators=[validate_display_text])
     total_params_b = serializers.FloatField(min_value=0.1, max_value=100_000)
     active_params_b = serializers.FloatField(min_value=0.1, max_value=100_000)
     layers = serializers.IntegerField(min_value=1, max_value=10_000)
@@ -478,7 +479,7 @@ class MeasuredIn(serializers.Serializer):
 
 
 class CapacityPlanIn(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=200, validators=[validate_display_text])
     model_name = serializers.CharField(
         max_length=100,
         required=False,

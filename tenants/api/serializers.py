@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.validators import validate_display_text
 from fleet.models import FabricDomain, NodeType
 from tenants.choices import AllocationState, FabricMode, PartitionKind, PartitionState
 from tenants.models import Allocation, FabricPartition, Volume
@@ -76,7 +77,7 @@ class AllocationListSerializer(serializers.Serializer):
 
 
 class AllocationCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=100, validators=[validate_display_text])
     instance_type = serializers.CharField(max_length=50, help_text="an instance type name from GET /instance-types")
     node_count = serializers.IntegerField(min_value=1, max_value=MAX_NODE_COUNT)
     fabric = serializers.ChoiceField(choices=FabricMode.choices, default=FabricMode.ISOLATED)
@@ -109,7 +110,7 @@ class FabricPartitionListSerializer(serializers.Serializer):
 
 
 class FabricPartitionCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=100, validators=[validate_display_text])
     fabric_domain = serializers.CharField(max_length=100, help_text="the fabric domain's name, e.g. dc1-ndr-pod01")
 
     def validate_fabric_domain(self, value: str) -> FabricDomain:
@@ -134,7 +135,7 @@ class VolumeListSerializer(serializers.Serializer):
 
 
 class VolumeCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
+    name = serializers.CharField(max_length=100, validators=[validate_display_text])
     size_gb = serializers.IntegerField(min_value=1, max_value=1_000_000)
     export_partition = serializers.CharField(
         required=False, allow_null=True, max_length=64, help_text="id of one of your fabric partitions"

@@ -1,9 +1,12 @@
 """Creating tenants and their quotas."""
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.errors import Invalid
 from core.reference_data import generations
 from core.services.audit import record_audit
+from core.validators import validate_display_text
 from fleet.models import NodeType
 from tenants.models import Quota, StorageQuota, Tenant
 
@@ -31,6 +34,10 @@ def create_tenant(
 ) -> tuple[Tenant, bool]:
     """Create (or update the quota of) a tenant; `max_nodes` applies to every generation. The
     storage quota is the default for a new tenant and kept for an existing one unless given."""
+    try:
+        validate_display_text(name or slug)
+    except ValidationError as exc:
+        raise Invalid(f"The tenant name {exc.messages[0]}.") from None
     tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
     for generation in all_generations():
         Quota.objects.update_or_create(tenant=tenant, generation=generation, defaults={"max_nodes": max_nodes})

@@ -53,7 +53,8 @@ def test_overview(page, live_server, login, screenshot, fleet):
         assert _points(page, chart) > 0, chart
     with page.expect_response(lambda r: "/fleet/charts/gpus-by-state.json" in r.url and r.status == 200):
         pass
-    page.wait_for_function("document.getElementById('chart-gpus-by-state').dataset.refreshes >= 1")
+    # a selector, not wait_for_function: the page's Content-Security-Policy forbids evaluating strings
+    page.locator("#chart-gpus-by-state[data-refreshes]").wait_for()
     assert _points(page, "gpus-by-state") > 0  # redrawn in place, still showing data
     screenshot(page, "dashboard-overview")
     assert page.console_errors == []
@@ -65,7 +66,7 @@ def test_power(page, live_server, login, screenshot, fleet):
         assert _points(page, chart) > 0, chart
     assert page.locator("#hot-racks tbody tr.hot").count() > 0
     assert "GB200-NVL72" in page.locator("#placement").inner_text()
-    page.wait_for_function("document.getElementById('chart-rack-load').dataset.refreshes >= 1")
+    page.locator("#chart-rack-load[data-refreshes]").wait_for()
     screenshot(page, "dashboard-power")
     assert page.console_errors == []
 

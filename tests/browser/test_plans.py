@@ -63,7 +63,8 @@ def test_a_large_plan_shows_the_workers_progress_without_reloading(
     assert page.locator("#computation-status").inner_text() == "Queued" and len(queued) == 1
     page.evaluate("window.sameDocument = true")
     MigrationPlan.objects.filter(pk=queued[0]).update(computation="running", progress=0.4)
-    page.wait_for_function("document.getElementById('computation-percent').textContent === '40'", timeout=15_000)
+    # a selector, not wait_for_function: the page's Content-Security-Policy forbids evaluating strings
+    page.locator("#computation-percent", has_text="40").wait_for(timeout=15_000)
     assert page.locator("#computation-status").inner_text() == "Running"
     assert page.evaluate("window.sameDocument") is True  # polled, not reloaded
     screenshot(page, "migration-plan-computing")

@@ -79,3 +79,64 @@ def test_failures_for_unknown_usernames_are_audited_too(db):
     _login(Client(REMOTE_ADDR="203.0.113.9"), "x", username="root")
     event = AuditEvent.objects.get(action="auth.login_failed")
     assert event.actor == "user:root" and event.object_id == ""
+
+
+# ---- two limits together; what the lockout answer says; inputs no account has ---------------
+
+
+def test_spraying_one_password_over_25_usernames_from_one_address_is_limited(django_user_model, settings):
+    for i in range(25):
+        django_user_model.objects.create_user(f"user{i:02d}", password="correct-horse-battery", is_staff=True)
+    sprayer = Client(REMOTE_ADDR="203.0.113.50")
+    statuses = [_login(sprayer, "Summer2026!", username=f"user{i:02d}").status_code for i in range(25)]
+    limit = settings.LOGIN_ADDRESS_FAILURE_LIMIT
+    assert statuses[: limit - 1] == [200] * (limit - 1) and set(statuses[limit - 1 :]) == {429}
+    # everyone else still signs in
+    assert _login(Client(REMOTE_ADDR="198.51.100.8"), "correct-horse-battery", username="user24").status_code == 302
+
+
+def test_one_persons_typos_do_not_lock_out_their_colleagues_behind_the_same_address(alice, django_user_model):
+    django_user_model.objects.create_user("bob", password="another-long-passphrase", is_staff=True)
+    office = Client(REMOTE_ADDR="198.51.100.20")
+    for i in range(LIMIT):
+        _login(office, f"typo-{i}")
+    assert _login(office, "correct-horse-battery").status_code == 429  # alice from here: locked
+    colleague = Client(REMOTE_ADDR="198.51.100.20")
+    assert _login(colleague, "another-long-passphrase", username="bob").status_code == 302
+
+
+def test_the_lockout_says_when_to_try_again(alice, settings):
+    attacker = Client(REMOTE_ADDR="203.0.113.9")
+    for i in range(LIMIT):
+        response = _login(attacker, f"guess-{i}")
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) == int(settings.AXES_COOLOFF_TIME.total_seconds())
+    assert "Try again in 15 minutes" in response.content.decode()
+
+
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
+@pytest.mark.parametrize("length", [151, 255, 256, 10_000])
+def test_a_username_longer_than_any_account_is_a_400(db, path, length):
+    response = _login(Client(REMOTE_ADDR="203.0.113.9"), "x", username="u" * length, path=path)
+    assert response.status_code == 400
+    assert not AuditEvent.objects.filter(action="auth.login_failed").exists()
+
+
+@pytest.mark.parametrize(
+    ("password", "why"),
+    [
+        ("short-pw", "too short"),
+        ("password1234", "too common"),
+        ("123456789012345", "entirely numeric"),
+        ("alice-the-operator", "too similar"),
+    ],
+)
+def test_passwords_are_held_to_djangos_validators(django_user_model, password, why):
+    from django.contrib.auth.password_validation import validate_password
+    from django.core.exceptions import ValidationError
+
+    user = django_user_model(username="alice-the-operator")
+    with pytest.raises(ValidationError) as refused:
+        validate_password(password, user)
+    assert why in " ".join(refused.value.messages)
+    validate_password("Vq8-tundra-lantern-47", user)

@@ -23,6 +23,10 @@ CLEARED = (
     "CSRF_COOKIE_SECURE",
     "SECURE_HSTS_SECONDS",
     "SECURE_PROXY_SSL_HEADER",
+    "NUM_PROXIES",
+    "TRUSTED_PROXIES",
+    "BMC_NETWORKS",
+    "BMC_LAB_ORIGINS",
     "DJANGO_SETTINGS_MODULE",
     # set by the browser tests' live server in this process; a deployment never sets it
     "DJANGO_ALLOW_ASYNC_UNSAFE",
@@ -57,6 +61,13 @@ def _start(tmp_path, **env):
         ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "y" * 40}, "METERING_GRANT_KEY is not set"),
         ({"SECRET_KEY": "short", "AGENT_TOKEN_KEY": "y" * 40}, "SECRET_KEY is shorter than 32"),
         ({"SECRET_KEY": "x" * 40, "AGENT_TOKEN_KEY": "x" * 40}, "AGENT_TOKEN_KEY equals SECRET_KEY"),
+        ({"SECRET_KEY": " " * 40, "AGENT_TOKEN_KEY": "y" * 40}, "SECRET_KEY is only whitespace"),
+        (
+            {"SECRET_KEY": " hangar-embedded-default-not-for-production  ", "AGENT_TOKEN_KEY": "y" * 40},
+            "SECRET_KEY is the development key",
+        ),
+        ({"SECRET_KEY": "ab" * 20}, "SECRET_KEY has fewer than 8 different characters"),
+        ({"SECRET_KEY": secrets.token_urlsafe(50) + "\t"}, "SECRET_KEY starts or ends with whitespace"),
     ],
 )
 def test_production_refuses_to_start_without_real_secrets(tmp_path, env, named):
@@ -123,7 +134,9 @@ def test_transport_security_is_on_by_default_and_read_from_the_environment(tmp_p
     keys = {"SECRET_KEY": _key(), "AGENT_TOKEN_KEY": _key(), "METERING_GRANT_KEY": _key()}
     default = _run(tmp_path, ["-c", show], **keys)
     assert default.returncode == 0, default.stderr
-    assert default.stdout.strip() == "True True True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https')"
+    assert default.stdout.strip() == "True True True 31536000 None"  # no proxy configured: no header trusted
+    proxied = _run(tmp_path, ["-c", show], **keys, NUM_PROXIES="1", TRUSTED_PROXIES="10.1.0.0/24")
+    assert proxied.stdout.strip() == "True True True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https')"
     overridden = _run(
         tmp_path,
         ["-c", show],
@@ -136,17 +149,70 @@ def test_transport_security_is_on_by_default_and_read_from_the_environment(tmp_p
 
 
 def test_plain_http_is_redirected_to_https_in_production(tmp_path):
+    """X-Forwarded-Proto is believed only from the configured proxy: a client reaching the web
+    server directly cannot claim HTTPS with it."""
     script = (
         "import django; django.setup(); from django.test import Client; "
         "r = Client().get('/api/v1/ops/nodes'); print(r.status_code, r.headers.get('Location')); "
-        "r = Client().get('/api/v1/ops/nodes', HTTP_X_FORWARDED_PROTO='https'); "
-        "print(r.status_code, r.headers.get('Strict-Transport-Security'))"
+        "r = Client(REMOTE_ADDR='10.1.0.5').get('/api/v1/ops/nodes', HTTP_X_FORWARDED_PROTO='https'); "
+        "print(r.status_code, r.headers.get('Strict-Transport-Security')); "
+        "r = Client(REMOTE_ADDR='203.0.113.9').get('/api/v1/ops/nodes', HTTP_X_FORWARDED_PROTO='https'); "
+        "print(r.status_code, r.headers.get('Location'))"
     )
-    done = _run(tmp_path, ["-c", script], SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key(), METERING_GRANT_KEY=_key())
+    keys = {"SECRET_KEY": _key(), "AGENT_TOKEN_KEY": _key(), "METERING_GRANT_KEY": _key()}
+    done = _run(tmp_path, ["-c", script], **keys, NUM_PROXIES="1", TRUSTED_PROXIES="10.1.0.0/24")
     assert done.returncode == 0, done.stderr
-    redirected, behind_proxy = done.stdout.strip().splitlines()[-2:]
+    redirected, behind_proxy, direct = done.stdout.strip().splitlines()[-3:]
     assert redirected == "301 https://testserver/api/v1/ops/nodes"
     assert behind_proxy.startswith("401 max-age=31536000; includeSubDomains; preload")
+    assert direct == "301 https://testserver/api/v1/ops/nodes"  # the header from a client is dropped
+    no_proxy = _run(tmp_path, ["-c", script], **keys)
+    assert no_proxy.stdout.strip().splitlines()[-2].startswith("301 ")  # no proxy configured: never believed
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"NUM_PROXIES": "1"}, "Set NUM_PROXIES"),
+        ({"TRUSTED_PROXIES": "10.0.0.0/8"}, "Set NUM_PROXIES"),
+        ({"TRUSTED_PROXIES": "10.0.0.0/33", "NUM_PROXIES": "1"}, "TRUSTED_PROXIES"),
+        ({"BMC_NETWORKS": "10.0.0.0/8+ftp"}, "BMC_NETWORKS"),
+        ({"BMC_LAB_ORIGINS": "http://127.0.0.1:8001"}, "BMC_LAB_ORIGINS"),
+    ],
+)
+def test_production_refuses_to_start_with_an_unsafe_network_setting(tmp_path, env, named):
+    done = _start(tmp_path, SECRET_KEY=_key(), AGENT_TOKEN_KEY=_key(), METERING_GRANT_KEY=_key(), **env)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and named in done.stderr
+
+
+def test_check_deploy_is_clean_with_production_settings_behind_a_proxy(tmp_path):
+    done = _run(
+        tmp_path,
+        ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        SECRET_KEY=_key(),
+        AGENT_TOKEN_KEY=_key(),
+        METERING_GRANT_KEY=_key(),
+        NUM_PROXIES="1",
+        TRUSTED_PROXIES="10.1.0.0/24",
+        BMC_NETWORKS="10.64.0.0/16, 10.65.0.0/24+http",
+        HANGAR_DEVTOOLS="false",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout + done.stderr
+
+
+def test_the_demo_refuses_to_run_without_debug(tmp_path):
+    done = _run(
+        tmp_path,
+        ["manage.py", "demo", "--no-serve"],
+        SECRET_KEY=_key(),
+        AGENT_TOKEN_KEY=_key(),
+        METERING_GRANT_KEY=_key(),
+        DEBUG="false",
+    )
+    assert done.returncode != 0 and "refuses to run with DEBUG off" in done.stderr
+    assert "operator" not in done.stdout
 
 
 def test_manage_py_on_an_unconfigured_checkout_runs_in_development_mode(tmp_path):

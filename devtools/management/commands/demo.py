@@ -10,7 +10,7 @@ import time
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from devtools.demo import DEMO_OPERATOR, DEMO_PROCESSES, DEMO_SEED_STEPS
 
@@ -27,6 +27,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-serve", action="store_true", help="seed only; do not start the processes")
 
     def handle(self, *args, no_serve=False, **options):
+        if not settings.DEBUG:
+            # The demo creates accounts whose passwords are printed in this repository (operator,
+            # acme-admin, globex-admin / hangar-demo) and mints node tokens: never on a real database.
+            raise CommandError(
+                "manage.py demo refuses to run with DEBUG off: it creates accounts with published passwords. "
+                "It is for a development machine (`make demo` sets DEBUG=true)."
+            )
         self.stdout.write("Seeding the demo (skips what is already there)…")
         for step in DEMO_SEED_STEPS:
             self.stdout.write(f"- {step.rpartition('.')[2].replace('_', ' ')}")
