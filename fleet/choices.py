@@ -115,6 +115,9 @@ class Attribution(models.TextChoices):
     PROVIDER = "provider", "Provider"
     TENANT = "tenant", "Tenant"
     NODE = "node", "Node"
+    # Reported only by the node's own agent while a tenant had root on it: the incident is open,
+    # the SLA credit waits until out-of-band evidence or an operator confirms (health.services.incidents).
+    UNCONFIRMED = "unconfirmed", "Node-reported, unconfirmed"
 
 
 class Cooling(models.TextChoices):

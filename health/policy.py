@@ -349,6 +349,11 @@ CHECK_PASS_CLEARS = {
     name: [name] + ([CHECK_WARN_SIGNAL[name]] if name in CHECK_WARN_SIGNAL else []) for name in CHECK_FAIL_SIGNAL
 }
 
+# Signals the control plane observes itself; every other signal is the node's own agent's word
+# (heartbeats, health reports), which a tenant with root on the node can write. A pull on those
+# alone while a tenant holds the node opens its incident `unconfirmed`: no automatic SLA credit.
+CONTROL_PLANE_SIGNALS = frozenset({"heartbeat_lost"})
+
 # Level signals the heartbeat reports every time: absent from a heartbeat → cleared.
 HEARTBEAT_LEVEL_SIGNALS = frozenset(
     {

@@ -364,7 +364,12 @@ def health_reports(request):
     now = timezone.now()
     try:
         ingest_health_report(
-            node_id=request.user.node_id, observed_at=observed_at or now, checks=checks, now=now, drives=drives
+            node_id=request.user.node_id,
+            observed_at=observed_at or now,
+            checks=checks,
+            now=now,
+            drives=drives,
+            identity_issued_at=request.user.extra.get("issued_at"),
         )
     except UnknownNode:
         raise _unknown_node() from None

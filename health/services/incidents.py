@@ -36,9 +36,16 @@ def open_incidents_by_node(node_ids) -> dict:
 
 @transaction.atomic
 def open_policy_incidents(
-    *, nodes: list[Node], severity: str, signals_by_node: dict, now: datetime, actor: str
+    *,
+    nodes: list[Node],
+    severity: str,
+    signals_by_node: dict,
+    now: datetime,
+    actor: str,
+    attribution_of: dict | None = None,
 ) -> dict:
-    """One incident per node that has none open. Returns {node_id: incident}."""
+    """One incident per node that has none open. Returns {node_id: incident}. `attribution_of`:
+    node id → attribution where it is not the provider's (a fault only the node reported)."""
     already = open_incidents_by_node([n.pk for n in nodes])
     created: dict = {}
     for node in nodes:
@@ -51,7 +58,7 @@ def open_policy_incidents(
             severity=severity,
             signals=signals,
             opened_at=now,
-            attribution=Attribution.PROVIDER,
+            attribution=(attribution_of or {}).get(node.pk, Attribution.PROVIDER),
         )
     Incident.objects.bulk_create(created.values())
     index_objects(created.values(), created=True)  # bulk_create sends no post_save
@@ -63,7 +70,13 @@ def open_policy_incidents(
                 at=now,
                 step=IncidentStep.DETECT,
                 actor=actor,
-                detail=f"health policy ({severity}): {', '.join(inc.signals)}",
+                detail=f"health policy ({severity}): {', '.join(inc.signals)}"
+                + (
+                    "; reported only by the node's own agent while a tenant had root on it: the SLA credit waits "
+                    "for out-of-band evidence or an operator's confirmation"
+                    if inc.attribution == Attribution.UNCONFIRMED
+                    else ""
+                ),
             )
             for inc in created.values()
         ]
@@ -118,9 +131,31 @@ def settle_credits(*, node_ids, end: datetime, actor: str) -> int:
     if not impacts:
         return 0
     back_at = _gpus_back_at(impacts)
+    newly_closed = {i.pk for i in impacts if i.end is None}
     for impact in impacts:
         replaced = back_at.get(impact.pk)
         impact.end = impact.end or (min(replaced, end) if replaced else end)
+    held = [i for i in impacts if i.incident.attribution == Attribution.UNCONFIRMED]
+    if held:  # the window is closed and kept; the credit waits for evidence or an operator
+        IncidentImpact.objects.bulk_update(held, ["end"])
+        IncidentEvent.objects.bulk_create(
+            [
+                IncidentEvent(
+                    incident_id=i.incident_id,
+                    at=end,
+                    step=IncidentStep.RETURN,
+                    actor=actor,
+                    detail=f"SLA window closed: {i.gpus} GPUs from {i.start:%Y-%m-%d %H:%M:%S} to {i.end:%Y-%m-%d %H:%M:%S} "
+                    "UTC; no credit yet: only the node's own agent reported the fault while a tenant had root on it "
+                    "(confirm with out-of-band evidence or as an operator)",
+                )
+                for i in held
+                if i.pk in newly_closed
+            ]
+        )
+    impacts = [i for i in impacts if i.incident.attribution != Attribution.UNCONFIRMED]
+    if not impacts:
+        return 0
     for impact in impacts:
         if impact.end > impact.start:
             record_sla_credit(
@@ -209,9 +244,68 @@ def open_operator_incident(*, nodes: list[Node], title: str, severity: str, acto
     return incident
 
 
+def confirm_attribution(*, incident: Incident, actor: str, evidence: str, now: datetime | None = None) -> bool:
+    """A node-reported (unconfirmed) incident confirmed as the provider's, by an operator or by
+    out-of-band evidence: the SLA windows already closed are credited now, the open ones when the
+    node returns. False when it was not unconfirmed (nothing changes)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        moved = Incident.objects.filter(pk=incident.pk, attribution=Attribution.UNCONFIRMED).update(
+            attribution=Attribution.PROVIDER, updated_at=now
+        )
+        if not moved:
+            return False
+        incident.attribution = Attribution.PROVIDER
+        IncidentEvent.objects.create(
+            incident=incident,
+            at=now,
+            step=IncidentStep.DIAGNOSE,
+            actor=actor,
+            detail=f"attribution confirmed: {evidence}",
+        )
+        record_audit(
+            actor=actor,
+            action="incident.attribution_confirmed",
+            target=incident,
+            before={"attribution": Attribution.UNCONFIRMED},
+            after={"attribution": Attribution.PROVIDER},
+            reason=evidence,
+        )
+        closed = list(
+            IncidentImpact.objects.filter(incident=incident, credited=False, end__isnull=False).values_list(
+                "node_id", "end"
+            )
+        )
+    for node_id, end in closed:
+        settle_credits(node_ids=[node_id], end=end, actor=actor)
+    return True
+
+
+def confirm_from_node_evidence(*, node_id, identity_issued_at: datetime, evidence: str, now: datetime) -> int:
+    """A fault reported by an identity the node received after the incident opened (its wipe
+    rotated the tenant's away: DCGM on the wiped node) is out-of-band evidence for the node's
+    unconfirmed incidents opened before it. Returns how many were confirmed."""
+    incidents = Incident.objects.filter(
+        nodes__pk=node_id, attribution=Attribution.UNCONFIRMED, opened_at__lt=identity_issued_at
+    )
+    return sum(
+        confirm_attribution(
+            incident=incident,
+            actor="system:health",
+            evidence=f"{evidence}, reported by the node's identity issued {identity_issued_at:%Y-%m-%d %H:%M:%S} UTC, "
+            "after the tenant's access ended",
+            now=now,
+        )
+        for incident in incidents
+    )
+
+
 @transaction.atomic
 def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution: str, close: bool = False) -> Incident:
-    """Save the postmortem; `close` only when every node is back through the gate or in RMA."""
+    """Save the postmortem; `close` only when every node is back through the gate or in RMA.
+    An operator setting a node-reported (unconfirmed) incident to the provider confirms it."""
+    if incident.attribution == Attribution.UNCONFIRMED and attribution == Attribution.PROVIDER:
+        confirm_attribution(incident=incident, actor=actor, evidence=f"confirmed by {actor}")
     incident = Incident.objects.select_for_update().get(pk=incident.pk)
     before = {"cause": incident.cause, "attribution": incident.attribution, "state": incident.state}
     now = timezone.now()

@@ -33,6 +33,7 @@ from health.policy import (
     slowdown_temp_c,
 )
 from health.services.conditions import apply_observations
+from health.services.incidents import confirm_from_node_evidence
 
 log = logging.getLogger(__name__)
 
@@ -299,11 +300,19 @@ def ingest_heartbeat(
 
 
 def ingest_health_report(
-    *, node_id, observed_at: datetime, checks: list[dict], now: datetime, drives: list[dict] | None = None
+    *,
+    node_id,
+    observed_at: datetime,
+    checks: list[dict],
+    now: datetime,
+    drives: list[dict] | None = None,
+    identity_issued_at: datetime | None = None,
 ) -> int:
     """Store the results (and the drive inventory) and apply them. A report stamped outside
     ±AGENT_CLOCK_SKEW_LIMIT of its receipt is kept for inspection, marked `clock_skew`, and
-    changes nothing, its drive inventory included (ClockSkewed)."""
+    changes nothing, its drive inventory included (ClockSkewed). `identity_issued_at`: when the
+    reporting agent's token was issued; a failed check from an identity newer than an
+    unconfirmed incident of the node confirms it (health.services.incidents)."""
     skew = clock_skew_seconds(observed_at, now)
     if abs(skew) > AGENT_CLOCK_SKEW_LIMIT.total_seconds():
         with transaction.atomic():
@@ -323,7 +332,13 @@ def ingest_health_report(
                 ]
             )
         raise ClockSkewed(skew)
-    return _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now, drives=drives)
+    applied = _apply_report(node_id=node_id, observed_at=observed_at, checks=checks, now=now, drives=drives)
+    failed = [c["name"] for c in checks if c["status"] == CheckStatus.FAIL]
+    if failed and identity_issued_at is not None:
+        confirm_from_node_evidence(
+            node_id=node_id, identity_issued_at=identity_issued_at, evidence=f"{', '.join(failed)} failed", now=now
+        )
+    return applied
 
 
 @transaction.atomic

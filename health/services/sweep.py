@@ -34,6 +34,7 @@ from health.choices import (
 from health.choices import Severity as S
 from health.models import Condition, ConditionEvent
 from health.policy import (
+    CONTROL_PLANE_SIGNALS,
     EVENT_EXPIRY,
     GATE_AFTER_REBOOT,
     GATE_AFTER_RESET,
@@ -230,9 +231,26 @@ def _apply_policy(now: datetime) -> dict:
         node.last_error = node.cordon_reason
     update_rows(Node, pulled, ["cordoned", "cordon_reason", "attribution", "last_error"], using="default")
     signals_by_node = {n.pk: decisions[n.pk][1] for n in pulled}
+    # A tenant with root writes what its node's agent reports: a pull on those signals alone,
+    # while the node is in a tenant's allocation, is the node's word, not the provider's fault.
+    tenanted = set(
+        AllocationNode.objects.filter(node__in=pulled, ended_at__isnull=True).values_list("node_id", flat=True)
+    )
+    attribution_of = {
+        n.pk: Attribution.UNCONFIRMED
+        for n in pulled
+        if n.pk in tenanted and not set(signals_by_node[n.pk]) & CONTROL_PLANE_SIGNALS
+    }
     for severity, group in by_severity.items():
         members = [n for n in group if n in pulled]
-        open_policy_incidents(nodes=members, severity=severity, signals_by_node=signals_by_node, now=now, actor=ACTOR)
+        open_policy_incidents(
+            nodes=members,
+            severity=severity,
+            signals_by_node=signals_by_node,
+            now=now,
+            actor=ACTOR,
+            attribution_of=attribution_of,
+        )
     fatal = [n for n in pulled if decisions[n.pk][0] in TO_TRIAGE]
     transition_many(
         fatal,
