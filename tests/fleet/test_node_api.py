@@ -11,6 +11,7 @@ from fleet.services.agent_work import request_agent_action
 from fleet.services.reconcile import reconcile_nodes
 
 from .lifecycle_helpers import allocate, place
+from .software_helpers import report_stack
 
 pytestmark = pytest.mark.django_db
 
@@ -68,6 +69,7 @@ def test_action_result_is_recorded_once_and_the_reconciler_acts(node):
     assert replay.status_code == 202 and replay.json()["duplicate"] is True
     wipe.refresh_from_db()
     assert (wipe.state, wipe.detail, wipe.output) == ("succeeded", "nvme format ok", {"drives": 2})
+    report_stack(node)  # the wiped node's stack, reported after the wipe began
     reconcile_nodes()
     node.refresh_from_db()
     assert node.lifecycle == "available"
