@@ -523,6 +523,10 @@ class RejectedMeterTally(models.Model):
     def __str__(self) -> str:
         return f"{self.refused} {self.code} from {self.node_id} in {self.hour:%Y-%m-%d %H}h ({self.sampled} kept)"
 
+    @property
+    def quantity_seconds(self) -> Decimal:
+        return Decimal(self.quantity_micro) / MICRO
+
 
 class DisputeStatus(models.TextChoices):
     OPEN = "open", "Open (not rated)"

@@ -21,6 +21,7 @@ from billing.models import (
     LedgerArchiveAction,
     LedgerArchiveRecord,
     RejectedMeterEvent,
+    RejectedMeterTally,
     SlaPolicy,
     Unit,
     UsageDispute,
@@ -220,6 +221,12 @@ def dispute_by_public_id(public_id) -> UsageDispute | None:
 def recent_rejections(limit: int = REJECTIONS_SHOWN) -> list[RejectedMeterEvent]:
     """Meter events ingest refused, newest first."""
     return list(RejectedMeterEvent.objects.using(LEDGER).order_by("-id")[:limit])
+
+
+def rejection_tallies(limit: int = REJECTIONS_SHOWN) -> list:
+    """Every refusal counted, per node, hour and code, newest hour first: the whole of a flood,
+    of which only the first rows of each node and hour are kept as events."""
+    return list(RejectedMeterTally.objects.using(LEDGER).order_by("-hour", "-refused")[:limit])
 
 
 def dispute_counts() -> dict[str, int]:

@@ -28,6 +28,7 @@ from billing.selectors import (
     policy_in_force,
     recent_rejections,
     recent_runs,
+    rejection_tallies,
     resolved_disputes,
     usage_by_sku,
 )
@@ -66,6 +67,7 @@ def _tenant_slugs(tenant_ids) -> dict:
 def disputes(request):
     """Usage held out of billing (open disputes), recent resolutions, and refused meter events."""
     held, resolved, refused = open_disputes(), resolved_disputes(), recent_rejections()
+    tallies = rejection_tallies()
     slugs = _tenant_slugs([d.tenant_id for d in held + resolved] + [r.tenant_id for r in refused])
     for item in (*held, *resolved, *refused):
         item.tenant_label = slugs.get(item.tenant_id, f"unknown tenant {item.tenant_id}")
@@ -77,6 +79,7 @@ def disputes(request):
             "held": held,
             "resolved": resolved,
             "refused": refused,
+            "tallies": tallies,
             "can_resolve": request.user.has_perm(RESOLVE_PERMISSION),
         },
     )

@@ -285,3 +285,11 @@ def test_a_flood_of_refused_events_is_counted_and_only_sampled(rented, settings)
     assert (tally.refused, tally.sampled) == (5000, 50)
     assert tally.quantity_micro == 5000 * 481 * 10**6
     assert tally.last_event_id == batch[-1]["event_id"]
+
+
+def test_operators_see_the_counted_refusals(rented, operator_client, settings):
+    settings.METER_REJECTED_SAMPLE_PER_NODE_HOUR = 2
+    _post(rented, *[_event(rented, quantity="481") for _ in range(5)])
+    page = operator_client.get("/billing/disputes/").content.decode()
+    assert 'id="refusal-tallies"' in page and "quantity_exceeds_grant" in page
+    assert RejectedMeterEvent.objects.count() == 2
