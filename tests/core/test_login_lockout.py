@@ -140,3 +140,32 @@ def test_passwords_are_held_to_djangos_validators(django_user_model, password, w
         validate_password(password, user)
     assert why in " ".join(refused.value.messages)
     validate_password("Vq8-tundra-lantern-47", user)
+
+
+def test_behind_the_configured_proxy_each_client_is_judged_by_its_own_address(alice, django_user_model, settings):
+    """With NUM_PROXIES and TRUSTED_PROXIES set, X-Forwarded-For from the proxy names the client:
+    one client's wrong passwords lock that client, not everyone behind the proxy."""
+    import ipaddress
+
+    settings.NUM_PROXIES = 1
+    settings.TRUSTED_PROXIES = (ipaddress.ip_network("10.1.0.0/24"),)
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    django_user_model.objects.create_user("bob", password="another-long-passphrase", is_staff=True)
+    proxy = Client(REMOTE_ADDR="10.1.0.5")
+    for i in range(LIMIT):
+        proxy.post("/accounts/login/", {"username": "alice", "password": f"g{i}"}, HTTP_X_FORWARDED_FOR="198.51.100.1")
+    locked = proxy.post(
+        "/accounts/login/",
+        {"username": "alice", "password": "correct-horse-battery"},
+        HTTP_X_FORWARDED_FOR="198.51.100.1",
+    )
+    assert locked.status_code == 429
+    other = Client(REMOTE_ADDR="10.1.0.5")
+    fine = other.post(
+        "/accounts/login/",
+        {"username": "alice", "password": "correct-horse-battery"},
+        HTTP_X_FORWARDED_FOR="198.51.100.2",
+    )
+    assert fine.status_code == 302
+    failed = AuditEvent.objects.filter(action="auth.login_failed").first()
+    assert failed.after["address"] == "198.51.100.1"  # the client's, not the proxy's
