@@ -159,6 +159,7 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
     flagged: list[Node] = []
     waiting: list[Node] = []  # wiped, the new identity's inventory not in yet
     wiped: list[Node] = []
+    wiped_at: dict = {}
     for node in nodes:
         state = node.lifecycle
         if state in STEPS:
@@ -180,6 +181,9 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
             if any(a[2] == AgentActionState.SUCCEEDED for a in mine):
                 if state == L.WIPING:
                     wiped.append(node)  # back to the pool only through the inventory check below
+                    wiped_at[node.pk] = max(
+                        (a[4] for a in mine if a[2] == AgentActionState.SUCCEEDED and a[4] is not None), default=None
+                    )
                 else:
                     advance[success].append(node)
                 continue
@@ -212,7 +216,7 @@ def _reconcile_batch(nodes: list[Node], now: datetime, result: PassResult) -> No
             advance[L.REMEDIATING].append(node)
 
     if wiped:
-        verdicts = return_verdicts(wiped)
+        verdicts = return_verdicts(wiped, wiped_at)
         for node in wiped:
             verdict = verdicts[node.pk]
             if verdict.outcome == "pass":

@@ -38,16 +38,19 @@ def request_wipes(*, nodes: list[Node], actor: str, reason: str) -> int:
     return queued
 
 
-def return_verdicts(nodes: list[Node]) -> dict:
+def return_verdicts(nodes: list[Node], wiped_at: dict | None = None) -> dict:
     """node id → Verdict ("pass", "fail" or "wait", with why) for nodes in `wiping` whose wipe
-    succeeded. Three queries whatever the batch size."""
+    succeeded. `wiped_at`: node id → when the agent says the wipe finished (its own clock); a
+    report it stamped earlier describes the node before the re-image and does not count. Three
+    queries whatever the batch size."""
     types = NodeType.objects.in_bulk({n.node_type_id for n in nodes})
     golden = golden_baselines(set(types))
     since = {n.pk: state_entered_at(n) for n in nodes}
+    wiped_at = wiped_at or {}
     fresh: dict = defaultdict(list)
     for row in NodeSoftware.objects.filter(node_id__in=list(since)):
-        entered = since[row.node_id]
-        if entered is None or row.received_at >= entered:
+        entered, finished = since[row.node_id], wiped_at.get(row.node_id)
+        if (entered is None or row.received_at >= entered) and (finished is None or row.observed_at >= finished):
             fresh[row.node_id].append(row)
     out = {}
     for node in nodes:

@@ -237,3 +237,50 @@ def test_a_handoff_expires_and_a_second_rotation_replaces_the_first(small_fleet,
     third = json.loads(handoff_path(node.pk).read_text())
     assert APIClient().post(AGENT + "identity", third, format="json").status_code == 401  # expired at once
     assert second != third
+
+
+def test_a_report_from_before_the_re_image_does_not_decide(small_fleet, client_a, committed):
+    """The wipe image reports its stack when it claims the identity (still the old versions) and
+    again once the wipe re-imaged the node: only the second counts."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    golden = {name: version for name, (version, _state) in FULL_STACK.items()}
+    acme = _rent(client_a, 1, "acme-3")
+    node = Node.objects.get(allocation_memberships__allocation=acme)
+    SoftwareBaseline.objects.create(
+        node_type=node.node_type, name="golden", versions=golden, golden=True, created_by="t"
+    )
+    token = mint_agent_token(node.pk)
+    assert client_a.post(f"/api/v1/allocations/{acme.pk}/cancel").status_code == 202
+    run_allocation_loop()
+    _report(_agent(token), NodeAgentAction.objects.get(node=node, action=AgentAction.STOP, state="pending"))
+    committed(reconcile_nodes)
+    fresh = APIClient().post(AGENT + "identity", json.loads(handoff_path(node.pk).read_text()), format="json")
+    agent = _agent(fresh.json()["token"])
+    old = {**FULL_STACK, "gpu_driver": ("550.90.07", "ok")}
+    components = [{"component": c, "version": v, "state": s} for c, (v, s) in old.items()]
+    before = timezone.now() - timedelta(seconds=30)
+    assert (
+        agent.post(
+            AGENT + "software-inventory", {"observed_at": stamp(before), "components": components}, format="json"
+        ).status_code
+        == 202
+    )
+    wipe = NodeAgentAction.objects.get(node=node, action=AgentAction.WIPE, state=AgentActionState.PENDING)
+    assert (
+        agent.post(
+            AGENT + "action-results",
+            {"action_id": str(wipe.pk), "action": "wipe", "status": "succeeded", "finished_at": stamp()},
+            format="json",
+        ).status_code
+        == 202
+    )
+    reconcile_nodes()
+    node.refresh_from_db()
+    assert node.lifecycle == Lifecycle.WIPING  # the pre-image report is not the verdict
+    assert _inventory(agent) == 202
+    reconcile_nodes()
+    node.refresh_from_db()
+    assert node.lifecycle == Lifecycle.AVAILABLE
