@@ -330,11 +330,16 @@ def _store_rejections(node_id: UUID, refused: list[tuple[_Event, str, str]], rec
 class _Span:
     start: datetime
     end: datetime
-    density: Fraction  # GPUs in use, the quantity spread evenly over [start, end)
+    quantity_micro: int
+
+    @property
+    def density(self) -> Fraction:
+        """GPUs in use: the quantity spread evenly over [start, end) (exact, as a fraction)."""
+        return Fraction(self.quantity_micro, (self.end - self.start) // _US)
 
 
 def _span(start: datetime, end: datetime, quantity_micro: int) -> _Span:
-    return _Span(start, end, Fraction(quantity_micro, (end - start) // _US))
+    return _Span(start, end, quantity_micro)
 
 
 class _NodeUsage:
@@ -409,6 +414,9 @@ def _over_capacity(node_id: UUID, events: list[_Event], exclude: set[str], gpus_
         gpus = gpus_of(event)
         span = _span(event.start, event.end, event.quantity_micro)
         others = usage.overlapping(event.start, event.end)
+        if not others:  # alone on its interval: its grant's bound (checked already) is the node's
+            usage.add(span)
+            continue
         if len(others) > MAX_OVERLAPPING:
             refused[event.event_id] = (
                 f"{len(others)} other events of this node overlap [start, end); at most {MAX_OVERLAPPING} are weighed"
