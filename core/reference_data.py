@@ -184,3 +184,47 @@ def table(filename: str) -> tuple[dict[str, str], ...]:
     For files whose rows are records rather than named parameters; the caller types the
     columns it reads. Cached: treat the rows as read-only."""
     return tuple(_rows(filename))
+
+
+@dataclass(frozen=True)
+class SanitisationRule:
+    """NIST SP 800-88 for one kind of custody destination (``sanitisation.csv``): whether the
+    media leaves the organisation's control and the weakest method that will do for every drive
+    (``unpurgeable_method`` for a drive that cannot be purged)."""
+
+    destination_kind: str
+    label: str
+    leaves_organisation: bool
+    media_reused: bool
+    minimum_method: str
+    unpurgeable_method: str
+    verification_required: bool
+    source: str
+
+
+def _yes_no(text: str, where: str) -> bool:
+    if text not in ("yes", "no"):
+        raise ValueError(f"{where}: expected yes or no, got {text!r}")
+    return text == "yes"
+
+
+@cache
+def sanitisation_rules() -> dict[str, SanitisationRule]:
+    """Destination kind → its NIST SP 800-88 rule, in file order (``sanitisation.csv``)."""
+    rules: dict[str, SanitisationRule] = {}
+    for row in _rows("sanitisation.csv"):
+        kind = row["destination_kind"]
+        where = f"sanitisation.csv {kind}"
+        if kind in rules:
+            raise ValueError(f"{where}: listed twice")
+        rules[kind] = SanitisationRule(
+            destination_kind=kind,
+            label=row["label"],
+            leaves_organisation=_yes_no(row["leaves_organisation_control"], where),
+            media_reused=_yes_no(row["media_reused"], where),
+            minimum_method=row["minimum_method"],
+            unpurgeable_method=row["unpurgeable_method"],
+            verification_required=_yes_no(row["verification_required"], where),
+            source=row["source"],
+        )
+    return rules
