@@ -18,6 +18,7 @@ from core.api.problems import Problem
 from core.decorators import console_action, operator_required, permission_denied_page
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing, require_permission
+from fleet.choices import CustodyDestination
 from fleet.models import Hall, Node, NodeType
 from fleet.selectors import data_handling_status, halls_for_filter, live_tenancy
 from fleet.services import bmc_disposal, sanitization
@@ -247,6 +248,7 @@ def disposition_detail(request, pk):
             "result": result,
             "page": page,
             "rows": rows,
+            "custody_kinds": CUSTODY_KINDS,
             "split_rows": [
                 (o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
                 for o in result["split"]
@@ -268,6 +270,15 @@ PLAN_PAGE_ACTIONS = {
     "sanitize": "node.sanitize",
     "retire": "node.retire",
     "dispose": "node.dispose",
+}
+
+
+# The kinds of party a custody transfer from the plan page may name (NIST SP 800-88 per kind:
+# core/reference/sanitisation.csv); an RMA shipment is recorded from the node's API instead.
+CUSTODY_KINDS = {
+    v: label
+    for v, label in CustodyDestination.choices
+    if v not in (CustodyDestination.UNSPECIFIED, CustodyDestination.RMA_VENDOR)
 }
 
 
@@ -319,11 +330,20 @@ def disposition_node_action(request, pk):
             elif action == "custody":
                 to_party = request.POST.get("to_party", "").strip()
                 ref = request.POST.get("document_ref", "").strip()
-                if not to_party or not ref:
-                    messages.error(request, "A custody transfer needs the receiving party and a document reference.")
+                kind = request.POST.get("destination_kind", "")
+                if not to_party or not ref or kind not in CUSTODY_KINDS:
+                    messages.error(
+                        request,
+                        "A custody transfer needs the receiving party, the kind of party and a document reference.",
+                    )
                     break
                 sanitization.record_custody_transfer(
-                    node=node, from_party=node.rack.hall.site.name, to_party=to_party, document_ref=ref, actor=actor
+                    node=node,
+                    from_party=node.rack.hall.site.name,
+                    to_party=to_party,
+                    destination_kind=kind,
+                    document_ref=ref,
+                    actor=actor,
                 )
             elif action in ("sanitize", "retire", "dispose"):
                 perform_operator_action(
