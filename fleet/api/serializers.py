@@ -203,7 +203,9 @@ class CustodyTransferIn(serializers.Serializer):
             raise serializers.ValidationError({"destination_kind": "an RMA shipment goes to rma_vendor"})
         if kind != CustodyKind.RMA_SHIPMENT and not destination:
             raise serializers.ValidationError(
-                {"destination_kind": "name the kind of party the node goes to: it decides the sanitisation its drives need"}
+                {
+                    "destination_kind": "name the kind of party the node goes to: it decides the sanitisation its drives need"
+                }
             )
         return attrs
 

@@ -4,30 +4,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0024_free_nodes_index_covers_placement'),
+        ("fleet", "0024_free_nodes_index_covers_placement"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='custodytransfer',
-            name='destination_kind',
-            field=models.CharField(choices=[('own_site', 'Another site of the organisation'), ('own_lab', "The organisation's lab"), ('lessee', 'Lessee under contract'), ('buyer', 'Buyer'), ('recycler', 'Recycler'), ('destruction_vendor', 'Destruction vendor'), ('rma_vendor', 'Vendor under RMA'), ('unspecified', 'Not recorded (treated as leaving)')], default='unspecified', max_length=20),
+            model_name="custodytransfer",
+            name="destination_kind",
+            field=models.CharField(
+                choices=[
+                    ("own_site", "Another site of the organisation"),
+                    ("own_lab", "The organisation's lab"),
+                    ("lessee", "Lessee under contract"),
+                    ("buyer", "Buyer"),
+                    ("recycler", "Recycler"),
+                    ("destruction_vendor", "Destruction vendor"),
+                    ("rma_vendor", "Vendor under RMA"),
+                    ("unspecified", "Not recorded (treated as leaving)"),
+                ],
+                default="unspecified",
+                max_length=20,
+            ),
         ),
         migrations.AddField(
-            model_name='custodytransfer',
-            name='drives',
-            field=models.JSONField(blank=True, default=list, help_text='at the transfer: [{serial, required_method, record_id, record_method}] for every drive'),
+            model_name="custodytransfer",
+            name="drives",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="at the transfer: [{serial, required_method, record_id, record_method}] for every drive",
+            ),
         ),
         migrations.AddField(
-            model_name='custodytransfer',
-            name='leaves_organisation',
-            field=models.BooleanField(default=True, help_text="the media leaves the organisation's control (derived from the destination kind)"),
+            model_name="custodytransfer",
+            name="leaves_organisation",
+            field=models.BooleanField(
+                default=True,
+                help_text="the media leaves the organisation's control (derived from the destination kind)",
+            ),
         ),
         migrations.AddField(
-            model_name='custodytransfer',
-            name='required_method',
-            field=models.CharField(choices=[('clear', 'Clear'), ('purge', 'Purge'), ('destroy', 'Destroy')], default='purge', help_text='the weakest method every drive needed for this destination (destroy where purge is impossible)', max_length=8),
+            model_name="custodytransfer",
+            name="required_method",
+            field=models.CharField(
+                choices=[("clear", "Clear"), ("purge", "Purge"), ("destroy", "Destroy")],
+                default="purge",
+                help_text="the weakest method every drive needed for this destination (destroy where purge is impossible)",
+                max_length=8,
+            ),
         ),
     ]

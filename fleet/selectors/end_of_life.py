@@ -187,9 +187,9 @@ def certificate_for(node_id) -> dict:
     status = data_handling_status([node.pk])[node.pk]
     drives = {str(d.pk): d for d in Drive.objects.filter(node=node)}
     records = list(
-        SanitizationRecord.objects.filter(drive__node=node, verified=True).select_related("drive").order_by(
-            "performed_at", "id"
-        )
+        SanitizationRecord.objects.filter(drive__node=node, verified=True)
+        .select_related("drive")
+        .order_by("performed_at", "id")
     )
     by_id = {str(r.pk): r for r in records}
     rows = [(line, drives.get(line.drive_id), by_id.get(line.record_id)) for line in status.gate.drives]

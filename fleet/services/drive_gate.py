@@ -169,9 +169,7 @@ class GateStatus:
             by_method.setdefault(d.required, []).append(d.serial)
         for method, serials in sorted(by_method.items(), key=lambda kv: METHOD_RANK[kv[0]]):
             wanted = "purge or destroy" if method == SanitizationMethod.PURGE else method
-            parts.append(
-                f"{len(serials)} drive(s) lack a verified {wanted} record with evidence: {', '.join(serials)}"
-            )
+            parts.append(f"{len(serials)} drive(s) lack a verified {wanted} record with evidence: {', '.join(serials)}")
         return "; ".join(parts)
 
     def as_dict(self) -> dict:
@@ -318,9 +316,7 @@ def counting_record(candidates, required: str, not_before):
     return None
 
 
-def _status(
-    nid, exit, basis, shipment, inventories, by_node, elsewhere, exit_started, last_use, records
-) -> GateStatus:
+def _status(nid, exit, basis, shipment, inventories, by_node, elsewhere, exit_started, last_use, records) -> GateStatus:
     leaves = any(b.rule.leaves_organisation for b in basis)
     status = GateStatus(exit=exit, destination=OUTSIDE if leaves else INSIDE, inventory_reported_at=None, basis=basis)
     inventory = inventories.get(nid)

@@ -233,7 +233,9 @@ def record_custody_transfer(
     now = timezone.now()
     at = at or now
     if at > now:
-        raise CustodyRefused("A custody transfer cannot be recorded ahead of time; give when it happened.", code="invalid")
+        raise CustodyRefused(
+            "A custody transfer cannot be recorded ahead of time; give when it happened.", code="invalid"
+        )
     if kind == CustodyKind.RMA_SHIPMENT:
         destination_kind = destination_kind or CustodyDestination.RMA_VENDOR
         if destination_kind != CustodyDestination.RMA_VENDOR:
@@ -260,9 +262,7 @@ def record_custody_transfer(
         pending = Basis("pending", destination_kind, f"this transfer to {to_party} ({rule.label})")
         gate = gate_status([node.pk], CUSTODY, {node.pk: pending})[node.pk]
         if not gate.passed:
-            raise CustodyRefused(
-                f"{node.hostname} cannot go to {to_party} ({rule.label}) yet: {gate.refusal()}.", gate
-            )
+            raise CustodyRefused(f"{node.hostname} cannot go to {to_party} ({rule.label}) yet: {gate.refusal()}.", gate)
         late = _records_after(gate, at)
         if late:
             raise CustodyRefused(
