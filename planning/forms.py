@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from planning.engines.disposition.market import BOUND_NAMES
+
 NUMBER_FIELDS = (
     "target_perf_per_gpu",
     "burn_in_days",
@@ -126,6 +128,13 @@ def disposition_body_from_post(post) -> dict:
     }
     if post.get("lease_cap_nodes", "").strip():
         body["lease_cap_nodes"] = post["lease_cap_nodes"].strip()
+    overrides = {name: post[f"market_{name}"].strip() for name in BOUND_NAMES if post.get(f"market_{name}", "").strip()}
+    if overrides:
+        body["market_overrides"] = overrides
+    if post.get("override_reason", "").strip():
+        body["override_reason"] = post["override_reason"].strip()
+    if post.get("migration_plan_id", "").strip():
+        body["migration_plan_id"] = post["migration_plan_id"].strip()
     return body
 
 

@@ -50,6 +50,7 @@ from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
 from planning.selectors import apply_preview, reference_citations, scheduled_work, verdict_groups
 from planning.selectors import plan_list as plan_list_query
+from planning.services.disposition_plans import default_market
 from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,
@@ -226,6 +227,10 @@ def disposition_list(request):
                 for i in range(DEMAND_ROWS)
             ],
             "channels": ("broker", "auction", "distressed"),
+            "market": default_market().as_list(),
+            "migration_plans": MigrationPlan.objects.filter(computation=MigrationPlan.Computation.DONE)
+            .only("id", "name", "created_at")
+            .order_by("-created_at")[:20],
         },
     )
 

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from planning.engines.disposition.market import BOUND_NAMES, check_override
 from planning.inputs import DEFAULT_TARGET, FLOOR_UNITS, PlanInputError, json_ready
 from planning.models import MigrationPlan
 from planning.services import disposition_plans as disposition
@@ -392,16 +393,55 @@ class DispositionPlanIn(serializers.Serializer):
         child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)),
         required=False,
         default=dict,
-        help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE),
+        help_text="override reference defaults (with override_reason): " + ", ".join(disposition.OVERRIDABLE),
+    )
+    market_overrides = serializers.DictField(
+        child=serializers.DecimalField(max_digits=10, decimal_places=4, min_value=Decimal(0)),
+        required=False,
+        default=dict,
+        help_text="override the market bounds of economics.csv (with override_reason): " + ", ".join(BOUND_NAMES),
+    )
+    override_reason = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="why the defaults are overridden; required with any override, shown on the plan",
+    )
+    migration_plan_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="link a migration plan without taking the selection from its drain list: the nodes it drains "
+        "are not kept in place, those it keeps in a hall it refills are charged for the kW they hold",
     )
 
     def validate_assumption_overrides(self, value):
+        if len(value) > len(disposition.OVERRIDABLE):
+            raise serializers.ValidationError(f"at most {len(disposition.OVERRIDABLE)} overrides")
         unknown = sorted(set(value) - set(disposition.OVERRIDABLE))
         if unknown:
             raise serializers.ValidationError(
                 f"unknown assumptions {', '.join(unknown)}; overridable: {', '.join(disposition.OVERRIDABLE)}"
             )
         return value
+
+    def validate_market_overrides(self, value):
+        if len(value) > len(BOUND_NAMES):
+            raise serializers.ValidationError(f"at most {len(BOUND_NAMES)} overrides")
+        problems = [f"{name}: {p}" for name, v in sorted(value.items()) if (p := check_override(name, v))]
+        if problems:
+            raise serializers.ValidationError("; ".join(problems))
+        return value
+
+    def validate(self, attrs):
+        if (attrs.get("assumption_overrides") or attrs.get("market_overrides")) and not attrs.get(
+            "override_reason", ""
+        ).strip():
+            raise serializers.ValidationError(
+                {"override_reason": "say why the defaults are overridden; the plan shows it beside the values"}
+            )
+        return attrs
 
     def validate_demands(self, value):
         pools = [d["pool"] for d in value]
@@ -417,8 +457,10 @@ class DispositionPlanOut(serializers.Serializer):
     created_at = serializers.DateTimeField()
     inputs = serializers.JSONField()
     result = serializers.JSONField(
-        help_text="split, option_returns, total_return, freed_power_value, allocations, "
-        "blocks (option values per block), reasoning, assumptions (with sources)"
+        help_text="split, option_returns, total_return, freed_power_value, allocations (with tranches and the "
+        "constraint that decided them), market (the bounds with their sources or override reasons), migration "
+        "(what a linked migration plan does with the nodes), constraints, blocks (option values per block), "
+        "reasoning, assumptions (with sources)"
     )
 
 

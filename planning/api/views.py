@@ -175,6 +175,9 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
             inputs=inputs,
             rank_with_freed_power=data["rank_with_freed_power"],
             lease_on_demand=data["lease_on_demand"],
+            market_overrides=data["market_overrides"],
+            override_reason=data["override_reason"],
+            migration_plan_id=str(data["migration_plan_id"] or ""),
         )
     except disposition.SelectionError as exc:
         raise Problem(
