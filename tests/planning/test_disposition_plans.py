@@ -407,3 +407,50 @@ def test_only_operators_with_the_permission_create_disposition_plans(ops_api, sm
     plan_id = create(ops_api).json()["id"]
     assert as_viewer.get(f"/api/v1/ops/disposition-plans/{plan_id}").status_code == 200  # reading is allowed
     assert as_tenant.get(f"/api/v1/ops/disposition-plans/{plan_id}").status_code in (401, 403)
+
+
+def test_the_plan_page_records_custody_with_its_kind_and_the_same_refusal(operator_client, ops_api, small_fleet):
+    from fleet.models import CustodyTransfer
+    from fleet.services.sanitization import record_sanitization
+    from tests.fleet.lifecycle_helpers import place, report_drives
+
+    plan_id = create(ops_api).json()["id"]
+    node = DispositionPlan.objects.get(pk=plan_id).assignments.order_by("node__hostname").first().node
+    place(node, "sanitizing")
+    report_drives(node)
+    for drive in node.drives.all():
+        record_sanitization(
+            drive=drive, method="clear", technique="overwrite", tool="nvme-cli", verified=True, evidence="ok", actor="t"
+        )
+    url = f"/plans/disposition/{plan_id}/nodes/"
+    step = {"action": "custody", "node": [node.pk], "to_party": "Buyer Ltd", "document_ref": "SALE-1"}
+    page = operator_client.post(url, step, follow=True).content.decode()
+    assert "kind of party" in page and not CustodyTransfer.objects.exists()
+    page = operator_client.post(url, {**step, "destination_kind": "buyer"}, follow=True).content.decode()
+    serials = sorted(node.drives.values_list("serial", flat=True))
+    assert all(s in page for s in serials) and "purge or destroy" in page
+    assert not CustodyTransfer.objects.exists()
+    operator_client.post(url, {**step, "destination_kind": "own_lab", "to_party": "Our lab"}, follow=True)
+    transfer = CustodyTransfer.objects.get()
+    assert (transfer.destination_kind, transfer.leaves_organisation, transfer.required_method) == (
+        "own_lab",
+        False,
+        "clear",
+    )
+    html = operator_client.get(f"/plans/disposition/{plan_id}/").content.decode()
+    assert 'name="destination_kind"' in html and "Destruction vendor" in html
+
+
+def test_the_new_plan_form_overrides_a_market_bound_with_a_reason(operator_client, small_fleet):
+    form = {"name": "form plan", "gpu_model": "H100", "horizon_months": "24", "channel": "broker"}
+    page = operator_client.get("/plans/disposition/").content.decode()
+    assert 'name="market_lease_absorption_h100"' in page and "economics.csv" in page
+    refused = operator_client.post("/plans/disposition/", {**form, "market_resale_depth_h100": "4"})
+    assert refused.status_code == 200 and b"override_reason" in refused.content
+    r = operator_client.post(
+        "/plans/disposition/", {**form, "market_resale_depth_h100": "4", "override_reason": "broker quote: 4 a month"}
+    )
+    assert r.status_code == 302
+    plan = DispositionPlan.objects.get(name="form plan")
+    bound = {b["name"]: b for b in plan.result["market"]}["resale_depth_h100"]
+    assert bound["value"] == "4" and "broker quote: 4 a month" in bound["source"]

@@ -352,3 +352,31 @@ def test_every_bound_holds_and_every_node_is_placed(sizes, wanted, horizon, cap,
                 sold[t.value.start_month] = sold.get(t.value.start_month, 0) + t.nodes
     assert all(n <= absorption for n in started.values()) and all(n <= depth for n in sold.values())
     assert split == recommend_split(blocks, demands, DEFAULTS, horizon, "broker", cap, market)
+
+
+def test_the_worked_example_of_docs_planning_md():
+    """The figures docs/planning.md shows, to the cent."""
+    inference, batch = DEMO_DEMANDS
+    block = h100()
+    assert to_cents(redeploy_value(block, inference, DEFAULTS, 24).cash) == Decimal("244936.13")
+    assert to_cents(redeploy_value(block, batch, DEFAULTS, 24).cash) == Decimal("158036.93")
+    first = lease_value(block, DEFAULTS, 24, "broker", MARKET)
+    assert (to_cents(first.operating_margin), to_cents(first.residual_value)) == (
+        Decimal("133874.14"),
+        Decimal("53262.78"),
+    )
+    assert to_cents(first.cash) == Decimal("187136.92")
+    assert to_cents(lease_value(block, DEFAULTS, 24, "broker", MARKET, 15).cash) == Decimal("98041.11")
+    assert to_cents(resale_value(block, DEFAULTS, 24).cash) == Decimal("106869.44")
+    assert to_cents(resale_value(block, DEFAULTS, 24, "broker", 4).cash) == Decimal("96535.00")
+    assert to_cents(recycle_value(block, DEFAULTS, 24).cash) == Decimal("-450.00")
+    rows = [
+        ([], None, 24, {"lease": 112, "resale": 144}, "30583706.16"),
+        (DEMO_DEMANDS, None, 24, {"redeploy": 96, "lease": 104, "resale": 56}, "41727358.20"),
+        (DEMO_DEMANDS, 64, 24, {"redeploy": 96, "lease": 64, "resale": 96}, "41097494.41"),
+        (DEMO_DEMANDS, None, 36, {"redeploy": 96, "lease": 136, "resale": 24}, "45665045.68"),
+    ]
+    for demands, cap, horizon, counts, cash in rows:
+        split = recommend_split([block], demands, DEFAULTS, horizon, "broker", cap, MARKET)
+        assert {o.value: n for o, n in split.node_counts.items() if n} == counts
+        assert to_cents(split.total_cash) == Decimal(cash)
