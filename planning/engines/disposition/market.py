@@ -66,7 +66,10 @@ class Market:
     def _per_family(self, prefix: str, family: str, what: str) -> int:
         name = prefix + family
         if name not in self.bounds:
-            raise ValueError(f"no {what} for the {family} family; give {name} as a market override")
+            raise ValueError(
+                f"no {what} for the {family} family ({name} is not in economics.csv); "
+                f"the markets of {', '.join(FAMILIES)} are known"
+            )
         return int(self.bounds[name].value)
 
     def lease_absorption(self, family: str) -> int:
