@@ -35,11 +35,10 @@ from fleet.services.lifecycle import transition
 from planning.models import DispositionAssignment, DispositionPlan
 from tenants.services.tenants import create_tenant
 
-from .lifecycle_helpers import place, report_drives
+from .lifecycle_helpers import act, place, record, report_drives
 
 pytestmark = pytest.mark.django_db
 REFERENCE = Path(__file__).resolve().parents[2] / "core" / "reference" / "sanitisation.csv"
-EVIDENCE = "nvme sanitize: SSTAT=0x101 completed; read-back of 64 sampled blocks (start, end, random) all zero"
 LEAVING = sorted(k for k, r in sanitisation_rules().items() if r.leaves_organisation and k != "unspecified")
 STAYING = sorted(k for k, r in sanitisation_rules().items() if not r.leaves_organisation)
 
@@ -48,34 +47,10 @@ def key() -> str:
     return str(uuid.uuid4())
 
 
-def act(ops_api, node, action):
-    return ops_api.post(
-        f"/api/v1/ops/nodes/{node.pk}/actions",
-        {"action": action, "reason": "custody test"},
-        format="json",
-        HTTP_IDEMPOTENCY_KEY=key(),
-    )
-
-
-def record(ops_api, drive, method, verified=True):
-    r = ops_api.post(
-        f"/api/v1/ops/drives/{drive.pk}/sanitization-records",
-        {
-            "method": method,
-            "technique": f"{method} technique",
-            "tool": "nvme-cli 2.8",
-            "verified": verified,
-            "evidence": EVIDENCE,
-        },
-        format="json",
-        HTTP_IDEMPOTENCY_KEY=key(),
-    )
-    assert r.status_code == 201, r.json()
-
-
 def record_all(ops_api, node, method):
     for drive in node.drives.order_by("serial"):
-        record(ops_api, drive, method)
+        r = record(ops_api, drive, method)
+        assert r.status_code == 201, r.json()
 
 
 def custody(ops_api, node, destination, to_party="Secondary-market buyer Ltd", ref="SALE-0001", **extra):

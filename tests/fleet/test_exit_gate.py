@@ -20,39 +20,14 @@ from fleet.services.drive_gate import EXIT_OF_STATE
 from fleet.services.lifecycle import TRANSITIONS, InvalidTransition, transition, transition_many
 from planning.models import DispositionAssignment, DispositionPlan
 
-from .lifecycle_helpers import place, report_drives
+from .lifecycle_helpers import EVIDENCE, act, place, record, report_drives
 
 pytestmark = pytest.mark.django_db
 OUT_OF_CUSTODY = frozenset(EXIT_OF_STATE)
-EVIDENCE = "nvme sanitize: SSTAT=0x101 completed; read-back of 64 sampled blocks (start, end, random) all zero"
 
 
 def key() -> str:
     return str(uuid.uuid4())
-
-
-def act(ops_api, node, action):
-    return ops_api.post(
-        f"/api/v1/ops/nodes/{node.pk}/actions",
-        {"action": action, "reason": "exit test"},
-        format="json",
-        HTTP_IDEMPOTENCY_KEY=key(),
-    )
-
-
-def record(ops_api, drive, method, evidence=EVIDENCE, verified=True):
-    return ops_api.post(
-        f"/api/v1/ops/drives/{drive.pk}/sanitization-records",
-        {
-            "method": method,
-            "technique": f"{method} technique",
-            "tool": "nvme-cli 2.8",
-            "verified": verified,
-            "evidence": evidence,
-        },
-        format="json",
-        HTTP_IDEMPOTENCY_KEY=key(),
-    )
 
 
 def agent_drives(node, *, unpurgeable: str = ""):
