@@ -55,11 +55,14 @@ def offers(
     horizon_months: int,
     market: Market | None,
     months_until_sale: Decimal,
+    worth=lambda offer: True,
 ) -> list[Offer]:
     """Every place a node can go, with its capacity. Without a market, leasing and selling are
     unbounded (one offer each, from month 0); with one, a lease offer per family and month from
     the ramp to the horizon (the market absorbs so many a month) and a sale offer per family and
-    month (so many a month), for as many months as it takes to sell every node of the family."""
+    month (so many a month), for as many months as it takes to sell every node of the family —
+    or until selling a month later returns less than recycling for every block (``worth``
+    false): a sale only loses value by waiting, so no later month could be chosen either."""
     out = [Offer(Option.REDEPLOY, d.pool, None, 0, d.nodes_wanted, f"pool:{d.pool}") for d in demands]
     families = sorted({gpu_family(b.gpu_model) for b in blocks})
     if market is None:
@@ -79,7 +82,11 @@ def offers(
                 continue
             nodes = sum(b.nodes for b in blocks if gpu_family(b.gpu_model) == family)
             months = max(horizon_months - int(ceil(months_until_sale)), ceil(nodes / depth), 1)
-            out.extend(Offer(Option.RESALE, None, family, k, depth, "resale_depth") for k in range(months))
+            for k in range(months):
+                offer = Offer(Option.RESALE, None, family, k, depth, "resale_depth")
+                if k > 0 and not worth(offer):
+                    break
+                out.append(offer)
     out.append(Offer(Option.RECYCLE, None, None, 0, None, ""))
     return out
 
@@ -134,7 +141,17 @@ def recommend_split(
     if channel not in a.channel_factors:
         raise ValueError(f"unknown resale channel {channel!r}; known: {sorted(a.channel_factors)}")
     pools = {d.pool: d for d in demands}
-    sinks_of = offers(blocks, demands, horizon_months, market, a.months_until_sale)
+    scrap = [recycle_value(b, a, horizon_months).return_per_node for b in blocks]
+
+    def worth(offer: Offer) -> bool:
+        """Some block would rather take this offer than recycle (the unbounded floor)."""
+        for i, b in enumerate(blocks):
+            v = offer_value(b, offer, pools, a, horizon_months, channel, market)
+            if v is not None and v.return_per_node >= scrap[i]:
+                return True
+        return False
+
+    sinks_of = offers(blocks, demands, horizon_months, market, a.months_until_sale, worth)
     values = [[offer_value(b, o, pools, a, horizon_months, channel, market) for o in sinks_of] for b in blocks]
 
     def allowed(i: int, j: int) -> bool:
