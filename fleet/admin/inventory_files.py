@@ -129,7 +129,11 @@ class InventoryFileAdmin(AuditedModelAdmin):
         context.update(self._plan_context(plan))
         if plan.ok:
             context["staged"] = stage_workbook(
-                workbook=workbook, filename=upload.name, user_id=request.user.pk, options=options
+                workbook=workbook,
+                filename=upload.name,
+                user_id=request.user.pk,
+                options=options,
+                expected=plan.snapshot(),
             )
         return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=200 if plan.ok else 400)
 
@@ -154,13 +158,15 @@ class InventoryFileAdmin(AuditedModelAdmin):
                 )
             ]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
-        filename, workbook, options = staged
+        filename, workbook, options, expected = staged
         allow_updates = self._allowed_updates(request, options)
         missing = self._check_sheet_permissions(request, workbook, allow_updates)
         if missing:
             raise PermissionDenied("; ".join(missing) + ".")
         try:
-            plan = apply_import(workbook, allow_updates=allow_updates, actor=actor_label(request.user))
+            plan = apply_import(
+                workbook, allow_updates=allow_updates, actor=actor_label(request.user), expected=expected
+            )
         except ImportRejected as rejected:
             context.update(self._plan_context(rejected.plan))
             context["file_errors"] = [

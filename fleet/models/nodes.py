@@ -6,6 +6,7 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 
 from core.ids import uuid7
 from core.models import BaseModel
@@ -158,6 +159,14 @@ class Node(BaseModel):
     class Meta:
         ordering = ["hostname"]
         constraints = [
+            # DNS names are not case-sensitive: DC1-GPU00003 is the same host as dc1-gpu00003. A
+            # unique index on LOWER(hostname); lookups that ignore case use it too.
+            models.UniqueConstraint(
+                Lower("hostname"),
+                name="fleet_node_hostname_ci_unique",
+                violation_error_message="Another node has this hostname in other letter case; hostnames are not "
+                "case-sensitive. Choose another name.",
+            ),
             models.UniqueConstraint(fields=["rack", "u_position"], name="fleet_node_rack_u_unique"),
             models.UniqueConstraint(
                 fields=["asset_tag"], condition=~Q(asset_tag=""), name="fleet_node_asset_tag_unique"

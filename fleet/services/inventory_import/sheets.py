@@ -26,7 +26,10 @@ class Planner(PlannerBase):
         seen: dict = {}
         for number, values, raw in self.parsed.get("racks", []):
             name = values.get("name")
-            if name is None or self._duplicate("racks", seen, name, number, "name", raw.get("name")):
+            if name is None:
+                self.missing("racks", number, values, key_only=True)
+                continue
+            if self._duplicate("racks", seen, name, number, "name", raw.get("name")):
                 continue
             hall = (
                 self._one(self.halls.get(values["hall"], []), "racks", number, "hall", raw.get("hall"), "hall")
@@ -67,7 +70,7 @@ class Planner(PlannerBase):
                 )
                 self.file_racks[name] = rack
                 continue
-            if hall is None:
+            if self.missing("racks", number, values) or hall is None or self.stale("racks", number, name, None):
                 continue
             rack = Rack(hall=hall, **{k: v for k, v in values.items() if k not in ("hall",)})
             if not self._field_errors("racks", number, rack, raw, exclude={"hall", "id"}):
@@ -104,7 +107,10 @@ class Planner(PlannerBase):
         seen, seen_serials, seen_tags = {}, {}, {}
         for number, values, raw in self.parsed.get("nodes", []):
             hostname = values.get("hostname")
-            if hostname is None or self._duplicate("nodes", seen, hostname, number, "hostname", raw.get("hostname")):
+            if hostname is None:
+                self.missing("nodes", number, values, key_only=True)
+                continue
+            if self._duplicate("nodes", seen, hostname.lower(), number, "hostname", raw.get("hostname")):
                 continue
             if not self._asset_tag_free(number, hostname, values.get("asset_tag"), seen_tags, raw):
                 continue
@@ -136,10 +142,22 @@ class Planner(PlannerBase):
                     "fabric domain",
                 )
             plain = {k: v for k, v in values.items() if k not in REFERENCE_COLUMNS}
-            existing = self.db_nodes.get(hostname)
+            existing = self.db_nodes.get(hostname.lower())
+            if existing is not None and existing.hostname != hostname:
+                self.error(
+                    "nodes",
+                    number,
+                    "hostname",
+                    raw.get("hostname"),
+                    f"node {existing.hostname} already has this name in other letter case; hostnames are not "
+                    f"case-sensitive. Write it as {existing.hostname} to refer to that node, or choose another name.",
+                )
+                continue
             if existing is not None:
                 if not any(v is None for v in refs.values()):
                     self._node_update(number, existing, plain, refs, raw, placed)
+                continue
+            if self.missing("nodes", number, values) or self.stale("nodes", number, hostname, None):
                 continue
             node = Node(lifecycle=Lifecycle.ENROLLED, **plain)
             fields_ok = self._field_errors(
@@ -162,7 +180,7 @@ class Planner(PlannerBase):
                 continue
             self.plan.new_nodes.append(node)
             self.plan.rows.append(PlannedRow("nodes", number, hostname, "create"))
-            self.file_nodes[hostname] = node
+            self.file_nodes[hostname.lower()] = node
 
     def _asset_tag_free(self, number: int, hostname: str, tag, seen_tags: dict, raw: dict) -> bool:
         """An asset tag names one chassis: not two rows of this file, nor another node already."""
@@ -263,7 +281,7 @@ class Planner(PlannerBase):
             exclude={"rack", "node_type", "fabric_domain"},
             check=lambda row, updated: self._placement(row, updated, placed, exclude_pk=updated.pk),
         )
-        self.file_nodes[node.hostname] = node
+        self.file_nodes[node.hostname.lower()] = node
 
     def _placement(self, number: int, node: Node, placed, *, exclude_pk) -> bool:
         rack = node.rack
@@ -302,7 +320,7 @@ class Planner(PlannerBase):
         hostname = values.get("node")
         if hostname is None:
             return None
-        node = self.file_nodes.get(hostname) or self.db_nodes.get(hostname)
+        node = self.file_nodes.get(hostname.lower()) or self.db_nodes.get(hostname.lower())
         if node is None:
             rejected = any(e.sheet == "nodes" and e.value == echo_value(hostname) for e in self.plan.errors)
             self.error(
@@ -329,6 +347,8 @@ class Planner(PlannerBase):
     def gpus(self) -> None:
         seen, slots = {}, {}
         for number, values, raw in self.parsed.get("gpus", []):
+            if self.missing("gpus", number, values):
+                continue
             uuid = values.get("uuid")
             if uuid is not None and self._duplicate("gpus", seen, uuid, number, "uuid", raw.get("uuid")):
                 continue
@@ -372,6 +392,8 @@ class Planner(PlannerBase):
     def drives(self) -> None:
         seen = {}
         for number, values, raw in self.parsed.get("drives", []):
+            if self.missing("drives", number, values):
+                continue
             serial = values.get("serial")
             if serial is not None and self._duplicate("drives", seen, serial, number, "serial", raw.get("serial")):
                 continue
