@@ -9,21 +9,23 @@ answers the form (never through the cookie-stored messages); after that a token 
 except for revoking it. Rights never exceed the issuer's (core.services.tokens)."""
 
 import datetime
+import functools
 import uuid
 from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import models, transaction
 from django.template.response import TemplateResponse
 
+from . import admin_third_party
 from .choices import ApiTokenKind
 from .errors import Invalid
 from .models import ApiToken, AuditEvent
 from .search import ids_by_kind
-from .services.audit import actor_label, record_audit
+from .services.audit import actor_label, record_audit, record_audit_about
 from .services.tokens import (
     create_api_token,
     issuance_refusal,
@@ -58,14 +60,30 @@ def _initial_value(form, name):
     return audit_value(value)
 
 
+SECRET_MARK = "(set)"  # what the audit keeps of a password or credential field: that it was set
+
+
+def _is_secret(form, name) -> bool:
+    field = form.fields.get(name)
+    return field is not None and isinstance(field.widget, forms.PasswordInput)
+
+
 def form_diff(form) -> tuple[dict, dict]:
-    before = {name: _initial_value(form, name) for name in form.changed_data}
-    after = {name: audit_value(form.cleaned_data.get(name)) for name in form.changed_data}
+    """Before and after of the changed fields. A password field (its widget says so) is never
+    written down: it appears as "(set)", whatever was typed."""
+    before = {name: None if _is_secret(form, name) else _initial_value(form, name) for name in form.changed_data}
+    after = {
+        name: SECRET_MARK if _is_secret(form, name) else audit_value(form.cleaned_data.get(name))
+        for name in form.changed_data
+    }
     return before, after
 
 
 class AuditedModelAdmin(admin.ModelAdmin):
-    """Every write through this admin lands in the audit trail."""
+    """The one base of every admin: every write through it lands in the audit trail (add, change
+    with the field diff, inline rows, delete), so does every export (`audit_export`) and every
+    request it refuses (403: a missing permission, an action the user may not run), with the
+    actor and the request id. Secrets are never written down (`form_diff`)."""
 
     audit_prefix = ""  # defaults to the model name: `rack.admin_update`
 
@@ -79,6 +97,65 @@ class AuditedModelAdmin(admin.ModelAdmin):
             after=after,
             reason=reason,
         )
+
+    def audit_snapshot(self, obj) -> dict:
+        """What a delete's audit row keeps of the row (a subclass names the fields that matter)."""
+        return {"was": str(obj)}
+
+    def audit_export(self, request, *, fmt: str, rows: dict[str, int], filters: str) -> None:
+        """Who exported what and how many rows of each sheet: an export copies inventory (BMC
+        addresses, serials) out of the system of record, so it is on the trail like a write."""
+        record_audit_about(
+            actor=actor_label(request.user),
+            action=f"{self.audit_prefix or self.opts.model_name}.admin_export",
+            object_type=self.opts.label_lower,
+            after={"format": fmt, "rows": rows, "filters": filters[:500]},
+            reason="admin export",
+        )
+
+    # -- refused requests -----------------------------------------------------------------------
+    @property
+    def urls(self):
+        """Every view of this admin (Django's and a subclass's own, such as import and export)
+        audits the requests it refuses."""
+        patterns = self.get_urls()
+        for pattern in patterns:
+            if hasattr(pattern, "callback"):
+                pattern.callback = self._audit_refusals(pattern.callback)
+        return patterns
+
+    def _audit_refusals(self, view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            try:
+                return view(request, *args, **kwargs)
+            except PermissionDenied as exc:
+                record_audit_about(
+                    actor=actor_label(request.user),
+                    action=f"{self.audit_prefix or self.opts.model_name}.admin_refused",
+                    object_type=self.opts.label_lower,
+                    object_id=kwargs.get("object_id", ""),
+                    after={"method": request.method, "path": request.path[:300], "view": view.__name__},
+                    reason=(str(exc) or "permission denied")[:500],
+                )
+                raise
+
+        return wrapper
+
+    def changelist_view(self, request, extra_context=None):
+        """An action the user may not run is refused (403, audited), not answered "No action
+        selected": the attempt is worth knowing about."""
+        name = request.POST.get("action") if request.method == "POST" else None
+        if name and name not in self.get_actions(request) and name in self._declared_actions():
+            raise PermissionDenied(f"You may not run the action {name!r} on {self.opts.verbose_name_plural}.")
+        return super().changelist_view(request, extra_context)
+
+    def _declared_actions(self) -> set[str]:
+        names = set(self.admin_site._actions)
+        for base in type(self).__mro__:
+            for action in getattr(base, "actions", None) or ():
+                names.add(action if isinstance(action, str) else getattr(action, "__name__", ""))
+        return names
 
     def save_model(self, request, obj, form, change):
         before, after = form_diff(form)
@@ -102,17 +179,17 @@ class AuditedModelAdmin(admin.ModelAdmin):
             for obj, changed in formset.changed_objects:
                 self._audit(request, "admin_update", obj, after={"fields": list(changed)})
             for obj in formset.deleted_objects:
-                self._audit(request, "admin_delete", obj, before={"was": str(obj)})
+                self._audit(request, "admin_delete", obj, before=self.audit_snapshot(obj))
 
     def delete_model(self, request, obj):
         with transaction.atomic():
-            self._audit(request, "admin_delete", obj, before={"was": str(obj)})
+            self._audit(request, "admin_delete", obj, before=self.audit_snapshot(obj))
             super().delete_model(request, obj)
 
     def delete_queryset(self, request, queryset):
         with transaction.atomic():
             for obj in queryset:
-                self._audit(request, "admin_delete", obj, before={"was": str(obj)})
+                self._audit(request, "admin_delete", obj, before=self.audit_snapshot(obj))
             super().delete_queryset(request, queryset)
 
 
@@ -169,8 +246,9 @@ class AtScaleAdmin(admin.ModelAdmin):
         return kwargs
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by services (which audit them): viewable here, never added, changed or deleted."""
+class ReadOnlyAdmin(AuditedModelAdmin):
+    """Rows written only by services (which audit them): viewable here, never added, changed or
+    deleted. On the audited base all the same, so an attempt to write is on the trail."""
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -365,4 +443,5 @@ def _declare_missing_action_permissions(site) -> None:
                 func.allowed_permissions = ("change",)
 
 
+admin_third_party.register(admin.site, AuditedModelAdmin)
 _declare_missing_action_permissions(admin.site)

@@ -5,15 +5,17 @@ actions on selected nodes after a confirmation page naming them."""
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 
+from core.admin import AtScaleAdmin, AuditedModelAdmin, ReadOnlyAdmin
 from core.errors import DomainError
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing
 
 from ..choices import PowerAction
 from ..models import BMCPowerAction, NodeBMC
-from ..services.bmc_credentials import set_bmc
+from ..services.bmc_credentials import clean_redfish_url, clean_system_path, set_bmc
 from ..services.power_actions import perform_power_action
 
 
@@ -30,6 +32,12 @@ class NodeBMCForm(forms.ModelForm):
         model = NodeBMC
         fields = ["node", "redfish_url", "system_path"]
 
+    def clean_redfish_url(self):
+        return _checked(self, "redfish_url", clean_redfish_url)
+
+    def clean_system_path(self):
+        return _checked(self, "system_path", clean_system_path)
+
     def clean(self):
         data = super().clean()
         if bool(data.get("username")) != bool(data.get("password")):
@@ -39,8 +47,20 @@ class NodeBMCForm(forms.ModelForm):
         return data
 
 
+def _checked(form, name: str, clean):
+    """The service's own check of a field, as a form error: the form refuses what set_bmc would
+    (credentials in the URL, a path outside /redfish/v1/Systems/), rather than saying "added"."""
+    try:
+        return clean(form.cleaned_data.get(name, ""))
+    except DomainError as exc:
+        raise forms.ValidationError(exc.detail) from None
+
+
 @admin.register(NodeBMC)
-class NodeBMCAdmin(admin.ModelAdmin):
+class NodeBMCAdmin(AuditedModelAdmin, AtScaleAdmin):
+    """Audited: set_bmc writes `node.bmc_set` for an add or change and a delete writes
+    `nodebmc.admin_delete`, each with `credentials_set`, never the credentials."""
+
     form = NodeBMCForm
     list_display = (
         "node",
@@ -82,9 +102,34 @@ class NodeBMCAdmin(admin.ModelAdmin):
                 reason="set in the admin",
             )
         except DomainError as exc:
-            self.message_user(request, exc.detail, messages.ERROR)
+            request._bmc_refused = exc.detail  # answered by response_add/response_change: nothing saved
             return
         obj.pk = saved.pk
+
+    def audit_snapshot(self, obj) -> dict:
+        return {
+            "node": str(obj.node),
+            "redfish_url": obj.redfish_url,
+            "system_path": obj.system_path,
+            "credentials_set": obj.has_credentials,
+        }
+
+    def _refused_answer(self, request):
+        self.message_user(request, f"Nothing was saved: {request._bmc_refused}", messages.ERROR)
+        return HttpResponseRedirect(request.get_full_path())
+
+    def response_add(self, request, obj, post_url_continue=None):
+        if getattr(request, "_bmc_refused", None):
+            return self._refused_answer(request)
+        return super().response_add(request, obj, post_url_continue)
+
+    def response_change(self, request, obj):
+        if getattr(request, "_bmc_refused", None):
+            return self._refused_answer(request)
+        return super().response_change(request, obj)
+
+    def log_addition(self, request, obj, message):
+        return None if getattr(request, "_bmc_refused", None) else super().log_addition(request, obj, message)
 
     def _power(self, request, queryset, action: str):
         """A confirmation page first (it names every node), then each node's action."""
@@ -138,16 +183,7 @@ class NodeBMCAdmin(admin.ModelAdmin):
 
 
 @admin.register(BMCPowerAction)
-class BMCPowerActionAdmin(admin.ModelAdmin):
+class BMCPowerActionAdmin(ReadOnlyAdmin):
     list_display = ("node", "action", "state", "requested_by", "created_at", "reset_type", "detail")
     list_filter = ("state", "action")
     search_fields = ("node__hostname",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -36,6 +36,18 @@ def _perm(sheet: str, action: str) -> str:
     return f"fleet.{action}_{MODEL_OF_SHEET[sheet]._meta.model_name}"
 
 
+class _Counted:
+    """Rows passed through, counted (what an export's audit row says went out)."""
+
+    def __init__(self, rows):
+        self.rows, self.count = rows, 0
+
+    def __iter__(self):
+        for row in self.rows:
+            self.count += 1
+            yield row
+
+
 # ---- import and export -----------------------------------------------------------------------
 
 
@@ -201,14 +213,22 @@ class InventoryFileAdmin(AuditedModelAdmin):
                 content_type="text/plain",
             )
         headers = columns_of(self.sheet)
+        filters = params.urlencode()
         if fmt == "csv":
+            # streamed: the rows are counted before the first byte leaves, so the trail says how
+            # many went out even if the download is cut short
+            self.audit_export(request, fmt=fmt, rows={self.sheet: queryset.count()}, filters=filters)
             response = StreamingHttpResponse(csv_lines(headers, self.export_rows(queryset)), content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="{self.sheet}.csv"'
             return response
-        sheets = [(self.sheet, headers, self.export_rows(queryset))] + self.extra_export_sheets(request, queryset)
-        response = HttpResponse(
-            xlsx_bytes(sheets), content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-        )
+        sheets = [
+            (name, columns, _Counted(rows))
+            for name, columns, rows in [(self.sheet, headers, self.export_rows(queryset))]
+            + self.extra_export_sheets(request, queryset)
+        ]
+        body = xlsx_bytes(sheets)
+        self.audit_export(request, fmt=fmt, rows={name: rows.count for name, _c, rows in sheets}, filters=filters)
+        response = HttpResponse(body, content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
         response["Content-Disposition"] = f'attachment; filename="{self.sheet}.xlsx"'
         return response
 
