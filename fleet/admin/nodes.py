@@ -20,7 +20,7 @@ from ..models import (
     NodeEvent,
     Rack,
 )
-from ..selectors import drive_removal_refusal, hardware_change_refusal
+from ..selectors import drive_removal_refusal
 from ..services.inventory_import import (
     columns_of,
     record_enrolment,
@@ -29,6 +29,7 @@ from ..services.inventory_import import (
 from .facility import HallChoicesFilter
 from .inventory_files import InventoryFileAdmin
 from .node_actions import confirm_or_run
+from .parts import hardware_refusal
 
 
 class GPUInline(admin.TabularInline):
@@ -40,13 +41,13 @@ class GPUInline(admin.TabularInline):
         return obj.node_type.gpus_per_node if obj is not None else None
 
     def has_add_permission(self, request, obj=None):
-        return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_add_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_change_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_delete_permission(request, obj) and hardware_refusal(request, obj) is None
 
 
 class DriveInline(admin.TabularInline):
@@ -62,17 +63,19 @@ class DriveInline(admin.TabularInline):
         "last_reported_at",
         "missing_since",
     )
-    # what the agent saw is the agent's to say (fleet.services.drive_inventory)
-    readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
+    # what the agent saw is the agent's to say (fleet.services.drive_inventory), self-encryption included
+    readonly_fields = ("self_encrypting", "purge_supported", "last_reported_at", "missing_since")
 
     def has_add_permission(self, request, obj=None):
-        return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_add_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_change_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and drive_removal_refusal(obj) is None
+        return super().has_delete_permission(request, obj) and (
+            hardware_refusal(request, obj, drive_removal_refusal) is None
+        )
 
 
 class NodeEventInline(admin.TabularInline):

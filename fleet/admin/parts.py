@@ -20,6 +20,18 @@ from ..selectors import drive_removal_refusal, hardware_change_refusal
 PART_HELP = "Exact or first characters of {what}, or of the node's hostname."
 
 
+def hardware_refusal(request, node, refusal_of=hardware_change_refusal) -> str | None:
+    """`refusal_of(node)`, asked once per node and request: a node's change page asks it for every
+    inline permission (add, change, delete of GPUs and drives) and each is a query or two."""
+    if node is None or not node.pk:
+        return None
+    cache = request.__dict__.setdefault("_hardware_refusals", {})
+    key = (refusal_of.__name__, node.pk)
+    if key not in cache:
+        cache[key] = refusal_of(node)
+    return cache[key]
+
+
 @admin.register(GPU)
 class GPUAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_display = ("__str__", "uuid", "serial")
@@ -30,17 +42,22 @@ class GPUAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_select_related = ("node",)
     raw_id_fields = ("node",)
 
+    # A GPU of a node whose hardware is evidence (allocated, or in service since its last
+    # sanitisation) is read-only here; GPU.clean() refuses adding one to such a node or moving
+    # one onto or off it, whatever a form sends.
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and (
+            obj is None or hardware_refusal(request, obj.node) is None
+        )
+
     def has_delete_permission(self, request, obj=None):
         return super().has_delete_permission(request, obj) and (
-            obj is None or hardware_change_refusal(obj.node) is None
+            obj is None or hardware_refusal(request, obj.node) is None
         )
 
     def delete_queryset(self, request, queryset):
         _refuse_locked(queryset.select_related("node"), hardware_change_refusal)
         super().delete_queryset(request, queryset)
-
-    def get_readonly_fields(self, request, obj=None):
-        return ("node", "index", "uuid") if obj is not None and hardware_change_refusal(obj.node) else ()
 
 
 @admin.register(Drive)
@@ -54,19 +71,28 @@ class DriveAdmin(AuditedModelAdmin, AtScaleAdmin):
     list_select_related = ("node",)
     raw_id_fields = ("node",)
 
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and (
+            obj is None or hardware_refusal(request, obj.node) is None
+        )
+
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and (obj is None or drive_removal_refusal(obj.node) is None)
+        return super().has_delete_permission(request, obj) and (
+            obj is None or hardware_refusal(request, obj.node, drive_removal_refusal) is None
+        )
 
     def delete_queryset(self, request, queryset):
         _refuse_locked(queryset.select_related("node"), drive_removal_refusal)
         super().delete_queryset(request, queryset)
 
-    # what the agent saw is the agent's to say; the exit gate compares rows with its inventory
-    AGENT_REPORTED = ("purge_supported", "last_reported_at", "missing_since")
-
-    def get_readonly_fields(self, request, obj=None):
-        locked = ("node", "serial") if obj is not None and hardware_change_refusal(obj.node) else ()
-        return (*self.AGENT_REPORTED, *locked)
+    # What the agent saw is the agent's to say (the exit gate compares rows with its inventory);
+    # self-encryption decides how the drive is sanitised, so it is read from the drive, never typed.
+    readonly_fields = AGENT_REPORTED = (
+        "self_encrypting",
+        "purge_supported",
+        "last_reported_at",
+        "missing_since",
+    )
 
 
 def _refuse_locked(queryset, refusal_of) -> None:

@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.db.models.functions import Lower
 
 from core.ids import uuid7
@@ -250,6 +250,89 @@ class Node(BaseModel):
 
 
 ALLOCATED_LIFECYCLES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
+REFUSAL_CHUNK = 2000
+
+
+def hardware_change_refusals(nodes) -> dict:
+    """node id → why a person may not add, change, move or remove the node's GPUs and drives now.
+
+    They are evidence while it matters: while the node is allocated, and from the start of its
+    last allocation until every one of its drives has a verified sanitisation record made after
+    it (a node that has served a tenant and has no drive rows counts as not sanitised). Then
+    they change only through the node agent's inventory and the sanitisation flow, which write
+    them directly. A node never in service (a typo at enrolment) may still be corrected.
+
+    Allocations are tenancy's rows and sanitisation records end-of-life's: both are read through
+    reverse relations. Two queries for any number of nodes (one when none has served)."""
+    by_id = {n.pk: n for n in nodes if n is not None and n.pk}
+    refusals: dict = {}
+    served: dict = {}
+    ids = list(by_id)
+    for start in range(0, len(ids), REFUSAL_CHUNK):
+        rows = (
+            Node.objects.filter(pk__in=ids[start : start + REFUSAL_CHUNK])
+            .values("pk")
+            .annotate(
+                # a live membership's start, if any: set exactly when one has not ended
+                live=Max("allocation_memberships__started_at", filter=Q(allocation_memberships__ended_at__isnull=True)),
+                last=Max("allocation_memberships__started_at"),
+            )
+            .values_list("pk", "live", "last")
+        )
+        for pk, live, last in rows:
+            node = by_id[pk]
+            if live is not None or node.lifecycle in ALLOCATED_LIFECYCLES:
+                refusals[pk] = (
+                    f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it "
+                    "is drained."
+                )
+            elif last is not None:
+                served[pk] = last
+    sanitised: dict = {}  # node id → the oldest of its drives' latest verified sanitisation; None: one has none
+    served_ids = list(served)
+    for start in range(0, len(served_ids), REFUSAL_CHUNK):
+        drives = (
+            Drive.objects.filter(node_id__in=served_ids[start : start + REFUSAL_CHUNK])
+            .values("pk", "node_id")
+            .annotate(at=Max("sanitization_records__performed_at", filter=Q(sanitization_records__verified=True)))
+            .values_list("node_id", "at")
+        )
+        for node_id, at in drives:
+            if node_id in sanitised and (sanitised[node_id] is None or at is None):
+                sanitised[node_id] = None
+            else:
+                sanitised[node_id] = at if node_id not in sanitised else min(sanitised[node_id], at)
+    for pk, last in served.items():
+        at = sanitised.get(pk)
+        if at is None or at < last:
+            refusals[pk] = (
+                f"{by_id[pk].hostname} has been in service (its last allocation started {last:%Y-%m-%d %H:%M} UTC) "
+                "and its drives have not all been sanitised since; its GPUs and drives are evidence and change "
+                "only through the node agent's inventory and the sanitisation flow."
+            )
+    return refusals
+
+
+class _Evidence:
+    """GPUs and drives remember the values they were loaded with, so that `clean()` knows what a
+    form changes (and which node it came from) without reading the row again."""
+
+    EVIDENCE_FIELDS: tuple = ()
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._loaded = dict(zip(field_names, values, strict=True))
+        return instance
+
+    def evidence_refusal(self) -> str | None:
+        """Why this add, change or move may not be saved by a person (None when it may)."""
+        loaded = getattr(self, "_loaded", None)
+        if loaded is not None and not any(f in loaded and loaded[f] != getattr(self, f) for f in self.EVIDENCE_FIELDS):
+            return None
+        ids = {self.node_id, (loaded or {}).get("node_id")} - {None}
+        refusals = hardware_change_refusals(Node.objects.filter(pk__in=ids)) if ids else {}
+        return next(iter(refusals.values()), None)
 
 
 def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_domain, others) -> list[str]:
@@ -289,8 +372,10 @@ def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_doma
     return errors
 
 
-class GPU(models.Model):
+class GPU(_Evidence, models.Model):
     """One GPU in a node."""
+
+    EVIDENCE_FIELDS = ("node_id", "index", "uuid", "serial")
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
@@ -313,6 +398,9 @@ class GPU(models.Model):
 
     def clean(self):
         super().clean()
+        refusal = self.evidence_refusal() if self.node_id else None
+        if refusal:
+            raise ValidationError(f"Not saved: {refusal}")
         # index < the type's GPU count, with (node, index) unique, bounds a node's GPUs by its type.
         if self.node_id and self.index is not None:
             per_node = self.node.node_type.gpus_per_node
@@ -327,8 +415,10 @@ class GPU(models.Model):
                 )
 
 
-class Drive(models.Model):
+class Drive(_Evidence, models.Model):
     """A drive that may hold tenant data; nothing leaves before it is sanitised."""
+
+    EVIDENCE_FIELDS = ("node_id", "serial", "model", "capacity_gb", "interface", "self_encrypting", "purge_supported")
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="drives")
@@ -353,6 +443,12 @@ class Drive(models.Model):
 
     def __str__(self) -> str:
         return self.serial
+
+    def clean(self):
+        super().clean()
+        refusal = self.evidence_refusal() if self.node_id else None
+        if refusal:
+            raise ValidationError(f"Not saved: {refusal}")
 
 
 class NodeDriveInventory(models.Model):

@@ -24,6 +24,7 @@ from ..models import (
     NodeAgentAction,
     NodeEvent,
     Rack,
+    hardware_change_refusals,
 )
 from ..wall_power import SourceMix
 from .end_of_life import sanitized_drive_ids
@@ -292,10 +293,11 @@ def pending_agent_actions(node) -> QuerySet:
 
 
 def hardware_change_refusal(node) -> str | None:
-    """Why a node's GPUs may not be added or removed now (None when they may)."""
-    if node is not None and node.pk and node.is_allocated():
-        return f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is drained."
-    return None
+    """Why a person may not add, change, move or remove a node's GPUs and drives now (None when
+    they may): allocated, or in service since its last sanitisation (fleet.models.hardware_change_refusals)."""
+    if node is None or not node.pk:
+        return None
+    return hardware_change_refusals([node]).get(node.pk)
 
 
 def drive_removal_refusal(node) -> str | None:

@@ -16,6 +16,7 @@ from fleet.models import (
     Node,
     NodeType,
     Rack,
+    hardware_change_refusals,
 )
 
 from .columns import SHEET_NOUNS, SPECS, ImportPlan, PlannedRow, RowError, echo_value, in_chunks, is_blank, plain_value
@@ -156,6 +157,10 @@ class PlannerBase:
             for n in self.db_nodes.values()
             if n.lifecycle in (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
         }
+        # GPUs and drives are evidence on a node that is allocated or has served since its last
+        # sanitisation: the import adds none to such a node (the rule of GPU.clean and Drive.clean)
+        owners = {v.get("node", "").lower() for s in ("gpus", "drives") for _, v, _ in rows.get(s, [])} - {""}
+        self.hardware_refusals = hardware_change_refusals([self.db_nodes[h] for h in owners if h in self.db_nodes])
 
         serials = sorted({v.get("serial") for _, v, _ in rows.get("nodes", [])} - {None})
         self.db_node_serials = {}

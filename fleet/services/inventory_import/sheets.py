@@ -333,14 +333,9 @@ class Planner(PlannerBase):
                 else "no node has this hostname, in the inventory or in this file's nodes sheet.",
             )
             return None
-        if node.pk in self.allocated_ids:
-            self.error(
-                sheet,
-                number,
-                "node",
-                raw.get("node"),
-                f"{hostname} carries a tenant allocation; its hardware is not changed under it.",
-            )
+        refusal = self.hardware_refusals.get(node.pk)
+        if refusal:
+            self.error(sheet, number, "node", raw.get("node"), refusal)
             return None
         return node
 
