@@ -11,6 +11,7 @@ from django.db.models.functions import Lower
 from core.ids import uuid7
 from core.models import BaseModel
 
+from .. import sku_users
 from ..choices import (
     COOLING_SATISFIES,
     RECONCILED_LIFECYCLES,
@@ -25,7 +26,7 @@ from ..choices import (
     WallPowerSource,
 )
 from ..validators import normalise_mac, validate_bmc_address, validate_gpu_uuid, validate_hostname, validate_mac
-from .facility import KW, FabricDomain, Rack
+from .facility import KW, FabricDomain, Rack, weakest_feed_kw
 
 
 class NodeType(BaseModel):
@@ -62,8 +63,41 @@ class NodeType(BaseModel):
     def is_rack_scale(self) -> bool:
         return self.rack_kw is not None
 
-    # What nodes, allocations and bills were sized by: fixed once a node has this type.
-    FIXED_WHEN_IN_USE = ("generation", "gpus_per_node", "cooling_requirement", "node_kw", "rack_kw", "u_height")
+    # What identifies the type and what nodes, allocations, placements and bills were sized by:
+    # the slug is the billing SKU (price books, metering), the rest the hardware. Fixed while any
+    # node, allocation or price-book entry uses the type; descriptive fields (vendor model, year,
+    # source) stay editable.
+    FIXED_WHEN_IN_USE = (
+        "slug",
+        "gpu_model",
+        "generation",
+        "gpus_per_node",
+        "cooling_requirement",
+        "node_kw",
+        "rack_kw",
+        "u_height",
+        "cuda_compute_capability",
+        "nvlink_domain_gpus",
+        "fabric",
+    )
+
+    def users(self, slug: str | None = None) -> dict[str, int]:
+        """What uses this type now: nodes, allocations (tenancy's rows, through their reverse
+        relation) and what other apps registered with fleet.sku_users (price-book entries)."""
+        found = {
+            "node(s)": Node.objects.filter(node_type_id=self.pk).count() if self.pk else 0,
+            "allocation(s)": self.allocations.count() if self.pk else 0,
+            **sku_users.users_of(slug or self.slug),
+        }
+        return {label: n for label, n in found.items() if n}
+
+    def in_use(self) -> bool:
+        """`users()` answered with EXISTS queries (the delete button asks on every page view)."""
+        return bool(self.pk) and (
+            Node.objects.filter(node_type_id=self.pk).exists()
+            or self.allocations.exists()
+            or bool(sku_users.users_of(self.slug))
+        )
 
     def clean(self):
         super().clean()
@@ -75,13 +109,15 @@ class NodeType(BaseModel):
         changed = [f for f in self.FIXED_WHEN_IN_USE if stored[f] != getattr(self, f)]
         if not changed:
             return
-        in_use = Node.objects.filter(node_type_id=self.pk).count()
-        if in_use:
+        users = self.users(slug=stored["slug"])
+        if users:
+            in_use = ", ".join(f"{n} {label}" for label, n in users.items())
             raise ValidationError(
                 {
                     f: (
-                        f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
-                        f"cannot change under them (was {stored[f]}). Create a new node type instead."
+                        f"{in_use} use type {stored['slug']}; its {self._meta.get_field(f).verbose_name} cannot "
+                        f"change under them (was {stored[f]}). Create a new node type instead and move the "
+                        "nodes to it (the node form, or an import with updates)."
                     )
                     for f in changed
                 }
@@ -222,8 +258,13 @@ class Node(BaseModel):
         if not (self.rack_id and self.node_type_id):
             return
         errors = []
+        stored = None
         if self.pk:
-            stored = Node.objects.filter(pk=self.pk).values(*self.LOCKED_WHILE_ALLOCATED).first()
+            stored = (
+                Node.objects.filter(pk=self.pk)
+                .values(*self.LOCKED_WHILE_ALLOCATED, "rack__hall_id", "node_type__node_kw")
+                .first()
+            )
             if stored and self.is_allocated():
                 moved = [f.removesuffix("_id") for f in self.LOCKED_WHILE_ALLOCATED if stored[f] != getattr(self, f)]
                 if moved:
@@ -238,12 +279,24 @@ class Node(BaseModel):
                     f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type."
                 )
         others = Node.objects.filter(rack=self.rack).exclude(pk=self.pk).select_related("node_type")
+        # Feeds and the hall budget are checked on a change that adds load (a new node, another
+        # rack or hall, a hungrier type), so an edit of anything else is never blocked by them.
+        more_kw = stored is None or stored["node_type__node_kw"] < self.node_type.node_kw
+        to_rack = more_kw or stored["rack_id"] != self.rack_id
+        to_hall = more_kw or stored["rack__hall_id"] != self.rack.hall_id
+        hall_load = None
+        if to_hall:  # the hall's nameplate load without this node as stored
+            hall_load = self.rack.hall.placed_load_kw()
+            if stored and stored["rack__hall_id"] == self.rack.hall_id:
+                hall_load -= stored["node_type__node_kw"]
         errors += placement_errors(
             rack=self.rack,
             node_type=self.node_type,
             u_position=self.u_position,
             fabric_domain=self.fabric_domain,
             others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others],
+            feed_kw=weakest_feed_kw(self.rack) if to_rack else None,
+            hall_load_kw=hall_load,
         )
         if errors:
             raise ValidationError(errors)
@@ -335,10 +388,23 @@ class _Evidence:
         return next(iter(refusals.values()), None)
 
 
-def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_domain, others) -> list[str]:
+def placement_errors(
+    *,
+    rack: Rack,
+    node_type: NodeType,
+    u_position,
+    fabric_domain,
+    others,
+    feed_kw: Decimal | None = None,
+    hall_load_kw: Decimal | None = None,
+) -> list[str]:
     """Whether a node of `node_type` fits at `u_position` in `rack` next to `others`
     ((hostname, u_position, u_height, node_kw) of the nodes already there). Pure: the admin's
-    clean() passes rows from the database, the importer rows from the database and the file."""
+    clean() passes rows from the database, the importer rows from the database and the file.
+
+    With `feed_kw` (what the rack's weakest feed carries, `weakest_feed_kw`) each feed of its
+    redundant pair must carry the rack alone; with `hall_load_kw` (the hall's nameplate load
+    without this node) the hall's IT power budget must hold the node too."""
     errors = []
     if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
         errors.append(
@@ -364,6 +430,19 @@ def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_doma
             other_top = other_u + other_height - 1
             if u_position <= other_top and other_u <= top:
                 errors.append(f"U{u_position}-U{top} overlaps {hostname} at U{other_u}-U{other_top}.")
+    if feed_kw is not None and placed + node_type.node_kw > feed_kw:
+        errors.append(
+            f"Each power feed of rack {rack.name} must carry the rack alone (A/B redundancy); its weakest "
+            f"carries {feed_kw} kW, the rack already draws {placed} kW and {node_type.slug} adds "
+            f"{node_type.node_kw} kW. Choose another rack, or upgrade its feeds first."
+        )
+    budget = rack.hall.it_power_budget_kw if hall_load_kw is not None else None
+    if budget is not None and hall_load_kw + node_type.node_kw > budget:
+        errors.append(
+            f"Hall {rack.hall} has an IT power budget of {budget} kW and already carries {hall_load_kw} kW at "
+            f"nameplate; {node_type.slug} adds {node_type.node_kw} kW, {hall_load_kw + node_type.node_kw - budget} "
+            "kW over. Choose a rack in another hall, or retire nodes here first."
+        )
     if fabric_domain is not None and fabric_domain.site_id != rack.hall.site_id:
         errors.append(
             f"Fabric {fabric_domain.name} is in site {fabric_domain.site}; rack {rack.name} is in "

@@ -2,8 +2,10 @@
 chunks, and record errors and updates."""
 
 from collections import defaultdict
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
+from django.db.models import Sum
 from django.db.models.functions import Lower
 
 from fleet.choices import Lifecycle
@@ -15,6 +17,7 @@ from fleet.models import (
     Hall,
     Node,
     NodeType,
+    PowerFeed,
     Rack,
     hardware_change_refusals,
 )
@@ -120,6 +123,24 @@ class PlannerBase:
                 "pk", "hostname", "rack_id", "u_position", "node_type__u_height", "node_type__node_kw"
             ):
                 self.rack_occupants[node[2]].append((node[0], node[1], node[3], node[4], node[5]))
+        # what each touched rack's weakest feed carries, and each hall's nameplate load: new nodes
+        # are checked against both (placement_errors), with what earlier rows of the file add
+        self.feed_kw: dict = {}
+        for chunk in in_chunks(rack_ids):
+            for feed in PowerFeed.objects.filter(rack_id__in=chunk).only(
+                "rack_id", "voltage", "amperage", "three_phase", "max_utilization_pct"
+            ):
+                kw = feed.available_kw
+                self.feed_kw[feed.rack_id] = min(kw, self.feed_kw.get(feed.rack_id, kw))
+        self.hall_load: dict = defaultdict(Decimal)
+        for hall_id, kw in (
+            Node.objects.filter(rack__hall_id__in=[h.pk for hs in self.halls.values() for h in hs])
+            .values("rack__hall_id")
+            .annotate(kw=Sum("node_type__node_kw"))
+            .values_list("rack__hall_id", "kw")
+        ):
+            self.hall_load[hall_id] = Decimal(kw or 0)
+        self.hall_added: dict = defaultdict(Decimal)
         hall_ids = {h.pk for hs in self.halls.values() for h in hs}
         self.grid = (
             {
@@ -142,6 +163,8 @@ class PlannerBase:
                 node_qs = node_qs.select_for_update(of=("self",))
             for node in node_qs.alias(hostname_lower=Lower("hostname")).filter(hostname_lower__in=chunk):
                 self.db_nodes[node.hostname.lower()] = node
+        # where each existing node draws from before the file changes it: (hall, kW, rack)
+        self.origin = {n.pk: (n.rack.hall_id, n.node_type.node_kw, n.rack_id) for n in self.db_nodes.values()}
         node_ids = [n.pk for n in self.db_nodes.values()]
         self.allocated_ids = set()
         self.db_gpu_slots = set()

@@ -296,12 +296,25 @@ class Planner(PlannerBase):
             ]
         )
         others = occupants + [o for o in placed[rack_key] if o[0] != node.hostname]
+        # feeds and the hall budget: checked when the row adds load (as Node.clean does)
+        origin = self.origin.get(exclude_pk) if exclude_pk else None
+        kw = node.node_type.node_kw
+        more_kw = origin is None or origin[1] < kw
+        to_rack = more_kw or origin[2] != rack.pk
+        to_hall = more_kw or origin[0] != rack.hall_id
+        hall_load = None
+        if to_hall:
+            hall_load = self.hall_load[rack.hall_id] + self.hall_added[rack.hall_id]
+            if origin and origin[0] == rack.hall_id:
+                hall_load -= origin[1]
         problems = placement_errors(
             rack=rack,
             node_type=node.node_type,
             u_position=node.u_position,
             fabric_domain=node.fabric_domain,
             others=others,
+            feed_kw=self.feed_kw.get(rack.pk) if to_rack and not rack._state.adding else None,
+            hall_load_kw=hall_load,
         )
         for problem in problems:
             self.error(
@@ -313,6 +326,10 @@ class Planner(PlannerBase):
             )
         if problems:
             return False
+        if to_hall:
+            self.hall_added[rack.hall_id] += kw
+            if origin:
+                self.hall_added[origin[0]] -= origin[1]
         placed[rack_key].append((node.hostname, node.u_position, node.node_type.u_height, node.node_type.node_kw))
         return True
 
