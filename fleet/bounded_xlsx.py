@@ -24,6 +24,7 @@ cell style is a date format (as a spreadsheet shows it). No database access.
 
 import io
 import re
+import struct
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -40,6 +41,21 @@ CHUNK = 64 * 1024
 EXCEL_MAX_ROW = 1_048_576  # the last row of a sheet (Excel specifications and limits)
 EXCEL_CELL_CHARS = 32_767  # the most characters a cell can hold (Excel specifications and limits)
 _CELL_REF = re.compile(r"^([A-Z]{1,3})([0-9]{1,7})$")
+# What zipfile and zlib raise on a damaged, unsupported or encrypted archive (found by fuzzing
+# valid workbooks with a byte changed: a header claiming zip version 6.4 is NotImplementedError)
+ARCHIVE_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    OSError,
+    RuntimeError,
+    NotImplementedError,
+    ValueError,
+    UnicodeError,
+    OverflowError,
+)
 
 
 @dataclass(frozen=True)
@@ -293,7 +309,7 @@ class XlsxReader:
         self.sheets_read = 0
         try:
             self.zip = zipfile.ZipFile(io.BytesIO(data))
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as exc:
+        except ARCHIVE_ERRORS as exc:
             raise FileRefused(
                 "The file is not an XLSX workbook (it is not a readable ZIP archive); save it again as "
                 "Excel Workbook (.xlsx)."
@@ -366,9 +382,9 @@ class XlsxReader:
                 f"Part {part} declares XML entities or a DTD ({type(exc).__name__}); a spreadsheet never needs "
                 "them, and they are not read. Save the sheets again from a spreadsheet program."
             ) from None
-        except SAXException as exc:
+        except (SAXException, LookupError) as exc:  # LookupError: an XML declaration naming no known encoding
             raise FileRefused(f"Part {part} of the workbook is not well-formed XML ({exc}); save it again.") from None
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
+        except ARCHIVE_ERRORS as exc:
             raise FileRefused(
                 f"Part {part} of the archive cannot be unpacked ({type(exc).__name__}: {str(exc)[:80]}); "
                 "save the workbook again as .xlsx (not encrypted or password-protected)."

@@ -167,6 +167,47 @@ def test_a_workbook_with_bytes_flipped_anywhere_reads_or_says_why(data):
     assert book.sheets or book.problems
 
 
+XML_BITS = st.sampled_from(
+    [
+        "<",
+        ">",
+        "/",
+        '"',
+        "=",
+        "r",
+        "c",
+        "row",
+        "v",
+        "t",
+        "s",
+        "is",
+        " ",
+        "A1",
+        "XFD9",
+        "1",
+        "-1",
+        "&amp;",
+        "&x;",
+        "<?x?>",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_sheet_with_its_xml_edited_anywhere_reads_or_says_why(data):
+    """Neighbours inside the XML (the archive stays valid): any stretch of the sheet replaced by
+    XML-ish text gives rows or problems, never an exception."""
+    xml = bombs.sheet_xml([bombs.row_xml(1, bombs.NODE_HEADER), bombs.row_xml(2, ["n1", "s1", "r1", 3, "t"])])
+    start = data.draw(st.integers(0, len(xml)))
+    end = data.draw(st.integers(start, min(len(xml), start + 20)))
+    filler = "".join(data.draw(st.lists(XML_BITS, max_size=6)))
+    book = read_workbook(
+        "x.xlsx", bombs.xlsx({"nodes": xml[:start] + filler + xml[end:]}), csv_sheet="nodes", max_rows=100
+    )
+    assert book.sheets or book.problems
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_are_a_problem_not_an_exception(blob):
