@@ -14,17 +14,22 @@ import uuid
 from decimal import Decimal
 
 from django import forms
+from django.apps import apps
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import AutocompleteSelect, AutocompleteSelectMultiple
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import models, transaction
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from . import admin_third_party
 from .choices import ApiTokenKind
 from .errors import Invalid
 from .models import ApiToken, AuditEvent
-from .search import ids_by_kind
+from .search import KINDS, ids_by_kind
+from .selectors import distinct_values
 from .services.audit import actor_label, record_audit, record_audit_about
 from .services.tokens import (
     create_api_token,
@@ -79,6 +84,32 @@ def form_diff(form) -> tuple[dict, dict]:
     return before, after
 
 
+class _ValidatedChoices:
+    """An autocomplete widget re-rendering a form looks the submitted value up in the database; a
+    value that is not even a valid key (`rack=not-a-uuid`) raised a ValidationError there, a 500
+    after the form had already said "Select a valid choice". Such values are left out of that
+    lookup; the form's error stands."""
+
+    def optgroups(self, name, value, attr=None):
+        target = self.field.target_field
+        valid = []
+        for item in value:
+            try:
+                target.to_python(item)
+            except (ValidationError, ValueError, TypeError):
+                continue
+            valid.append(item)
+        return super().optgroups(name, valid, attr)
+
+
+class ValidatedAutocompleteSelect(_ValidatedChoices, AutocompleteSelect):
+    pass
+
+
+class ValidatedAutocompleteSelectMultiple(_ValidatedChoices, AutocompleteSelectMultiple):
+    pass
+
+
 class AuditedModelAdmin(admin.ModelAdmin):
     """The one base of every admin: every write through it lands in the audit trail (add, change
     with the field diff, inline rows, delete), so does every export (`audit_export`) and every
@@ -86,6 +117,16 @@ class AuditedModelAdmin(admin.ModelAdmin):
     actor and the request id. Secrets are never written down (`form_diff`)."""
 
     audit_prefix = ""  # defaults to the model name: `rack.admin_update`
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):
+            kwargs["widget"] = ValidatedAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):
+            kwargs["widget"] = ValidatedAutocompleteSelectMultiple(db_field, self.admin_site, using=kwargs.get("using"))
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
     def _audit(self, request, action: str, target, *, before=None, after=None, reason: str = "admin") -> None:
         prefix = self.audit_prefix or target._meta.model_name
@@ -193,6 +234,12 @@ class AuditedModelAdmin(admin.ModelAdmin):
             super().delete_queryset(request, queryset)
 
 
+def search_kinds() -> dict[str, str]:
+    """Identifier kind → the label of the model that carries it (`fleet.node`), from the search
+    registry: what an identifier typed in the audit search names."""
+    return {name: entry.model._meta.label_lower for name, (_kind, entry) in KINDS.items()}
+
+
 class CappedCountPaginator(Paginator):
     """Counts at most CAP + 1 rows (COUNT over a LIMITed subquery): a changelist of a million
     GPUs pages without counting them all. Past the cap the page links stop; filter or search."""
@@ -260,13 +307,88 @@ class ReadOnlyAdmin(AuditedModelAdmin):
         return False
 
 
+class IndexWalkFilter(admin.SimpleListFilter):
+    """A filter on an indexed column whose choices are read by walking the index
+    (core.selectors.distinct_values), never by DISTINCT over the table."""
+
+    def lookups(self, request, model_admin):
+        values = distinct_values(model_admin.model, self.parameter_name)
+        chosen = self.value()
+        if chosen and chosen not in values:  # a value from a link (an object's audit rows) stays listed
+            values.append(chosen)
+        return [(v, v) for v in values]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(**{self.parameter_name: value}) if value else queryset
+
+
+class AuditActionFilter(IndexWalkFilter):
+    title = "action"
+    parameter_name = "action"
+
+
+class AuditObjectTypeFilter(IndexWalkFilter):
+    title = "object type"
+    parameter_name = "object_type"
+
+
 @admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ("at", "actor", "action", "object_type", "object_id", "reason")
-    list_filter = ("action", "object_type")
-    search_fields = ("actor", "object_id", "reason", "request_id")
-    date_hierarchy = "at"
-    show_full_result_count = False
+class AuditEventAdmin(ReadOnlyAdmin, AtScaleAdmin):
+    """The trail at a million rows: every filter and search reads one index in the list's order
+    (core_audit_*_idx) and stops at the page; the paginator counts at most 10,001 rows; the
+    choices of the filters are index walks; dates are a fixed range filter (no year drill, which
+    needs DISTINCT over the dates and MIN/MAX over the rows). `?object_type=…&object_id=…` lists
+    one object's rows (every object's admin page links there)."""
+
+    list_display = ("at", "actor", "action", "object_link", "short_reason")
+    list_filter = (("at", admin.DateFieldListFilter), AuditActionFilter, AuditObjectTypeFilter)
+    search_fields = ("object_id",)  # the search box; get_search_results says what it matches
+    search_help_text = (
+        "An object id, a request id or an actor (user:NAME, or just NAME), exactly; or the exact or first "
+        "characters of an identifier (hostname, serial, GPU UUID, rack, tenant …) to list that object's rows."
+    )
+    sortable_by = ("at",)
+    list_per_page = 100
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return lookup in ("object_id", "actor", "request_id") or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="object")
+    def object_link(self, event):
+        """The object's admin page when it has one (no query: the id is on the row)."""
+        label = f"{event.object_type}:{event.object_id}" if event.object_id else event.object_type
+        try:
+            model = apps.get_model(event.object_type)
+        except (LookupError, ValueError):
+            return label
+        if not event.object_id or not admin.site.is_registered(model):
+            return label
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_change", args=[event.object_id])
+        return format_html('<a href="{}">{}</a>', url, label)
+
+    @admin.display(description="reason")
+    def short_reason(self, event):
+        return event.reason if len(event.reason) <= 120 else event.reason[:119] + "…"
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        exact = term[: AuditEvent._meta.get_field("object_id").max_length]
+        condition = (
+            models.Q(object_id=exact)
+            | models.Q(request_id=term[:64])
+            | models.Q(actor__in=[term[:200], f"user:{term}"[:200]])
+        )
+        try:  # an identifier: the object it names, through the search index (exact or prefix)
+            found = ids_by_kind(term, list(search_kinds()), limit=self.INDEX_SEARCH_LIMIT)
+        except Invalid as exc:
+            self.message_user(request, exc.detail, messages.ERROR)
+            return queryset.none(), False
+        for kind, ids in found.items():
+            condition |= models.Q(object_type=search_kinds()[kind], object_id__in=[str(i) for i in ids])
+        return queryset.filter(condition), False
 
 
 class ApiTokenCreateForm(forms.ModelForm):

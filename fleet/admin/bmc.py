@@ -7,6 +7,8 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from core.admin import AtScaleAdmin, AuditedModelAdmin, ReadOnlyAdmin
 from core.errors import DomainError
@@ -73,6 +75,12 @@ class NodeBMCAdmin(AuditedModelAdmin, AtScaleAdmin):
     )
     list_filter = ("reachable", "last_error_kind", "desired_power")
     search_fields = ("node__hostname", "redfish_url")
+    # at scale: searched by hostname through the index, counted up to a cap, and not sorted by a
+    # column without an index (the node column sorts by a join over every record)
+    index_search = {"hostname": "node_id"}
+    search_help_text = "Exact or first characters of the node's hostname."
+    sortable_by = ()
+    list_select_related = ("node",)
     autocomplete_fields = ("node",)
     readonly_fields = (
         "credentials_changed_at",
@@ -87,7 +95,21 @@ class NodeBMCAdmin(AuditedModelAdmin, AtScaleAdmin):
     actions = ["power_on", "power_off", "power_cycle"]
 
     def get_readonly_fields(self, request, obj=None):
-        return (*self.readonly_fields, "node") if obj else self.readonly_fields
+        return (*self.readonly_fields, "node", "links") if obj else self.readonly_fields
+
+    @admin.display(description="see also")
+    def links(self, bmc):
+        """BMC record ↔ node ↔ console page ↔ audit rows (set_bmc writes them on the node)."""
+        audit = reverse("admin:core_auditevent_changelist")
+        return format_html(
+            '<a href="{}">node {}</a> · <a href="{}">console page</a> · <a href="{}">audit rows of the node</a> · '
+            '<a href="{}">of this record</a>',
+            reverse("admin:fleet_node_change", args=[bmc.node_id]),
+            bmc.node,
+            reverse("fleet:node-detail", args=[bmc.node_id]),
+            f"{audit}?object_type=fleet.node&object_id={bmc.node_id}",
+            f"{audit}?object_type=fleet.nodebmc&object_id={bmc.pk}",
+        )
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
@@ -183,7 +205,8 @@ class NodeBMCAdmin(AuditedModelAdmin, AtScaleAdmin):
 
 
 @admin.register(BMCPowerAction)
-class BMCPowerActionAdmin(ReadOnlyAdmin):
+class BMCPowerActionAdmin(ReadOnlyAdmin, AtScaleAdmin):
     list_display = ("node", "action", "state", "requested_by", "created_at", "reset_type", "detail")
+    sortable_by = ()
     list_filter = ("state", "action")
     search_fields = ("node__hostname",)

@@ -211,6 +211,12 @@ class Node(BaseModel):
         ]
         indexes = [
             models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),
+            # the node list's "drain pending" filter: the few nodes a drain was asked of
+            models.Index(
+                fields=["drain_requested_at"],
+                condition=Q(drain_requested_at__isnull=False),
+                name="fleet_node_drain_pending_idx",
+            ),
             # Placement reads only the free nodes of one type, per domain: they have an index of their
             # own, and it holds every column placement reads of them (domain, leaf, health, id), so
             # counting each domain's free nodes is an index-only scan instead of a heap visit per
@@ -306,7 +312,7 @@ ALLOCATED_LIFECYCLES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELE
 REFUSAL_CHUNK = 2000
 
 
-def hardware_change_refusals(nodes) -> dict:
+def hardware_change_refusals(nodes, *, history: dict | None = None) -> dict:
     """node id → why a person may not add, change, move or remove the node's GPUs and drives now.
 
     They are evidence while it matters: while the node is allocated, and from the start of its
@@ -316,11 +322,15 @@ def hardware_change_refusals(nodes) -> dict:
     them directly. A node never in service (a typo at enrolment) may still be corrected.
 
     Allocations are tenancy's rows and sanitisation records end-of-life's: both are read through
-    reverse relations. Two queries for any number of nodes (one when none has served)."""
+    reverse relations. Two queries for any number of nodes (one when none has served); a caller
+    that has read the allocations already passes `history` ({node id: (live, last start)})."""
     by_id = {n.pk: n for n in nodes if n is not None and n.pk}
     refusals: dict = {}
     served: dict = {}
-    ids = list(by_id)
+    ids = [] if history is not None else list(by_id)
+    for pk, (live, last) in (history or {}).items():
+        if pk in by_id:
+            _judge(by_id[pk], live, last, refusals, served)
     for start in range(0, len(ids), REFUSAL_CHUNK):
         rows = (
             Node.objects.filter(pk__in=ids[start : start + REFUSAL_CHUNK])
@@ -333,14 +343,7 @@ def hardware_change_refusals(nodes) -> dict:
             .values_list("pk", "live", "last")
         )
         for pk, live, last in rows:
-            node = by_id[pk]
-            if live is not None or node.lifecycle in ALLOCATED_LIFECYCLES:
-                refusals[pk] = (
-                    f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it "
-                    "is drained."
-                )
-            elif last is not None:
-                served[pk] = last
+            _judge(by_id[pk], live is not None, last, refusals, served)
     sanitised: dict = {}  # node id → the oldest of its drives' latest verified sanitisation; None: one has none
     served_ids = list(served)
     for start in range(0, len(served_ids), REFUSAL_CHUNK):
@@ -364,6 +367,15 @@ def hardware_change_refusals(nodes) -> dict:
                 "only through the node agent's inventory and the sanitisation flow."
             )
     return refusals
+
+
+def _judge(node, live: bool, last, refusals: dict, served: dict) -> None:
+    if live or node.lifecycle in ALLOCATED_LIFECYCLES:
+        refusals[node.pk] = (
+            f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is drained."
+        )
+    elif last is not None:
+        served[node.pk] = last
 
 
 class _Evidence:
@@ -561,7 +573,11 @@ class NodeEvent(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["node", "-at"], name="fleet_nodeevent_node_at_idx")]
+        indexes = [
+            models.Index(fields=["node", "-at"], name="fleet_nodeevent_node_at_idx"),
+            # the whole trail, newest first, a page at a time (the node events admin)
+            models.Index(fields=["at", "id"], name="fleet_nodeevent_at_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.action} {self.from_state}→{self.to_state}"

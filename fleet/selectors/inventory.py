@@ -304,9 +304,14 @@ def drive_removal_refusal(node) -> str | None:
     """Drives hold tenant data: they leave a node only through decommission and sanitisation, unless
     the node was never in service (a drive typed in by mistake at enrolment)."""
     refusal = hardware_change_refusal(node)
-    if refusal:
+    if refusal or node is None or not node.pk:
         return refusal
-    if node is not None and node.pk and (node.lifecycle != Lifecycle.ENROLLED or node.allocation_memberships.exists()):
+    return drive_removal_message(node, served=node.allocation_memberships.exists())
+
+
+def drive_removal_message(node, *, served: bool) -> str | None:
+    """drive_removal_refusal's second half, for a caller that knows whether the node has served."""
+    if node.lifecycle != Lifecycle.ENROLLED or served:
         return (
             f"{node.hostname} has been in service; its drives are evidence and leave only through decommission, "
             "sanitisation and disposal."
