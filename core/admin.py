@@ -16,6 +16,7 @@ from decimal import Decimal
 from django import forms
 from django.apps import apps
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import AutocompleteSelect, AutocompleteSelectMultiple
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -249,8 +250,23 @@ class CappedCountPaginator(Paginator):
     @property
     def count(self) -> int:
         if not hasattr(self, "_capped_count"):
-            self._capped_count = self.object_list[: self.CAP + 1].count()
+            # unordered: which rows fall under the cap does not change the count, and an ORDER BY
+            # in the subquery made the database sort every match first (250 ms for a prefix search
+            # of the audit trail naming a thousand nodes)
+            self._capped_count = self.object_list.order_by()[: self.CAP + 1].count()
         return self._capped_count
+
+
+class SortableOnlyChangeList(ChangeList):
+    """A changelist that sorts only by the columns in `sortable_by`: Django hides the other
+    headers' links but still sorts by any `?o=<column>` a URL names, and on a big table that
+    is a sort of every row."""
+
+    def get_ordering_field(self, field_name):
+        sortable = self.model_admin.sortable_by
+        if sortable is not None and field_name not in sortable:
+            return None
+        return super().get_ordering_field(field_name)
 
 
 class AtScaleAdmin(admin.ModelAdmin):
@@ -265,6 +281,10 @@ class AtScaleAdmin(admin.ModelAdmin):
     show_full_result_count = False
     paginator = CappedCountPaginator
     index_search: dict = {}
+
+    def get_changelist(self, request, **kwargs):
+        return SortableOnlyChangeList
+
     INDEX_SEARCH_LIMIT = 1000  # identifiers matched per search; a broader prefix narrows nothing anyway
 
     def get_search_results(self, request, queryset, search_term):
@@ -345,7 +365,7 @@ class AuditEventAdmin(ReadOnlyAdmin, AtScaleAdmin):
     list_filter = (("at", admin.DateFieldListFilter), AuditActionFilter, AuditObjectTypeFilter)
     search_fields = ("object_id",)  # the search box; get_search_results says what it matches
     search_help_text = (
-        "An object id, a request id or an actor (user:NAME, or just NAME), exactly; or the exact or first "
+        "An actor (user:NAME, or just NAME), a request id or an object id, exactly; or the exact or first "
         "characters of an identifier (hostname, serial, GPU UUID, rack, tenant …) to list that object's rows."
     )
     sortable_by = ("at",)
@@ -372,22 +392,32 @@ class AuditEventAdmin(ReadOnlyAdmin, AtScaleAdmin):
         return event.reason if len(event.reason) <= 120 else event.reason[:119] + "…"
 
     def get_search_results(self, request, queryset, search_term):
+        """One condition, on one index: the first of an actor (`user:NAME`, or `NAME` for a
+        user), a request id, an object id that has rows, else the objects an identifier names.
+        Never an OR of them: PostgreSQL would walk the whole trail newest-first filtering rows
+        (86 ms for a common actor, a table scan for a rare one) rather than use each index."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        exact = term[: AuditEvent._meta.get_field("object_id").max_length]
-        condition = (
-            models.Q(object_id=exact)
-            | models.Q(request_id=term[:64])
-            | models.Q(actor__in=[term[:200], f"user:{term}"[:200]])
-        )
+        candidates = [("actor", term if ":" in term else f"user:{term}")]
+        if ":" not in term:
+            candidates.append(("actor", term))
+        candidates += [("request_id", term), ("object_id", term)]
+        for column, value in candidates:
+            limit = AuditEvent._meta.get_field(column).max_length
+            if len(value) <= limit and AuditEvent.objects.filter(**{column: value}).exists():
+                return queryset.filter(**{column: value}), False
         try:  # an identifier: the object it names, through the search index (exact or prefix)
             found = ids_by_kind(term, list(search_kinds()), limit=self.INDEX_SEARCH_LIMIT)
         except Invalid as exc:
             self.message_user(request, exc.detail, messages.ERROR)
             return queryset.none(), False
+        by_type: dict[str, list[str]] = {}
         for kind, ids in found.items():
-            condition |= models.Q(object_type=search_kinds()[kind], object_id__in=[str(i) for i in ids])
+            by_type.setdefault(search_kinds()[kind], []).extend(str(i) for i in ids)
+        condition = models.Q(pk__in=[])
+        for object_type, ids in by_type.items():
+            condition |= models.Q(object_type=object_type, object_id__in=ids)
         return queryset.filter(condition), False
 
 

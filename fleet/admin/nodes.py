@@ -6,14 +6,13 @@ import uuid
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin import AtScaleAdmin, form_diff
+from core.admin import AtScaleAdmin, SortableOnlyChangeList, form_diff
 from core.services.audit import actor_label
 
 from ..models import (
@@ -145,7 +144,7 @@ class DrainPendingFilter(admin.SimpleListFilter):
         return queryset
 
 
-class TenantChangeList(ChangeList):
+class TenantChangeList(SortableOnlyChangeList):
     """The node list's page, with each node's live tenant read in one query for the whole page
     (fleet.selectors.live_tenancy, through Node's reverse relation)."""
 
@@ -284,6 +283,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     def get_object(self, request, object_id, from_field=None):
         """The node with everything its page shows in one query: type, rack, hall, site, fabric
         and its BMC record (a reverse one-to-one, so one LEFT JOIN)."""
+        if from_field not in (None, "id"):
+            return super().get_object(request, object_id, from_field)
         try:
             object_id = Node._meta.pk.to_python(object_id)
         except ValidationError:

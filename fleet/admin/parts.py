@@ -77,7 +77,9 @@ class GPUAdmin(AuditedModelAdmin, AtScaleAdmin):
     search_fields = ("uuid",)
     search_help_text = PART_HELP.format(what="a GPU UUID or serial")
     index_search = {"gpu_uuid": "pk", "gpu_serial": "pk", "hostname": "node_id"}
-    ordering = ("node", "index")  # fleet_gpu_node_index_unique
+    # fleet_gpu_node_index_unique: by the node's id, not "node" (which sorts by the node's own
+    # order, its hostname: a join sorted over every GPU)
+    ordering = ("node_id", "index")
     list_select_related = ("node",)
     raw_id_fields = ("node",)
 
