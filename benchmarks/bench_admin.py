@@ -23,7 +23,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from benchmarks.harness import Measurement, benchmark, count_queries, timed
+from benchmarks.bench_search import admin_row
+from benchmarks.harness import Measurement, benchmark, timed
 from core.models import AuditEvent
 from fleet.inventory_files import read_workbook
 from fleet.models import Node, NodeBMC
@@ -121,14 +122,7 @@ def _client() -> Client:
 
 
 def _row(url: str, baseline_sql: str, params, note: str) -> Measurement:
-    client = _client()
-    response = client.get(url)
-    assert response.status_code == 200, (url, response.status_code)
-    queries = count_queries(lambda: client.get(url))
-    ours = timed(lambda: client.get(url), repeat=5)
-    with connection.cursor() as cursor:
-        baseline = timed(lambda: (cursor.execute(baseline_sql, params), cursor.fetchall()), repeat=5)
-    return Measurement(ours, baseline, queries, note=note)
+    return admin_row(url, baseline_sql, params, note, client=_client())
 
 
 def _sample_node():

@@ -3,44 +3,21 @@ one node by `?node=<id>` (the node's page links here) along (node, -at), or sear
 serial or asset tag through the search index; the whole trail pages along an index on `at`."""
 
 from django.contrib import admin
-from django.contrib.admin.options import IncorrectLookupParameters
-from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin import AtScaleAdmin, ReadOnlyAdmin
 
 from ..models import Node, NodeEvent
+from .nodes import IdFilter
 
 
-class NodeFilter(admin.SimpleListFilter):
-    """`?node=<id>`; lists only the chosen node, never every node as choices."""
+class NodeFilter(IdFilter):
+    """`?node=<id>` (the node's page links here), along the (node, -at) index."""
 
     title = "node"
     parameter_name = "node"
-
-    def lookups(self, request, model_admin):
-        value = self.value()
-        if not value:
-            return []
-        node = Node.objects.filter(pk=_uuid_or_none(value)).first() if _uuid_or_none(value) else None
-        return [(value, node.hostname if node else "unknown node")]
-
-    def queryset(self, request, queryset):
-        value = self.value()
-        if not value:
-            return queryset
-        node_id = _uuid_or_none(value)
-        if node_id is None:
-            raise IncorrectLookupParameters("node must be a node id")
-        return queryset.filter(node_id=node_id)
-
-
-def _uuid_or_none(value):
-    try:
-        return Node._meta.pk.to_python(value)
-    except ValidationError:
-        return None
+    model, column, label = Node, "node_id", "hostname"
 
 
 @admin.register(NodeEvent)

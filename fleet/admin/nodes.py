@@ -80,28 +80,39 @@ class DriveInline(admin.TabularInline):
         return super().has_delete_permission(request, obj) and removal_refusal(request, obj) is None
 
 
-class RackFilter(admin.SimpleListFilter):
-    """`?rack=<id>` (the rack page links here); shows only the chosen rack, not all of them."""
+class IdFilter(admin.SimpleListFilter):
+    """`?<parameter>=<id>` (a page links here): lists only the chosen object, never all of them as
+    choices. `model` is what the id names, `column` the list's column holding it, `label` how the
+    object is shown."""
 
-    title = "rack"
-    parameter_name = "rack"
+    model = None
+    column = ""
+    label = "name"
 
     def lookups(self, request, model_admin):
         value = self.value()
         if not value:
             return []
-        rack = Rack.objects.filter(pk=value).first() if _is_uuid(value) else None
+        found = self.model.objects.filter(pk=value).first() if _is_uuid(value) else None
         # Always an entry when a value is given: a filter without one is skipped, and an export
         # of "rack=<typo>" must not silently become an export of every node.
-        return [(str(rack.pk), rack.name)] if rack else [(value, "unknown rack")]
+        return [(str(found.pk), getattr(found, self.label))] if found else [(value, f"unknown {self.title}")]
 
     def queryset(self, request, queryset):
         value = self.value()
         if not value:
             return queryset
         if not _is_uuid(value):
-            raise IncorrectLookupParameters("rack must be a rack id")
-        return queryset.filter(rack_id=value)
+            raise IncorrectLookupParameters(f"{self.parameter_name} must be a {self.title} id")
+        return queryset.filter(**{self.column: value})
+
+
+class RackFilter(IdFilter):
+    """`?rack=<id>` (the rack page links here)."""
+
+    title = "rack"
+    parameter_name = "rack"
+    model, column = Rack, "rack_id"
 
 
 class RackRowFilter(admin.SimpleListFilter):

@@ -17,10 +17,8 @@ from hypothesis import strategies as st
 from core.models import AuditEvent
 from fleet.models import GPU, Drive, Node, SanitizationRecord, hardware_change_refusals
 from fleet.services.drive_inventory import reconcile_drive_inventory
-from tenants.models import Allocation, AllocationNode
-from tenants.services.tenants import create_tenant
 
-from .admin_helpers import change_form_data, client_for, staff_with
+from .admin_helpers import change_form_data, client_for, serve, staff_with
 
 pytestmark = pytest.mark.django_db
 NOW = timezone.now()
@@ -38,9 +36,7 @@ def nodes(small_fleet):
 
 
 def _serve(node, *, started, ended=None, lifecycle=None):
-    tenant, _ = create_tenant(slug=f"t-{node.hostname}-{started:%H%M%S%f}", name="T", max_nodes=8, actor="test")
-    allocation = Allocation.objects.create(tenant=tenant, name="job", instance_type=node.node_type, node_count=1)
-    AllocationNode.objects.create(allocation=allocation, node=node, started_at=started, ended_at=ended)
+    serve(node, started=started, ended=ended)
     if lifecycle:
         Node.objects.filter(pk=node.pk).update(lifecycle=lifecycle)
     node.refresh_from_db()

@@ -18,7 +18,7 @@ from fleet.services.inventory_import import plan_import
 from tenants.models import Allocation
 from tenants.services.tenants import create_tenant
 
-from .admin_helpers import change_form_data
+from .admin_helpers import change_form_data, node_add_data
 
 pytestmark = pytest.mark.django_db
 NODE_HEADER = ["hostname", "serial", "rack", "u_position", "node_type"]
@@ -166,20 +166,10 @@ def _liquid_racks():
 
 
 def _add_node(client, rack, hostname, u=1, slug="b200-sxm-8x"):
-    data = {
-        "hostname": hostname,
-        "serial": f"SN-{hostname}",
-        "node_type": NodeType.objects.get(slug=slug).pk,
-        "rack": rack.pk,
-        "u_position": u,
-        "gpus-TOTAL_FORMS": 0,
-        "gpus-INITIAL_FORMS": 0,
-        "drives-TOTAL_FORMS": 0,
-        "drives-INITIAL_FORMS": 0,
-        "events-TOTAL_FORMS": 0,
-        "events-INITIAL_FORMS": 0,
-    }
-    return client.post(reverse("admin:fleet_node_add"), data)
+    node_type = NodeType.objects.get(slug=slug)
+    return client.post(
+        reverse("admin:fleet_node_add"), node_add_data(hostname=hostname, rack=rack, node_type=node_type, u_position=u)
+    )
 
 
 def test_the_hall_budget_holds_a_node_added_in_the_admin(operator_client, small_fleet):

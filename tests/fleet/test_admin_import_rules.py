@@ -6,7 +6,6 @@ confirm instead of overwritten; a drive's self-encryption is the agent's to repo
 
 import pytest
 from django.db import IntegrityError, transaction
-from django.test import Client
 from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,10 +15,17 @@ from fleet.models import GPU, Drive, Node, Rack
 from fleet.services.inventory_import import plan_import
 from fleet.services.inventory_import.columns import SPECS
 
-from .admin_helpers import NODE_HEADER, client_for, csv_upload, staff_with, staged_id, xlsx_upload
+from .admin_helpers import (
+    NODE_HEADER,
+    csv_upload,
+    import_confirm,
+    import_preview,
+    inventory_admin_client,
+    node_add_data,
+    xlsx_upload,
+)
 
 pytestmark = pytest.mark.django_db
-IMPORT = "admin:fleet_node_import"
 GPU_HEADER = ["node", "index", "uuid", "serial"]
 DRIVE_HEADER = ["node", "serial", "model", "capacity_gb", "interface"]
 RACK_HEADER = ["name", "hall", "row", "column", "u_height", "rated_power_kw", "cooling", "cooling_capacity_kw"]
@@ -27,16 +33,7 @@ RACK_HEADER = ["name", "hall", "row", "column", "u_height", "rated_power_kw", "c
 
 @pytest.fixture
 def inventory_admin(django_user_model):
-    perms = [f"fleet.{a}_{m}" for a in ("view", "add", "change") for m in ("node", "rack", "gpu", "drive")]
-    return client_for(Client, staff_with(django_user_model, "inv", *perms))
-
-
-def _preview(client, upload, **extra):
-    return client.post(reverse(IMPORT), {"file": upload, **extra})
-
-
-def _confirm(client, preview):
-    return client.post(reverse(IMPORT), {"confirm": "1", "staged": staged_id(preview)})
+    return inventory_admin_client(django_user_model, "view", "add", "change")
 
 
 def _liquid_rack():
@@ -65,7 +62,7 @@ def test_an_empty_required_cell_is_an_error_naming_its_row_and_column(small_flee
     sheets = {sheet: (header, [row])}
     if sheet in ("gpus", "drives"):  # their node comes in the same workbook
         sheets = {"nodes": (rows["nodes"][0], [rows["nodes"][1]]), **sheets}
-    preview = _preview(inventory_admin, xlsx_upload(sheets))
+    preview = import_preview(inventory_admin, xlsx_upload(sheets))
     assert preview.status_code == 400, (sheet, column)
     errors = preview.context["errors"]
     mine = [e for e in errors if (e.sheet, e.row, e.column) == (sheet, 2, column)]
@@ -77,9 +74,9 @@ def test_an_empty_required_cell_is_an_error_naming_its_row_and_column(small_flee
 
 def test_the_valid_rows_import(small_fleet, inventory_admin):
     rows = _valid_rows()
-    preview = _preview(inventory_admin, xlsx_upload({s: (h, [r]) for s, (h, r) in rows.items()}))
+    preview = import_preview(inventory_admin, xlsx_upload({s: (h, [r]) for s, (h, r) in rows.items()}))
     assert preview.status_code == 200, [str(e) for e in preview.context["errors"]]
-    assert _confirm(inventory_admin, preview).status_code == 302
+    assert import_confirm(inventory_admin, preview).status_code == 302
     node = Node.objects.get(hostname="req-node-1")
     assert GPU.objects.filter(node=node).count() == 1 and Drive.objects.filter(node=node).count() == 1
 
@@ -116,7 +113,7 @@ def test_an_upper_case_twin_of_a_hostname_is_refused_by_the_import(small_fleet, 
     twin = node.hostname.upper()
     for updates in ("", "on"):
         row = [twin, "SN-TWIN", _liquid_rack().name, 1, "b200-sxm-8x", "", "", "", "", ""]
-        preview = _preview(inventory_admin, csv_upload([row]), allow_updates=updates)
+        preview = import_preview(inventory_admin, csv_upload([row]), allow_updates=updates)
         assert preview.status_code == 400
         [error] = preview.context["errors"]
         assert error.column == "hostname" and "other letter case" in error.message and node.hostname in error.message
@@ -129,7 +126,7 @@ def test_two_rows_differing_only_in_case_are_a_duplicate(small_fleet, inventory_
         ["case-a", "SN-CA", rack.name, 1, "b200-sxm-8x", "", "", "", "", ""],
         ["CASE-A", "SN-CB", rack.name, 11, "b200-sxm-8x", "", "", "", "", ""],
     ]
-    preview = _preview(inventory_admin, csv_upload(rows))
+    preview = import_preview(inventory_admin, csv_upload(rows))
     assert preview.status_code == 400
     [error] = preview.context["errors"]
     assert error.row == 3 and "appears twice" in error.message
@@ -168,17 +165,7 @@ def test_the_admin_form_refuses_a_case_twin_with_a_message(small_fleet, admin_cl
     node = Node.objects.order_by("hostname").first()
     response = admin_client.post(
         reverse("admin:fleet_node_add"),
-        {
-            "hostname": node.hostname.upper(),
-            "serial": "SN-TWIN",
-            "node_type": node.node_type_id,
-            "rack": _liquid_rack().pk,
-            "u_position": 1,
-            "gpus-TOTAL_FORMS": 0,
-            "gpus-INITIAL_FORMS": 0,
-            "drives-TOTAL_FORMS": 0,
-            "drives-INITIAL_FORMS": 0,
-        },
+        node_add_data(hostname=node.hostname.upper(), rack=_liquid_rack(), node_type=node.node_type),
     )
     assert response.status_code == 200
     assert "other letter case" in response.content.decode()
@@ -204,13 +191,13 @@ def test_a_colleagues_change_after_the_preview_is_not_overwritten(small_fleet, i
         node.bmc_mac,
         "",
     ]
-    preview = _preview(inventory_admin, csv_upload([row]), allow_updates="on")
+    preview = import_preview(inventory_admin, csv_upload([row]), allow_updates="on")
     assert preview.status_code == 200
     assert [u.diff for u in preview.context["updates"]] == [{"leaf_switch": (node.leaf_switch, "leaf-new")}]
 
     Node.objects.filter(pk=node.pk).update(bmc_address="10.99.0.7")  # a colleague, meanwhile
 
-    confirm = _confirm(inventory_admin, preview)
+    confirm = import_confirm(inventory_admin, preview)
     assert confirm.status_code == 409
     [error] = confirm.context["errors"]
     assert error.column == "bmc_address" and "changed since the preview" in error.message
@@ -222,13 +209,13 @@ def test_a_colleagues_change_after_the_preview_is_not_overwritten(small_fleet, i
 def test_a_row_created_by_someone_else_after_the_preview_is_refused(small_fleet, inventory_admin):
     rack = _liquid_rack()
     row = ["late-1", "SN-LATE-1", rack.name, 1, "b200-sxm-8x", "", "", "", "", ""]
-    preview = _preview(inventory_admin, csv_upload([row]), allow_updates="on")
+    preview = import_preview(inventory_admin, csv_upload([row]), allow_updates="on")
     assert preview.context["counts"] == {"nodes": {"create": 1, "update": 0, "unchanged": 0}}
     other = _liquid_rack()
     Node.objects.create(
         hostname="late-1", serial="SN-OTHER", rack=other, u_position=21, node_type=Node.objects.first().node_type
     )
-    confirm = _confirm(inventory_admin, preview)
+    confirm = import_confirm(inventory_admin, preview)
     assert confirm.status_code == 409
     assert "created by someone else since the preview" in " ".join(e.message for e in confirm.context["errors"])
     assert Node.objects.get(hostname="late-1").serial == "SN-OTHER"
@@ -237,10 +224,10 @@ def test_a_row_created_by_someone_else_after_the_preview_is_refused(small_fleet,
 def test_an_unchanged_row_that_changed_after_the_preview_is_refused(small_fleet, inventory_admin):
     node = Node.objects.filter(lifecycle="available").order_by("hostname").first()
     row = [node.hostname, node.serial, node.rack.name, node.u_position, node.node_type.slug, "", "", "", "", ""]
-    preview = _preview(inventory_admin, csv_upload([row]), allow_updates="on")
+    preview = import_preview(inventory_admin, csv_upload([row]), allow_updates="on")
     assert preview.context["counts"] == {"nodes": {"create": 0, "update": 0, "unchanged": 1}}
     Node.objects.filter(pk=node.pk).update(serial="SN-RELABELLED")
-    confirm = _confirm(inventory_admin, preview)
+    confirm = import_confirm(inventory_admin, preview)
     assert confirm.status_code == 409
     node.refresh_from_db()
     assert node.serial == "SN-RELABELLED"
@@ -253,7 +240,7 @@ def test_a_drives_self_encryption_is_not_imported(small_fleet, inventory_admin):
         "nodes": (rows["nodes"][0], [rows["nodes"][1]]),
         "drives": (header, [[*rows["drives"][1], True], [*rows["drives"][1][:1], "DSN-REQ-2", "m", 10, "nvme", None]]),
     }
-    preview = _preview(inventory_admin, xlsx_upload(sheets))
+    preview = import_preview(inventory_admin, xlsx_upload(sheets))
     assert preview.status_code == 400
     [error] = preview.context["errors"]
     assert (error.row, error.column) == (2, "self_encrypting") and "reported by the node agent" in error.message

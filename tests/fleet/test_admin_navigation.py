@@ -18,10 +18,8 @@ from core.admin import AtScaleAdmin
 from core.services.audit import record_audit
 from fleet.models import Node, NodeBMC, Rack, SanitizationRecord
 from fleet.services.bmc_credentials import set_bmc
-from tenants.models import Allocation, AllocationNode
-from tenants.services.tenants import create_tenant
 
-from .admin_helpers import client_for, staff_with
+from .admin_helpers import client_for, node_add_data, serve, staff_with
 
 pytestmark = pytest.mark.django_db
 NODE_PAGE_MAX_QUERIES = 12
@@ -41,16 +39,8 @@ def inventory_admin(django_user_model):
 
 
 def _allocate(node, *, ended=False, slug="acme"):
-    tenant, _ = create_tenant(slug=slug, name=slug.title(), max_nodes=8, actor="test")
-    allocation = Allocation.objects.create(tenant=tenant, name="train", instance_type=node.node_type, node_count=1)
     now = timezone.now()
-    AllocationNode.objects.create(
-        allocation=allocation,
-        node=node,
-        started_at=now - timedelta(days=2),
-        ended_at=now - timedelta(days=1) if ended else None,
-    )
-    return allocation
+    return serve(node, started=now - timedelta(days=2), ended=now - timedelta(days=1) if ended else None, slug=slug)
 
 
 @pytest.mark.parametrize("history", ["never served", "allocated", "served, not sanitised", "served and sanitised"])
@@ -134,21 +124,7 @@ def test_the_node_list_shows_tenant_asset_tag_and_hall_and_filters_drain_pending
 def test_a_value_that_is_not_an_id_is_a_form_error_not_a_500(small_fleet, admin_client, url, data):
     rack = Rack.objects.filter(cooling="liquid").first()
     node_type = Node.objects.first().node_type
-    base = (
-        {
-            "hostname": "form-x",
-            "serial": "SN-FORM-X",
-            "node_type": node_type.pk,
-            "rack": rack.pk,
-            "u_position": 1,
-            "gpus-TOTAL_FORMS": 0,
-            "gpus-INITIAL_FORMS": 0,
-            "drives-TOTAL_FORMS": 0,
-            "drives-INITIAL_FORMS": 0,
-        }
-        if url == "admin:fleet_node_add"
-        else {}
-    )
+    base = node_add_data(hostname="form-x", rack=rack, node_type=node_type) if url == "admin:fleet_node_add" else {}
     response = admin_client.post(reverse(url), {**base, **data})
     assert response.status_code in (200, 302, 403), response.status_code
     if url.endswith("_add"):
