@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from openpyxl import Workbook
 
+from fleet.models import SanitizationRecord
 from tenants.models import Allocation, AllocationNode
 from tenants.services.tenants import create_tenant
 
@@ -152,3 +153,17 @@ def serve(node, *, started, ended=None, slug: str | None = None):
     allocation = Allocation.objects.create(tenant=tenant, name="job", instance_type=node.node_type, node_count=1)
     AllocationNode.objects.create(allocation=allocation, node=node, started_at=started, ended_at=ended)
     return allocation
+
+
+def sanitise(drive, at, verified: bool = True):
+    """A purge record of `drive` performed at `at`, as an operator would post it."""
+    return SanitizationRecord.objects.create(
+        drive=drive,
+        method="purge",
+        technique="NVMe sanitize crypto erase",
+        tool="nvme-cli",
+        verified=verified,
+        actor="test",
+        performed_at=at,
+        source="operator",
+    )

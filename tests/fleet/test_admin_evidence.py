@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.models import AuditEvent
-from fleet.models import GPU, Drive, Node, SanitizationRecord, hardware_change_refusals
+from fleet.models import GPU, Drive, Node, hardware_change_refusals
 from fleet.services.drive_inventory import reconcile_drive_inventory
 
-from .admin_helpers import change_form_data, client_for, serve, staff_with
+from .admin_helpers import change_form_data, client_for, sanitise, serve, staff_with
 
 pytestmark = pytest.mark.django_db
 NOW = timezone.now()
@@ -40,19 +40,6 @@ def _serve(node, *, started, ended=None, lifecycle=None):
     if lifecycle:
         Node.objects.filter(pk=node.pk).update(lifecycle=lifecycle)
     node.refresh_from_db()
-
-
-def _sanitise(drive, at, verified=True):
-    SanitizationRecord.objects.create(
-        drive=drive,
-        method="purge",
-        technique="NVMe sanitize crypto erase",
-        tool="nvme-cli",
-        verified=verified,
-        actor="test",
-        performed_at=at,
-        source="operator",
-    )
 
 
 def _post_change(client, obj, **overrides):
@@ -110,10 +97,10 @@ def test_once_every_drive_is_sanitised_after_the_last_service_the_parts_may_chan
     _serve(node, started=NOW - timedelta(days=3), ended=NOW - timedelta(days=1))
     drives = list(node.drives.all())
     for drive in drives[:-1]:
-        _sanitise(drive, NOW - timedelta(hours=2))
-    _sanitise(drives[-1], NOW - timedelta(hours=2), verified=False)
+        sanitise(drive, NOW - timedelta(hours=2))
+    sanitise(drives[-1], NOW - timedelta(hours=2), verified=False)
     assert hardware_change_refusals([node])  # one drive's record is not verified
-    _sanitise(drives[-1], NOW - timedelta(hours=1))
+    sanitise(drives[-1], NOW - timedelta(hours=1))
     assert hardware_change_refusals([node]) == {}
     gpu = node.gpus.first()
     _page, response = _post_change(inventory_admin, gpu, serial="REPLACED-AFTER-SANITISE")
@@ -212,7 +199,7 @@ def test_the_freeze_follows_the_documented_rule_over_random_histories(small_flee
         _serve(node, started=NOW - timedelta(hours=start), ended=None if end is None else NOW - timedelta(hours=end))
     for index, ago, verified in records:
         if index < drive_count:
-            _sanitise(drives[index], NOW - timedelta(hours=ago), verified)
+            sanitise(drives[index], NOW - timedelta(hours=ago), verified)
     frozen = node.pk in hardware_change_refusals([Node.objects.get(pk=node.pk)])
     kept = [r for r in records if r[0] < drive_count]
     assert frozen == _oracle(allocations, kept, drive_count), (allocations, kept, drive_count)

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from core.admin import AtScaleAdmin
 from core.services.audit import record_audit
-from fleet.models import Node, NodeBMC, Rack, SanitizationRecord
+from fleet.models import Node, NodeBMC, Rack
 from fleet.services.bmc_credentials import set_bmc
 
-from .admin_helpers import client_for, node_add_data, serve, staff_with
+from .admin_helpers import client_for, node_add_data, sanitise, serve, staff_with
 
 pytestmark = pytest.mark.django_db
 NODE_PAGE_MAX_QUERIES = 12
@@ -51,16 +51,7 @@ def test_the_node_page_takes_a_fixed_small_number_of_queries(small_fleet, invent
         _allocate(node, ended=history != "allocated")
     if history == "served and sanitised":
         for drive in node.drives.all():
-            SanitizationRecord.objects.create(
-                drive=drive,
-                method="purge",
-                technique="crypto erase",
-                tool="nvme-cli",
-                verified=True,
-                actor="test",
-                performed_at=timezone.now(),
-                source="operator",
-            )
+            sanitise(drive, timezone.now())
     url = reverse("admin:fleet_node_change", args=[node.pk])
     inventory_admin.get(url)  # session and content types warm
     with CaptureQueriesContext(connection) as queries:
