@@ -177,7 +177,7 @@ class AuditedModelAdmin(admin.ModelAdmin):
                     action=f"{self.audit_prefix or self.opts.model_name}.admin_refused",
                     object_type=self.opts.label_lower,
                     object_id=kwargs.get("object_id", ""),
-                    after={"method": request.method, "path": request.path[:300], "view": view.__name__},
+                    after={"method": request.method, "path": request.path[:300], "view": getattr(view, "__name__", "")},
                     reason=(str(exc) or "permission denied")[:500],
                 )
                 raise
