@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0025_node_hostname_unique_whatever_case"),
+        ("fleet", "0026_node_hostname_unique_whatever_case"),
     ]
 
     operations = [

@@ -31,7 +31,7 @@ def refuse_case_twins(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0024_free_nodes_index_covers_placement"),
+        ("fleet", "0025_custody_destination_decides_sanitisation"),
     ]
 
     operations = [
