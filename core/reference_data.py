@@ -69,6 +69,8 @@ class GenerationRow:
     dense_bf16_tflops: Decimal | None = None
     hbm_tb_s: Decimal | None = None
     hbm_gb: Decimal | None = None
+    dense_fp8_tflops: Decimal | None = None
+    dense_fp4_tflops: Decimal | None = None
     training_vs_h100: Decimal | None = None
     inference_vs_h100: Decimal | None = None
     node_weight_kg: Decimal | None = None
@@ -147,6 +149,8 @@ def generations() -> tuple[GenerationRow, ...]:
             dense_bf16_tflops=_decimal_or_none(row.get("dense_bf16_tflops", "")),
             hbm_tb_s=_decimal_or_none(row.get("hbm_tb_s", "")),
             hbm_gb=_decimal_or_none(row.get("hbm_gb", "")),
+            dense_fp8_tflops=_decimal_or_none(row.get("dense_fp8_tflops", "")),
+            dense_fp4_tflops=_decimal_or_none(row.get("dense_fp4_tflops", "")),
             training_vs_h100=_decimal_or_none(row.get("training_vs_h100", "")),
             inference_vs_h100=_decimal_or_none(row.get("inference_vs_h100", "")),
             node_weight_kg=_decimal_or_none(row.get("node_weight_kg", "")),
