@@ -34,7 +34,7 @@ from planning.charts import (
     power_figure,
 )
 from planning.disposition_charts import block_figures, split_figure
-from planning.engines.capacity import reference_models
+from planning.engines.capacity import PRECISIONS, reference_models
 from planning.forms import (
     CAPACITY_MONTHS,
     CUSTOM_MODEL,
@@ -48,7 +48,7 @@ from planning.forms import (
 )
 from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
-from planning.selectors import apply_preview, reference_citations, scheduled_work, verdict_groups
+from planning.selectors import apply_preview, drain_groups, reference_citations, scheduled_work, verdict_groups
 from planning.selectors import plan_list as plan_list_query
 from planning.services.disposition_plans import default_market
 from planning.services.migration_plans import (
@@ -135,6 +135,7 @@ def migration_detail(request, pk):
             for s in ("ok_now", "after_upgrade", "never")
         },
         "naive": result["naive"],
+        "drain_rows": drain_groups(result.get("drains", [])),
         "work": scheduled_work(record) if record.status == MigrationPlan.Status.APPLIED else [],
         "citations": reference_citations(),
     }
@@ -405,6 +406,7 @@ def capacity_list(request):
             "page": page,
             "errors": errors,
             "models": reference_models(),
+            "precisions": PRECISIONS,
             "months": range(CAPACITY_MONTHS),
             "custom_model": CUSTOM_MODEL,
             "form": request.POST if request.method == "POST" else {},
