@@ -392,14 +392,29 @@ class _Replica:
     bandwidth: float
     peak: float
     flops_token: float
+    dense_bytes: float  # read every step: all weights of a dense model, the non-expert part of a MoE
+    expert_bytes: float  # one routed expert's weights (0 for a dense model)
+    experts: int
+    top_k: int
+
+    def step(self, b: float) -> tuple[float, float]:
+        """(memory time, compute time) of one decode step at a batch of ``b`` sequences: the weights read
+        once (a MoE: the experts the batch touches, E x (1 - (1 - k/E)^b) per layer), every sequence's KV."""
+        read = self.dense_bytes
+        if self.experts:
+            read += self.experts * (1 - (1 - self.top_k / self.experts) ** b) * self.expert_bytes
+        return (read + b * self.context * self.kv) / self.bandwidth, b * self.flops_token / self.peak
 
 
 def _replica(model: ModelSpec, gpu: Gpu, n: int, precision: str, w: Workload, a: Assumptions) -> _Replica:
     context = w.prompt + w.output / 2  # the k-th decode step attends to P + k tokens, k = 1 .. O - 1
     peak = n * gpu.tflops[precision] * 1e12 * a.compute_efficiency
+    per_weight = WEIGHT_BYTES[precision]
+    expert = model.expert_params_b * 1e9 * per_weight if model.moe else 0.0
+    weights = model.weight_bytes(precision)
     return _Replica(
         usable=n * gpu.hbm_gb * 1e9 * a.usable,
-        weights=model.weight_bytes(precision),
+        weights=weights,
         kv=model.kv_bytes_per_token(precision),
         context=context,
         decode_steps=w.output - 1,
@@ -407,71 +422,53 @@ def _replica(model: ModelSpec, gpu: Gpu, n: int, precision: str, w: Workload, a:
         bandwidth=n * gpu.hbm_tb_s * 1e12 * a.memory_efficiency,
         peak=peak,
         flops_token=model.decode_flops_per_token(context),
+        dense_bytes=weights - model.routed_experts * expert if model.moe else weights,
+        expert_bytes=expert,
+        experts=model.routed_experts if model.moe else 0,
+        top_k=model.experts_per_token if model.moe else 0,
     )
 
 
-def _step(model: ModelSpec, precision: str, r: _Replica, b: float) -> tuple[float, float]:
-    """(memory time, compute time) of one decode step at a batch of ``b`` sequences."""
-    return (model.decode_weight_bytes(precision, b) + b * r.context * r.kv) / r.bandwidth, b * r.flops_token / r.peak
+# A policy maps a batch to (TPOT s, TTFT s, sequences held, requests/s); each rises with the batch.
+Figures = tuple[float, float, float, float]
 
 
-@dataclass(frozen=True)
-class _Policy:
-    """How a serving policy's figures follow from the batch (each rises with it)."""
-
-    name: str
-    tpot: Callable[[float], float]
-    ttft: Callable[[float], float]
-    rate: Callable[[float], float]
-    held: Callable[[float], float]
-
-
-def _continuous(model: ModelSpec, precision: str, r: _Replica, w: Workload) -> _Policy:
+def _continuous(r: _Replica, w: Workload) -> Callable[[float], Figures]:
     """Continuous batching: B sequences decode; the B / (O - 1) prefills each step retires run between steps.
     TPOT = step + B x prefill / (O - 1); TTFT = prefill + one step; requests/s = B / ((O - 1) x TPOT);
     sequences held (Little's law) = B + requests/s x the TTFT target."""
 
-    def tpot(b: float) -> float:
-        return max(_step(model, precision, r, b)) + b * r.t_prefill / r.decode_steps
+    def figures(b: float) -> Figures:
+        step = max(r.step(b))
+        tpot = step + b * r.t_prefill / r.decode_steps
+        rate = b / (r.decode_steps * tpot)
+        return tpot, r.t_prefill + step, b + rate * w.ttft_s, rate
 
-    def rate(b: float) -> float:
-        return b / (r.decode_steps * tpot(b))
-
-    return _Policy(
-        "continuous",
-        tpot,
-        lambda b: r.t_prefill + max(_step(model, precision, r, b)),
-        rate,
-        lambda b: b + rate(b) * w.ttft_s,
-    )
+    return figures
 
 
-def _static(model: ModelSpec, precision: str, r: _Replica, w: Workload) -> _Policy:
+def _static(r: _Replica, w: Workload) -> Callable[[float], Figures]:
     """Static batches: prefill B prompts, then decode them together to the end: a cycle of
     B x prefill + (O - 1) x step. TPOT = step; TTFT, at worst, one whole cycle of waiting plus the batch's
     prefill; requests/s = B / cycle; the B sequences are what is held."""
 
-    def cycle(b: float) -> float:
-        return b * r.t_prefill + r.decode_steps * max(_step(model, precision, r, b))
+    def figures(b: float) -> Figures:
+        step = max(r.step(b))
+        cycle = b * r.t_prefill + r.decode_steps * step
+        return (step if r.decode_steps else 0.0), cycle + b * r.t_prefill, b, b / cycle
 
-    return _Policy(
-        "static",
-        lambda b: max(_step(model, precision, r, b)) if r.decode_steps else 0.0,
-        lambda b: cycle(b) + b * r.t_prefill,
-        lambda b: b / cycle(b),
-        lambda b: b,
-    )
+    return figures
 
 
 def _largest_batch(failing: Callable[[float], str]) -> float:
     """The largest real batch >= 1 that ``failing`` accepts (every test rises with the batch): double, then
-    bisect to a relative 1e-9. A batch is an average over time, so it need not be whole."""
+    bisect to a relative 1e-7. A batch is an average over time, so it need not be whole."""
     lo, hi = 1.0, 2.0
     while hi <= MAX_BATCH and not failing(hi):
         lo, hi = hi, hi * 2
     if hi > MAX_BATCH:
         return float(MAX_BATCH)
-    while hi - lo > 1e-9 * hi:
+    while hi - lo > 1e-7 * hi:
         mid = (lo + hi) / 2
         if failing(mid):
             hi = mid
@@ -481,30 +478,34 @@ def _largest_batch(failing: Callable[[float], str]) -> float:
 
 
 def _serve(
-    model: ModelSpec, precision: str, r: _Replica, w: Workload, policy: _Policy, n: int
+    model: ModelSpec, precision: str, r: _Replica, w: Workload, name: str, figures: Callable[[float], Figures], n: int
 ) -> tuple[OperatingPoint | None, Refusal | None]:
+    per_sequence = (w.prompt + w.output) * r.kv
+    room = r.usable - r.weights
+
     def failing(b: float) -> str:
-        if policy.tpot(b) > w.tpot_s:
+        tpot, ttft, held, _ = figures(b)
+        if tpot > w.tpot_s:
             return "tpot"
-        if policy.ttft(b) > w.ttft_s:
+        if ttft > w.ttft_s:
             return "ttft"
-        if r.weights + policy.held(b) * (w.prompt + w.output) * r.kv > r.usable:
+        if held * per_sequence > room:
             return "memory"
         return ""
 
     first = failing(1.0)
     if first:
+        tpot, ttft, _, _ = figures(1.0)
         if first == "tpot":
-            text = f"one sequence already takes {policy.tpot(1.0) * 1e3:,.1f} ms per output token on {n} GPUs"
+            text = f"one sequence already takes {tpot * 1e3:,.1f} ms per output token on {n} GPUs"
         elif first == "ttft":
-            text = f"a {w.prompt:,}-token prompt takes {policy.ttft(1.0) * 1e3:,.0f} ms to its first token on {n} GPUs"
+            text = f"a {w.prompt:,}-token prompt takes {ttft * 1e3:,.0f} ms to its first token on {n} GPUs"
         else:
             text = f"weights + one sequence's KV cache do not fit {n} GPUs"
         return None, Refusal(n, first, text)
     b = _largest_batch(failing)
-    t_mem, t_cmp = _step(model, precision, r, b)
-    rate = policy.rate(b)
-    held = policy.held(b)
+    t_mem, t_cmp = r.step(b)
+    tpot, ttft, held, rate = figures(b)
     return (
         OperatingPoint(
             gpus=n,
@@ -512,8 +513,8 @@ def _serve(
             tokens_per_s=rate * w.output,
             requests_per_s=rate,
             concurrency=held,
-            tpot_ms=policy.tpot(b) * 1e3,
-            ttft_ms=policy.ttft(b) * 1e3,
+            tpot_ms=tpot * 1e3,
+            ttft_ms=ttft * 1e3,
             step_ms=max(t_mem, t_cmp) * 1e3,
             step_bound="memory" if t_mem >= t_cmp else "compute",
             prefill_ms=r.t_prefill * 1e3,
@@ -522,10 +523,10 @@ def _serve(
             kv_read_gb=b * r.context * r.kv / 1e9,
             experts_touched=model.experts_touched(b),
             weights_gb=r.weights / 1e9,
-            kv_gb=held * (w.prompt + w.output) * r.kv / 1e9,
+            kv_gb=held * per_sequence / 1e9,
             usable_gb=r.usable / 1e9,
             batch_bound=failing(b * (1 + 1e-6)) or "batch",
-            policy=policy.name,
+            policy=name,
         ),
         None,
     )
@@ -542,13 +543,13 @@ def operating_point(
         return None, Refusal(
             n, "weights", f"weights {r.weights / 1e9:,.1f} GB do not fit {n} GPUs ({r.usable / 1e9:,.1f} GB usable)"
         )
-    policies = [_static(model, precision, r, w)]
+    policies = [("static", _static(r, w))]
     if r.decode_steps >= 1:
-        policies.insert(0, _continuous(model, precision, r, w))
+        policies.insert(0, ("continuous", _continuous(r, w)))
     best: OperatingPoint | None = None
     refusal: Refusal | None = None
-    for policy in policies:
-        point, why = _serve(model, precision, r, w, policy, n)
+    for name, figures in policies:
+        point, why = _serve(model, precision, r, w, name, figures, n)
         if point is not None and (best is None or point.tokens_per_s > best.tokens_per_s):
             best = point
         refusal = refusal or why

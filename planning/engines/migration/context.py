@@ -101,7 +101,17 @@ class PlanContext:
         return max(0, math.ceil((day - self.inputs.start).days / 7))
 
     def date_of(self, week: int) -> date:
+        if 0 <= week < len(self._dates):
+            return self._dates[week]
         return self.inputs.start + timedelta(weeks=week)
+
+    @property
+    def _dates(self) -> list[date]:
+        cached = self.__dict__.get("_date_cache")
+        if cached is None:
+            cached = [self.inputs.start + timedelta(weeks=w) for w in range(self.horizon + 8)]
+            self.__dict__["_date_cache"] = cached
+        return cached
 
 
 def build_context(inputs: PlanInputs) -> PlanContext:

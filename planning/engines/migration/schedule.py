@@ -255,10 +255,22 @@ def simulate(ctx: PlanContext, policy: str, progress: Callable[[float], None] | 
             pending[week].append(((False, order[pos.id]), pos.id))
     service_add: dict[int, list[NewRack]] = defaultdict(list)
 
+    # What the undrained old racks of each hall could still free: [kW, liquid kW, air kW].
+    freeable: dict[str, list[float]] = {h: [0.0, 0.0, 0.0] for h in ctx.halls}
+    heat_of: dict[int, tuple[float, float, float]] = {}
+    for r in old:
+        lq, ar = heat_split(r.block.node_type, r.power_kw, fac, r.position.cooling)
+        heat_of[id(r)] = (r.power_kw, lq, ar)
+        f = freeable[r.position.hall_id]
+        freeable[r.position.hall_id] = [f[0] + r.power_kw, f[1] + lq, f[2] + ar]
+
     def drain(rack: OldRack, week: int, reason: str, resource: str = "") -> None:
         rack.drain_week = week
         rack.drain_reason = reason
         rack.resource = resource
+        if id(rack) in heat_of:
+            f, freed = freeable[rack.position.hall_id], heat_of[id(rack)]
+            freeable[rack.position.hall_id] = [a - b for a, b in zip(f, freed)]
         spec = rack.block.node_type
         add_load(rack.position.hall_id, spec, rack.power_kw, week + P, -1.0, rack.position.cooling)
         floors.add(spec.generation, -rack.gpus, -rack.perf)
@@ -369,13 +381,14 @@ def simulate(ctx: PlanContext, policy: str, progress: Callable[[float], None] | 
             eligible_from[min(week, H)] += 1
     floor_blocked = 0
 
-    def hall_candidates(hall_id: str):
+    def hall_first(hall_id: str) -> int:
+        """Index of the hall's first undrained old rack (kW and cooling order)."""
         lst = by_hall[hall_id]
         i = hall_next[hall_id]
         while i < len(lst) and lst[i].drain_week is not None:
             i += 1
         hall_next[hall_id] = i
-        return (r for r in lst[i:] if r.drain_week is None)
+        return i
 
     rank = {id(r): i for i, r in enumerate(drain_order)}
     position_by_hall: dict[str, list[OldRack]] = defaultdict(list)
@@ -409,19 +422,27 @@ def simulate(ctx: PlanContext, policy: str, progress: Callable[[float], None] | 
         short = [need[0] - room_h[0], need[1] - room_h[1] if need[1] > 0 else 0.0, need[2] - room_h[2]]
         if all(x <= EPS for x in short):
             return [], ""
+        left = freeable[hall_id]
+        if exclude is not None and id(exclude) in heat_of:
+            left = [a - b for a, b in zip(left, heat_of[id(exclude)])]
+        if any(s > a + EPS for s, a in zip(short, left)):
+            # Even every old rack of the hall would not free enough: say what it lacks, without looking.
+            return [], lacks([need[i] - short[i] + left[i] for i in range(3)], need) or WAIT_POWER
         chosen: list[OldRack] = []
-        for r in hall_candidates(hall_id):
-            if r is exclude:
+        s0, s1, s2 = short
+        lst = by_hall[hall_id]
+        for i in range(hall_first(hall_id), len(lst)):
+            r = lst[i]
+            if r.drain_week is not None or r is exclude:
                 continue
-            kw = r.power_kw
-            lq, ar = heat_split(r.block.node_type, kw, fac, r.position.cooling)
-            freed = (kw, lq, ar)
-            if not any(s > EPS and f > 0 for s, f in zip(short, freed)):
+            f0, f1, f2 = heat_of[id(r)]
+            if not ((s0 > EPS and f0 > 0) or (s1 > EPS and f1 > 0) or (s2 > EPS and f2 > 0)):
                 continue
             chosen.append(r)
-            short = [s - f for s, f in zip(short, freed)]
-            if all(x <= EPS for x in short):
+            s0, s1, s2 = s0 - f0, s1 - f1, s2 - f2
+            if s0 <= EPS and s1 <= EPS and s2 <= EPS:
                 return chosen, ""
+        short = [s0, s1, s2]
         return [], lacks([need[i] - short[i] for i in range(3)], need) or WAIT_POWER
 
     def try_drains(racks: list[OldRack], w: int, reason: str, resource: str) -> str:
@@ -610,14 +631,14 @@ def simulate(ctx: PlanContext, policy: str, progress: Callable[[float], None] | 
             for rack in waiting:
                 best: tuple[tuple[bool, int], str] | None = None
                 reasons = []
-                for hall_id, heap in heaps.items():
-                    if not heap:
-                        continue
-                    reason = room(hall_id, w, rack, cooling_of.get(heap[0][1]))
+                # The free position first in order (never used, then inventory order) in a hall with room.
+                for heap in sorted((heap for heap in heaps.values() if heap), key=lambda heap: heap[0]):
+                    reason = room(positions[heap[0][1]].hall_id, w, rack, cooling_of.get(heap[0][1]))
                     if reason:
                         reasons.append(reason)
-                    elif best is None or heap[0] < best:
+                    else:
                         best = heap[0]
+                        break
                 if best is None:
                     if reasons:
                         why = reasons[0]
