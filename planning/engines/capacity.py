@@ -763,7 +763,7 @@ def _need_from_point(
         f"{p.kv_gb:,.1f} GB KV of {p.usable_gb:,.1f} GB usable",
         f"{p.tokens_per_s:,.0f} output tokens/s per replica of {p.gpus} GPUs; prefill takes "
         f"{p.prefill_share:.0%} of its time ({fleet}-bound); {replicas:,} replicas = {replicas * p.gpus:,} GPUs, "
-        f"{nodes:,} nodes, {racks:,} racks, {kw:,.1f} kW",
+        f"{nodes:,} {'trays' if gpu.rack_scale else 'nodes'}, {racks:,} racks, {kw:,.1f} kW",
     )
     return GenerationNeed(
         gpu_model=gpu.gpu_model,

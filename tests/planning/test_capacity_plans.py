@@ -629,3 +629,26 @@ def test_every_reference_model_is_consistent_with_its_own_figures():
             )
         if model.mla:
             assert model.kv_lora_rank > 0 and model.qk_rope_head_dim > 0
+
+
+def test_console_measured_point_is_checked_like_the_api(operator_client, db):
+    data = {
+        "name": "measured",
+        "model_name": "llama-3.1-70b",
+        "prompt_tokens": "1000",
+        "output_tokens": "250",
+        "target_gpu_model": "GB200-NVL72",
+        "month_0": "2026-08-01",
+        "tokens_0": "900000",
+        "measured_gpu_model": "GB200-NVL72",
+        "measured_gpus_per_replica": "72",
+        "measured_tokens_per_s": "1",
+    }
+    bad = operator_client.post("/plans/capacity/", data)
+    assert bad.status_code == 400
+    assert "measured.GB200-NVL72.tokens_per_s" in [e["field"] for e in bad.context["errors"]]
+    assert bad.context["form"]["measured_tokens_per_s"] == "1"  # what was typed stays
+    kept = operator_client.post("/plans/capacity/", {**data, "measured_confirm": "yes"})
+    assert kept.status_code == 302
+    need = CapacityPlan.objects.get().result["months"][0]["needs"][0]
+    assert need["throughput_source"].startswith("operator measurement")
