@@ -695,6 +695,50 @@ def measured_plausible(model: ModelSpec, gpu_model: str, precision: str, month: 
     return ""
 
 
+def _sized(
+    model: ModelSpec,
+    gpu: Gpu,
+    precision: str,
+    month: ForecastMonth,
+    w: Workload,
+    n: int,
+    per_replica: float,
+    demand: float,
+) -> dict:
+    """What follows from a replica's size and tokens/s, whoever gave them: replicas packed into nodes or racks,
+    GPUs, kW, tokens/s per GPU of a full packing unit, and the prefill minimum."""
+    replicas, nodes, provisioned, racks, kw = _gpus_for(gpu, n, per_replica, demand)
+    unit_replicas, unit_gpus = gpu.per_unit(n)
+    prefill_min = (
+        math.ceil(month.demand_requests_per_s * model.prefill_flops(w.prompt) / (gpu.tflops[precision] * 1e12) - 1e-9)
+        if precision in gpu.tflops
+        else 0
+    )
+    return {
+        "gpu_model": gpu.gpu_model,
+        "generation": gpu.generation,
+        "precision": precision,
+        "gpus_per_replica": n,
+        "tokens_per_s_per_replica": _round(per_replica),
+        "replicas": replicas,
+        "gpus": replicas * n,
+        "nodes": nodes,
+        "gpus_provisioned": provisioned,
+        "racks": racks,
+        "kw": _round(kw),
+        "gpus_per_rack": gpu.gpus_per_rack,
+        "tokens_per_s_per_gpu": _round(per_replica * unit_replicas / unit_gpus),
+        "prefill_min_gpus": prefill_min,
+    }
+
+
+def _fleet_text(gpu: Gpu, sized: dict) -> str:
+    return (
+        f"{sized['replicas']:,} replicas = {sized['gpus']:,} GPUs, {sized['nodes']:,} "
+        f"{'trays' if gpu.rack_scale else 'nodes'}, {sized['racks']:,} racks, {sized['kw']:,.1f} kW"
+    )
+
+
 REPLICA_BOUND = {
     "weights": "weights: a smaller replica cannot hold them",
     "memory": "HBM: a smaller replica cannot hold the weights and one sequence",
@@ -714,10 +758,9 @@ def _need_from_point(
     refusals: tuple[Refusal, ...] = (),
     smaller_fits: bool = False,
 ) -> GenerationNeed:
-    replicas, nodes, provisioned, racks, kw = _gpus_for(gpu, p.gpus, p.tokens_per_s, demand)
-    per_unit_replicas, per_unit_gpus = gpu.per_unit(p.gpus)
+    sized = _sized(model, gpu, precision, month, w, p.gpus, p.tokens_per_s, demand)
     requests = month.demand_requests_per_s
-    prefill_min = math.ceil(requests * model.prefill_flops(w.prompt) / (gpu.tflops[precision] * 1e12) - 1e-9)
+    prefill_min = sized["prefill_min_gpus"]
     mem_or_cmp = "HBM bandwidth" if p.step_bound == "memory" else "tensor compute"
     fleet = "prefill" if p.prefill_share >= 0.5 else "decode"
     binding = {
@@ -762,25 +805,11 @@ def _need_from_point(
         else f"a static batch holds its {p.concurrency:,.0f} sequences; memory {p.weights_gb:,.1f} GB weights + "
         f"{p.kv_gb:,.1f} GB KV of {p.usable_gb:,.1f} GB usable",
         f"{p.tokens_per_s:,.0f} output tokens/s per replica of {p.gpus} GPUs; prefill takes "
-        f"{p.prefill_share:.0%} of its time ({fleet}-bound); {replicas:,} replicas = {replicas * p.gpus:,} GPUs, "
-        f"{nodes:,} {'trays' if gpu.rack_scale else 'nodes'}, {racks:,} racks, {kw:,.1f} kW",
+        f"{p.prefill_share:.0%} of its time ({fleet}-bound); {_fleet_text(gpu, sized)}",
     )
     return GenerationNeed(
-        gpu_model=gpu.gpu_model,
-        generation=gpu.generation,
-        precision=precision,
-        gpus_per_replica=p.gpus,
-        tokens_per_s_per_replica=_round(p.tokens_per_s),
+        **sized,
         throughput_source="first principles (prefill FLOPs, decode roofline, Little's law): see steps",
-        replicas=replicas,
-        gpus=replicas * p.gpus,
-        nodes=nodes,
-        gpus_provisioned=provisioned,
-        racks=racks,
-        kw=_round(kw),
-        gpus_per_rack=gpu.gpus_per_rack,
-        tokens_per_s_per_gpu=_round(p.tokens_per_s * per_unit_replicas / per_unit_gpus),
-        prefill_min_gpus=prefill_min,
         concurrency_per_replica=_round(p.concurrency, 1),
         requests_per_s_per_replica=_round(p.requests_per_s),
         batch_per_replica=_round(p.batch, 2),
@@ -803,43 +832,22 @@ def _need_from_point(
 def _need_from_measurement(
     model: ModelSpec, gpu: Gpu, precision: str, month: ForecastMonth, w: Workload, m: Measured, demand: float
 ) -> GenerationNeed:
-    n = m.gpus_per_replica
-    replicas, nodes, provisioned, racks, kw = _gpus_for(gpu, n, m.tokens_per_s, demand)
-    per_unit_replicas, per_unit_gpus = gpu.per_unit(n)
-    requests = month.demand_requests_per_s
-    prefill_min = (
-        math.ceil(requests * model.prefill_flops(w.prompt) / (gpu.tflops[precision] * 1e12) - 1e-9)
-        if precision in gpu.tflops
-        else 0
-    )
+    sized = _sized(model, gpu, precision, month, w, m.gpus_per_replica, m.tokens_per_s, demand)
     rate = m.tokens_per_s / w.output
     # Little's law at the targets: the measurement is taken to hold them.
-    concurrency = rate * (w.ttft_s + w.output * w.tpot_s)
+    concurrency = rate * (w.ttft_s + (w.output - 1) * w.tpot_s)
     return GenerationNeed(
-        gpu_model=gpu.gpu_model,
-        generation=gpu.generation,
-        precision=precision,
-        gpus_per_replica=n,
-        tokens_per_s_per_replica=_round(m.tokens_per_s),
+        **sized,
         throughput_source="operator measurement"
         + (" (confirmed outside 0.1x-10x of the model)" if m.confirmed else ""),
-        replicas=replicas,
-        gpus=replicas * n,
-        nodes=nodes,
-        gpus_provisioned=provisioned,
-        racks=racks,
-        kw=_round(kw),
-        gpus_per_rack=gpu.gpus_per_rack,
-        tokens_per_s_per_gpu=_round(m.tokens_per_s * per_unit_replicas / per_unit_gpus),
-        prefill_min_gpus=prefill_min,
         concurrency_per_replica=_round(concurrency, 1),
         requests_per_s_per_replica=_round(rate),
         binding={"replica": "operator measurement", "batch": "operator measurement"},
         steps=(
-            f"measured {m.tokens_per_s:,.1f} output tokens/s per replica of {n} GPUs replaces the model; "
-            f"Little's law at the targets: {rate:,.2f} requests/s x ({w.ttft_s:g} s + {w.output:,} x {w.tpot_s:g} s) "
-            f"= {concurrency:,.0f} sequences per replica",
-            f"{replicas:,} replicas = {replicas * n:,} GPUs, {nodes:,} nodes, {racks:,} racks, {kw:,.1f} kW",
+            f"measured {m.tokens_per_s:,.1f} output tokens/s per replica of {m.gpus_per_replica} GPUs replaces the "
+            f"model; Little's law at the targets: {rate:,.2f} requests/s x ({w.ttft_s:g} s TTFT + "
+            f"{w.output - 1:,} x {w.tpot_s:g} s) = {concurrency:,.0f} sequences per replica",
+            _fleet_text(gpu, sized),
         ),
     )
 

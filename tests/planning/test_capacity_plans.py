@@ -138,8 +138,8 @@ def test_405b_spans_nodes_on_h100_and_a_measured_point_replaces_the_model():
     measured = plan_capacity(model, (month,), (H100,), {H100: Measured(16, 5000.0)})
     need = _need(measured, H100)
     assert need.replicas == 1 and need.throughput_source == "operator measurement"
-    # Little's law at the targets: 5,000 / 250 = 20 requests/s x (2 s + 250 x 0.2 s) = 1,040 sequences.
-    assert need.concurrency_per_replica == 1040.0
+    # Little's law at the targets: 5,000 / 250 = 20 requests/s x (2 s TTFT + 249 decode steps x 0.2 s) = 1,036.
+    assert need.concurrency_per_replica == 1036.0
 
 
 def test_a_measurement_far_from_the_model_is_named():
