@@ -64,7 +64,7 @@ def _workbook(racks: list[Rack]) -> bytes:
     nodes, gpus, drives = book.create_sheet("nodes"), book.create_sheet("gpus"), book.create_sheet("drives")
     nodes.append(NODE_HEADER)
     gpus.append(["node", "index", "uuid", "serial"])
-    drives.append(["node", "serial", "model", "capacity_gb", "interface", "self_encrypting"])
+    drives.append(["node", "serial", "model", "capacity_gb", "interface"])
     for i in range(NODES):
         rack = racks[i // NODES_PER_RACK]
         host = f"bi-gpu{i:05d}"
@@ -85,7 +85,7 @@ def _workbook(racks: list[Rack]) -> bytes:
         for g in range(8):
             gpus.append([host, g, f"GPU-{uuid.uuid4()}", f"BI-G{i:05d}-{g}"])
         for d in range(2):
-            drives.append([host, f"BI-D{i:05d}-{d}", "Samsung PM1743", 7680, "nvme", True])
+            drives.append([host, f"BI-D{i:05d}-{d}", "Samsung PM1743", 7680, "nvme"])
     out = io.BytesIO()
     book.save(out)
     return out.getvalue()

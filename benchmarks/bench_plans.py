@@ -89,3 +89,64 @@ def plan_100k_worst() -> Measurement:
             f"(linear: ~1/10); {len(plan.placements)} racks placed, feasible={plan.feasible}"
         ),
     )
+
+
+def capacity_body(months: int = 12) -> dict:
+    """A year of monthly demand for DeepSeek-V3 (MoE, MLA) at FP8 with a different request shape every month:
+    no month reuses another's sizing, every generation of generations.csv is sized."""
+    return {
+        "name": "bench",
+        "model_name": "deepseek-v3",
+        "precision": "FP8",
+        "forecast": [
+            {
+                "month": f"2027-{m + 1:02d}-01",
+                "requests_per_s": 50.0 * (m + 1),
+                "prompt_tokens": 1000 + 500 * m,
+                "output_tokens": 250 + 50 * m,
+            }
+            for m in range(months)
+        ],
+        "target_gpu_model": "GB200-NVL72",
+        "gpu_models": [
+            "A100-SXM4-80GB",
+            "H100-SXM5-80GB",
+            "H200-SXM5-141GB",
+            "B200-SXM6-180GB",
+            "B300-SXM",
+            "GB300-NVL72",
+        ],
+    }
+
+
+@benchmark("capacity plan, 12 months x 7 generations (first principles, cold)", fixture="empty", target="<= 100 ms")
+def capacity_12_months() -> Measurement:
+    from planning.api.serializers import CapacityPlanIn
+    from planning.engines import capacity as cp
+    from planning.services.capacity_plans import create_capacity_plan
+
+    body = capacity_body()
+    checked = CapacityPlanIn(data=body)
+    assert checked.is_valid(), checked.errors
+    data = checked.validated_data
+    model = cp.reference_models()["deepseek-v3"]
+    forecast = tuple(cp.ForecastMonth(**m) for m in data["forecast"])
+    models = tuple(dict.fromkeys([data["target_gpu_model"], *data["gpu_models"]]))
+
+    def engine():
+        cp._best_points.cache_clear()  # every sizing from scratch: no month or run reuses another's
+        cp.plan_capacity(model, forecast, models, precision="FP8")
+
+    def service():
+        cp._best_points.cache_clear()
+        create_capacity_plan(data=data, actor="system:bench")
+
+    queries = count_queries(service)
+    ours = timed(service, repeat=5)
+    pure = timed(engine, repeat=5)
+    return Measurement(
+        ours,
+        pure,
+        queries,
+        note="ours = validate + size + gap + store; 'raw SQL' column = the pure engine alone (84 month x generation sizings)",
+    )

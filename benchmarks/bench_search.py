@@ -97,8 +97,10 @@ def _admin_client() -> Client:
     return client
 
 
-def _admin_row(url: str, baseline_sql: str, params, note: str) -> Measurement:
-    client = _admin_client()
+def admin_row(url: str, baseline_sql: str, params, note: str, client: Client | None = None) -> Measurement:
+    """One admin page: the median of 5 requests (a superuser's unless `client` says whose), its
+    query count, and the raw SQL of the page's main SELECT."""
+    client = client or _admin_client()
     response = client.get(url)
     assert response.status_code == 200, (url, response.status_code)
     queries = count_queries(lambda: client.get(url))
@@ -111,7 +113,7 @@ def _admin_row(url: str, baseline_sql: str, params, note: str) -> Measurement:
 def _admin_rows(fixture: str, size: str) -> None:
     @benchmark(f"admin node changelist ({size})", fixture=fixture, target="<= 300 ms, queries fixed")
     def changelist() -> Measurement:
-        return _admin_row(
+        return admin_row(
             "/admin/fleet/node/",
             "SELECT n.*, r.*, t.* FROM fleet_node n JOIN fleet_rack r ON r.id = n.rack_id "
             "JOIN fleet_nodetype t ON t.id = n.node_type_id ORDER BY n.hostname LIMIT 100",
@@ -122,7 +124,7 @@ def _admin_rows(fixture: str, size: str) -> None:
     @benchmark(f"admin node change form ({size})", fixture=fixture, target="<= 300 ms, queries fixed")
     def change_form() -> Measurement:
         node = Node.objects.order_by("-hostname").first()
-        return _admin_row(
+        return admin_row(
             f"/admin/fleet/node/{node.pk}/change/",
             "SELECT * FROM fleet_node n JOIN fleet_gpu g ON g.node_id = n.id WHERE n.id = %s",
             [node.pk],
@@ -132,7 +134,7 @@ def _admin_rows(fixture: str, size: str) -> None:
     @benchmark(f"admin node search by GPU UUID ({size})", fixture=fixture, target="<= 300 ms, queries fixed")
     def search_gpu() -> Measurement:
         gpu = GPU.objects.order_by("-uuid").values_list("uuid", flat=True).first()
-        return _admin_row(
+        return admin_row(
             f"/admin/fleet/node/?q={gpu}",
             "SELECT n.* FROM fleet_node n WHERE n.id IN (SELECT node_id FROM fleet_gpu WHERE uuid = %s)",
             [gpu],

@@ -1,13 +1,18 @@
 """Scale fixtures shared by the benchmarks."""
 
-from benchmarks import bench_ledger
+from benchmarks import bench_admin, bench_ledger
 from fleet.models import Node
 
 SCALE_GPUS = 100_000  # 12,500 nodes
 SCALE_125K_GPUS = 1_000_000  # 125,000 nodes
 LARGE = "scale125k"  # its rows run on their own (benchmarks/__main__.py)
 LEDGER_50M = "ledger50m"  # 50,000,000 usage rows: on their own too
-ALONE = {LARGE: "125,000 nodes", LEDGER_50M: "ledger at 50M"}  # fixture → the --only text that selects its rows
+AUDIT_1M = "audit1m"  # the scale fleet with 1,000,000 audit rows and BMC records: on its own (it adds to "scale")
+ALONE = {
+    LARGE: "125,000 nodes",
+    LEDGER_50M: "ledger at 50M",
+    AUDIT_1M: "1,000,000 audit rows",
+}  # fixture → the --only text that selects its rows
 
 
 def build(name: str) -> None:
@@ -28,5 +33,9 @@ def build(name: str) -> None:
         return
     if name == LEDGER_50M:
         bench_ledger.load()
+        return
+    if name == AUDIT_1M:
+        build("scale")
+        bench_admin.load()
         return
     raise KeyError(f"unknown fixture {name!r}")

@@ -6,4 +6,10 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self):
+        from fleet import sku_users
+
         from . import search  # noqa: F401  registers the app's identifiers with core.search
+        from .models import PriceBookEntry
+
+        # a node type's slug is the SKU of these rows: it does not change while any names it
+        sku_users.register("price-book entries", lambda slug: PriceBookEntry.objects.filter(sku=slug).count())

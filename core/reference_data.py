@@ -69,6 +69,8 @@ class GenerationRow:
     dense_bf16_tflops: Decimal | None = None
     hbm_tb_s: Decimal | None = None
     hbm_gb: Decimal | None = None
+    dense_fp8_tflops: Decimal | None = None
+    dense_fp4_tflops: Decimal | None = None
     training_vs_h100: Decimal | None = None
     inference_vs_h100: Decimal | None = None
     node_weight_kg: Decimal | None = None
@@ -147,6 +149,8 @@ def generations() -> tuple[GenerationRow, ...]:
             dense_bf16_tflops=_decimal_or_none(row.get("dense_bf16_tflops", "")),
             hbm_tb_s=_decimal_or_none(row.get("hbm_tb_s", "")),
             hbm_gb=_decimal_or_none(row.get("hbm_gb", "")),
+            dense_fp8_tflops=_decimal_or_none(row.get("dense_fp8_tflops", "")),
+            dense_fp4_tflops=_decimal_or_none(row.get("dense_fp4_tflops", "")),
             training_vs_h100=_decimal_or_none(row.get("training_vs_h100", "")),
             inference_vs_h100=_decimal_or_none(row.get("inference_vs_h100", "")),
             node_weight_kg=_decimal_or_none(row.get("node_weight_kg", "")),
@@ -184,3 +188,47 @@ def table(filename: str) -> tuple[dict[str, str], ...]:
     For files whose rows are records rather than named parameters; the caller types the
     columns it reads. Cached: treat the rows as read-only."""
     return tuple(_rows(filename))
+
+
+@dataclass(frozen=True)
+class SanitisationRule:
+    """NIST SP 800-88 for one kind of custody destination (``sanitisation.csv``): whether the
+    media leaves the organisation's control and the weakest method that will do for every drive
+    (``unpurgeable_method`` for a drive that cannot be purged)."""
+
+    destination_kind: str
+    label: str
+    leaves_organisation: bool
+    media_reused: bool
+    minimum_method: str
+    unpurgeable_method: str
+    verification_required: bool
+    source: str
+
+
+def _yes_no(text: str, where: str) -> bool:
+    if text not in ("yes", "no"):
+        raise ValueError(f"{where}: expected yes or no, got {text!r}")
+    return text == "yes"
+
+
+@cache
+def sanitisation_rules() -> dict[str, SanitisationRule]:
+    """Destination kind → its NIST SP 800-88 rule, in file order (``sanitisation.csv``)."""
+    rules: dict[str, SanitisationRule] = {}
+    for row in _rows("sanitisation.csv"):
+        kind = row["destination_kind"]
+        where = f"sanitisation.csv {kind}"
+        if kind in rules:
+            raise ValueError(f"{where}: listed twice")
+        rules[kind] = SanitisationRule(
+            destination_kind=kind,
+            label=row["label"],
+            leaves_organisation=_yes_no(row["leaves_organisation_control"], where),
+            media_reused=_yes_no(row["media_reused"], where),
+            minimum_method=row["minimum_method"],
+            unpurgeable_method=row["unpurgeable_method"],
+            verification_required=_yes_no(row["verification_required"], where),
+            source=row["source"],
+        )
+    return rules

@@ -196,6 +196,22 @@ class CustodyKind(models.TextChoices):
     RMA_SHIPMENT = "rma_shipment", "RMA shipment with drives aboard"
 
 
+class CustodyDestination(models.TextChoices):
+    """Where a custody transfer takes the hardware. Each kind has a row in
+    core/reference/sanitisation.csv (NIST SP 800-88) that says whether the media leaves the
+    organisation's control and which method every drive needs first."""
+
+    OWN_SITE = "own_site", "Another site of the organisation"
+    OWN_LAB = "own_lab", "The organisation's lab"
+    LESSEE = "lessee", "Lessee under contract"
+    BUYER = "buyer", "Buyer"
+    RECYCLER = "recycler", "Recycler"
+    DESTRUCTION_VENDOR = "destruction_vendor", "Destruction vendor"
+    RMA_VENDOR = "rma_vendor", "Vendor under RMA"
+    # Only on transfers recorded before destinations were named; the API never accepts it.
+    UNSPECIFIED = "unspecified", "Not recorded (treated as leaving)"
+
+
 class DispositionOption(models.TextChoices):
     REDEPLOY = "redeploy", "Redeploy internally"
     LEASE = "lease", "Lease as a cheaper SKU"

@@ -2,17 +2,19 @@
 
 A workbook is a set of named sheets (racks, nodes, gpus, drives), each a header row and data
 rows. A CSV file is one sheet whose kind the uploader names. Reading never raises on bad
-input: it returns `FileProblem`s that say what is wrong with the file as a whole.
+input: it returns problems (sentences) that say what is wrong with the file as a whole.
+Both formats are read within the same limits (fleet.bounded_xlsx.Limits): rows read (blank
+ones included), cells per row and in all, characters per cell.
 """
 
 import csv
 import io
-import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from openpyxl import Workbook as XlsxWorkbook
-from openpyxl import load_workbook
+
+from .bounded_xlsx import FileRefused, Limits, ReadStats, XlsxReader
 
 SHEETS = ("racks", "nodes", "gpus", "drives")
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -29,16 +31,21 @@ class Sheet:
 class Workbook:
     sheets: dict[str, Sheet]
     problems: list[str]
+    stats: ReadStats = field(default_factory=ReadStats)  # what reading it cost (rows, cells, bytes inflated)
 
 
-def read_workbook(filename: str, data: bytes, *, csv_sheet: str, max_rows: int) -> Workbook:
-    """Parse an uploaded file. `csv_sheet` names what a CSV file (or a one-sheet workbook whose
+def read_workbook(
+    filename: str, data: bytes, *, csv_sheet: str, max_rows: int, limits: Limits | None = None
+) -> Workbook:
+    """Parse an uploaded file within `limits` (fleet.bounded_xlsx; by default `max_rows` rows,
+    blank ones included). `csv_sheet` names what a CSV file (or a one-sheet workbook whose
     sheet has another name) holds."""
+    limits = limits or Limits(max_rows=max_rows)
     lower = filename.lower()
     if lower.endswith(".xlsx"):
-        return _read_xlsx(data, csv_sheet=csv_sheet, max_rows=max_rows)
+        return _read_xlsx(data, csv_sheet=csv_sheet, limits=limits)
     if lower.endswith((".csv", ".txt")):
-        return _read_csv(data, sheet=csv_sheet, max_rows=max_rows)
+        return _read_csv(data, sheet=csv_sheet, limits=limits)
     return Workbook({}, [f"{filename!r} is neither a .csv nor an .xlsx file; save the sheet as CSV (UTF-8) or XLSX."])
 
 
@@ -46,7 +53,19 @@ def _normalise_headers(raw: Iterable) -> list[str]:
     return [("" if h is None else str(h)).strip().lower().replace(" ", "_") for h in raw]
 
 
-def _read_csv(data: bytes, *, sheet: str, max_rows: int) -> Workbook:
+def _bounded_lines(text: str, limit: int) -> Iterator[str]:
+    """The file's lines for the csv module, refusing one longer than `limit` characters before the
+    csv module splits it (a line of millions of commas would otherwise become a list of millions)."""
+    for line in io.StringIO(text, newline=""):
+        if len(line) > limit:
+            raise FileRefused(
+                f"A line of the file is longer than {limit:,} characters; an inventory row is a few hundred. "
+                "Check that the file is the CSV export of the sheet."
+            )
+        yield line
+
+
+def _read_csv(data: bytes, *, sheet: str, limits: Limits) -> Workbook:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -61,47 +80,64 @@ def _read_csv(data: bytes, *, sheet: str, max_rows: int) -> Workbook:
         )
     if "\x00" in text:
         return Workbook({}, ["The file contains NUL characters; it is not a CSV text file."])
-    reader = csv.reader(io.StringIO(text, newline=""))
+    stats = ReadStats()
+    # a record is at most max_columns cells of max_cell_chars: the same bounds as a workbook's row
+    reader = csv.reader(_bounded_lines(text, limits.max_columns * 1024 + limits.max_cell_chars))
     try:
         header = next(reader, None)
         if header is None:
             return Workbook({}, ["The file is empty; the first row must name the columns."])
-        result = Sheet(sheet, _normalise_headers(header))
+        result = Sheet(sheet, _normalise_headers(_bounded_cells(header, 1, limits, stats)))
         for number, cells in enumerate(reader, start=2):
+            stats.rows += 1
+            if stats.rows > limits.max_rows:
+                raise FileRefused(
+                    f"The file has more than {limits.max_rows:,} rows (blank rows count too); split it "
+                    "(e.g. one file per rack row)."
+                )
+            cells = _bounded_cells(cells, number, limits, stats)
             if not any(c.strip() for c in cells):
                 continue
-            if len(result.rows) >= max_rows:
-                return Workbook(
-                    {}, [f"The file has more than {max_rows:,} rows; split it (e.g. one file per rack row)."]
-                )
             result.rows.append((number, cells))
+    except FileRefused as exc:
+        return Workbook({}, [str(exc)], stats)
     except csv.Error as exc:
-        return Workbook({}, [f"The file is not valid CSV ({exc}); check its quoting."])
-    return Workbook({sheet: result}, [])
+        return Workbook({}, [f"The file is not valid CSV ({str(exc)[:100]}); check its quoting."], stats)
+    return Workbook({sheet: result}, [], stats)
 
 
-def _read_xlsx(data: bytes, *, csv_sheet: str, max_rows: int) -> Workbook:
-    try:
-        book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, TypeError) as exc:
-        return Workbook(
-            {},
-            [
-                (
-                    f"The file is not a readable XLSX workbook ({type(exc).__name__}); save it again as "
-                    "Excel Workbook (.xlsx)."
-                )
-            ],
+def _bounded_cells(cells: list[str], number: int, limits: Limits, stats: ReadStats) -> list[str]:
+    stats.cells += len(cells)
+    if len(cells) > limits.max_columns:
+        raise FileRefused(
+            f"Row {number} has {len(cells):,} cells; inventory sheets have at most 11 columns "
+            f"(at most {limits.max_columns} are read). Delete the cells right of the table."
         )
+    if stats.cells > limits.max_cells:
+        raise FileRefused(f"The file has more than {limits.max_cells:,} cells (empty ones count too); split it.")
+    for position, cell in enumerate(cells, start=1):
+        if len(cell) > limits.max_cell_chars:
+            raise FileRefused(
+                f"Row {number}, column {position} holds more than {limits.max_cell_chars:,} characters, more "
+                "than a spreadsheet cell can hold; this is not an inventory sheet."
+            )
+    return cells
+
+
+def _read_xlsx(data: bytes, *, csv_sheet: str, limits: Limits) -> Workbook:
+    stats = ReadStats()
+    try:
+        book = XlsxReader(data, limits, stats)
+    except FileRefused as exc:
+        return Workbook({}, [str(exc)], stats)
     sheets: dict[str, Sheet] = {}
     problems: list[str] = []
-    names = book.sheetnames
-    total = 0
+    titles = [title for title, _part in book.sheets]
     try:
-        for title in names:
+        for title in titles:
             name = title.strip().lower()
             if name not in SHEETS:
-                if len(names) == 1:
+                if len(titles) == 1:
                     name = csv_sheet
                 else:
                     problems.append(f"Sheet {title!r} is not one of {', '.join(SHEETS)}; rename or remove it.")
@@ -109,26 +145,23 @@ def _read_xlsx(data: bytes, *, csv_sheet: str, max_rows: int) -> Workbook:
             if name in sheets:
                 problems.append(f"Two sheets are named {name!r}; merge them.")
                 continue
-            rows = book[title].iter_rows(values_only=True)
-            header = next(rows, None)
-            if header is None:
-                continue
-            sheet = Sheet(name, _normalise_headers(header))
-            for number, cells in enumerate(rows, start=2):
+            sheet = None
+            for number, cells in book.rows(title):
                 if not any(c not in (None, "") for c in cells):
                     continue
-                total += 1
-                if total > max_rows:
-                    return Workbook({}, [f"The workbook has more than {max_rows:,} rows; split it."])
-                sheet.rows.append((number, list(cells)))
-            sheets[name] = sheet
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, TypeError) as exc:
-        return Workbook({}, [f"The workbook could not be read ({type(exc).__name__}); save it again as .xlsx."])
+                if sheet is None:  # the first row with anything in it names the columns
+                    sheet = Sheet(name, _normalise_headers(cells))
+                    continue
+                sheet.rows.append((number, cells))
+            if sheet is not None:
+                sheets[name] = sheet
+    except FileRefused as exc:
+        return Workbook({}, [str(exc)], book.stats)
     finally:
         book.close()
     if not sheets and not problems:
         problems.append("The workbook has no rows; the first row of each sheet must name the columns.")
-    return Workbook(sheets, problems)
+    return Workbook(sheets, problems, book.stats)
 
 
 def safe_cell(value):

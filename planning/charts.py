@@ -72,6 +72,12 @@ def _capacity(
                 line={"dash": "dash"},
             )
         )
+    stepped = [p.get("floor_perf") for p in points] if unit != "GPUs" else []
+    if floor is None and any(v is not None for v in stepped) and len(set(stepped)) > 1:
+        # A floor from a forecast changes month by month: draw it week by week.
+        fig.add_trace(
+            go.Scatter(x=x, y=stepped, name="floor (the forecast's need)", mode="lines", line={"color": "red"})
+        )
     if floor is not None:
         fig.add_hline(y=floor, line={"color": "red"}, annotation_text=f"floor {floor:g} {unit}", name="floor")
     fig.update_layout(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from planning.engines.disposition.market import BOUND_NAMES
+
 NUMBER_FIELDS = (
     "target_perf_per_gpu",
     "burn_in_days",
@@ -126,6 +128,13 @@ def disposition_body_from_post(post) -> dict:
     }
     if post.get("lease_cap_nodes", "").strip():
         body["lease_cap_nodes"] = post["lease_cap_nodes"].strip()
+    overrides = {name: post[f"market_{name}"].strip() for name in BOUND_NAMES if post.get(f"market_{name}", "").strip()}
+    if overrides:
+        body["market_overrides"] = overrides
+    if post.get("override_reason", "").strip():
+        body["override_reason"] = post["override_reason"].strip()
+    if post.get("migration_plan_id", "").strip():
+        body["migration_plan_id"] = post["migration_plan_id"].strip()
     return body
 
 
@@ -150,10 +159,17 @@ CUSTOM_MODEL_FIELDS = (
     ("custom_total_params_b", "total_params_b"),
     ("custom_active_params_b", "active_params_b"),
     ("custom_layers", "layers"),
+    ("custom_attention_heads", "attention_heads"),
     ("custom_kv_heads", "kv_heads"),
     ("custom_head_dim", "head_dim"),
-    ("custom_bytes_per_element", "bytes_per_element"),
     ("custom_context_tokens", "context_tokens"),
+    ("custom_precision", "precision"),
+    ("custom_attention", "attention"),
+    ("custom_kv_lora_rank", "kv_lora_rank"),
+    ("custom_qk_rope_head_dim", "qk_rope_head_dim"),
+    ("custom_routed_experts", "routed_experts"),
+    ("custom_experts_per_token", "experts_per_token"),
+    ("custom_expert_params_b", "expert_params_b"),
 )
 
 
@@ -167,8 +183,9 @@ def capacity_body_from_post(post) -> dict:
                     "month": month,
                     "tokens_per_s": post.get(f"tokens_{i}") or None,
                     "prompt_tokens": post.get("prompt_tokens") or 0,
-                    "output_tokens": post.get("output_tokens") or 0,
+                    "output_tokens": post.get("output_tokens") or None,
                     "tpot_ms_target": post.get("tpot_ms_target") or None,
+                    "ttft_ms_target": post.get("ttft_ms_target") or None,
                 }
             )
     body = {
@@ -178,6 +195,17 @@ def capacity_body_from_post(post) -> dict:
         "target_gpu_model": post.get("target_gpu_model") or "GB200-NVL72",
         "gpu_models": [m for m in post.getlist("gpu_models") if m],
     }
+    if post.get("precision", "").strip():
+        body["precision"] = post["precision"].strip()
+    if post.get("measured_gpu_model", "").strip():
+        # One measured operating point; the API takes any number of them.
+        body["measured"] = {
+            post["measured_gpu_model"].strip(): {
+                "gpus_per_replica": post.get("measured_gpus_per_replica") or None,
+                "tokens_per_s": post.get("measured_tokens_per_s") or None,
+                "confirm_implausible": post.get("measured_confirm") == "yes",
+            }
+        }
     if body["model_name"] == CUSTOM_MODEL:
         # The same ModelIn the API uses checks every figure's bounds; blanks are reported as missing.
         body["model_name"] = ""

@@ -28,14 +28,20 @@ from planning.engines.migration import inputs as planner_inputs
 
 # Nodes in these states are gone from the fleet a migration has to replace.
 GONE = (Lifecycle.RETIRED, Lifecycle.DISPOSED)
+# Nodes in these states serve tenants (or are between two tenants): the capacity a floor keeps.
+# Nodes being brought up, burnt in, repaired, drained or sanitised still occupy their racks and
+# draw power, but they are not capacity today.
+IN_SERVICE = (Lifecycle.AVAILABLE, Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING, Lifecycle.WIPING)
 DEFAULT_TARGET = "gb200-nvl72"
-# Defaults. The floor is today's capacity in the chosen unit (H100-equivalents for training
-# unless the operator picks raw GPUs or inference), so by default nothing leaves before it is
-# replaced. Performance ratios come from generations.csv. Demo policy (operator input, not
-# reference figures): the largest job is half of today's GPUs; deliveries are 8-rack scalable
-# units (the SuperPOD unit, generations.csv) 8 weeks apart from week 4, as many as bring 9/8
-# of today's capacity in the floor unit; the last 16 air positions get a CDU.
-FLOOR_UNITS = ("h100e", "gpus")
+# Defaults. The floor is today's in-service capacity in the chosen unit (H100-equivalents for
+# training unless the operator picks raw GPUs, inference, or a capacity plan's unit), so by
+# default nothing leaves before it is replaced. Performance ratios come from generations.csv.
+# Demo policy (operator input, not reference figures): the largest job is half of today's largest
+# generation pool, in H100s; deliveries are 8-rack scalable units (the SuperPOD unit,
+# generations.csv), as many as bring 9/8 of today's capacity in the floor unit, spread over
+# delivery dates 8 weeks apart from week 4 to half the horizon (several units a date when there
+# are more units than dates); the last 16 air positions get a CDU.
+FLOOR_UNITS = ("h100e", "gpus", "capacity_unit")
 DEFAULT_FLOOR_UNIT = "h100e"
 DEFAULT_WORKLOAD = "training"
 DEFAULT_JOB_FRACTION = 0.5
@@ -92,7 +98,13 @@ def json_ready(data: dict) -> dict:
     return conv(data)
 
 
-def _perf_ratio(gpu_model: str, workload: str, overrides: dict | None = None, slug: str | None = None) -> float:
+def _perf_ratio(
+    gpu_model: str, workload: str, overrides: dict | None = None, slug: str | None = None, unit: dict | None = None
+) -> float:
+    """One GPU's capacity: the capacity unit's figure for its node type, an operator override, or the
+    generations.csv ratio to an H100 for the workload."""
+    if unit is not None:
+        return float(unit["per_gpu"].get(slug, 0.0))
     if overrides and slug in overrides:
         return float(overrides[slug])
     row = reference_generation(gpu_model)
@@ -101,21 +113,67 @@ def _perf_ratio(gpu_model: str, workload: str, overrides: dict | None = None, sl
 
 
 def current_capacity(
-    halls: list[str], workload: str, overrides: dict | None = None, positions: list[str] | None = None
-) -> tuple[int, float]:
-    """Today's (GPUs, H100-equivalents) in the halls in scope: what the default floor holds."""
-    nodes = Node.objects.exclude(lifecycle__in=GONE).filter(rack__hall_id__in=halls)
+    halls: list[str],
+    workload: str,
+    overrides: dict | None = None,
+    positions: list[str] | None = None,
+    unit: dict | None = None,
+) -> tuple[int, float, float]:
+    """Today's in-service (GPUs, capacity in the plan's unit, largest generation pool in that unit) in
+    the halls in scope: what the default floor and the default largest job hold."""
+    nodes = Node.objects.filter(lifecycle__in=IN_SERVICE, rack__hall_id__in=halls)
     if positions is not None:
         nodes = nodes.filter(Q(rack_id__in=[p for p in positions if _is_uuid(p)]) | Q(rack__name__in=positions))
     gpus, perf = 0, 0.0
-    for slug, model, per_node, count in (
-        nodes.values_list("node_type__slug", "node_type__gpu_model", "node_type__gpus_per_node")
+    pools: dict[str, float] = defaultdict(float)
+    for slug, model, generation, per_node, count in (
+        nodes.values_list(
+            "node_type__slug", "node_type__gpu_model", "node_type__generation", "node_type__gpus_per_node"
+        )
         .annotate(n=Count("id"))
         .order_by()
     ):
         gpus += per_node * count
-        perf += per_node * count * _perf_ratio(model, workload, overrides, slug)
-    return gpus, round(perf, 2)
+        value = per_node * count * _perf_ratio(model, workload, overrides, slug, unit)
+        perf += value
+        pools[generation] += value
+    return gpus, round(perf, 2), round(max(pools.values(), default=0.0), 2)
+
+
+def h100_unit(unit: dict | None, target_row: NodeType | None, workload: str) -> float:
+    """One H100's worth in the plan's unit: 1 H100-equivalent, or in a capacity unit the figure of an
+    H100 node type it names, else the target's figure over its generations.csv ratio to an H100."""
+    if unit is None:
+        return 1.0
+    for slug in NodeType.objects.filter(gpu_model="H100-SXM5-80GB").values_list("slug", flat=True):
+        if slug in unit["per_gpu"]:
+            return float(unit["per_gpu"][slug])
+    if target_row is not None and target_row.slug in unit["per_gpu"]:
+        ratio = _perf_ratio(target_row.gpu_model, workload)
+        return float(unit["per_gpu"][target_row.slug]) / ratio if ratio else 1.0
+    return 1.0
+
+
+def default_deliveries(start: date, units: int, horizon_weeks: int) -> list[dict]:
+    """``units`` scalable units on delivery dates 8 weeks apart from week 4 up to half the horizon:
+    one a date while there are dates enough, else spread evenly (earlier dates take the remainder)."""
+    last_week = max(FIRST_DELIVERY_WEEK, horizon_weeks // 2)
+    slots = max(1, (last_week - FIRST_DELIVERY_WEEK) // WEEKS_BETWEEN_DELIVERIES + 1)
+    dates = max(1, min(units, slots))
+    base, extra = divmod(units, dates)
+    return [
+        {
+            "date": (start + timedelta(weeks=FIRST_DELIVERY_WEEK + i * WEEKS_BETWEEN_DELIVERIES)).isoformat(),
+            "scalable_units": base + (1 if i < extra else 0),
+            "racks_per_unit": RACKS_PER_SCALABLE_UNIT,
+            "label": f"SU{i + 1}" if base + (1 if i < extra else 0) == 1 else f"delivery {i + 1}",
+        }
+        for i in range(dates)
+    ]
+
+
+def _unit_source(unit: dict) -> str:
+    return f"{unit['label']}: {unit.get('source') or 'operator input'}"
 
 
 def _is_uuid(value: str) -> bool:
@@ -134,16 +192,19 @@ def default_parameters(
     floor_unit: str = DEFAULT_FLOOR_UNIT,
     target_slug: str = DEFAULT_TARGET,
     perf_overrides: dict | None = None,
+    capacity_unit: dict | None = None,
+    horizon_weeks: int = 104,
 ) -> dict:
     """The defaults over the inventory of ``halls`` (default: every hall); the console form's prefill.
 
-    The floor is today's capacity in ``floor_unit``; the deliveries are as many 8-rack scalable
-    units of the target as bring 9/8 of it.
+    The floor is today's in-service capacity in ``floor_unit``; the deliveries are as many 8-rack
+    scalable units of the target as bring 9/8 of it, spread over the first half of the horizon.
     """
     start = start or next_monday()
     if halls is None:
         halls = list(Hall.objects.order_by("site__name", "name").values_list("id", flat=True))
-    gpus, perf = current_capacity(halls, workload, perf_overrides)
+    unit = capacity_unit if floor_unit == "capacity_unit" else None
+    gpus, perf, pool = current_capacity(halls, workload, perf_overrides, unit=unit)
     air_racks = list(
         Rack.objects.filter(hall_id__in=halls, cooling__in=["air", "rear_door"], nodes__isnull=False)
         .distinct()
@@ -157,10 +218,13 @@ def default_parameters(
         per_gpu, per_rack = target.perf_per_gpu, target.gpus_per_rack
     except (KeyError, ValueError):  # no rack figure: size by nodes; build_inputs reports what is missing
         per_gpu, per_rack = 1.0, target_row.gpus_per_node
-    want = (perf if floor_unit == "h100e" else gpus) * DEFAULT_GROWTH
-    per_gpu = per_gpu if floor_unit == "h100e" else 1.0
+    if unit is not None:
+        per_gpu = float(unit["per_gpu"].get(target_row.slug, 0.0)) or per_gpu
+    want = (gpus if floor_unit == "gpus" else perf) * DEFAULT_GROWTH
+    per_gpu = 1.0 if floor_unit == "gpus" else per_gpu
     racks = max(1, math.ceil(want / per_gpu / per_rack - 1e-9))
     units = max(1, math.ceil(racks / RACKS_PER_SCALABLE_UNIT))
+    job = max(1, int(pool * DEFAULT_JOB_FRACTION / h100_unit(unit, target_row, workload)))
     return {
         "name": f"Migration to {target_row.slug}",
         "start": start.isoformat(),
@@ -171,15 +235,7 @@ def default_parameters(
         "workload": workload,
         "floor_unit": floor_unit,
         "hall_facilities": [],
-        "deliveries": [
-            {
-                "date": (start + timedelta(weeks=FIRST_DELIVERY_WEEK + i * WEEKS_BETWEEN_DELIVERIES)).isoformat(),
-                "scalable_units": 1,
-                "racks_per_unit": RACKS_PER_SCALABLE_UNIT,
-                "label": f"SU{i + 1}",
-            }
-            for i in range(units)
-        ],
+        "deliveries": default_deliveries(start, units, horizon_weeks),
         "burn_in_days": None,
         "cut_over_days": 1,
         "drain_days": 7,
@@ -198,9 +254,9 @@ def default_parameters(
         if cdu
         else [],
         "capacity_floor_gpus": gpus if floor_unit == "gpus" else 0,
-        "capacity_floor_perf": perf if floor_unit == "h100e" else None,
-        "largest_job_gpus": max(1, int(gpus * DEFAULT_JOB_FRACTION)),
-        "horizon_weeks": 104,
+        "capacity_floor_perf": perf if floor_unit != "gpus" else None,
+        "largest_job_gpus": job,
+        "horizon_weeks": horizon_weeks,
         "power_margin": 0.05,
     }
 
@@ -214,19 +270,39 @@ def validate_parameters(given: dict) -> tuple[dict, planner_inputs.PlanInputs]:
     one field: defaults, deliveries after the start, racks and halls that exist.
     """
     start = date.fromisoformat(given["start"]) if "start" in given else next_monday()
+    unit = given.get("capacity_unit")
+    floor_unit = given.get("floor_unit", "capacity_unit" if unit else DEFAULT_FLOOR_UNIT)
+    if floor_unit == "capacity_unit" and not unit:
+        raise PlanInputError(
+            [
+                {
+                    "field": "floor_unit",
+                    "message": "floor_unit capacity_unit needs capacity_unit (its label and per_gpu).",
+                }
+            ]
+        )
     params = default_parameters(
         start=start,
         halls=given.get("halls"),
         workload=given.get("workload", DEFAULT_WORKLOAD),
-        floor_unit=given.get("floor_unit", DEFAULT_FLOOR_UNIT),
+        floor_unit=floor_unit,
         target_slug=given.get("target_node_type", DEFAULT_TARGET),
         perf_overrides=given.get("perf_overrides"),
+        capacity_unit=unit,
+        horizon_weeks=given.get("horizon_weeks", 104),
     )
+    params["floor_unit"] = floor_unit
     if "positions" in given and "capacity_floor_gpus" not in given and "capacity_floor_perf" not in given:
         # A narrower scope: the default floor is that scope's capacity, not the halls'.
-        gpus, perf = current_capacity(params["halls"], params["workload"], params["perf_overrides"], given["positions"])
-        params["capacity_floor_gpus"] = gpus if params["floor_unit"] == "gpus" else 0
-        params["capacity_floor_perf"] = perf if params["floor_unit"] == "h100e" else None
+        gpus, perf, _ = current_capacity(
+            params["halls"],
+            params["workload"],
+            params["perf_overrides"],
+            given["positions"],
+            unit if floor_unit == "capacity_unit" else None,
+        )
+        params["capacity_floor_gpus"] = gpus if floor_unit == "gpus" else 0
+        params["capacity_floor_perf"] = perf if floor_unit != "gpus" else None
     params.update({k: v for k, v in given.items()})
     if not params.get("name"):
         params["name"] = f"Migration to {params['target_node_type']}"
@@ -314,19 +390,30 @@ def build_inputs(params: dict) -> planner_inputs.PlanInputs:
     target = None
     workload = params.get("workload", DEFAULT_WORKLOAD)
     overrides = params.get("perf_overrides") or {}
+    unit = params.get("capacity_unit") if params.get("floor_unit") == "capacity_unit" else None
     if target_row is not None:
         override = params.get("target_perf_per_gpu")
+        source = OVERRIDE_SOURCE if override is not None else None
+        if unit is not None:
+            override, source = unit["per_gpu"].get(target_row.slug), _unit_source(unit)
+            if override is None:
+                errors.append(
+                    {
+                        "field": "capacity_unit.per_gpu",
+                        "message": f"Give {target_row.slug}'s {unit['label']} per GPU (the target node type).",
+                    }
+                )
         try:
             target = planner_inputs.NodeTypeSpec.from_reference(
                 target_row.gpu_model,
                 name=target_row.slug,
                 workload=workload,
                 perf_per_gpu=override,
-                perf_source=OVERRIDE_SOURCE if override is not None else None,
+                perf_source=source,
             )
         except (KeyError, ValueError) as exc:
             errors.append({"field": "target_node_type", "message": f"{target_row.slug} cannot be planned: {exc}"})
-    fleet, kept = _fleet_blocks([r.id for r in racks], target_row, errors, workload, overrides, target)
+    fleet, kept = _fleet_blocks([r.id for r in racks], target_row, errors, workload, overrides, target, unit)
     if errors:
         raise PlanInputError(errors)
     positions = tuple(
@@ -392,6 +479,11 @@ def build_inputs(params: dict) -> planner_inputs.PlanInputs:
         )
         for d in params["deliveries"]
     )
+    steps = tuple(
+        planner_inputs.FloorStep(date.fromisoformat(step["start"]), float(step["perf"]))
+        for step in params.get("capacity_floor_schedule") or []
+    )
+    job = params["largest_job_gpus"]
     return planner_inputs.PlanInputs(
         start=start,
         halls=halls,
@@ -403,7 +495,10 @@ def build_inputs(params: dict) -> planner_inputs.PlanInputs:
         largest_job_gpus=params["largest_job_gpus"],
         kept=kept,
         workload=workload,
-        capacity_floor_perf=params.get("capacity_floor_perf"),
+        capacity_floor_perf=None if steps else params.get("capacity_floor_perf"),
+        floor_steps=steps,
+        perf_unit=unit["label"] if unit is not None else "",
+        largest_job_perf=job * h100_unit(unit, target_row, workload),
         horizon_weeks=params["horizon_weeks"],
         burn_in_days=params.get("burn_in_days"),
         cut_over_days=params["cut_over_days"],
@@ -421,6 +516,7 @@ def _fleet_blocks(
     workload: str,
     overrides: dict,
     target: planner_inputs.NodeTypeSpec | None,
+    unit: dict | None = None,
 ) -> tuple[tuple[planner_inputs.FleetBlock, ...], tuple[planner_inputs.FleetBlock, ...]]:
     """The fleet in scope, one block per (node type, nodes per rack), racks in inventory order:
     (what migrates, what already is the target generation and stays)."""
@@ -460,13 +556,24 @@ def _fleet_blocks(
             continue
         try:
             override = overrides.get(slug)
+            source = OVERRIDE_SOURCE if override is not None else None
+            if unit is not None:
+                override, source = unit["per_gpu"].get(slug), _unit_source(unit)
+                if override is None:
+                    errors.append(
+                        {
+                            "field": "capacity_unit.per_gpu",
+                            "message": f"Give {slug}'s {unit['label']} per GPU: the scope holds {slug} nodes.",
+                        }
+                    )
+                    continue
             spec = planner_inputs.NodeTypeSpec.from_reference(
                 row.gpu_model,
                 name=slug,
                 nodes_per_rack=per,
                 workload=workload,  # type: ignore[arg-type]
                 perf_per_gpu=override,
-                perf_source=OVERRIDE_SOURCE if override is not None else None,
+                perf_source=source,
             )
         except (KeyError, ValueError) as exc:
             errors.append({"field": "positions", "message": f"{slug} in the scope cannot be planned: {exc}"})

@@ -38,6 +38,12 @@ class DispositionAssignment(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="disposition_assignments")
     option = models.CharField(max_length=8, choices=DispositionOption.choices)
     pool = models.CharField(max_length=100, blank=True)
+    constraint = models.CharField(
+        max_length=120,
+        blank=True,
+        help_text="what decided this node: best_return, pool:<name>, lease_market, lease_cap, resale_depth, "
+        "migration_drain",
+    )
 
     class Meta:
         db_table = "fleet_dispositionassignment"

@@ -64,6 +64,9 @@ def inputs_from_json(d: dict) -> planner_inputs.PlanInputs:
             "deliveries": tuple(
                 planner_inputs.Delivery(**{**x, "date": date.fromisoformat(x["date"])}) for x in d["deliveries"]
             ),
+            "floor_steps": tuple(
+                planner_inputs.FloorStep(date.fromisoformat(x["start"]), x["perf"]) for x in d.get("floor_steps", ())
+            ),
         }
     )
 

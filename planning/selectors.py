@@ -61,6 +61,28 @@ def verdict_groups(position_verdicts: list[dict], hall_names: dict[str, str]) ->
     return sorted(rows, key=lambda r: (rank[r["status"]], r["hall"], r["ready"] or ""))
 
 
+def drain_groups(drains: list[dict]) -> list[dict]:
+    """A stored plan's per-rack drain schedule grouped by start, what it frees and when that is used."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for d in drains:
+        groups[(d["start"], d["frees"], d.get("used"), d["hall_id"])].append(d)
+    return [
+        {
+            "start": start,
+            "frees": frees,
+            "used": used,
+            "hall": hall,
+            "racks": len(items),
+            "nodes": sum(i["nodes"] for i in items),
+            "gpus": sum(i["gpus"] for i in items),
+            "first": items[0]["rack"],
+            "last": items[-1]["rack"],
+            "reason": items[0]["reason"],
+        }
+        for (start, frees, used, hall), items in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][1]))
+    ]
+
+
 def reference_citations() -> list[dict]:
     """The reference rows the planner's defaults come from (shown beside the plan)."""
     rows = [
@@ -77,6 +99,7 @@ def reference_citations() -> list[dict]:
         parameter(n)
         for n in (
             "burn_in_deadline",
+            "pue_new_build",
             "air_cooled_rack_limit_max",
             "liquid_rack_residual_air_fraction",
             "cdu_redundancy",

@@ -18,6 +18,7 @@ from core.api.problems import Problem
 from core.decorators import console_action, operator_required, permission_denied_page
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing, require_permission
+from fleet.choices import CustodyDestination
 from fleet.models import Hall, Node, NodeType
 from fleet.selectors import data_handling_status, halls_for_filter, live_tenancy
 from fleet.services import bmc_disposal, sanitization
@@ -33,7 +34,7 @@ from planning.charts import (
     power_figure,
 )
 from planning.disposition_charts import block_figures, split_figure
-from planning.engines.capacity import reference_models
+from planning.engines.capacity import PRECISIONS, reference_models
 from planning.forms import (
     CAPACITY_MONTHS,
     CUSTOM_MODEL,
@@ -47,8 +48,9 @@ from planning.forms import (
 )
 from planning.inputs import PlanInputError, default_parameters
 from planning.models import CapacityPlan, DispositionPlan, MigrationPlan
-from planning.selectors import apply_preview, reference_citations, scheduled_work, verdict_groups
+from planning.selectors import apply_preview, drain_groups, reference_citations, scheduled_work, verdict_groups
 from planning.selectors import plan_list as plan_list_query
+from planning.services.disposition_plans import default_market
 from planning.services.migration_plans import (
     PlanNotApplicable,
     apply_plan,
@@ -133,6 +135,7 @@ def migration_detail(request, pk):
             for s in ("ok_now", "after_upgrade", "never")
         },
         "naive": result["naive"],
+        "drain_rows": drain_groups(result.get("drains", [])),
         "work": scheduled_work(record) if record.status == MigrationPlan.Status.APPLIED else [],
         "citations": reference_citations(),
     }
@@ -225,6 +228,10 @@ def disposition_list(request):
                 for i in range(DEMAND_ROWS)
             ],
             "channels": ("broker", "auction", "distressed"),
+            "market": default_market().as_list(),
+            "migration_plans": MigrationPlan.objects.filter(computation=MigrationPlan.Computation.DONE)
+            .only("id", "name", "created_at")
+            .order_by("-created_at")[:20],
         },
     )
 
@@ -247,6 +254,7 @@ def disposition_detail(request, pk):
             "result": result,
             "page": page,
             "rows": rows,
+            "custody_kinds": CUSTODY_KINDS,
             "split_rows": [
                 (o, result["split"][o], result["option_returns"][o], result["freed_power_value"][o])
                 for o in result["split"]
@@ -268,6 +276,15 @@ PLAN_PAGE_ACTIONS = {
     "sanitize": "node.sanitize",
     "retire": "node.retire",
     "dispose": "node.dispose",
+}
+
+
+# The kinds of party a custody transfer from the plan page may name (NIST SP 800-88 per kind:
+# core/reference/sanitisation.csv); an RMA shipment is recorded from the node's API instead.
+CUSTODY_KINDS = {
+    v: label
+    for v, label in CustodyDestination.choices
+    if v not in (CustodyDestination.UNSPECIFIED, CustodyDestination.RMA_VENDOR)
 }
 
 
@@ -319,11 +336,20 @@ def disposition_node_action(request, pk):
             elif action == "custody":
                 to_party = request.POST.get("to_party", "").strip()
                 ref = request.POST.get("document_ref", "").strip()
-                if not to_party or not ref:
-                    messages.error(request, "A custody transfer needs the receiving party and a document reference.")
+                kind = request.POST.get("destination_kind", "")
+                if not to_party or not ref or kind not in CUSTODY_KINDS:
+                    messages.error(
+                        request,
+                        "A custody transfer needs the receiving party, the kind of party and a document reference.",
+                    )
                     break
                 sanitization.record_custody_transfer(
-                    node=node, from_party=node.rack.hall.site.name, to_party=to_party, document_ref=ref, actor=actor
+                    node=node,
+                    from_party=node.rack.hall.site.name,
+                    to_party=to_party,
+                    destination_kind=kind,
+                    document_ref=ref,
+                    actor=actor,
                 )
             elif action in ("sanitize", "retire", "dispose"):
                 perform_operator_action(
@@ -380,6 +406,7 @@ def capacity_list(request):
             "page": page,
             "errors": errors,
             "models": reference_models(),
+            "precisions": PRECISIONS,
             "months": range(CAPACITY_MONTHS),
             "custom_model": CUSTOM_MODEL,
             "form": request.POST if request.method == "POST" else {},

@@ -32,12 +32,35 @@ def actor_label(user=None, *, system: str | None = None) -> str:
 def record_audit(
     *, actor: str, action: str, target: models.Model, before: Any = None, after: Any = None, reason: str = ""
 ) -> AuditEvent:
-    return AuditEvent.objects.create(
-        at=timezone.now(),
+    return record_audit_about(
         actor=actor,
         action=action,
         object_type=target._meta.label_lower,
         object_id=str(target.pk),
+        before=before,
+        after=after,
+        reason=reason,
+    )
+
+
+def record_audit_about(
+    *,
+    actor: str,
+    action: str,
+    object_type: str,
+    object_id: str = "",
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+) -> AuditEvent:
+    """An audit row about a kind of object rather than one row of it (an export of a list, a
+    refused request that never reached an object): `object_id` empty, or what the request named."""
+    return AuditEvent.objects.create(
+        at=timezone.now(),
+        actor=actor,
+        action=action,
+        object_type=object_type[:100],
+        object_id=str(object_id)[:64],
         before=before,
         after=after,
         reason=reason,

@@ -7,4 +7,4 @@ every problem and every update's diff, then confirm, all or nothing. Import need
 permission of each sheet's model (and change for updates); export needs view."""
 
 # Importing the modules registers their ModelAdmins.
-from . import bmc, facility, inventory_files, nodes, parts, software  # noqa: F401
+from . import bmc, events, facility, inventory_files, nodes, parts, software  # noqa: F401

@@ -7,15 +7,19 @@ page naming them."""
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
+from core.admin import AtScaleAdmin, AuditedModelAdmin, ReadOnlyAdmin
 from core.errors import DomainError
 from core.services.audit import actor_label
 from core.services.permissions import PermissionMissing
 
 from ..choices import PowerAction
 from ..models import BMCPowerAction, NodeBMC
-from ..services.bmc_credentials import clean_redfish_url, set_bmc
+from ..services.bmc_credentials import clean_redfish_url, clean_system_path, set_bmc
 from ..services.bmc_network import check_bmc_address, check_redfish_url
 from ..services.power_actions import perform_power_action
 from ..validators import validate_bmc_address
@@ -49,13 +53,21 @@ class NodeBMCForm(forms.ModelForm):
         return value
 
     def clean_redfish_url(self):
+        """The service's own checks, as form errors: its shape (no credentials in it) first, then
+        the network policy. An empty address is allowed: a record may hold only the BMC's address
+        and MAC until its Redfish service is known."""
         value = (self.cleaned_data.get("redfish_url") or "").strip()
-        if value:
-            try:
-                check_redfish_url(clean_redfish_url(value))
-            except DomainError as exc:
-                raise forms.ValidationError(exc.detail) from None
-        return value
+        if not value:
+            return ""
+        url = _checked(self, "redfish_url", clean_redfish_url)
+        try:
+            check_redfish_url(url)
+        except DomainError as exc:
+            raise forms.ValidationError(exc.detail) from None
+        return url
+
+    def clean_system_path(self):
+        return _checked(self, "system_path", clean_system_path)
 
     def clean(self):
         data = super().clean()
@@ -66,8 +78,20 @@ class NodeBMCForm(forms.ModelForm):
         return data
 
 
+def _checked(form, name: str, clean):
+    """The service's own check of a field, as a form error: the form refuses what set_bmc would
+    (credentials in the URL, a path outside /redfish/v1/Systems/), rather than saying "added"."""
+    try:
+        return clean(form.cleaned_data.get(name, ""))
+    except DomainError as exc:
+        raise forms.ValidationError(exc.detail) from None
+
+
 @admin.register(NodeBMC)
-class NodeBMCAdmin(admin.ModelAdmin):
+class NodeBMCAdmin(AuditedModelAdmin, AtScaleAdmin):
+    """Audited: set_bmc writes `node.bmc_set` for an add or change and a delete writes
+    `nodebmc.admin_delete`, each with `credentials_set`, never the credentials."""
+
     form = NodeBMCForm
     list_display = (
         "node",
@@ -81,6 +105,12 @@ class NodeBMCAdmin(admin.ModelAdmin):
     )
     list_filter = ("reachable", "last_error_kind", "desired_power")
     search_fields = ("node__hostname", "address", "redfish_url")
+    # at scale: searched by hostname, BMC address or MAC through the index, counted up to a cap,
+    # and not sorted by a column without an index (the node column sorts by a join over every record)
+    index_search = {"hostname": "node_id", "bmc_address": "pk", "bmc_mac": "pk"}
+    search_help_text = "Exact or first characters of the node's hostname, or of the BMC's address or MAC."
+    sortable_by = ()
+    list_select_related = ("node",)
     autocomplete_fields = ("node",)
     readonly_fields = (
         "credentials_changed_at",
@@ -96,7 +126,21 @@ class NodeBMCAdmin(admin.ModelAdmin):
     actions = ["power_on", "power_off", "power_cycle"]
 
     def get_readonly_fields(self, request, obj=None):
-        return (*self.readonly_fields, "node") if obj else self.readonly_fields
+        return (*self.readonly_fields, "node", "links") if obj else self.readonly_fields
+
+    @admin.display(description="see also")
+    def links(self, bmc):
+        """BMC record ↔ node ↔ console page ↔ audit rows (set_bmc writes them on the node)."""
+        audit = reverse("admin:core_auditevent_changelist")
+        return format_html(
+            '<a href="{}">node {}</a> · <a href="{}">console page</a> · <a href="{}">audit rows of the node</a> · '
+            '<a href="{}">of this record</a>',
+            reverse("admin:fleet_node_change", args=[bmc.node_id]),
+            bmc.node,
+            reverse("fleet:node-detail", args=[bmc.node_id]),
+            f"{audit}?object_type=fleet.node&object_id={bmc.node_id}",
+            f"{audit}?object_type=fleet.nodebmc&object_id={bmc.pk}",
+        )
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
@@ -115,9 +159,36 @@ class NodeBMCAdmin(admin.ModelAdmin):
                 reason="set in the admin",
             )
         except DomainError as exc:
-            self.message_user(request, exc.detail, messages.ERROR)
+            request._bmc_refused = exc.detail  # answered by response_add/response_change: nothing saved
             return
         obj.pk = saved.pk
+
+    def audit_snapshot(self, obj) -> dict:
+        return {
+            "node": str(obj.node),
+            "redfish_url": obj.redfish_url,
+            "system_path": obj.system_path,
+            "address": obj.address,
+            "mac": obj.mac,
+            "credentials_set": obj.has_credentials,
+        }
+
+    def _refused_answer(self, request):
+        self.message_user(request, f"Nothing was saved: {request._bmc_refused}", messages.ERROR)
+        return HttpResponseRedirect(request.get_full_path())
+
+    def response_add(self, request, obj, post_url_continue=None):
+        if getattr(request, "_bmc_refused", None):
+            return self._refused_answer(request)
+        return super().response_add(request, obj, post_url_continue)
+
+    def response_change(self, request, obj):
+        if getattr(request, "_bmc_refused", None):
+            return self._refused_answer(request)
+        return super().response_change(request, obj)
+
+    def log_addition(self, request, obj, message):
+        return None if getattr(request, "_bmc_refused", None) else super().log_addition(request, obj, message)
 
     def _power(self, request, queryset, action: str):
         """A confirmation page first (it names every node), then each node's action."""
@@ -171,16 +242,8 @@ class NodeBMCAdmin(admin.ModelAdmin):
 
 
 @admin.register(BMCPowerAction)
-class BMCPowerActionAdmin(admin.ModelAdmin):
+class BMCPowerActionAdmin(ReadOnlyAdmin, AtScaleAdmin):
     list_display = ("node", "action", "state", "requested_by", "created_at", "reset_type", "detail")
+    sortable_by = ()
     list_filter = ("state", "action")
     search_fields = ("node__hostname",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -2,6 +2,8 @@
 domains and node types."""
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -15,6 +17,7 @@ from ..models import (
     PowerFeed,
     Rack,
     Site,
+    feed_removal_errors,
 )
 from .inventory_files import InventoryFileAdmin
 
@@ -58,8 +61,26 @@ class HallAdmin(AuditedModelAdmin, AtScaleAdmin):
     inlines = [RackInline]
 
 
+class PowerFeedFormSet(BaseInlineFormSet):
+    """Each changed feed is checked by PowerFeed.clean(); removing feeds is checked here, against
+    what the rack keeps (fleet.models.feed_removal_errors)."""
+
+    def clean(self):
+        super().clean()
+        if any(self.errors) or not self.instance.pk:
+            return
+        removed = [f for f in self.forms if f.instance.pk and self.can_delete and self._should_delete_form(f)]
+        if not removed:
+            return
+        kept = [f.instance for f in self.forms if f not in removed and (f.instance.pk or f.has_changed())]
+        errors = feed_removal_errors(self.instance, kept)
+        if errors:
+            raise ValidationError(errors)
+
+
 class PowerFeedInline(admin.TabularInline):
     model = PowerFeed
+    formset = PowerFeedFormSet
     extra = 0
     fields = ("name", "voltage", "amperage", "three_phase", "max_utilization_pct")
 
@@ -148,6 +169,19 @@ class NodeTypeAdmin(AuditedModelAdmin):
     )
     list_filter = ("generation", "cooling_requirement")
     search_fields = ("slug", "gpu_model", "vendor_model")
+
+    # A type in use (nodes, allocations, price-book entries) keeps its slug and sizing
+    # (NodeType.clean) and is not deleted: the SKU would vanish from under its prices.
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and (obj is None or not obj.in_use())
+
+    def delete_queryset(self, request, queryset):
+        for node_type in queryset:
+            users = node_type.users()
+            if users:
+                used = ", ".join(f"{n} {label}" for label, n in users.items())
+                raise PermissionDenied(f"Nothing deleted: {used} use type {node_type.slug}.")
+        super().delete_queryset(request, queryset)
 
 
 # ---- nodes and their hardware ---------------------------------------------------------------

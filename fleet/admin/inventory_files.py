@@ -38,6 +38,18 @@ def _perm(sheet: str, action: str) -> str:
     return f"fleet.{action}_{MODEL_OF_SHEET[sheet]._meta.model_name}"
 
 
+class _Counted:
+    """Rows passed through, counted (what an export's audit row says went out)."""
+
+    def __init__(self, rows):
+        self.rows, self.count = rows, 0
+
+    def __iter__(self):
+        for row in self.rows:
+            self.count += 1
+            yield row
+
+
 # ---- import and export -----------------------------------------------------------------------
 
 
@@ -133,7 +145,11 @@ class InventoryFileAdmin(AuditedModelAdmin):
         context.update(self._plan_context(plan))
         if plan.ok:
             context["staged"] = stage_workbook(
-                workbook=workbook, filename=upload.name, user_id=request.user.pk, options=options
+                workbook=workbook,
+                filename=upload.name,
+                user_id=request.user.pk,
+                options=options,
+                expected=plan.snapshot(),
             )
         return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=200 if plan.ok else 400)
 
@@ -158,13 +174,15 @@ class InventoryFileAdmin(AuditedModelAdmin):
                 )
             ]
             return TemplateResponse(request, "admin/fleet/inventory_import.html", context, status=409)
-        filename, workbook, options = staged
+        filename, workbook, options, expected = staged
         allow_updates = self._allowed_updates(request, options)
         missing = self._check_sheet_permissions(request, workbook, allow_updates)
         if missing:
             raise PermissionDenied("; ".join(missing) + ".")
         try:
-            plan = apply_import(workbook, allow_updates=allow_updates, actor=actor_label(request.user))
+            plan = apply_import(
+                workbook, allow_updates=allow_updates, actor=actor_label(request.user), expected=expected
+            )
         except ImportRejected as rejected:
             context.update(self._plan_context(rejected.plan))
             context["file_errors"] = [
@@ -200,14 +218,21 @@ class InventoryFileAdmin(AuditedModelAdmin):
             )
         headers = self.export_headers(request)
         rows = _only(columns_of(self.sheet), headers, self.export_rows(queryset))
+        filters = params.urlencode()
         if fmt == "csv":
+            # streamed: the rows are counted before the first byte leaves, so the trail says how
+            # many went out even if the download is cut short
+            self.audit_export(request, fmt=fmt, rows={self.sheet: queryset.count()}, filters=filters)
             response = StreamingHttpResponse(csv_lines(headers, rows), content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="{self.sheet}.csv"'
             return response
-        sheets = [(self.sheet, headers, rows)] + self.extra_export_sheets(request, queryset)
-        response = HttpResponse(
-            xlsx_bytes(sheets), content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-        )
+        sheets = [
+            (name, columns, _Counted(sheet_rows))
+            for name, columns, sheet_rows in [(self.sheet, headers, rows)] + self.extra_export_sheets(request, queryset)
+        ]
+        body = xlsx_bytes(sheets)
+        self.audit_export(request, fmt=fmt, rows={name: counted.count for name, _c, counted in sheets}, filters=filters)
+        response = HttpResponse(body, content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
         response["Content-Disposition"] = f'attachment; filename="{self.sheet}.xlsx"'
         return response
 

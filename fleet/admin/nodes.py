@@ -1,16 +1,18 @@
-"""Admin of nodes: NetBox-style lists and filters, GPUs, drives and events inline, and the
+"""Admin of nodes: NetBox-style lists and filters, GPUs and drives inline, links to the node's BMC
+record, console page, audit rows and history (its own paginated list, fleet.admin.events), and the
 state machine's fields never editable from a form (actions go through the operator actions)."""
 
 import uuid
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin import AtScaleAdmin, form_diff
+from core.admin import AtScaleAdmin, SortableOnlyChangeList, form_diff
 from core.services.audit import actor_label
 
 from ..models import (
@@ -18,10 +20,9 @@ from ..models import (
     Drive,
     Node,
     NodeBMC,
-    NodeEvent,
     Rack,
 )
-from ..selectors import drive_removal_refusal, hardware_change_refusal
+from ..selectors import live_tenancy
 from ..services.inventory_import import (
     BMC_COLUMNS,
     columns_of,
@@ -31,6 +32,7 @@ from ..services.inventory_import import (
 from .facility import HallChoicesFilter
 from .inventory_files import InventoryFileAdmin
 from .node_actions import confirm_or_run
+from .parts import hardware_refusal, node_evidence, removal_refusal
 
 
 class GPUInline(admin.TabularInline):
@@ -38,17 +40,20 @@ class GPUInline(admin.TabularInline):
     extra = 0
     fields = ("index", "uuid", "serial")
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("node")  # each row's name reads its node
+
     def get_max_num(self, request, obj=None, **kwargs):
         return obj.node_type.gpus_per_node if obj is not None else None
 
     def has_add_permission(self, request, obj=None):
-        return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_add_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_change_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_delete_permission(request, obj) and hardware_refusal(request, obj) is None
 
 
 class DriveInline(admin.TabularInline):
@@ -64,59 +69,52 @@ class DriveInline(admin.TabularInline):
         "last_reported_at",
         "missing_since",
     )
-    # what the agent saw is the agent's to say (fleet.services.drive_inventory)
-    readonly_fields = ("purge_supported", "last_reported_at", "missing_since")
+    # what the agent saw is the agent's to say (fleet.services.drive_inventory), self-encryption included
+    readonly_fields = ("self_encrypting", "purge_supported", "last_reported_at", "missing_since")
 
     def has_add_permission(self, request, obj=None):
-        return super().has_add_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_add_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and hardware_change_refusal(obj) is None
+        return super().has_change_permission(request, obj) and hardware_refusal(request, obj) is None
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and drive_removal_refusal(obj) is None
+        return super().has_delete_permission(request, obj) and removal_refusal(request, obj) is None
 
 
-class NodeEventInline(admin.TabularInline):
-    model = NodeEvent
-    extra = 0
-    can_delete = False
-    fields = ("at", "actor", "action", "from_state", "to_state", "reason")
-    readonly_fields = fields
-    ordering = ("-at",)
-    max_num = 0
-    max_rows, paged_by = 20, "node"  # core.admin.AtScaleAdmin: the latest 20; the full trail is the node page's
-    verbose_name_plural = "history (latest 20 first; the console's node page has it all)"
+class IdFilter(admin.SimpleListFilter):
+    """`?<parameter>=<id>` (a page links here): lists only the chosen object, never all of them as
+    choices. `model` is what the id names, `column` the list's column holding it, `label` how the
+    object is shown."""
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).order_by("-at")
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-class RackFilter(admin.SimpleListFilter):
-    """`?rack=<id>` (the rack page links here); shows only the chosen rack, not all of them."""
-
-    title = "rack"
-    parameter_name = "rack"
+    model = None
+    column = ""
+    label = "name"
 
     def lookups(self, request, model_admin):
         value = self.value()
         if not value:
             return []
-        rack = Rack.objects.filter(pk=value).first() if _is_uuid(value) else None
+        found = self.model.objects.filter(pk=value).first() if _is_uuid(value) else None
         # Always an entry when a value is given: a filter without one is skipped, and an export
         # of "rack=<typo>" must not silently become an export of every node.
-        return [(str(rack.pk), rack.name)] if rack else [(value, "unknown rack")]
+        return [(str(found.pk), getattr(found, self.label))] if found else [(value, f"unknown {self.title}")]
 
     def queryset(self, request, queryset):
         value = self.value()
         if not value:
             return queryset
         if not _is_uuid(value):
-            raise IncorrectLookupParameters("rack must be a rack id")
-        return queryset.filter(rack_id=value)
+            raise IncorrectLookupParameters(f"{self.parameter_name} must be a {self.title} id")
+        return queryset.filter(**{self.column: value})
+
+
+class RackFilter(IdFilter):
+    """`?rack=<id>` (the rack page links here)."""
+
+    title = "rack"
+    parameter_name = "rack"
+    model, column = Rack, "rack_id"
 
 
 class RackRowFilter(admin.SimpleListFilter):
@@ -140,6 +138,34 @@ class RackRowFilter(admin.SimpleListFilter):
         if not (site and hall and row.isdigit()):
             raise IncorrectLookupParameters("rack_row is site/hall/row")
         return queryset.filter(rack__hall__site__slug=site, rack__hall__name=hall, rack__row=int(row))
+
+
+class DrainPendingFilter(admin.SimpleListFilter):
+    """Nodes a drain was asked of that still carry their tenant (fleet_node_drain_pending_idx)."""
+
+    title = "drain pending"
+    parameter_name = "drain_pending"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(drain_requested_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(drain_requested_at__isnull=True)
+        return queryset
+
+
+class TenantChangeList(SortableOnlyChangeList):
+    """The node list's page, with each node's live tenant read in one query for the whole page
+    (fleet.selectors.live_tenancy, through Node's reverse relation)."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        held = live_tenancy([node.pk for node in self.result_list])
+        for node in self.result_list:
+            node.live_tenancy = held.get(node.pk, [])
 
 
 def _is_uuid(value: str) -> bool:
@@ -190,6 +216,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     list_display = (
         "hostname",
         "serial",
+        "asset_tag",
+        "hall",
         "rack_link",
         "u_position",
         "node_type",
@@ -198,11 +226,15 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
         "health",
         "cordoned",
         "power_state",
+        "tenant",
     )
+    # sorted only by unique, indexed columns: any other sort is a sort of every node (docs/admin.md)
+    sortable_by = ("hostname", "serial")
     list_filter = (
         "lifecycle",
         "health",
         "cordoned",
+        DrainPendingFilter,
         "power_state",
         "node_type__generation",
         "node_type",
@@ -228,8 +260,9 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
         "gpu_serial": _nodes_with_gpus,
         "drive_serial": _nodes_with_drives,
     }
-    list_select_related = ("rack", "node_type", "fabric_domain")
+    list_select_related = ("rack__hall__site", "node_type", "fabric_domain")
     fieldsets = (
+        (None, {"fields": ("links",)}),
         (
             None,
             {
@@ -254,32 +287,92 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
             },
         ),
     )
-    inlines = [GPUInline, DriveInline, NodeEventInline]
+    # the node's events have their own paginated list (NodeEventAdmin), linked from the page
+    inlines = [GPUInline, DriveInline]
     autocomplete_fields = ("rack", "fabric_domain")
     actions = ["cordon_nodes", "uncordon_nodes", "drain_nodes"]
 
-    @admin.display(description="rack", ordering="rack__name")
+    def get_changelist(self, request, **kwargs):
+        return TenantChangeList
+
+    def get_object(self, request, object_id, from_field=None):
+        """The node with everything its page shows in one query: type, rack, hall, site, fabric
+        and its BMC record (a reverse one-to-one, so one LEFT JOIN)."""
+        if from_field not in (None, "id"):
+            return super().get_object(request, object_id, from_field)
+        try:
+            object_id = Node._meta.pk.to_python(object_id)
+        except ValidationError:
+            return None
+        return (
+            self.get_queryset(request)
+            .select_related("node_type", "rack__hall__site", "fabric_domain", "bmc")
+            .filter(pk=object_id)
+            .first()
+        )
+
+    @admin.display(description="rack")
     def rack_link(self, node):
         return format_html(
             '<a href="{}">{}</a>', reverse("admin:fleet_rack_change", args=[node.rack_id]), node.rack.name
         )
 
+    @admin.display(description="hall")
+    def hall(self, node):
+        return str(node.rack.hall)
+
+    @admin.display(description="tenant")
+    def tenant(self, node):
+        held = getattr(node, "live_tenancy", [])
+        return ", ".join(sorted({h["tenant"] for h in held})) or "—"
+
     @admin.display(description="allocation")
     def allocation(self, node):
-        membership = node.allocation_memberships.filter(ended_at__isnull=True).select_related("allocation").first()
-        if membership is None:
+        evidence = getattr(node, "admin_evidence", None)  # set by node_evidence() for this request
+        if evidence is None or evidence.allocation is None:
             return "—"
+        allocation_id, name = evidence.allocation
         return format_html(
-            '<a href="{}">{}</a>',
-            reverse("admin:tenants_allocation_change", args=[membership.allocation_id]),
-            str(membership.allocation),
+            '<a href="{}">{}</a>', reverse("admin:tenants_allocation_change", args=[allocation_id]), name
+        )
+
+    @admin.display(description="see also")
+    def links(self, node):
+        """Node ↔ BMC record ↔ console page ↔ audit rows ↔ history, with no query of their own."""
+        try:
+            bmc = node.bmc
+        except ObjectDoesNotExist:
+            bmc = None
+        bmc_link = (
+            format_html('<a href="{}">BMC record</a>', reverse("admin:fleet_nodebmc_change", args=[bmc.pk]))
+            if bmc is not None
+            else format_html('<a href="{}?node={}">add a BMC record</a>', reverse("admin:fleet_nodebmc_add"), node.pk)
+        )
+        audit = reverse("admin:core_auditevent_changelist") + f"?object_type=fleet.node&object_id={node.pk}"
+        return format_html(
+            '<a href="{}">console page</a> · {} · <a href="{}">audit rows</a> · '
+            '<a href="{}?node={}">history (node events)</a> · <a href="{}?q={}">GPUs</a> · <a href="{}?q={}">drives</a>',
+            reverse("fleet:node-detail", args=[node.pk]),
+            bmc_link,
+            audit,
+            reverse("admin:fleet_nodeevent_changelist"),
+            node.pk,
+            reverse("admin:fleet_gpu_changelist"),
+            node.hostname,
+            reverse("admin:fleet_drive_changelist"),
+            node.hostname,
         )
 
     def get_readonly_fields(self, request, obj=None):
-        fields = [*STATE_FIELDS, "created_at", "updated_at", "allocation"]
-        if obj is not None and obj.is_allocated():
+        fields = [*STATE_FIELDS, "created_at", "updated_at", "allocation", "links"]
+        evidence = node_evidence(request, obj)
+        if evidence is not None and evidence.allocated:
             fields += ["rack", "u_position", "node_type", "fabric_domain", "leaf_switch"]
         return fields
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        return fieldsets if obj is not None else fieldsets[1:]  # an unsaved node has nothing to link to
 
     def has_delete_permission(self, request, obj=None):
         # An enrolled node is evidence (events, drives, sanitisation, bills): it leaves the fleet

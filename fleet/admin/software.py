@@ -4,6 +4,7 @@ and cancel through fleet.services.rollouts)."""
 
 from django.contrib import admin, messages
 
+from core.admin import AuditedModelAdmin, ReadOnlyAdmin
 from core.errors import DomainError
 from core.services.audit import actor_label
 
@@ -12,19 +13,8 @@ from ..services.baselines import create_baseline, set_golden
 from ..services.rollouts import control_rollout
 
 
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(NodeSoftware)
-class NodeSoftwareAdmin(ReadOnly):
+class NodeSoftwareAdmin(ReadOnlyAdmin):
     list_display = ("node", "component", "version", "state", "source", "observed_at")
     list_filter = ("component", "state", "source")
     search_fields = ("node__hostname", "version")
@@ -32,7 +22,7 @@ class NodeSoftwareAdmin(ReadOnly):
 
 
 @admin.register(SoftwareBaseline)
-class SoftwareBaselineAdmin(admin.ModelAdmin):
+class SoftwareBaselineAdmin(AuditedModelAdmin):
     list_display = ("node_type", "name", "golden", "created_by", "created_at", "golden_set_by", "golden_set_at")
     list_filter = ("golden", "node_type")
     list_select_related = ("node_type",)
@@ -72,7 +62,7 @@ class RolloutNodeInline(admin.TabularInline):
 
 
 @admin.register(Rollout)
-class RolloutAdmin(ReadOnly):
+class RolloutAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "baseline",

@@ -7,7 +7,14 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from core.validators import validate_display_text
-from fleet.choices import AgentActionState, ComponentState, CustodyKind, PowerAction, SanitizationMethod
+from fleet.choices import (
+    AgentActionState,
+    ComponentState,
+    CustodyDestination,
+    CustodyKind,
+    PowerAction,
+    SanitizationMethod,
+)
 from fleet.models import NodeEvent
 from fleet.models.software import COMPONENT_NAME_RE, baseline_version_errors
 from fleet.services import sanitization
@@ -155,11 +162,23 @@ class DriveStatusIn(serializers.Serializer):
     status = serializers.CharField(max_length=200, help_text="e.g. sealed in tamper-evident bag 12345, unsanitised")
 
 
+NAMED_DESTINATIONS = [(v, label) for v, label in CustodyDestination.choices if v != CustodyDestination.UNSPECIFIED]
+
+
 class CustodyTransferIn(serializers.Serializer):
     from_party = serializers.CharField(max_length=200, help_text="who hands the node over (e.g. the site)")
-    to_party = serializers.CharField(max_length=200, help_text="buyer, recycler or RMA vendor")
+    to_party = serializers.CharField(max_length=200, help_text="the party that receives it")
+    destination_kind = serializers.ChoiceField(
+        choices=NAMED_DESTINATIONS,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="the kind of party that receives it; decides the drives' NIST SP 800-88 method: own_site and "
+        "own_lab clear, anything leaving the organisation purge (destroy where purge is impossible). "
+        "Required for a disposal; an RMA shipment goes to rma_vendor",
+    )
     document_ref = serializers.CharField(max_length=200, help_text="bill of lading, sale contract, certificate")
-    at = serializers.DateTimeField(required=False, help_text="when custody passed; now if omitted")
+    at = serializers.DateTimeField(required=False, help_text="when custody passed (not in the future); now if omitted")
     kind = serializers.ChoiceField(
         choices=CustodyKind.choices,
         default=CustodyKind.DISPOSAL,
@@ -173,6 +192,23 @@ class CustodyTransferIn(serializers.Serializer):
         max_length=64,
         help_text="rma_shipment: the status of every drive aboard",
     )
+
+    def validate_at(self, value):
+        if value > timezone.now():
+            raise serializers.ValidationError("when custody passed cannot be in the future")
+        return value
+
+    def validate(self, attrs):
+        kind, destination = attrs.get("kind"), attrs.get("destination_kind")
+        if kind == CustodyKind.RMA_SHIPMENT and destination not in ("", CustodyDestination.RMA_VENDOR):
+            raise serializers.ValidationError({"destination_kind": "an RMA shipment goes to rma_vendor"})
+        if kind != CustodyKind.RMA_SHIPMENT and not destination:
+            raise serializers.ValidationError(
+                {
+                    "destination_kind": "name the kind of party the node goes to: it decides the sanitisation its drives need"
+                }
+            )
+        return attrs
 
 
 class DataHandlingOut(serializers.Serializer):
@@ -190,7 +226,22 @@ class DataHandlingOut(serializers.Serializer):
     custody_transfers = serializers.IntegerField()
     retire_missing = serializers.ListField(child=serializers.CharField())
     dispose_missing = serializers.ListField(child=serializers.CharField())
-    destination = serializers.CharField(help_text="inside (redeploy, lease: clear) or outside (purge or destroy)")
+    destination = serializers.CharField(
+        help_text="inside (clear) or outside (purge, destroy where purge is impossible): the strongest of the custody "
+        "transfers made, every disposition plan covering the node, or outside when neither says"
+    )
+    destination_basis = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="what decides the destination: [{source, destination_kind, leaves_organisation, minimum_method, text}]",
+    )
+    custody = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="every custody transfer: party, destination_kind, leaves_organisation, required_method",
+    )
+    certificate = serializers.DictField(
+        help_text="available: whether the certificate of sanitisation can be issued; refusals: where the "
+        "transfers, records and events disagree"
+    )
     inventory_reported_at = serializers.DateTimeField(allow_null=True, help_text="when the agent last counted drives")
     drives = serializers.ListField(
         child=serializers.DictField(), help_text="every drive: serial, required_method, record_id, ok, problem"

@@ -18,7 +18,7 @@ from core.api.problems import Problem
 from fleet import selectors
 from fleet.filters import NodeFilterSet
 from fleet.models import Drive, Node, NodeEvent, Site
-from fleet.selectors import data_handling_status
+from fleet.selectors import certificate_for
 from fleet.services import bmc_disposal, sanitization
 from fleet.services.drive_gate import RMA, gate_status
 from fleet.services.grid_profile import MAX_BYTES, upload_grid_profile
@@ -242,7 +242,8 @@ class SiteGridIntensity(OpsView):
 
 
 def data_handling_body(node: Node) -> dict:
-    s = data_handling_status([node.pk])[node.pk]
+    cert = certificate_for(node.pk)
+    s = cert["status"]
     return DataHandlingOut(
         {
             "node_id": node.pk,
@@ -258,6 +259,23 @@ def data_handling_body(node: Node) -> dict:
             "retire_missing": s.retire_missing,
             "dispose_missing": s.dispose_missing,
             "destination": s.gate.destination,
+            "destination_basis": [b.as_dict() for b in s.gate.basis],
+            "custody": [
+                {
+                    "id": c.transfer.pk,
+                    "at": c.transfer.at,
+                    "from_party": c.transfer.from_party,
+                    "to_party": c.transfer.to_party,
+                    "destination_kind": c.destination_kind,
+                    "leaves_organisation": c.leaves_organisation,
+                    "required_method": c.required_method,
+                    "stored_required_method": c.transfer.required_method,
+                    "document_ref": c.transfer.document_ref,
+                    "kind": c.transfer.kind,
+                }
+                for c in cert["custody"]
+            ],
+            "certificate": {"available": cert["complete"], "refusals": cert["refusals"]},
             "inventory_reported_at": s.gate.inventory_reported_at,
             "drives": [d.as_dict() for d in s.gate.drives],
             "rma_gate": gate_status([node.pk], RMA)[node.pk].as_dict(),
@@ -351,7 +369,7 @@ class CustodyTransfers(NodeChecklistStep):
         request=CustodyTransferIn,
         responses={201: DataHandlingOut},
         parameters=[IDEMPOTENCY_HEADER],
-        summary="Record a chain-of-custody transfer (to the buyer or recycler)",
+        summary="Record a chain-of-custody transfer to a named kind of party (its kind decides the drives' method)",
     )
     def post(self, request, pk):
         return super().post(request, pk)
@@ -360,11 +378,18 @@ class CustodyTransfers(NodeChecklistStep):
         try:
             sanitization.record_custody_transfer(node=node, actor=request.user.actor, **data)
         except sanitization.CustodyRefused as exc:
+            if exc.code == "invalid":
+                raise Problem(400, "validation_error", exc.detail) from None
             raise Problem(
                 409,
                 exc.code,
                 exc.detail,
-                extra={"drives": [d.as_dict() for d in exc.status.drives] if exc.status else []},
+                extra={
+                    "lacking_drives": [d.serial for d in exc.status.lacking] if exc.status else [],
+                    "drives": [d.as_dict() for d in exc.status.drives] if exc.status else [],
+                    "destination": exc.status.destination if exc.status else None,
+                    "basis": [b.as_dict() for b in exc.status.basis] if exc.status else [],
+                },
             ) from None
 
 

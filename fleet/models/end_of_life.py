@@ -7,6 +7,7 @@ from core.ids import uuid7
 from core.models import AppendOnlyModel
 
 from ..choices import (
+    CustodyDestination,
     CustodyKind,
     SanitizationMethod,
     SanitizationSource,
@@ -59,7 +60,8 @@ class NodeDisposal(models.Model):
 
 
 class CustodyTransfer(AppendOnlyModel):
-    """Chain of custody: the node handed from one party to the next (buyer, recycler, courier)."""
+    """Chain of custody: the node handed from one party to the next (own site or lab, lessee, buyer,
+    recycler, destruction vendor, RMA vendor)."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="custody_transfers")
@@ -75,6 +77,26 @@ class CustodyTransfer(AppendOnlyModel):
     carrier = models.CharField(max_length=200, blank=True, help_text="carrier of an RMA shipment")
     drive_status = models.JSONField(
         default=list, blank=True, help_text="RMA shipment: [{serial, status}] for every drive shipped"
+    )
+    # Where the hardware goes decides its drives' sanitisation (NIST SP 800-88,
+    # core/reference/sanitisation.csv): derived from the kind when the transfer is made and kept
+    # with it, together with the record that vouched for each drive at that moment.
+    destination_kind = models.CharField(
+        max_length=20, choices=CustodyDestination.choices, default=CustodyDestination.UNSPECIFIED
+    )
+    leaves_organisation = models.BooleanField(
+        default=True, help_text="the media leaves the organisation's control (derived from the destination kind)"
+    )
+    required_method = models.CharField(
+        max_length=8,
+        choices=SanitizationMethod.choices,
+        default=SanitizationMethod.PURGE,
+        help_text="the weakest method every drive needed for this destination (destroy where purge is impossible)",
+    )
+    drives = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="at the transfer: [{serial, required_method, record_id, record_method}] for every drive",
     )
 
     class Meta:

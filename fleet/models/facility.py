@@ -149,6 +149,10 @@ class Rack(BaseModel):
         """A rack can run what it can both power and cool."""
         return min(self.rated_power_kw, self.cooling_capacity_kw)
 
+    def placed_load_kw(self) -> Decimal:
+        """The nameplate draw of the nodes in this rack."""
+        return Decimal(self.nodes.aggregate(kw=Sum("node_type__node_kw"))["kw"] or 0).quantize(Decimal("0.01"))
+
     def clean(self):
         super().clean()
         if self.u_height is not None and self.u_height < 1:
@@ -156,6 +160,15 @@ class Rack(BaseModel):
         if not self.pk or self.rated_power_kw is None or self.cooling_capacity_kw is None:
             return
         errors = rack_errors_for_nodes(self, self.nodes.select_related("node_type"))
+        stored_hall = Rack.objects.filter(pk=self.pk).values_list("hall_id", flat=True).first()
+        if self.hall_id and stored_hall is not None and stored_hall != self.hall_id:
+            # moving a rack with its nodes adds their load to the other hall
+            load, hall = self.placed_load_kw(), self.hall
+            if load and hall.placed_load_kw() + load > hall.it_power_budget_kw:
+                errors.append(
+                    f"The nodes in {self.name} draw {load} kW at nameplate; hall {hall} has a budget of "
+                    f"{hall.it_power_budget_kw} kW and already carries {hall.placed_load_kw()} kW. Move nodes out first."
+                )
         if errors:
             raise ValidationError(errors)
 
@@ -213,6 +226,46 @@ class PowerFeed(BaseModel):
         phase_factor = Decimal("1.732") if self.three_phase else Decimal("1")
         watts = Decimal(self.voltage) * Decimal(self.amperage) * phase_factor * Decimal(self.max_utilization_pct) / 100
         return (watts / 1000).quantize(Decimal("0.01"))
+
+    def clean(self):
+        """A feed of a rack that carries nodes must carry them alone (its A/B twin may fail): a
+        change that lowers it below the rack's nameplate load is refused."""
+        super().clean()
+        if not self.rack_id or None in (self.voltage, self.amperage, self.max_utilization_pct):
+            return
+        stored = PowerFeed.objects.filter(pk=self.pk).select_related("rack").first() if self.pk else None
+        if stored and stored.rack_id == self.rack_id and stored.available_kw <= self.available_kw:
+            return  # takes no capacity away: an unchanged feed never blocks saving its rack
+        load = self.rack.placed_load_kw()
+        if load > self.available_kw:
+            raise ValidationError(
+                f"The nodes in rack {self.rack.name} draw {load} kW at nameplate; feed {self.name or '(new)'} would "
+                f"carry {self.available_kw} kW, and each feed of a redundant pair must carry the rack alone. "
+                "Move nodes out first."
+            )
+
+
+def weakest_feed_kw(rack: Rack) -> Decimal | None:
+    """What the weakest of the rack's feeds carries (None for a rack with no feeds recorded)."""
+    if rack.pk is None or rack._state.adding:
+        return None
+    return min((feed.available_kw for feed in rack.power_feeds.all()), default=None)
+
+
+def feed_removal_errors(rack: Rack, remaining: list[PowerFeed]) -> list[str]:
+    """A rack that carries nodes keeps a redundant pair: at least two feeds that each carry its
+    nameplate load. `remaining` are the feeds it would have after a removal."""
+    load = rack.placed_load_kw()
+    if not load:
+        return []
+    carrying = [f for f in remaining if f.available_kw >= load]
+    if len(carrying) >= 2:
+        return []
+    return [
+        f"The nodes in rack {rack.name} draw {load} kW at nameplate; without the removed feed(s) it would keep "
+        f"{len(carrying)} feed(s) able to carry that, and a rack that carries nodes keeps a redundant pair. Add "
+        "the replacement feed first, or move the nodes out."
+    ]
 
 
 class FabricDomain(BaseModel):

@@ -5,11 +5,13 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import Max, Q
+from django.db.models.functions import Lower
 
 from core.ids import uuid7
 from core.models import BaseModel
 
+from .. import sku_users
 from ..choices import (
     COOLING_SATISFIES,
     RECONCILED_LIFECYCLES,
@@ -24,7 +26,7 @@ from ..choices import (
     WallPowerSource,
 )
 from ..validators import validate_gpu_uuid, validate_hostname
-from .facility import KW, FabricDomain, Rack
+from .facility import KW, FabricDomain, Rack, weakest_feed_kw
 
 
 class NodeType(BaseModel):
@@ -61,8 +63,41 @@ class NodeType(BaseModel):
     def is_rack_scale(self) -> bool:
         return self.rack_kw is not None
 
-    # What nodes, allocations and bills were sized by: fixed once a node has this type.
-    FIXED_WHEN_IN_USE = ("generation", "gpus_per_node", "cooling_requirement", "node_kw", "rack_kw", "u_height")
+    # What identifies the type and what nodes, allocations, placements and bills were sized by:
+    # the slug is the billing SKU (price books, metering), the rest the hardware. Fixed while any
+    # node, allocation or price-book entry uses the type; descriptive fields (vendor model, year,
+    # source) stay editable.
+    FIXED_WHEN_IN_USE = (
+        "slug",
+        "gpu_model",
+        "generation",
+        "gpus_per_node",
+        "cooling_requirement",
+        "node_kw",
+        "rack_kw",
+        "u_height",
+        "cuda_compute_capability",
+        "nvlink_domain_gpus",
+        "fabric",
+    )
+
+    def users(self, slug: str | None = None) -> dict[str, int]:
+        """What uses this type now: nodes, allocations (tenancy's rows, through their reverse
+        relation) and what other apps registered with fleet.sku_users (price-book entries)."""
+        found = {
+            "node(s)": Node.objects.filter(node_type_id=self.pk).count() if self.pk else 0,
+            "allocation(s)": self.allocations.count() if self.pk else 0,
+            **sku_users.users_of(slug or self.slug),
+        }
+        return {label: n for label, n in found.items() if n}
+
+    def in_use(self) -> bool:
+        """`users()` answered with EXISTS queries (the delete button asks on every page view)."""
+        return bool(self.pk) and (
+            Node.objects.filter(node_type_id=self.pk).exists()
+            or self.allocations.exists()
+            or bool(sku_users.users_of(self.slug))
+        )
 
     def clean(self):
         super().clean()
@@ -74,13 +109,15 @@ class NodeType(BaseModel):
         changed = [f for f in self.FIXED_WHEN_IN_USE if stored[f] != getattr(self, f)]
         if not changed:
             return
-        in_use = Node.objects.filter(node_type_id=self.pk).count()
-        if in_use:
+        users = self.users(slug=stored["slug"])
+        if users:
+            in_use = ", ".join(f"{n} {label}" for label, n in users.items())
             raise ValidationError(
                 {
                     f: (
-                        f"{in_use} node(s) are of type {self.slug}; its {self._meta.get_field(f).verbose_name} "
-                        f"cannot change under them (was {stored[f]}). Create a new node type instead."
+                        f"{in_use} use type {stored['slug']}; its {self._meta.get_field(f).verbose_name} cannot "
+                        f"change under them (was {stored[f]}). Create a new node type instead and move the "
+                        "nodes to it (the node form, or an import with updates)."
                     )
                     for f in changed
                 }
@@ -148,6 +185,14 @@ class Node(BaseModel):
     class Meta:
         ordering = ["hostname"]
         constraints = [
+            # DNS names are not case-sensitive: DC1-GPU00003 is the same host as dc1-gpu00003. A
+            # unique index on LOWER(hostname); lookups that ignore case use it too.
+            models.UniqueConstraint(
+                Lower("hostname"),
+                name="fleet_node_hostname_ci_unique",
+                violation_error_message="Another node has this hostname in other letter case; hostnames are not "
+                "case-sensitive. Choose another name.",
+            ),
             models.UniqueConstraint(fields=["rack", "u_position"], name="fleet_node_rack_u_unique"),
             models.UniqueConstraint(
                 fields=["asset_tag"], condition=~Q(asset_tag=""), name="fleet_node_asset_tag_unique"
@@ -156,6 +201,12 @@ class Node(BaseModel):
         ]
         indexes = [
             models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),
+            # the node list's "drain pending" filter: the few nodes a drain was asked of
+            models.Index(
+                fields=["drain_requested_at"],
+                condition=Q(drain_requested_at__isnull=False),
+                name="fleet_node_drain_pending_idx",
+            ),
             # Placement reads only the free nodes of one type, per domain: they have an index of their
             # own, and it holds every column placement reads of them (domain, leaf, health, id), so
             # counting each domain's free nodes is an index-only scan instead of a heap visit per
@@ -201,8 +252,13 @@ class Node(BaseModel):
         if not (self.rack_id and self.node_type_id):
             return
         errors = []
+        stored = None
         if self.pk:
-            stored = Node.objects.filter(pk=self.pk).values(*self.LOCKED_WHILE_ALLOCATED).first()
+            stored = (
+                Node.objects.filter(pk=self.pk)
+                .values(*self.LOCKED_WHILE_ALLOCATED, "rack__hall_id", "node_type__node_kw")
+                .first()
+            )
             if stored and self.is_allocated():
                 moved = [f.removesuffix("_id") for f in self.LOCKED_WHILE_ALLOCATED if stored[f] != getattr(self, f)]
                 if moved:
@@ -217,24 +273,138 @@ class Node(BaseModel):
                     f"{surplus} GPU(s) at higher indexes. Remove them first or choose a matching type."
                 )
         others = Node.objects.filter(rack=self.rack).exclude(pk=self.pk).select_related("node_type")
+        # Feeds and the hall budget are checked on a change that adds load (a new node, another
+        # rack or hall, a hungrier type), so an edit of anything else is never blocked by them.
+        more_kw = stored is None or stored["node_type__node_kw"] < self.node_type.node_kw
+        to_rack = more_kw or stored["rack_id"] != self.rack_id
+        to_hall = more_kw or stored["rack__hall_id"] != self.rack.hall_id
+        hall_load = None
+        if to_hall:  # the hall's nameplate load without this node as stored
+            hall_load = self.rack.hall.placed_load_kw()
+            if stored and stored["rack__hall_id"] == self.rack.hall_id:
+                hall_load -= stored["node_type__node_kw"]
         errors += placement_errors(
             rack=self.rack,
             node_type=self.node_type,
             u_position=self.u_position,
             fabric_domain=self.fabric_domain,
             others=[(o.hostname, o.u_position, o.node_type.u_height, o.node_type.node_kw) for o in others],
+            feed_kw=weakest_feed_kw(self.rack) if to_rack else None,
+            hall_load_kw=hall_load,
         )
         if errors:
             raise ValidationError(errors)
 
 
 ALLOCATED_LIFECYCLES = (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
+REFUSAL_CHUNK = 2000
 
 
-def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_domain, others) -> list[str]:
+def hardware_change_refusals(nodes, *, history: dict | None = None) -> dict:
+    """node id → why a person may not add, change, move or remove the node's GPUs and drives now.
+
+    They are evidence while it matters: while the node is allocated, and from the start of its
+    last allocation until every one of its drives has a verified sanitisation record made after
+    it (a node that has served a tenant and has no drive rows counts as not sanitised). Then
+    they change only through the node agent's inventory and the sanitisation flow, which write
+    them directly. A node never in service (a typo at enrolment) may still be corrected.
+
+    Allocations are tenancy's rows and sanitisation records end-of-life's: both are read through
+    reverse relations. Two queries for any number of nodes (one when none has served); a caller
+    that has read the allocations already passes `history` ({node id: (live, last start)})."""
+    by_id = {n.pk: n for n in nodes if n is not None and n.pk}
+    refusals: dict = {}
+    served: dict = {}
+    ids = [] if history is not None else list(by_id)
+    for pk, (live, last) in (history or {}).items():
+        if pk in by_id:
+            _judge(by_id[pk], live, last, refusals, served)
+    for start in range(0, len(ids), REFUSAL_CHUNK):
+        rows = (
+            Node.objects.filter(pk__in=ids[start : start + REFUSAL_CHUNK])
+            .values("pk")
+            .annotate(
+                # a live membership's start, if any: set exactly when one has not ended
+                live=Max("allocation_memberships__started_at", filter=Q(allocation_memberships__ended_at__isnull=True)),
+                last=Max("allocation_memberships__started_at"),
+            )
+            .values_list("pk", "live", "last")
+        )
+        for pk, live, last in rows:
+            _judge(by_id[pk], live is not None, last, refusals, served)
+    sanitised: dict = {}  # node id → the oldest of its drives' latest verified sanitisation; None: one has none
+    served_ids = list(served)
+    for start in range(0, len(served_ids), REFUSAL_CHUNK):
+        drives = (
+            Drive.objects.filter(node_id__in=served_ids[start : start + REFUSAL_CHUNK])
+            .values("pk", "node_id")
+            .annotate(at=Max("sanitization_records__performed_at", filter=Q(sanitization_records__verified=True)))
+            .values_list("node_id", "at")
+        )
+        for node_id, at in drives:
+            if node_id in sanitised and (sanitised[node_id] is None or at is None):
+                sanitised[node_id] = None
+            else:
+                sanitised[node_id] = at if node_id not in sanitised else min(sanitised[node_id], at)
+    for pk, last in served.items():
+        at = sanitised.get(pk)
+        if at is None or at < last:
+            refusals[pk] = (
+                f"{by_id[pk].hostname} has been in service (its last allocation started {last:%Y-%m-%d %H:%M} UTC) "
+                "and its drives have not all been sanitised since; its GPUs and drives are evidence and change "
+                "only through the node agent's inventory and the sanitisation flow."
+            )
+    return refusals
+
+
+def _judge(node, live: bool, last, refusals: dict, served: dict) -> None:
+    if live or node.lifecycle in ALLOCATED_LIFECYCLES:
+        refusals[node.pk] = (
+            f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is drained."
+        )
+    elif last is not None:
+        served[node.pk] = last
+
+
+class _Evidence:
+    """GPUs and drives remember the values they were loaded with, so that `clean()` knows what a
+    form changes (and which node it came from) without reading the row again."""
+
+    EVIDENCE_FIELDS: tuple = ()
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._loaded = dict(zip(field_names, values, strict=True))
+        return instance
+
+    def evidence_refusal(self) -> str | None:
+        """Why this add, change or move may not be saved by a person (None when it may)."""
+        loaded = getattr(self, "_loaded", None)
+        if loaded is not None and not any(f in loaded and loaded[f] != getattr(self, f) for f in self.EVIDENCE_FIELDS):
+            return None
+        ids = {self.node_id, (loaded or {}).get("node_id")} - {None}
+        refusals = hardware_change_refusals(Node.objects.filter(pk__in=ids)) if ids else {}
+        return next(iter(refusals.values()), None)
+
+
+def placement_errors(
+    *,
+    rack: Rack,
+    node_type: NodeType,
+    u_position,
+    fabric_domain,
+    others,
+    feed_kw: Decimal | None = None,
+    hall_load_kw: Decimal | None = None,
+) -> list[str]:
     """Whether a node of `node_type` fits at `u_position` in `rack` next to `others`
     ((hostname, u_position, u_height, node_kw) of the nodes already there). Pure: the admin's
-    clean() passes rows from the database, the importer rows from the database and the file."""
+    clean() passes rows from the database, the importer rows from the database and the file.
+
+    With `feed_kw` (what the rack's weakest feed carries, `weakest_feed_kw`) each feed of its
+    redundant pair must carry the rack alone; with `hall_load_kw` (the hall's nameplate load
+    without this node) the hall's IT power budget must hold the node too."""
     errors = []
     if rack.cooling not in COOLING_SATISFIES[node_type.cooling_requirement]:
         errors.append(
@@ -260,6 +430,19 @@ def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_doma
             other_top = other_u + other_height - 1
             if u_position <= other_top and other_u <= top:
                 errors.append(f"U{u_position}-U{top} overlaps {hostname} at U{other_u}-U{other_top}.")
+    if feed_kw is not None and placed + node_type.node_kw > feed_kw:
+        errors.append(
+            f"Each power feed of rack {rack.name} must carry the rack alone (A/B redundancy); its weakest "
+            f"carries {feed_kw} kW, the rack already draws {placed} kW and {node_type.slug} adds "
+            f"{node_type.node_kw} kW. Choose another rack, or upgrade its feeds first."
+        )
+    budget = rack.hall.it_power_budget_kw if hall_load_kw is not None else None
+    if budget is not None and hall_load_kw + node_type.node_kw > budget:
+        errors.append(
+            f"Hall {rack.hall} has an IT power budget of {budget} kW and already carries {hall_load_kw} kW at "
+            f"nameplate; {node_type.slug} adds {node_type.node_kw} kW, {hall_load_kw + node_type.node_kw - budget} "
+            "kW over. Choose a rack in another hall, or retire nodes here first."
+        )
     if fabric_domain is not None and fabric_domain.site_id != rack.hall.site_id:
         errors.append(
             f"Fabric {fabric_domain.name} is in site {fabric_domain.site}; rack {rack.name} is in "
@@ -268,8 +451,10 @@ def placement_errors(*, rack: Rack, node_type: NodeType, u_position, fabric_doma
     return errors
 
 
-class GPU(models.Model):
+class GPU(_Evidence, models.Model):
     """One GPU in a node."""
+
+    EVIDENCE_FIELDS = ("node_id", "index", "uuid", "serial")
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
@@ -292,6 +477,9 @@ class GPU(models.Model):
 
     def clean(self):
         super().clean()
+        refusal = self.evidence_refusal() if self.node_id else None
+        if refusal:
+            raise ValidationError(f"Not saved: {refusal}")
         # index < the type's GPU count, with (node, index) unique, bounds a node's GPUs by its type.
         if self.node_id and self.index is not None:
             per_node = self.node.node_type.gpus_per_node
@@ -306,8 +494,10 @@ class GPU(models.Model):
                 )
 
 
-class Drive(models.Model):
+class Drive(_Evidence, models.Model):
     """A drive that may hold tenant data; nothing leaves before it is sanitised."""
+
+    EVIDENCE_FIELDS = ("node_id", "serial", "model", "capacity_gb", "interface", "self_encrypting", "purge_supported")
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="drives")
@@ -332,6 +522,12 @@ class Drive(models.Model):
 
     def __str__(self) -> str:
         return self.serial
+
+    def clean(self):
+        super().clean()
+        refusal = self.evidence_refusal() if self.node_id else None
+        if refusal:
+            raise ValidationError(f"Not saved: {refusal}")
 
 
 class NodeDriveInventory(models.Model):
@@ -365,7 +561,11 @@ class NodeEvent(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["node", "-at"], name="fleet_nodeevent_node_at_idx")]
+        indexes = [
+            models.Index(fields=["node", "-at"], name="fleet_nodeevent_node_at_idx"),
+            # the whole trail, newest first, a page at a time (the node events admin)
+            models.Index(fields=["at", "id"], name="fleet_nodeevent_at_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.action} {self.from_state}→{self.to_state}"

@@ -24,6 +24,7 @@ from ..models import (
     NodeAgentAction,
     NodeEvent,
     Rack,
+    hardware_change_refusals,
 )
 from ..wall_power import SourceMix
 from .end_of_life import sanitized_drive_ids
@@ -292,19 +293,25 @@ def pending_agent_actions(node) -> QuerySet:
 
 
 def hardware_change_refusal(node) -> str | None:
-    """Why a node's GPUs may not be added or removed now (None when they may)."""
-    if node is not None and node.pk and node.is_allocated():
-        return f"{node.hostname} carries a tenant allocation; its GPUs and drives stay as they are until it is drained."
-    return None
+    """Why a person may not add, change, move or remove a node's GPUs and drives now (None when
+    they may): allocated, or in service since its last sanitisation (fleet.models.hardware_change_refusals)."""
+    if node is None or not node.pk:
+        return None
+    return hardware_change_refusals([node]).get(node.pk)
 
 
 def drive_removal_refusal(node) -> str | None:
     """Drives hold tenant data: they leave a node only through decommission and sanitisation, unless
     the node was never in service (a drive typed in by mistake at enrolment)."""
     refusal = hardware_change_refusal(node)
-    if refusal:
+    if refusal or node is None or not node.pk:
         return refusal
-    if node is not None and node.pk and (node.lifecycle != Lifecycle.ENROLLED or node.allocation_memberships.exists()):
+    return drive_removal_message(node, served=node.allocation_memberships.exists())
+
+
+def drive_removal_message(node, *, served: bool) -> str | None:
+    """drive_removal_refusal's second half, for a caller that knows whether the node has served."""
+    if node.lifecycle != Lifecycle.ENROLLED or served:
         return (
             f"{node.hostname} has been in service; its drives are evidence and leave only through decommission, "
             "sanitisation and disposal."

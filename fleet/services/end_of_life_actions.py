@@ -2,8 +2,9 @@
 
 No node leaves before its data is handled. The drive gate (fleet.services.drive_gate, run by
 `transition()` itself for rma, retired and disposed) wants the agent's fresh inventory and,
-for every drive, a verified record with evidence of the method the destination needs; on top
-of it `retire` wants the BMC reset and `dispose` the asset tags and the chain of custody.
+for every drive, a verified record with evidence of the method where the hardware goes needs —
+re-checked against the custody transfers actually made, never lowered by a plan; on top of it
+`retire` wants the BMC reset and `dispose` the asset tags and a custody transfer naming the party.
 Registered with the action framework on app start-up (`fleet.apps`).
 """
 
@@ -119,12 +120,14 @@ class Retire(GatedMove):
     def checklist_refusal(self, node: Node, status) -> ActionRefused:
         return ActionRefused(
             "sanitization_incomplete",
-            f"{node.hostname} cannot be retired yet: {'; '.join(status.retire_missing[:5])}. "
+            f"{node.hostname} cannot be retired yet: {_open_items(status.gate, status.retire_missing)}. "
             "Run sanitize again or record each drive's sanitisation with evidence, then retry.",
             extra={
                 "drives": status.unsanitized,
+                "lacking_drives": [d.serial for d in status.gate.lacking],
                 "missing": status.retire_missing,
                 "destination": status.gate.destination,
+                "basis": [b.as_dict() for b in status.gate.basis],
             },
         )
 
@@ -132,7 +135,7 @@ class Retire(GatedMove):
 class Dispose(GatedMove):
     name = "dispose"
     label = "Dispose"
-    consequence = "records the node as gone: handed to the buyer or recycler named in its custody record"
+    consequence = "records the node as gone: handed to the party named in its custody record"
     refuses_allocated = True
     allowed_states = frozenset({Lifecycle.RETIRED})
     to_state = Lifecycle.DISPOSED
@@ -141,12 +144,22 @@ class Dispose(GatedMove):
         return status.dispose_missing
 
     def checklist_refusal(self, node: Node, status) -> ActionRefused:
+        gate = status.dispose_gate
         return ActionRefused(
-            "disposal_incomplete",
-            f"{node.hostname} cannot be disposed yet: {'; '.join(status.dispose_missing[:5])}. "
+            "sanitization_incomplete" if gate.lacking else "disposal_incomplete",
+            f"{node.hostname} cannot be disposed yet: {_open_items(gate, status.dispose_missing)}. "
             "Record them (drive sanitisation, asset-tags-removed, custody-transfers), then retry.",
             extra={
                 "missing": status.dispose_missing,
-                "drives": [d.as_dict() for d in status.dispose_gate.drives if not d.ok],
+                "lacking_drives": [d.serial for d in gate.lacking],
+                "drives": [d.as_dict() for d in gate.lacking],
+                "destination": gate.destination,
+                "basis": [b.as_dict() for b in gate.basis],
             },
         )
+
+
+def _open_items(gate, missing: list[str]) -> str:
+    """The gate's refusal (every drive lacking its record named) and the checklist's other items."""
+    rest = [m for m in missing if m not in gate.missing]
+    return "; ".join([p for p in (gate.refusal(),) if p] + rest)

@@ -151,7 +151,7 @@ class ExitRefused(InvalidTransition):
             to_state,
             (
                 f"{node.hostname} cannot go to {to_state}: the drive gate is not met ({len(missing)} open: "
-                f"{'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}). Every drive the agent reported needs "
+                f"{status.refusal()}). Every drive the agent reported needs "
                 f"a verified {', '.join(sorted({d.required for d in status.drives})) or 'sanitisation'} record with "
                 "evidence first."
             ),

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.services.audit import record_audit
-from fleet.choices import AgentAction, CustodyKind, SanitizationMethod, SanitizationSource
+from fleet.choices import AgentAction, CustodyDestination, CustodyKind, SanitizationMethod, SanitizationSource
 from fleet.models import (
     CustodyTransfer,
     Drive,
@@ -21,7 +21,7 @@ from fleet.models import (
     SanitizationRecord,
 )
 
-from .drive_gate import CUSTODY, RMA, gate_status
+from .drive_gate import CUSTODY, RMA, Basis, gate_status, rule_for
 from .lifecycle import record_node_event
 
 MAX_EVIDENCE_CHARS = 20_000
@@ -182,14 +182,30 @@ def record_asset_tags_removed(*, node: Node, actor: str, reason: str = "") -> No
 
 
 class CustodyRefused(Exception):
-    """A custody transfer off site that the drive gate refuses. `status` is the gate's answer."""
+    """A custody transfer that the drive gate refuses. `status` is the gate's answer."""
 
     code = "sanitization_incomplete"
 
-    def __init__(self, detail: str, status=None):
+    def __init__(self, detail: str, status=None, code: str | None = None):
         self.detail = detail
         self.status = status
+        if code:
+            self.code = code
         super().__init__(detail)
+
+
+def _drive_snapshot(gate) -> list[dict]:
+    """What vouched for each drive when custody passed (kept with the transfer)."""
+    return [
+        {
+            "serial": d.serial,
+            "drive_id": d.drive_id,
+            "required_method": d.required,
+            "record_id": d.record_id,
+            "record_method": d.record_method,
+        }
+        for d in gate.drives
+    ]
 
 
 @transaction.atomic
@@ -200,15 +216,37 @@ def record_custody_transfer(
     to_party: str,
     document_ref: str,
     actor: str,
+    destination_kind: str = "",
     at: datetime | None = None,
     kind: str = CustodyKind.DISPOSAL,
     carrier: str = "",
     drive_status: list[dict] | None = None,
 ) -> CustodyTransfer:
-    """Hand the node to the next party. A disposal transfer (buyer, recycler) passes the drive
-    gate first; an RMA shipment with the drives aboard names the carrier and declares every
-    inventoried drive's status instead (the RMA move checks the declaration covers them all)."""
+    """Hand the node to the next party, of a named kind (own site or lab, lessee, buyer,
+    recycler, destruction vendor, RMA vendor). The method its drives need is derived from that
+    kind now (NIST SP 800-88, core/reference/sanitisation.csv) — leaving the organisation's
+    control needs a verified purge, or destroy where purge is impossible, for every drive,
+    whatever a plan says — and is stored with the transfer together with the record that
+    vouched for each drive. An RMA shipment with the drives aboard names the carrier and declares
+    every inventoried drive's status instead (the RMA move checks the declaration covers them all)."""
     drive_status = drive_status or []
+    now = timezone.now()
+    at = at or now
+    if at > now:
+        raise CustodyRefused(
+            "A custody transfer cannot be recorded ahead of time; give when it happened.", code="invalid"
+        )
+    if kind == CustodyKind.RMA_SHIPMENT:
+        destination_kind = destination_kind or CustodyDestination.RMA_VENDOR
+        if destination_kind != CustodyDestination.RMA_VENDOR:
+            raise CustodyRefused("An RMA shipment goes to the vendor: destination_kind is rma_vendor.", code="invalid")
+    if not destination_kind or destination_kind == CustodyDestination.UNSPECIFIED:
+        raise CustodyRefused(
+            "Name the kind of party the node goes to (own_site, own_lab, lessee, buyer, recycler, "
+            "destruction_vendor, rma_vendor): it decides the sanitisation its drives need.",
+            code="invalid",
+        )
+    rule = rule_for(destination_kind)
     if kind == CustodyKind.RMA_SHIPMENT:
         if not carrier.strip():
             raise CustodyRefused("An RMA shipment record names the carrier; add it and retry.")
@@ -221,9 +259,17 @@ def record_custody_transfer(
                 gate,
             )
     else:
-        gate = gate_status([node.pk], CUSTODY)[node.pk]
+        pending = Basis("pending", destination_kind, f"this transfer to {to_party} ({rule.label})")
+        gate = gate_status([node.pk], CUSTODY, {node.pk: pending})[node.pk]
         if not gate.passed:
-            raise CustodyRefused(f"{node.hostname} cannot leave custody yet: {'; '.join(gate.missing[:5])}.", gate)
+            raise CustodyRefused(f"{node.hostname} cannot go to {to_party} ({rule.label}) yet: {gate.refusal()}.", gate)
+        late = _records_after(gate, at)
+        if late:
+            raise CustodyRefused(
+                f"Custody passed at {at:%Y-%m-%d %H:%M} UTC, before the records that vouch for drive(s) "
+                f"{', '.join(late)} were made; a record made after the node left cannot vouch for it.",
+                gate,
+            )
     transfer = CustodyTransfer.objects.create(
         node=node,
         from_party=from_party,
@@ -232,8 +278,12 @@ def record_custody_transfer(
         carrier=carrier,
         drive_status=drive_status,
         document_ref=document_ref,
-        at=at or timezone.now(),
+        at=at,
         recorded_by=actor,
+        destination_kind=destination_kind,
+        leaves_organisation=rule.leaves_organisation,
+        required_method=rule.minimum_method,
+        drives=_drive_snapshot(gate),
     )
     record_audit(
         actor=actor,
@@ -244,6 +294,9 @@ def record_custody_transfer(
             "to": to_party,
             "document_ref": document_ref,
             "kind": kind,
+            "destination_kind": destination_kind,
+            "leaves_organisation": rule.leaves_organisation,
+            "required_method": rule.minimum_method,
             "carrier": carrier,
             "drive_status": drive_status,
         },
@@ -252,6 +305,17 @@ def record_custody_transfer(
         node,
         actor=actor,
         action="custody_transfer",
-        reason=f"{from_party} → {to_party} ({document_ref}){f' by {carrier}' if carrier else ''}",
+        reason=(
+            f"{from_party} → {to_party} ({rule.label}, {document_ref}){f' by {carrier}' if carrier else ''}: "
+            f"{'leaves the organisation, ' + rule.minimum_method if rule.leaves_organisation else 'stays inside, clear'}"
+        ),
     )
     return transfer
+
+
+def _records_after(gate, at) -> list[str]:
+    ids = [d.record_id for d in gate.drives if d.record_id]
+    late = set(
+        SanitizationRecord.objects.filter(pk__in=ids, performed_at__gt=at).values_list("drive__serial", flat=True)
+    )
+    return sorted(late)

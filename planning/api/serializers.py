@@ -6,19 +6,36 @@ is checked after it by ``planning.inputs.validate_parameters``. The response des
 stored plan; the weekly timelines are plain JSON arrays of points.
 """
 
+from collections.abc import Mapping
 from decimal import Decimal
 
 from rest_framework import serializers
 
 from core.validators import validate_display_text
+from planning.engines.capacity import PRECISIONS
+from planning.engines.disposition.market import BOUND_NAMES, check_override
 from planning.inputs import DEFAULT_TARGET, FLOOR_UNITS, PlanInputError, json_ready
 from planning.models import MigrationPlan
 from planning.services import disposition_plans as disposition
 
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know: a misspelt field must not be silently ignored."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(str(k) for k in set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {k: [f"Unknown field; this object takes {', '.join(self.fields)}."] for k in unknown}
+                )
+        return super().to_internal_value(data)
+
+
 # ---- migration plans: parameters (request)
 
 
-class DeliverySerializer(serializers.Serializer):
+class DeliverySerializer(StrictSerializer):
     date = serializers.DateField(help_text="day the scalable units arrive on site")
     scalable_units = serializers.IntegerField(min_value=1, max_value=1000)
     racks_per_unit = serializers.IntegerField(
@@ -27,7 +44,7 @@ class DeliverySerializer(serializers.Serializer):
     label = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
 
 
-class FacilityUpgradeSerializer(serializers.Serializer):
+class FacilityUpgradeSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=["cdu_install"], default="cdu_install")
     positions = serializers.ListField(
         child=serializers.CharField(max_length=100),
@@ -59,7 +76,11 @@ class FacilityUpgradeSerializer(serializers.Serializer):
     )
 
 
-class HallFacilitySerializer(serializers.Serializer):
+class HallFacilitySerializer(StrictSerializer):
+    """A hall's shared facility figures; each one given replaces the default the planner derives from
+    the hall's positions (CDU: the liquid share of its liquid positions' cooling; room air: its air
+    positions' cooling plus the residual-air share of its liquid positions')."""
+
     hall = serializers.UUIDField(help_text="hall id in scope")
     cdu_units = serializers.IntegerField(
         min_value=1,
@@ -81,7 +102,24 @@ class HallFacilitySerializer(serializers.Serializer):
     )
 
 
-class PlanParametersSerializer(serializers.Serializer):
+class CapacityUnitSerializer(StrictSerializer):
+    label = serializers.CharField(
+        max_length=200, help_text="e.g. output tokens/s (llama-3.1-70b, BF16, 1,000+250 tokens)"
+    )
+    per_gpu = serializers.DictField(
+        child=serializers.FloatField(min_value=1e-6, max_value=1e9),
+        allow_empty=False,
+        help_text="node type slug -> this unit per GPU, for the target and every node type in scope",
+    )
+    source = serializers.CharField(max_length=300, required=False, default="operator input")
+
+
+class FloorStepSerializer(StrictSerializer):
+    start = serializers.DateField(help_text="the floor is perf from this day on")
+    perf = serializers.FloatField(min_value=0, max_value=1e12)
+
+
+class PlanParametersSerializer(StrictSerializer):
     """What an operator decides; every field has a default from the inventory or the reference data."""
 
     name = serializers.CharField(max_length=100, required=False, allow_blank=True, validators=[validate_display_text])
@@ -115,7 +153,9 @@ class PlanParametersSerializer(serializers.Serializer):
         help_text="which generations.csv ratio normalises capacity (default training)",
     )
     floor_unit = serializers.ChoiceField(
-        choices=list(FLOOR_UNITS), required=False, help_text="unit of the default floor: h100e (default) or gpus"
+        choices=list(FLOOR_UNITS),
+        required=False,
+        help_text="unit of the floor: h100e (default), gpus, or capacity_unit (default when capacity_unit is given)",
     )
     hall_facilities = HallFacilitySerializer(many=True, required=False, max_length=1000)
     deliveries = DeliverySerializer(many=True, required=False, allow_empty=False)
@@ -124,7 +164,7 @@ class PlanParametersSerializer(serializers.Serializer):
         max_value=365,
         required=False,
         allow_null=True,
-        help_text="default: high end of burn_in_per_rack (facility.csv)",
+        help_text="default: burn_in_deadline (facility.csv, 24 h: the lifecycle's burn-in deadline) in whole days",
     )
     cut_over_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=1)
     drain_days = serializers.IntegerField(min_value=0, max_value=365, required=False, default=7)
@@ -144,7 +184,24 @@ class PlanParametersSerializer(serializers.Serializer):
         allow_null=True,
         help_text="H100-equivalent floor; default: today's H100-equivalents when floor_unit=h100e, else none",
     )
-    largest_job_gpus = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    largest_job_gpus = serializers.IntegerField(
+        min_value=1,
+        max_value=10_000_000,
+        required=False,
+        help_text="the largest job in H100s; one generation's pool holds it when its GPUs x ratio reach it "
+        "(default: half of today's largest pool)",
+    )
+    capacity_unit = CapacityUnitSerializer(
+        required=False,
+        allow_null=True,
+        help_text="count capacity in this unit instead of H100-equivalents (a capacity plan's output tokens/s)",
+    )
+    capacity_floor_schedule = FloorStepSerializer(
+        many=True,
+        required=False,
+        max_length=120,
+        help_text="a floor that changes over time in the plan's unit (a forecast's need per month)",
+    )
     horizon_weeks = serializers.IntegerField(min_value=4, max_value=260, required=False, default=104)
     power_margin = serializers.FloatField(min_value=0, max_value=0.5, required=False, default=0.05)
 
@@ -214,6 +271,16 @@ class VerdictsSerializer(serializers.Serializer):
         child=serializers.FloatField(), required=False, help_text="the same per naive sequence, against the same floor"
     )
     old_fleet_retired = serializers.BooleanField(required=False, help_text="every old rack drained within the horizon")
+    given_up_perf_days = serializers.FloatField(
+        required=False, help_text="normalised-unit-days below today's capacity: drained before replaced"
+    )
+    need_met_always = serializers.BooleanField(
+        required=False, help_text="false: a floor from a forecast exceeds what is in service even without drains"
+    )
+    need_shortfall_perf_days = serializers.FloatField(required=False)
+    peak_cabled_gpus = serializers.IntegerField(
+        required=False, help_text="most fabric endpoints cabled at once: in service, draining, sanitising, burn-in"
+    )
 
 
 class PositionVerdictSerializer(serializers.Serializer):
@@ -257,7 +324,11 @@ class TimelinePointSerializer(serializers.Serializer):
     power_kw_total = serializers.FloatField()
     budget_kw_by_hall = serializers.DictField(child=serializers.FloatField())
     budget_kw_total = serializers.FloatField()
-    facility_power_kw = serializers.FloatField()
+    facility_power_kw = serializers.FloatField(help_text="air heat x the hall's PUE + liquid heat x the liquid PUE")
+    largest_pool_perf = serializers.FloatField(required=False)
+    cabled_gpus = serializers.IntegerField(required=False)
+    floor_perf = serializers.FloatField(required=False, allow_null=True, help_text="the normalised floor in force")
+    drained_perf = serializers.FloatField(required=False, help_text="capacity drained so far")
 
 
 class TimelineSerializer(serializers.Serializer):
@@ -276,6 +347,7 @@ class NaiveSequenceSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField())
     trough_perf_days = serializers.FloatField(required=False)
     min_capacity_perf = serializers.FloatField(required=False)
+    given_up_perf_days = serializers.FloatField(required=False)
 
 
 class AssumptionSerializer(serializers.Serializer):
@@ -283,6 +355,24 @@ class AssumptionSerializer(serializers.Serializer):
     value = serializers.CharField()
     unit = serializers.CharField()
     source = serializers.CharField()
+
+
+class DrainItemSerializer(serializers.Serializer):
+    position_id = serializers.CharField(help_text="rack id: its nodes are the ones drained")
+    rack = serializers.CharField()
+    hall_id = serializers.CharField()
+    block = serializers.CharField()
+    node_type = serializers.CharField()
+    nodes = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    kw = serializers.FloatField()
+    start = serializers.DateField(help_text="drain starts")
+    drained = serializers.DateField()
+    sanitised = serializers.DateField()
+    shipped = serializers.DateField(help_text="position free")
+    reason = serializers.CharField()
+    frees = serializers.ChoiceField(choices=["position", "power", "retirement"])
+    used = serializers.DateField(allow_null=True, help_text="when what it frees is first used")
 
 
 class PlanResultSerializer(serializers.Serializer):
@@ -302,6 +392,14 @@ class PlanResultSerializer(serializers.Serializer):
     floor_gpus = serializers.IntegerField(required=False, help_text="raw GPU floor (0: none)")
     floor_perf = serializers.FloatField(required=False, allow_null=True, help_text="H100-equivalent floor (null: none)")
     perf_unit = serializers.CharField(required=False, help_text="what the normalised figures count")
+    drains = DrainItemSerializer(many=True, required=False, help_text="the drain schedule rack by rack")
+    binding_constraints = serializers.ListField(child=serializers.CharField(), required=False)
+    largest_job_perf = serializers.FloatField(required=False, help_text="the largest job in the normalised unit")
+    complete = serializers.DateField(
+        required=False,
+        allow_null=True,
+        help_text="every new rack in service and every old rack out of service; finish adds sanitising and shipping",
+    )
 
 
 class MigrationPlanSerializer(serializers.ModelSerializer):
@@ -393,16 +491,55 @@ class DispositionPlanIn(serializers.Serializer):
         child=serializers.DecimalField(max_digits=14, decimal_places=4, min_value=Decimal(0)),
         required=False,
         default=dict,
-        help_text="override reference defaults: " + ", ".join(disposition.OVERRIDABLE),
+        help_text="override reference defaults (with override_reason): " + ", ".join(disposition.OVERRIDABLE),
+    )
+    market_overrides = serializers.DictField(
+        child=serializers.DecimalField(max_digits=10, decimal_places=4, min_value=Decimal(0)),
+        required=False,
+        default=dict,
+        help_text="override the market bounds of economics.csv (with override_reason): " + ", ".join(BOUND_NAMES),
+    )
+    override_reason = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="why the defaults are overridden; required with any override, shown on the plan",
+    )
+    migration_plan_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="link a migration plan without taking the selection from its drain list: the nodes it drains "
+        "are not kept in place, those it keeps in a hall it refills are charged for the kW they hold",
     )
 
     def validate_assumption_overrides(self, value):
+        if len(value) > len(disposition.OVERRIDABLE):
+            raise serializers.ValidationError(f"at most {len(disposition.OVERRIDABLE)} overrides")
         unknown = sorted(set(value) - set(disposition.OVERRIDABLE))
         if unknown:
             raise serializers.ValidationError(
                 f"unknown assumptions {', '.join(unknown)}; overridable: {', '.join(disposition.OVERRIDABLE)}"
             )
         return value
+
+    def validate_market_overrides(self, value):
+        if len(value) > len(BOUND_NAMES):
+            raise serializers.ValidationError(f"at most {len(BOUND_NAMES)} overrides")
+        problems = [f"{name}: {p}" for name, v in sorted(value.items()) if (p := check_override(name, v))]
+        if problems:
+            raise serializers.ValidationError("; ".join(problems))
+        return value
+
+    def validate(self, attrs):
+        if (attrs.get("assumption_overrides") or attrs.get("market_overrides")) and not attrs.get(
+            "override_reason", ""
+        ).strip():
+            raise serializers.ValidationError(
+                {"override_reason": "say why the defaults are overridden; the plan shows it beside the values"}
+            )
+        return attrs
 
     def validate_demands(self, value):
         pools = [d["pool"] for d in value]
@@ -418,31 +555,65 @@ class DispositionPlanOut(serializers.Serializer):
     created_at = serializers.DateTimeField()
     inputs = serializers.JSONField()
     result = serializers.JSONField(
-        help_text="split, option_returns, total_return, freed_power_value, allocations, "
-        "blocks (option values per block), reasoning, assumptions (with sources)"
+        help_text="split, option_returns, total_return, freed_power_value, allocations (with tranches and the "
+        "constraint that decided them), market (the bounds with their sources or override reasons), migration "
+        "(what a linked migration plan does with the nodes), constraints, blocks (option values per block), "
+        "reasoning, assumptions (with sources)"
     )
 
 
 # ---- capacity plans
 
 
-class ModelIn(serializers.Serializer):
+class ModelIn(StrictSerializer):
+    """A model's figures from its config.json (bounds: every number a client sends is bounded)."""
+
     name = serializers.CharField(max_length=100, validators=[validate_display_text])
     total_params_b = serializers.FloatField(min_value=0.1, max_value=100_000)
     active_params_b = serializers.FloatField(min_value=0.1, max_value=100_000)
     layers = serializers.IntegerField(min_value=1, max_value=10_000)
-    kv_heads = serializers.IntegerField(min_value=1, max_value=10_000)
+    attention_heads = serializers.IntegerField(
+        min_value=1, max_value=10_000, required=False, help_text="query heads (num_attention_heads); default kv_heads"
+    )
+    kv_heads = serializers.IntegerField(min_value=1, max_value=10_000, help_text="num_key_value_heads")
     head_dim = serializers.IntegerField(min_value=1, max_value=10_000)
-    bytes_per_element = serializers.IntegerField(min_value=1, max_value=8)
     context_tokens = serializers.IntegerField(min_value=1, max_value=100_000_000)
+    precision = serializers.ChoiceField(choices=list(PRECISIONS), default="BF16", help_text="native precision")
+    attention = serializers.ChoiceField(
+        choices=["gqa", "mla"], default="gqa", help_text="gqa (K and V per KV head) or mla (latent + RoPE key)"
+    )
+    kv_lora_rank = serializers.IntegerField(min_value=0, max_value=100_000, default=0, help_text="MLA latent size")
+    qk_rope_head_dim = serializers.IntegerField(min_value=0, max_value=100_000, default=0, help_text="MLA RoPE key")
+    routed_experts = serializers.IntegerField(min_value=0, max_value=100_000, default=0, help_text="MoE: E")
+    experts_per_token = serializers.IntegerField(min_value=0, max_value=1_000, default=0, help_text="MoE: top-k")
+    expert_params_b = serializers.FloatField(
+        min_value=0, max_value=100_000, default=0, help_text="MoE: one routed expert's parameters over all its layers"
+    )
 
     def validate(self, attrs):
+        attrs.setdefault("attention_heads", attrs["kv_heads"])
+        errors = {}
         if attrs["active_params_b"] > attrs["total_params_b"]:
-            raise serializers.ValidationError("active_params_b cannot exceed total_params_b")
+            errors["active_params_b"] = "active_params_b cannot exceed total_params_b"
+        if attrs["attention"] == "mla" and attrs["kv_lora_rank"] < 1:
+            errors["kv_lora_rank"] = "multi-head latent attention caches a latent of kv_lora_rank (e.g. 512)"
+        experts, k, each = attrs["routed_experts"], attrs["experts_per_token"], attrs["expert_params_b"]
+        if (experts > 0) != (k > 0) or (experts > 0) != (each > 0):
+            errors["routed_experts"] = (
+                "a mixture of experts gives routed_experts, experts_per_token and expert_params_b"
+            )
+        elif k > experts:
+            errors["experts_per_token"] = "experts_per_token cannot exceed routed_experts"
+        elif experts and experts * each > attrs["total_params_b"]:
+            errors["expert_params_b"] = "routed_experts x expert_params_b cannot exceed total_params_b"
+        elif experts and k * each > attrs["active_params_b"]:
+            errors["expert_params_b"] = "experts_per_token x expert_params_b cannot exceed active_params_b"
+        if errors:
+            raise serializers.ValidationError(errors)
         return attrs
 
 
-class ForecastMonthIn(serializers.Serializer):
+class ForecastMonthIn(StrictSerializer):
     month = serializers.DateField(help_text="first day of the month")
     requests_per_s = serializers.FloatField(min_value=0, max_value=1e9, required=False, allow_null=True, default=None)
     tokens_per_s = serializers.FloatField(
@@ -454,31 +625,40 @@ class ForecastMonthIn(serializers.Serializer):
         help_text="output tokens per second (instead of requests_per_s)",
     )
     prompt_tokens = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
-    output_tokens = serializers.IntegerField(min_value=0, max_value=10_000_000, default=0)
+    output_tokens = serializers.IntegerField(min_value=1, max_value=10_000_000, help_text="output tokens per request")
     tpot_ms_target = serializers.FloatField(
         min_value=0.1,
         max_value=100_000,
         required=False,
         allow_null=True,
         default=None,
-        help_text="latency target: ms per output token",
+        help_text="time per output token target (ms); default reference_tpot_ms (inference.csv)",
     )
-    concurrent_sequences_per_replica = serializers.IntegerField(min_value=1, max_value=100_000, default=64)
+    ttft_ms_target = serializers.FloatField(
+        min_value=1,
+        max_value=1_000_000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="time to first token target (ms); default reference_ttft_ms (inference.csv)",
+    )
 
     def validate(self, attrs):
         if attrs["tokens_per_s"] is None and attrs["requests_per_s"] is None:
-            raise serializers.ValidationError("give requests_per_s (with output_tokens) or tokens_per_s")
-        if attrs["tokens_per_s"] is None and attrs["output_tokens"] == 0:
-            raise serializers.ValidationError("requests_per_s needs output_tokens per request")
+            raise serializers.ValidationError("give requests_per_s or tokens_per_s")
         return attrs
 
 
-class MeasuredIn(serializers.Serializer):
+class MeasuredIn(StrictSerializer):
     gpus_per_replica = serializers.IntegerField(min_value=1, max_value=1024)
-    tokens_per_s = serializers.FloatField(min_value=0.001, max_value=1e9)
+    tokens_per_s = serializers.FloatField(min_value=0.001, max_value=1e9, help_text="output tokens/s per replica")
+    confirm_implausible = serializers.BooleanField(
+        default=False,
+        help_text="keep a measurement outside 0.1x-10x of the model's estimate (else 400 naming tokens_per_s)",
+    )
 
 
-class CapacityPlanIn(serializers.Serializer):
+class CapacityPlanIn(StrictSerializer):
     name = serializers.CharField(max_length=200, validators=[validate_display_text])
     model_name = serializers.CharField(
         max_length=100,
@@ -488,6 +668,13 @@ class CapacityPlanIn(serializers.Serializer):
         help_text="a reference model (models.csv), or give model",
     )
     model = ModelIn(required=False)
+    precision = serializers.ChoiceField(
+        choices=list(PRECISIONS),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="BF16, FP8 or FP4: bytes per weight, KV cache bytes and tensor throughput; default the model's own",
+    )
     forecast = ForecastMonthIn(many=True, allow_empty=False, max_length=120)
     target_gpu_model = serializers.CharField(max_length=100, default="GB200-NVL72")
     gpu_models = serializers.ListField(

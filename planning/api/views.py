@@ -30,6 +30,7 @@ from .serializers import (
     DispositionPlanOut,
     MigrationPlanSerializer,
     PlanParametersSerializer,
+    field_errors,
     plan_parameters,
 )
 
@@ -175,6 +176,9 @@ def create_plan_from(data: dict, *, actor: str) -> DispositionPlan:
             inputs=inputs,
             rank_with_freed_power=data["rank_with_freed_power"],
             lease_on_demand=data["lease_on_demand"],
+            market_overrides=data["market_overrides"],
+            override_reason=data["override_reason"],
+            migration_plan_id=str(data["migration_plan_id"] or ""),
         )
     except disposition.SelectionError as exc:
         raise Problem(
@@ -255,10 +259,7 @@ def create_capacity_from(data: dict, *, actor: str) -> CapacityPlan:
         return capacity.create_capacity_plan(data=data, actor=actor)
     except capacity.CapacityInputError as exc:
         raise Problem(
-            400,
-            "validation_error",
-            "The capacity plan cannot be sized; see errors.",
-            errors=[{"field": "non_field_errors", "message": str(exc)}],
+            400, "validation_error", "The capacity plan cannot be sized; see errors.", errors=exc.errors
         ) from exc
 
 
@@ -286,7 +287,11 @@ class CapacityPlans(APIView):
     def post(self, request):
         key = read_key(request, required=True)
         body = CapacityPlanIn(data=request.data)
-        body.is_valid(raise_exception=True)
+        if not body.is_valid():
+            # The same field paths as the migration planner and the console: forecast[0].output_tokens.
+            raise Problem(
+                400, "validation_error", "Some fields are invalid; see errors.", errors=field_errors(body.errors)
+            )
 
         def perform():
             plan = create_capacity_from(body.validated_data, actor=request.user.actor)

@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from core.services.audit import record_audit
 from fleet.choices import Lifecycle
-from fleet.models import Drive, Node
+from fleet.models import Drive, Node, Rack
 from planning.engines.disposition.assumptions import load_default_assumptions
+from planning.engines.disposition.market import Market, load_market, override_market
 from planning.engines.disposition.split import recommend_split
 from planning.engines.disposition.types import (
     OPTION_ORDER,
@@ -31,6 +32,7 @@ from planning.engines.disposition.valuation import value_options
 from planning.engines.migration.planner import power_reuse
 from planning.models import DispositionAssignment, DispositionPlan, MigrationPlan
 from planning.plan_json import inputs_from_json, schedule_from_json
+from planning.selectors import drain_starts
 
 CHANNELS = ("broker", "auction", "distressed")
 # Nodes already on their way out or gone cannot be planned again.
@@ -60,14 +62,77 @@ def default_assumptions() -> Assumptions:
     return load_default_assumptions()
 
 
-def apply_overrides(base: Assumptions, overrides: dict[str, Decimal]) -> Assumptions:
+def apply_overrides(base: Assumptions, overrides: dict[str, Decimal], reason: str = "") -> Assumptions:
     unknown = set(overrides) - set(OVERRIDABLE)
     if unknown:
         raise SelectionError(f"cannot override {', '.join(sorted(unknown))}; overridable: {', '.join(OVERRIDABLE)}")
+    if overrides and not reason.strip():
+        raise SelectionError("say why the defaults are overridden (override_reason)")
     sources = dict(base.sources)
     for name in overrides:
-        sources[name] = "overridden in this plan"
+        sources[name] = f"overridden in this plan ({reason.strip()}); default {getattr(base, name)}"
     return dataclasses.replace(base, **overrides, sources=sources)
+
+
+MONTH_DAYS = Decimal("30.4375")  # 365.25 / 12
+
+
+@dataclass(frozen=True)
+class Coherence:
+    """What a linked migration plan does with one node: drains it (so it cannot be kept in
+    place), or keeps it in a hall it refills from some month (so keeping it blocks kW there)."""
+
+    kept_in_place: bool = True
+    blocked_from_month: Decimal | None = None
+    group: str = ""
+    drain: date | None = None
+    position_reused: date | None = None
+
+
+def migration_coherence(plan: MigrationPlan, nodes: list[dict], start: date) -> dict:
+    """node id → Coherence, from the migration plan's stored output (its drain phases and where
+    its new racks land), without re-planning."""
+    drains = drain_starts(plan)
+    landed: dict[str, date] = {}
+    for pl in plan.result.get("placements", []):
+        day = date.fromisoformat(pl["land"])
+        landed[pl["position_id"]] = min(day, landed.get(pl["position_id"], day))
+    hall_of = {str(k): str(v) for k, v in Rack.objects.filter(pk__in=list(landed)).values_list("pk", "hall_id")}
+    first_in_hall: dict[str, date] = {}
+    for pid, day in landed.items():
+        hall = hall_of.get(pid)
+        if hall is not None:
+            first_in_hall[hall] = min(day, first_in_hall.get(hall, day))
+    out = {}
+    for n in nodes:
+        rack, hall = str(n["rack_id"]), str(n["rack__hall_id"])
+        if rack in drains:
+            out[n["id"]] = Coherence(False, None, "drained by the migration", drains[rack], landed.get(rack))
+        elif hall in first_in_hall:
+            months = max(Decimal(0), Decimal((first_in_hall[hall] - start).days) / MONTH_DAYS).quantize(Decimal("0.01"))
+            out[n["id"]] = Coherence(True, months, "kept in a hall the migration refills")
+        else:
+            out[n["id"]] = Coherence()
+    return out
+
+
+def _coherence_text(plan: MigrationPlan, group: list[Coherence], reuse: dict | None, start: date) -> str:
+    first = group[0]
+    if not first.kept_in_place:
+        drains = sorted(c.drain for c in group if c.drain)
+        reused = sum(1 for c in group if c.position_reused)
+        parts = [f"migration plan {plan.name!r} drains them from {drains[0]} to {drains[-1]}"]
+        if reused:
+            parts.append(f"{reused} of them stand where its new racks land")
+        if reuse and reuse.get("first_reuse"):
+            parts.append(f"it reuses the freed kW from {reuse['first_reuse']}")
+        return "; ".join(parts)
+    if first.blocked_from_month is not None:
+        return (
+            f"migration plan {plan.name!r} keeps them but lands new racks in their hall from month "
+            f"{first.blocked_from_month} after {start}: kept in place they hold kW the new racks could use"
+        )
+    return ""
 
 
 def _migration_plan(plan_id: str) -> MigrationPlan:
@@ -137,20 +202,29 @@ def _age_years(commissioned_on: date | None, today: date) -> Decimal:
     return Decimal((today - commissioned_on).days) / DAYS_PER_YEAR
 
 
-def build_blocks(nodes: list[dict], drives_per_node: dict) -> tuple[list[OutgoingBlock], dict[str, list]]:
-    """Group nodes by GPU model and hall (the valuation's block label), averaging their age.
+def build_blocks(
+    nodes: list[dict], drives_per_node: dict, coherence: dict | None = None, describe=None
+) -> tuple[list[OutgoingBlock], dict[str, list]]:
+    """Group nodes by GPU model, hall and what a linked migration plan does with them (the
+    valuation's block label), averaging their age.
 
     Returns the blocks and, per block label, its node ids (ordered by hostname) so the split
     can be assigned to concrete nodes."""
     today = timezone.now().date()
+    coherence = coherence or {}
     groups: dict[tuple, list[dict]] = {}
     for n in nodes:
-        groups.setdefault((n["node_type__gpu_model"], str(n["hall"])), []).append(n)
+        c = coherence.get(n["id"], Coherence())
+        key = (n["node_type__gpu_model"], str(n["hall"]), c.group, c.blocked_from_month)
+        groups.setdefault(key, []).append(n)
     blocks, members = [], {}
-    for (gpu_model, hall), group in sorted(groups.items()):
+    for (gpu_model, hall, group_name, blocked_from), group in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3] or Decimal(-1))
+    ):
         group.sort(key=lambda n: n["hostname"])
         ages = [_age_years(n["commissioned_on"], today) for n in group]
         racks = len({n["rack_id"] for n in group})
+        states = [coherence.get(n["id"], Coherence()) for n in group]
         block = OutgoingBlock(
             generation=group[0]["node_type__generation"],
             gpu_model=gpu_model,
@@ -160,6 +234,10 @@ def build_blocks(nodes: list[dict], drives_per_node: dict) -> tuple[list[Outgoin
             hall=hall,
             nodes_per_rack=max(1, -(-len(group) // racks)),
             drives_per_node=max((drives_per_node.get(n["id"], 0) for n in group), default=0),
+            kept_in_place=states[0].kept_in_place,
+            blocked_from_month=blocked_from,
+            group=group_name,
+            coherence=describe(states) if describe and group_name else "",
         )
         blocks.append(block)
         members[block.label] = [n["id"] for n in group]
@@ -178,7 +256,9 @@ def _option_json(v: OptionValue) -> dict:
         "disposal_proceeds": _money(v.disposal_proceeds),
         "residual_value": _money(v.residual_value),
         "freed_power_value": _money(v.freed_power_value),
+        "blocked_value": _money(v.blocked_value),
         "service_months": str(v.service_months),
+        "start_month": v.start_month,
         "cash": _money(v.cash),
     }
 
@@ -202,6 +282,20 @@ def _assumptions_json(a: Assumptions) -> list[dict]:
     ]
 
 
+def default_market() -> Market:
+    return load_market()
+
+
+def linked_plan_id(selection: Selection, link: str = "") -> str:
+    """The migration plan linked to a disposition: the one the selection takes its nodes from,
+    or one linked without restricting the selection; both, when given, must agree."""
+    chosen = str(selection.migration_plan_id or "")
+    link = str(link or "")
+    if chosen and link and chosen != link:
+        raise SelectionError("selection.migration_plan_id and migration_plan_id name different plans; give one")
+    return chosen or link
+
+
 @transaction.atomic
 def create_disposition_plan(
     *,
@@ -216,23 +310,33 @@ def create_disposition_plan(
     inputs: dict | None = None,
     rank_with_freed_power: bool = False,
     lease_on_demand: bool = False,
+    market_overrides: dict[str, Decimal] | None = None,
+    override_reason: str = "",
+    migration_plan_id: str = "",
 ) -> DispositionPlan:
-    """Value the selected nodes, store the plan, its result and one assignment per node.
+    """Value the selected nodes, split them under the market bounds, store the plan, its result
+    and one assignment per node (with the constraint that decided it).
 
-    With a linked migration plan, freed power is valued from that plan's reuse of it (once, from
-    when it is reused, capped at what it reuses); without one it is worth nothing here."""
+    The market bounds come from economics.csv unless the operator overrides them, with a reason.
+    With a linked migration plan, freed power is valued from that plan's reuse of it (once,
+    from when it is reused, capped at what it reuses), the nodes it drains are not kept in
+    place, and nodes it keeps in a hall it refills are charged, when kept, for the kW they hold
+    there; without one, freed power is worth nothing here."""
     if channel not in CHANNELS:
         raise SelectionError(f"channel must be one of {', '.join(CHANNELS)}")
     assumptions = dataclasses.replace(
         default_assumptions(), rank_with_freed_power=rank_with_freed_power, lease_on_demand=lease_on_demand
     )
+    try:
+        market = override_market(default_market(), market_overrides or {}, override_reason)
+    except ValueError as exc:
+        raise SelectionError(str(exc)) from exc
+    today = timezone.now().date()
+    link = linked_plan_id(selection, migration_plan_id)
+    linked = _migration_plan(link) if link else None
     reuse = None
-    if selection.migration_plan_id:
-        reuse = power_reuse_of(
-            _migration_plan(str(selection.migration_plan_id)),
-            start=timezone.now().date(),
-            horizon_months=horizon_months,
-        )
+    if linked is not None:
+        reuse = power_reuse_of(linked, start=today, horizon_months=horizon_months)
         sources = dict(assumptions.sources)
         sources["freed_kw_months_per_kw"] = (
             f"migration plan {reuse['migration_plan_id']}: {reuse['reused_kw_months']:,} reused kW-months over "
@@ -242,12 +346,13 @@ def create_disposition_plan(
         assumptions = dataclasses.replace(
             assumptions, freed_kw_months_per_kw=Decimal(str(reuse["kw_months_per_kw"])), sources=sources
         )
-    assumptions = apply_overrides(assumptions, overrides or {})
+    assumptions = apply_overrides(assumptions, overrides or {}, override_reason)
     nodes = list(
         select_nodes(selection).values(
             "id",
             "hostname",
             "rack_id",
+            "rack__hall_id",
             "commissioned_on",
             "rack__hall__name",
             "node_type__gpu_model",
@@ -265,15 +370,21 @@ def create_disposition_plan(
         .annotate(n=Count("id"))
         .values_list("node_id", "n")
     )
-    blocks, members = build_blocks(nodes, drive_counts)
-    recommendation = recommend_split(blocks, demands, assumptions, horizon_months, channel, lease_cap_nodes)
+    coherence = migration_coherence(linked, nodes, today) if linked is not None else {}
+    blocks, members = build_blocks(
+        nodes, drive_counts, coherence, lambda group: _coherence_text(linked, group, reuse, today)
+    )
+    try:
+        recommendation = recommend_split(blocks, demands, assumptions, horizon_months, channel, lease_cap_nodes, market)
+    except ValueError as exc:
+        raise SelectionError(str(exc)) from exc
 
     block_rows = []
     for block in blocks:
-        external = value_options(block, None, assumptions, horizon_months, channel)
+        external = value_options(block, None, assumptions, horizon_months, channel, market)
         redeploy = {}
         for d in demands:
-            values = value_options(block, d, assumptions, horizon_months, channel)
+            values = value_options(block, d, assumptions, horizon_months, channel, market)
             redeploy[d.pool] = _option_json(values.redeploy)
         block_rows.append(
             {
@@ -285,6 +396,8 @@ def create_disposition_plan(
                 "age_years": str(block.age_years),
                 "hall": block.hall,
                 "drives_per_node": block.drives_per_node,
+                "kept_in_place": block.kept_in_place,
+                "coherence": block.coherence,
                 "options": {
                     o.value: _option_json(getattr(external, o.value)) for o in OPTION_ORDER if o.value != "redeploy"
                 },
@@ -293,25 +406,38 @@ def create_disposition_plan(
         )
     allocations = []
     freed_by_option = {o.value: Decimal(0) for o in OPTION_ORDER}
+    constraints: dict[str, int] = {}
     assignments = []
     cursor = {label: 0 for label in members}
     for al in recommendation.allocations:
         ids = members[al.block_label][cursor[al.block_label] : cursor[al.block_label] + al.nodes]
         cursor[al.block_label] += al.nodes
-        freed_by_option[al.option.value] += al.value.freed_power_value * al.nodes
+        freed_by_option[al.option.value] += al.total_freed_power_value
+        constraints[al.decided_by] = constraints.get(al.decided_by, 0) + al.nodes
         allocations.append(
             {
                 "block": al.block_label,
                 "option": al.option.value,
                 "pool": al.pool,
                 "nodes": al.nodes,
-                "return_per_node": _money(al.value.return_per_node),
+                "return_per_node": _money(al.total_return / al.nodes),
                 "total": _money(al.total_return),
-                "cash": _money(al.value.cash * al.nodes),
-                "freed_power_value": _money(al.value.freed_power_value * al.nodes),
+                "cash": _money(al.total_cash),
+                "freed_power_value": _money(al.total_freed_power_value),
+                "blocked_value": _money(al.total_blocked_value),
+                "decided_by": al.decided_by,
+                "reason": al.reason,
+                "tranches": [
+                    {
+                        "start_month": t.value.start_month,
+                        "nodes": t.nodes,
+                        "return_per_node": _money(t.value.return_per_node),
+                    }
+                    for t in (al.tranches or ())
+                ],
             }
         )
-        assignments.extend((node_id, al.option.value, al.pool or "") for node_id in ids)
+        assignments.extend((node_id, al.option.value, al.pool or "", al.decided_by) for node_id in ids)
     result = {
         "horizon_months": horizon_months,
         "channel": channel,
@@ -324,7 +450,12 @@ def create_disposition_plan(
         "opportunity_value": _money(recommendation.total_freed_power_value),
         "ranked_by": "cash + freed power" if rank_with_freed_power else "cash",
         "lease_billing": "on demand" if lease_on_demand else "contract",
+        "lease_cap_nodes": lease_cap_nodes,
+        "market": market.as_list(),
+        "override_reason": override_reason.strip(),
         "power_reuse": reuse,
+        "migration": _migration_summary(linked, coherence) if linked is not None else None,
+        "constraints": dict(sorted(constraints.items())),
         "freed_power_value": {k: _money(v) for k, v in freed_by_option.items()},
         "freed_power_value_per_kw_month": _money(assumptions.freed_power_value_per_kw_month),
         "allocations": allocations,
@@ -334,13 +465,36 @@ def create_disposition_plan(
     }
     plan = DispositionPlan.objects.create(name=name, created_by=actor, inputs=inputs or {}, result=result)
     DispositionAssignment.objects.bulk_create(
-        [DispositionAssignment(plan=plan, node_id=nid, option=opt, pool=pool) for nid, opt, pool in assignments],
+        [
+            DispositionAssignment(plan=plan, node_id=nid, option=opt, pool=pool, constraint=constraint)
+            for nid, opt, pool, constraint in assignments
+        ],
         batch_size=2000,
     )
     record_audit(
         actor=actor,
         action="disposition_plan.create",
         target=plan,
-        after={"nodes": len(nodes), "split": result["split"], "total_return": result["total_return"]},
+        after={
+            "nodes": len(nodes),
+            "split": result["split"],
+            "total_return": result["total_return"],
+            "market_overrides": {k: str(v) for k, v in (market_overrides or {}).items()},
+            "assumption_overrides": {k: str(v) for k, v in (overrides or {}).items()},
+            "override_reason": override_reason.strip(),
+        },
+        reason=override_reason.strip(),
     )
     return plan
+
+
+def _migration_summary(plan: MigrationPlan, coherence: dict) -> dict:
+    states = list(coherence.values())
+    return {
+        "migration_plan_id": str(plan.id),
+        "name": plan.name,
+        "drained_nodes": sum(1 for c in states if not c.kept_in_place),
+        "positions_reused": sum(1 for c in states if c.position_reused),
+        "kept_in_refilled_halls": sum(1 for c in states if c.kept_in_place and c.blocked_from_month is not None),
+        "untouched": sum(1 for c in states if c.kept_in_place and c.blocked_from_month is None),
+    }

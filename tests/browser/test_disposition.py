@@ -20,5 +20,9 @@ def test_create_plan_and_see_the_split_chart(page, live_server, login, screensho
     assert page.locator("#split-redeploy").inner_text() == "32"  # 64 wanted, 32 H100 nodes in the fleet
     assert page.locator("#returns-chart-0 .main-svg").count() >= 1
     assert "Redeploy 32 nodes" in page.locator("#reasoning").inner_text()
+    # the market bounds the split respected, with their sources, and what decided each part
+    assert "lease_absorption_h100" in page.locator("#market").inner_text()
+    assert "economics.csv" in page.locator("#market").inner_text()
+    assert "best_return" in page.locator("#allocations").inner_text()
     screenshot(page, "disposition-plan")
     assert page.console_errors == []

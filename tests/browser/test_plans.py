@@ -71,3 +71,38 @@ def test_a_large_plan_shows_the_workers_progress_without_reloading(
     compute_plan(queued[0])
     page.wait_for_selector("#facility-verdict", timeout=15_000)  # done: the page shows the plan
     assert page.console_errors == []
+
+
+def test_size_capacity_from_first_principles_and_migrate_in_its_unit(
+    page, live_server, login, screenshot, django_user_model
+):
+    from django.contrib.auth.models import Group
+
+    from devtools.services.fleet_seed import seed_fleet
+
+    seed_fleet(gpus=2048)
+    carol = django_user_model.objects.create_user("carol", password="s3cret-pass", is_staff=True)
+    carol.groups.add(Group.objects.get(name="operators"))
+    login(page, "carol", "s3cret-pass")
+    page.goto(f"{live_server.url}/plans/capacity/")
+    page.fill("#name", "chat 70B")
+    page.select_option("#model_name", "llama-3.1-70b")
+    page.fill("input[name=month_0]", "2026-08-01")
+    page.fill("input[name=tokens_0]", "900000")
+    page.fill("input[name=month_1]", "2026-10-01")
+    page.fill("input[name=tokens_1]", "1900000")
+    page.click("#capacity-form button[type=submit]")
+    page.wait_for_selector("#months")
+    # Each generation states its replica, concurrency (Little's law), latencies, prefill minimum and what binds.
+    table = page.locator("#months").inner_text().lower()  # headers are styled in capitals
+    assert "sequences / replica" in table and "prefill minimum" in table and "batch: memory" in table
+    page.locator("#months details summary").first.click()
+    assert "Little's law" in page.locator("#months details").first.inner_text()
+    assert "output tokens/s (llama-3.1-70b, BF16, 1,000+250 tokens)" in page.locator("#unit").inner_text()
+    page.wait_for_selector("#chart-need .main-svg")
+    screenshot(page, "capacity-plan")
+    page.click("#to-migration")
+    page.wait_for_selector("#drains")
+    assert "counted in output tokens/s (llama-3.1-70b" in page.content()
+    assert "retirement" in page.locator("#drains").inner_text()
+    assert page.console_errors == []

@@ -1,10 +1,17 @@
 """Users with chosen Django permissions, and CSV/XLSX uploads, for the admin tests."""
 
 import io
+import itertools
 
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
 from openpyxl import Workbook
+
+from fleet.models import SanitizationRecord
+from tenants.models import Allocation, AllocationNode
+from tenants.services.tenants import create_tenant
 
 NODE_HEADER = [
     "hostname",
@@ -100,3 +107,63 @@ def change_form_data(response, **overrides) -> dict:
             data.update(_form_values(form))
     data.update(overrides)
     return {k: v for k, v in data.items() if v is not None}
+
+
+INLINE_MANAGEMENT = {
+    "gpus-TOTAL_FORMS": 0,
+    "gpus-INITIAL_FORMS": 0,
+    "drives-TOTAL_FORMS": 0,
+    "drives-INITIAL_FORMS": 0,
+}
+
+
+def node_add_data(*, hostname: str, rack, node_type, u_position: int = 1, **fields) -> dict:
+    """The POST of the admin's node add form, with its (empty) GPU and drive inlines."""
+    return {
+        "hostname": hostname,
+        "serial": f"SN-{hostname}",
+        "node_type": node_type.pk,
+        "rack": rack.pk,
+        "u_position": u_position,
+        **INLINE_MANAGEMENT,
+        **fields,
+    }
+
+
+def inventory_admin_client(django_user_model, *actions: str):
+    """A staff user "inv" with these actions (view, add, change …) on nodes, racks, GPUs and drives."""
+    perms = [f"fleet.{a}_{m}" for a in actions for m in ("node", "rack", "gpu", "drive")]
+    return client_for(Client, staff_with(django_user_model, "inv", *perms))
+
+
+def import_preview(client, upload, **extra):
+    return client.post(reverse("admin:fleet_node_import"), {"file": upload, **extra})
+
+
+def import_confirm(client, preview):
+    return client.post(reverse("admin:fleet_node_import"), {"confirm": "1", "staged": staged_id(preview)})
+
+
+_TENANTS = itertools.count(1)
+
+
+def serve(node, *, started, ended=None, slug: str | None = None):
+    """`node` in an allocation of its own tenant from `started` (to `ended`, or live)."""
+    tenant, _ = create_tenant(slug=slug or f"tenant-{next(_TENANTS)}", name="Tenant", max_nodes=8, actor="test")
+    allocation = Allocation.objects.create(tenant=tenant, name="job", instance_type=node.node_type, node_count=1)
+    AllocationNode.objects.create(allocation=allocation, node=node, started_at=started, ended_at=ended)
+    return allocation
+
+
+def sanitise(drive, at, verified: bool = True):
+    """A purge record of `drive` performed at `at`, as an operator would post it."""
+    return SanitizationRecord.objects.create(
+        drive=drive,
+        method="purge",
+        technique="NVMe sanitize crypto erase",
+        tool="nvme-cli",
+        verified=verified,
+        actor="test",
+        performed_at=at,
+        source="operator",
+    )

@@ -1,5 +1,6 @@
 """Shared setup for lifecycle tests: put nodes in a state, give one a live allocation."""
 
+import uuid
 from datetime import timedelta
 
 from django.utils import timezone
@@ -69,3 +70,32 @@ def pass_drive_gate(node: Node, method: str = "purge") -> None:
             evidence="sanitize log SSTAT=0x101; sampled read-back all zero",
             actor="user:op",
         )
+
+
+EVIDENCE = "nvme sanitize: SSTAT=0x101 completed; read-back of 64 sampled blocks (start, end, random) all zero"
+
+
+def act(ops_api, node: Node, action: str, reason: str = "exit test"):
+    """Run an operator action on the node through the ops API."""
+    return ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/actions",
+        {"action": action, "reason": reason},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()),
+    )
+
+
+def record(ops_api, drive, method: str, evidence: str = EVIDENCE, verified: bool = True):
+    """Record a drive's sanitisation through the ops API, as an operator does."""
+    return ops_api.post(
+        f"/api/v1/ops/drives/{drive.pk}/sanitization-records",
+        {
+            "method": method,
+            "technique": f"{method} technique",
+            "tool": "nvme-cli 2.8",
+            "verified": verified,
+            "evidence": evidence,
+        },
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()),
+    )

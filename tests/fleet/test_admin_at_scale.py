@@ -10,8 +10,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from core.models import AuditEvent
 from devtools.services.fleet_seed import seed_fleet
 from fleet.models import GPU, Drive, Hall, Node, NodeEvent, Rack
+from fleet.services.bmc_credentials import set_bmc
 from health.services.incidents import open_operator_incident
 from tenants.models import Allocation, AllocationNode
 from tenants.services.tenants import create_tenant
@@ -19,7 +21,10 @@ from tenants.services.tenants import create_tenant
 pytestmark = pytest.mark.django_db
 
 ADMINS = [
+    "core.auditevent",
     "fleet.node",
+    "fleet.nodeevent",
+    "fleet.nodebmc",
     "fleet.rack",
     "fleet.hall",
     "fleet.site",
@@ -37,7 +42,16 @@ ADMINS = [
 
 
 # tables that grow with the fleet: no DISTINCT over them and no uncapped COUNT
-BIG_TABLES = ("fleet_node", "fleet_gpu", "fleet_drive", "fleet_nodeevent", "tenants_allocation", "health_condition")
+BIG_TABLES = (
+    "fleet_node",
+    "fleet_gpu",
+    "fleet_drive",
+    "fleet_nodeevent",
+    "fleet_nodebmc",
+    "core_auditevent",
+    "tenants_allocation",
+    "health_condition",
+)
 
 
 def _place(node, tenant, name="train-1"):
@@ -53,7 +67,10 @@ def _pages(client) -> dict[str, tuple[int, list[str]]]:
     """Query count and SQL of each admin's changelist, search and change form."""
     node = Node.objects.order_by("hostname").first()
     samples = {
+        "core.auditevent": AuditEvent.objects.order_by("at").first().pk,
         "fleet.node": node.pk,
+        "fleet.nodeevent": node.events.first().pk,
+        "fleet.nodebmc": node.bmc.pk,
         "fleet.rack": node.rack_id,
         "fleet.hall": node.rack.hall_id,
         "fleet.site": node.rack.hall.site_id,
@@ -86,6 +103,7 @@ def test_admin_pages_have_a_fixed_query_count_and_no_full_count(admin_client):
     seed_fleet(gpus=64)
     tenant, _ = create_tenant(slug="acme", name="Acme", max_nodes=64, actor="test")
     first = Node.objects.order_by("hostname").first()
+    set_bmc(node=first, redfish_url="https://10.9.0.1", username="root", password="pw", actor="test")
     _place(first, tenant)
     open_operator_incident(nodes=[first], title="xid 79", severity="fatal", actor="test")
     _pages(admin_client)  # session, permission and content-type caches warm
@@ -134,15 +152,24 @@ def test_node_search_goes_through_the_index(admin_client, small_fleet):
     assert Rack.objects.exists() and Hall.objects.exists() and GPU.objects.exists() and Drive.objects.exists()
 
 
-def test_history_inline_shows_the_latest_twenty(admin_client, small_fleet):
+def test_history_is_its_own_paginated_list_linked_from_the_node(admin_client, small_fleet):
     node = Node.objects.order_by("hostname").first()
     now = timezone.now()
     NodeEvent.objects.bulk_create(
-        [NodeEvent(node=node, at=now, actor="test", action=f"step-{i}", from_state="", to_state="") for i in range(60)]
+        [
+            NodeEvent(node=node, at=now + timezone.timedelta(seconds=i), actor="test", action=f"step-{i}")
+            for i in range(150)
+        ]
     )
-    response = admin_client.get(reverse("admin:fleet_node_change", args=[node.pk]))
-    formsets = [f for f in response.context["inline_admin_formsets"] if f.opts.model is NodeEvent]
-    assert len(list(formsets[0].formset.queryset)) == 20
+    page = admin_client.get(reverse("admin:fleet_node_change", args=[node.pk]))
+    history = reverse("admin:fleet_nodeevent_changelist") + f"?node={node.pk}"
+    assert history in page.content.decode()
+    first = admin_client.get(history)
+    assert [e.action for e in first.context["cl"].result_list][:2] == ["step-149", "step-148"]
+    assert len(first.context["cl"].result_list) == 100
+    second = admin_client.get(history + "&p=2")
+    assert len(second.context["cl"].result_list) == NodeEvent.objects.filter(node=node).count() - 100
+    assert admin_client.get(reverse("admin:fleet_nodeevent_changelist") + "?node=not-an-id").status_code in (200, 302)
 
 
 def test_bulk_drain_names_the_tenants_and_runs_only_after_confirming(admin_client, small_fleet):

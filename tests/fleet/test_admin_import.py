@@ -72,12 +72,12 @@ def _rack_row_workbook(prefix="r1"):
                 ]
             )
             gpus += [[host, i, _gpu_uuid(), f"GSN-{host}-{i}"] for i in range(8)]
-            drives += [[host, f"DSN-{host}-{d}", "Samsung PM1743", 7680, "nvme", True] for d in range(2)]
+            drives += [[host, f"DSN-{host}-{d}", "Samsung PM1743", 7680, "nvme"] for d in range(2)]
     return xlsx_upload(
         {
             "nodes": (NODE_HEADER, nodes),
             "gpus": (["node", "index", "uuid", "serial"], gpus),
-            "drives": (["node", "serial", "model", "capacity_gb", "interface", "self_encrypting"], drives),
+            "drives": (["node", "serial", "model", "capacity_gb", "interface"], drives),
         }
     )
 

@@ -74,10 +74,10 @@ def test_every_admin_page_answers_each_role_by_its_permissions(label, inventory,
     assert clients["nobody"].get(change).status_code == 403
     assert clients["viewer"].get(change).status_code == 200
     assert clients["superuser"].get(change).status_code == 200
-    before = model._default_manager.count()
+    before = set(model._default_manager.values_list("pk", flat=True))
     assert clients["nobody"].post(delete, {"post": "yes"}).status_code == 403
     assert clients["viewer"].post(delete, {"post": "yes"}).status_code == 403
-    assert model._default_manager.count() == before
+    assert before <= set(model._default_manager.values_list("pk", flat=True))  # (refusals add audit rows)
 
 
 @pytest.mark.parametrize("label", ["fleet.node", "fleet.rack"])

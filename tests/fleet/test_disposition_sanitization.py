@@ -120,7 +120,12 @@ def test_dispose_needs_tags_and_custody(ops_api, sanitizing_node):
     )
     r = ops_api.post(
         f"/api/v1/ops/nodes/{sanitizing_node.pk}/custody-transfers",
-        {"from_party": "dc1", "to_party": "SecondLife GPU Brokers", "document_ref": "BOL-42"},
+        {
+            "from_party": "dc1",
+            "to_party": "SecondLife GPU Brokers",
+            "destination_kind": "buyer",
+            "document_ref": "BOL-42",
+        },
         format="json",
         HTTP_IDEMPOTENCY_KEY=key(),
     )

@@ -20,39 +20,14 @@ from fleet.services.drive_gate import EXIT_OF_STATE
 from fleet.services.lifecycle import TRANSITIONS, InvalidTransition, transition, transition_many
 from planning.models import DispositionAssignment, DispositionPlan
 
-from .lifecycle_helpers import place, report_drives
+from .lifecycle_helpers import EVIDENCE, act, place, record, report_drives
 
 pytestmark = pytest.mark.django_db
 OUT_OF_CUSTODY = frozenset(EXIT_OF_STATE)
-EVIDENCE = "nvme sanitize: SSTAT=0x101 completed; read-back of 64 sampled blocks (start, end, random) all zero"
 
 
 def key() -> str:
     return str(uuid.uuid4())
-
-
-def act(ops_api, node, action):
-    return ops_api.post(
-        f"/api/v1/ops/nodes/{node.pk}/actions",
-        {"action": action, "reason": "exit test"},
-        format="json",
-        HTTP_IDEMPOTENCY_KEY=key(),
-    )
-
-
-def record(ops_api, drive, method, evidence=EVIDENCE, verified=True):
-    return ops_api.post(
-        f"/api/v1/ops/drives/{drive.pk}/sanitization-records",
-        {
-            "method": method,
-            "technique": f"{method} technique",
-            "tool": "nvme-cli 2.8",
-            "verified": verified,
-            "evidence": evidence,
-        },
-        format="json",
-        HTTP_IDEMPOTENCY_KEY=key(),
-    )
 
 
 def agent_drives(node, *, unpurgeable: str = ""):
@@ -131,7 +106,7 @@ def test_a_tenant_used_node_passes_rma_retire_and_dispose_only_with_verified_dri
     spare = Drive.objects.create(node=node, serial="SPARE-1", model="m", capacity_gb=1)
     report_drives(node, agent_drives(node, unpurgeable=unpurgeable))
     spare.delete()  # what deleting it in the admin does
-    custody = {"from_party": "dc1", "to_party": "Recycler Ltd", "document_ref": "BOL-7"}
+    custody = {"from_party": "dc1", "to_party": "Recycler Ltd", "destination_kind": "recycler", "document_ref": "BOL-7"}
     r = ops_api.post(
         f"/api/v1/ops/nodes/{node.pk}/custody-transfers", custody, format="json", HTTP_IDEMPOTENCY_KEY=key()
     )
@@ -198,7 +173,9 @@ def test_missing_and_new_drives_are_reconciled_and_a_missing_one_blocks_the_exit
     assert act(ops_api, node, "rma").status_code == 202
 
 
-def test_redeploy_inside_the_organisation_needs_only_clear(ops_api, used_node):
+def test_clear_suffices_only_once_custody_passes_inside_the_organisation(ops_api, used_node):
+    """A redeploy plan does not lower the requirement by itself (sanitize asks the agent for
+    purge); a custody transfer to one of the organisation's own sites does, over cleared drives."""
     node = transition(used_node, Lifecycle.DECOMMISSIONING, actor="test", action="setup")
     plan = DispositionPlan.objects.create(name="p", created_by="test", inputs={}, result={})
     DispositionAssignment.objects.create(plan=plan, node=node, option=DispositionOption.REDEPLOY, pool="inference")
@@ -209,10 +186,16 @@ def test_redeploy_inside_the_organisation_needs_only_clear(ops_api, used_node):
             "params__method", flat=True
         )
     )
-    assert methods == {"clear"}
+    assert methods == {"purge"}
     for drive in node.drives.all():
         record(ops_api, drive, "clear")
     ops_api.post(f"/api/v1/ops/nodes/{node.pk}/bmc-reset", {}, format="json", HTTP_IDEMPOTENCY_KEY=key())
+    assert act(ops_api, node, "retire").status_code == 409
+    inside = {"from_party": "dc1", "to_party": "dc2", "destination_kind": "own_site", "document_ref": "MOVE-1"}
+    r = ops_api.post(
+        f"/api/v1/ops/nodes/{node.pk}/custody-transfers", inside, format="json", HTTP_IDEMPOTENCY_KEY=key()
+    )
+    assert r.status_code == 201 and r.json()["destination"] == "inside"
     assert act(ops_api, node, "retire").status_code == 202
 
 

@@ -139,12 +139,41 @@ def test_new_price_is_derived_from_the_used_market_midpoint():
     assert DEFAULTS.new_price_per_gpu["h100"] * DEFAULTS.resale_curve[2] == pytest.approx((low + high) / 2)
 
 
-def test_resale_curve_interpolates_and_clamps():
+def test_resale_curve_interpolates_and_extends_by_its_last_step_never_a_clamp():
     curve = DEFAULTS.resale_curve
     assert resale_fraction(curve, Decimal(0)) == Decimal("1.00")
     assert resale_fraction(curve, Decimal("2.5")) == Decimal("0.530")
     assert resale_fraction(curve, Decimal(4)) == Decimal("0.35")
-    assert resale_fraction(curve, Decimal(9)) == Decimal("0.35")
+    # the last step is 0.46 → 0.35, −0.11 a year: 0.24 at 5, 0.13 at 6, 0.02 at 7, nothing after
+    assert resale_fraction(curve, Decimal(5)) == Decimal("0.24")
+    assert resale_fraction(curve, Decimal("5.5")) == Decimal("0.185")
+    assert resale_fraction(curve, Decimal(7)) == Decimal("0.02")
+    assert resale_fraction(curve, Decimal(9)) == Decimal(0)
+    assert "last yearly step" in DEFAULTS.sources["resale_curve"]
+
+
+@PROPERTY
+@given(
+    a=st.decimals(min_value=Decimal(0), max_value=Decimal(12), places=2),
+    b=st.decimals(min_value=Decimal(0), max_value=Decimal(12), places=2),
+)
+def test_resale_fraction_never_rises_with_age_and_follows_the_last_slope(a, b):
+    curve = DEFAULTS.resale_curve
+    young, old = sorted((a, b))
+    assert resale_fraction(curve, old) <= resale_fraction(curve, young)
+    if Decimal(4) <= old:
+        assert resale_fraction(curve, old) == max(Decimal(0), Decimal("0.35") - Decimal("0.11") * (old - 4))
+
+
+def test_the_residual_at_the_horizon_follows_the_extended_curve_by_hand():
+    """A 3-year-old H100 node kept 24 months is sold two months later (drain, list, ship) at
+    5 1/6 years: 0.24 - 0.11 / 6 = 0.221667 of a new price of 21,500 / 0.60 = 35,833.33 per
+    GPU, x 8 x 0.85 (broker) = 54,012.78, less 10 drives x 25 + 500 logistics = 53,262.78.
+    Clamped at 0.35 it would have been 84,533.33: 31,270.55 a node too much, all of it
+    in favour of keeping."""
+    inference = InternalDemand("inference", 64, Decimal("2.00"), Decimal("0.80"), 24)
+    redeploy = value_options(h100_block(), inference, DEFAULTS, 24).redeploy
+    assert to_cents(redeploy.residual_value) == Decimal("53262.78")
 
 
 # ---------------------------------------------------------------- values
@@ -297,7 +326,7 @@ def test_lease_cap_limits_leasing_and_the_rest_is_sold():
     assert any("below the 1.65 USD/GPU-h breakeven" in s for s in split.reasoning)
 
 
-def test_nodes_kept_for_leasing_are_not_given_to_a_later_pool():
+def test_the_node_leasing_cannot_take_goes_to_the_best_pool_not_the_last():
     spare_power = dataclasses.replace(DEFAULTS, freed_power_value_per_kw_month=Decimal(0), lease_on_demand=True)
     demand_list = [
         InternalDemand("batch", 1, Decimal("1.20"), Decimal("0.70"), 24),
@@ -307,7 +336,8 @@ def test_nodes_kept_for_leasing_are_not_given_to_a_later_pool():
     assert all(v.resale.return_per_node < v.redeploy.return_per_node < v.lease.return_per_node for v in values)
     split = recommend_split([h100_block(2)], demand_list, spare_power, 24, lease_cap_nodes=1)
     assert split.node_counts[Option.LEASE] == 1
-    assert [(a.pool, a.nodes) for a in split.allocations if a.option is Option.REDEPLOY] == [("dev", 1)]
+    # batch (1.20 USD/GPU-h) returns more than dev (1.10): the second node goes there
+    assert [(a.pool, a.nodes) for a in split.allocations if a.option is Option.REDEPLOY] == [("batch", 1)]
 
 
 def test_pools_are_served_by_return_not_by_price_per_gpu_hour():

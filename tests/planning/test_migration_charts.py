@@ -40,9 +40,10 @@ def test_capacity_figure_has_plan_naive_pool_and_floor():
         "naive one_for_one_swap: total (0 GPU-days below floor)",
     ]
     assert list(traces["plan: total"].y) == [p["total_gpus"] for p in plan["timeline"]["points"]]
-    assert min(traces["plan: total"].y) == 1536
-    # The floor governs drains: 512 GPUs above a 1,536 floor may leave in week 0 (their positions get the CDU).
-    assert traces["plan: total"].y[0] == 1536 and traces["plan: total"].y[-1] == 2304
+    # Drains are just in time: nothing leaves in week 0 although 512 GPUs are above the 1,536 floor; the count
+    # dips to 1,568 when hall 1's H100s make way for the GB200s that land there.
+    assert min(traces["plan: total"].y) == 1568
+    assert traces["plan: total"].y[0] == 2048 and traces["plan: total"].y[-1] == 2304
     assert min(traces["naive decommission_first: total (217,728 GPU-days below floor)"].y) == 0
     assert traces["naive decommission_first: total (217,728 GPU-days below floor)"].line.dash == "dash"
     floor = [s for s in fig.layout.shapes if s.name == "floor"]
@@ -79,6 +80,14 @@ def test_power_figure_plots_each_hall_against_its_budget():
     assert set(traces["budget kW H2"].y) == {2400.0}
     assert all(kw <= b for kw, b in zip(traces["IT kW H2"].y, traces["budget kW H2"].y))
     assert traces["facility kW (IT x PUE)"].y[0] == round(2611.2 * 1.58, 6)
+
+
+def test_a_floor_from_a_forecast_is_drawn_week_by_week():
+    plan = _normalised_plan()
+    points = [dict(p, floor_perf=1000.0 if i < 10 else 2000.0) for i, p in enumerate(plan["timeline"]["points"])]
+    fig = capacity_perf_figure({**plan, "timeline": {"points": points}}, None)
+    floor = _traces(fig)["floor (the forecast's need)"]
+    assert list(floor.y[:11]) == [1000.0] * 10 + [2000.0] and not fig.layout.shapes
 
 
 def test_a_plan_without_weeks_draws_figures_that_say_so():

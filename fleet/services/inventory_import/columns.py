@@ -50,6 +50,7 @@ class PlannedRow:
     key: str
     action: str  # "create" | "update" | "unchanged"
     diff: dict = field(default_factory=dict)  # field -> (before, after), for updates
+    stored: dict | None = None  # an existing row's columns as stored when planned (None: a new row)
 
 
 @dataclass
@@ -75,6 +76,15 @@ class ImportPlan:
 
     def sheets_with(self, action: str) -> set[str]:
         return {row.sheet for row in self.rows if row.action == action}
+
+    def snapshot(self) -> dict[str, dict[str, dict | None]]:
+        """What each updatable row found in the database ({sheet: {key: columns or None}}): kept
+        with the preview, so that the confirm applies exactly what the preview showed."""
+        out: dict[str, dict] = {}
+        for row in self.rows:
+            if row.sheet in UPDATABLE:
+                out.setdefault(row.sheet, {})[row.key] = row.stored
+        return out
 
 
 # ---- columns ---------------------------------------------------------------------------------
@@ -143,18 +153,14 @@ def _date(value) -> datetime.date:
         raise ValueError("is not a date; write it as YYYY-MM-DD") from None
 
 
-_TRUE, _FALSE = {"true", "yes", "y", "1"}, {"false", "no", "n", "0"}
-
-
-def _bool(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = _text(value).lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError("is not yes/no (write true or false)")
+def _agent_reported(value):
+    """A drive's self-encryption decides how it is sanitised (a cryptographic erase needs it), so
+    it is what the node agent reads from the drive, never what a file says. The column stays in the
+    sheet (exports carry it) but takes no value."""
+    raise ValueError(
+        "is reported by the node agent from the drive itself (it decides how the drive is sanitised), "
+        "not imported; leave the cell empty or remove the column"
+    )
 
 
 def _choice(choices) -> Callable:
@@ -217,10 +223,11 @@ SPECS: dict[str, tuple[str, list[Column]]] = {
             Column("model", _text, True),
             Column("capacity_gb", _int, True),
             Column("interface", _choice(DriveInterface)),
-            Column("self_encrypting", _bool),
+            Column("self_encrypting", _agent_reported),
         ],
     ),
 }
+SHEET_NOUNS = {"racks": "rack", "nodes": "node", "gpus": "GPU", "drives": "drive"}
 REFERENCE_COLUMNS = {"hall", "rack", "node_type", "fabric_domain", "node"}
 # Columns of the nodes sheet that are the node's BMC record (fleet.NodeBMC), not the node: writing
 # them needs the BMC record's permission, and the addresses are held to the BMC network policy.

@@ -2,8 +2,11 @@
 chunks, and record errors and updates."""
 
 from collections import defaultdict
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
+from django.db.models import Sum
+from django.db.models.functions import Lower
 
 from fleet.choices import Lifecycle
 from fleet.inventory_files import SHEETS, Workbook
@@ -14,20 +17,23 @@ from fleet.models import (
     Hall,
     Node,
     NodeType,
+    PowerFeed,
     Rack,
+    hardware_change_refusals,
 )
 
-from .columns import SPECS, ImportPlan, PlannedRow, RowError, echo_value, in_chunks, is_blank, plain_value
+from .columns import SHEET_NOUNS, SPECS, ImportPlan, PlannedRow, RowError, echo_value, in_chunks, is_blank, plain_value
 
 
 class PlannerBase:
     """Reading the workbook and the database, and the checks every sheet shares; the sheets' own
     checks are in `sheets.Planner`."""
 
-    def __init__(self, workbook: Workbook, *, allow_updates: set[str], lock: bool):
+    def __init__(self, workbook: Workbook, *, allow_updates: set[str], lock: bool, expected: dict | None = None):
         self.book = workbook
         self.allow_updates = allow_updates
         self.lock = lock
+        self.expected = expected  # the preview's ImportPlan.snapshot(), at confirm
         self.plan = ImportPlan()
         self.parsed: dict[str, list[tuple[int, dict, dict]]] = {}  # sheet -> (row, values, raw)
         self.reported: set[tuple[str, int, str]] = set()
@@ -117,6 +123,24 @@ class PlannerBase:
                 "pk", "hostname", "rack_id", "u_position", "node_type__u_height", "node_type__node_kw"
             ):
                 self.rack_occupants[node[2]].append((node[0], node[1], node[3], node[4], node[5]))
+        # what each touched rack's weakest feed carries, and each hall's nameplate load: new nodes
+        # are checked against both (placement_errors), with what earlier rows of the file add
+        self.feed_kw: dict = {}
+        for chunk in in_chunks(rack_ids):
+            for feed in PowerFeed.objects.filter(rack_id__in=chunk).only(
+                "rack_id", "voltage", "amperage", "three_phase", "max_utilization_pct"
+            ):
+                kw = feed.available_kw
+                self.feed_kw[feed.rack_id] = min(kw, self.feed_kw.get(feed.rack_id, kw))
+        self.hall_load: dict = defaultdict(Decimal)
+        for hall_id, kw in (
+            Node.objects.filter(rack__hall_id__in=[h.pk for hs in self.halls.values() for h in hs])
+            .values("rack__hall_id")
+            .annotate(kw=Sum("node_type__node_kw"))
+            .values_list("rack__hall_id", "kw")
+        ):
+            self.hall_load[hall_id] = Decimal(kw or 0)
+        self.hall_added: dict = defaultdict(Decimal)
         hall_ids = {h.pk for hs in self.halls.values() for h in hs}
         self.grid = (
             {
@@ -130,10 +154,17 @@ class PlannerBase:
         hostnames = {v.get("hostname") for _, v, _ in rows.get("nodes", [])}
         hostnames |= {v.get("node") for s in ("gpus", "drives") for _, v, _ in rows.get(s, [])}
         hostnames.discard(None)
+        # Hostnames are DNS names: one node per name whatever its letter case (the database's
+        # fleet_node_hostname_ci_unique), so they are looked up, and keyed here, in lower case.
         self.db_nodes: dict[str, Node] = {}
-        for chunk in in_chunks(sorted(hostnames)):
-            for node in Node.objects.select_related("node_type", "rack", "fabric_domain").filter(hostname__in=chunk):
-                self.db_nodes[node.hostname] = node
+        for chunk in in_chunks(sorted({h.lower() for h in hostnames})):
+            node_qs = Node.objects.select_related("node_type", "rack", "fabric_domain")
+            if self.lock:  # the rows an update writes stay as this plan read them until it commits
+                node_qs = node_qs.select_for_update(of=("self",))
+            for node in node_qs.alias(hostname_lower=Lower("hostname")).filter(hostname_lower__in=chunk):
+                self.db_nodes[node.hostname.lower()] = node
+        # where each existing node draws from before the file changes it: (hall, kW, rack)
+        self.origin = {n.pk: (n.rack.hall_id, n.node_type.node_kw, n.rack_id) for n in self.db_nodes.values()}
         node_ids = [n.pk for n in self.db_nodes.values()]
         self.allocated_ids = set()
         self.db_gpu_slots = set()
@@ -149,6 +180,10 @@ class PlannerBase:
             for n in self.db_nodes.values()
             if n.lifecycle in (Lifecycle.PROVISIONING, Lifecycle.ACTIVE, Lifecycle.RELEASING)
         }
+        # GPUs and drives are evidence on a node that is allocated or has served since its last
+        # sanitisation: the import adds none to such a node (the rule of GPU.clean and Drive.clean)
+        owners = {v.get("node", "").lower() for s in ("gpus", "drives") for _, v, _ in rows.get(s, [])} - {""}
+        self.hardware_refusals = hardware_change_refusals([self.db_nodes[h] for h in owners if h in self.db_nodes])
 
         serials = sorted({v.get("serial") for _, v, _ in rows.get("nodes", [])} - {None})
         self.db_node_serials = {}
@@ -185,6 +220,31 @@ class PlannerBase:
             return False
         return True
 
+    def missing(self, sheet: str, number: int, values: dict, *, key_only: bool = False) -> bool:
+        """Required cells are required: each empty one is an error naming its row and column (a
+        cell that did not parse has its own error already), and the row goes no further. For an
+        update (`key_only`) only the key is, since an empty cell there keeps the stored value."""
+        key, columns = SPECS[sheet]
+        absent = [
+            c.name
+            for c in columns
+            if c.required
+            and (not key_only or c.name == key)
+            and c.attr not in values
+            and (sheet, number, c.name) not in self.reported
+        ]
+        for column in absent:
+            self.error(
+                sheet,
+                number,
+                column,
+                None,
+                f"required: the row has no {column}, so it names no {SHEET_NOUNS[sheet]}."
+                if column == key
+                else f"required: this cell is empty; a new {SHEET_NOUNS[sheet]} needs its {column}.",
+            )
+        return bool(absent)
+
     def _duplicate(self, sheet: str, seen: dict, key, number: int, column: str, raw) -> bool:
         if key in seen:
             self.error(
@@ -217,9 +277,52 @@ class PlannerBase:
             return None
         return candidates[0]
 
+    def stored_values(self, sheet: str, instance) -> dict:
+        """The row's columns as the database holds them now, in the form the preview shows."""
+        return {c.name: plain_value(getattr(instance, c.attr)) for c in SPECS[sheet][1]}
+
+    def stale(self, sheet: str, number: int, key: str, stored: dict | None) -> bool:
+        """At confirm: whether this row's stored values differ from what the preview found (a
+        colleague's change since). Such a row is refused, never overwritten with the file's value."""
+        if self.expected is None:
+            return False
+        at_preview = self.expected.get(sheet, {}).get(key)
+        noun = SHEET_NOUNS[sheet]
+        again = "Nothing was imported; upload the file again to see the current diff."
+        if at_preview == stored:
+            return False
+        if at_preview is None:
+            self.error(
+                sheet,
+                number,
+                SPECS[sheet][0],
+                key,
+                f"{noun} {key} was created by someone else since the preview. {again}",
+            )
+            return True
+        if stored is None:
+            self.error(
+                sheet, number, SPECS[sheet][0], key, f"{noun} {key} was removed or renamed since the preview. {again}"
+            )
+            return True
+        changed = [c for c in stored if stored[c] != at_preview.get(c)]
+        self.error(
+            sheet,
+            number,
+            changed[0],
+            None,
+            f"{noun} {key} was changed since the preview: "
+            + "; ".join(f"{c} was {at_preview.get(c)!r}, is now {stored[c]!r}" for c in changed)
+            + f". The import would overwrite that change. {again}",
+        )
+        return True
+
     def _update(self, sheet, number, key, instance, values, raw, *, exclude, check) -> None:
         """Apply `values` to `instance` in memory; plan the update if it is valid (`check` records
         its own errors and answers whether the changed row is acceptable)."""
+        stored = self.stored_values(sheet, instance)
+        if self.stale(sheet, number, key, stored):
+            return
         diff = {}
         for attr, value in values.items():
             before = getattr(instance, attr)
@@ -232,4 +335,4 @@ class PlannerBase:
             return
         if diff:
             self.plan.updates.append((instance, sorted(diff), diff))
-        self.plan.rows.append(PlannedRow(sheet, number, key, "update" if diff else "unchanged", diff))
+        self.plan.rows.append(PlannedRow(sheet, number, key, "update" if diff else "unchanged", diff, stored))

@@ -20,7 +20,17 @@ from fleet.models import (
 from fleet.validators import normalise_mac, validate_bmc_address, validate_mac
 
 from ..bmc_network import check_bmc_address
-from .columns import BMC_COLUMNS, REFERENCE_COLUMNS, ImportPlan, PlannedRow, echo_value
+from .columns import (
+    BMC_COLUMNS,
+    REFERENCE_COLUMNS,
+    SPECS,
+    ImportPlan,
+    PlannedRow,
+    echo_value,
+    in_chunks,
+    plain_value,
+    sets_bmc_columns,
+)
 from .planner import PlannerBase
 
 
@@ -32,7 +42,10 @@ class Planner(PlannerBase):
         seen: dict = {}
         for number, values, raw in self.parsed.get("racks", []):
             name = values.get("name")
-            if name is None or self._duplicate("racks", seen, name, number, "name", raw.get("name")):
+            if name is None:
+                self.missing("racks", number, values, key_only=True)
+                continue
+            if self._duplicate("racks", seen, name, number, "name", raw.get("name")):
                 continue
             hall = (
                 self._one(self.halls.get(values["hall"], []), "racks", number, "hall", raw.get("hall"), "hall")
@@ -73,7 +86,7 @@ class Planner(PlannerBase):
                 )
                 self.file_racks[name] = rack
                 continue
-            if hall is None:
+            if self.missing("racks", number, values) or hall is None or self.stale("racks", number, name, None):
                 continue
             rack = Rack(hall=hall, **{k: v for k, v in values.items() if k not in ("hall",)})
             if not self._field_errors("racks", number, rack, raw, exclude={"hall", "id"}):
@@ -110,7 +123,10 @@ class Planner(PlannerBase):
         seen, seen_serials, seen_tags = {}, {}, {}
         for number, values, raw in self.parsed.get("nodes", []):
             hostname = values.get("hostname")
-            if hostname is None or self._duplicate("nodes", seen, hostname, number, "hostname", raw.get("hostname")):
+            if hostname is None:
+                self.missing("nodes", number, values, key_only=True)
+                continue
+            if self._duplicate("nodes", seen, hostname.lower(), number, "hostname", raw.get("hostname")):
                 continue
             if not self._asset_tag_free(number, hostname, values.get("asset_tag"), seen_tags, raw):
                 continue
@@ -145,10 +161,22 @@ class Planner(PlannerBase):
             plain = {k: v for k, v in values.items() if k not in REFERENCE_COLUMNS and k not in BMC_COLUMNS}
             if not self._bmc_ok(number, bmc, raw):
                 continue
-            existing = self.db_nodes.get(hostname)
+            existing = self.db_nodes.get(hostname.lower())
+            if existing is not None and existing.hostname != hostname:
+                self.error(
+                    "nodes",
+                    number,
+                    "hostname",
+                    raw.get("hostname"),
+                    f"node {existing.hostname} already has this name in other letter case; hostnames are not "
+                    f"case-sensitive. Write it as {existing.hostname} to refer to that node, or choose another name.",
+                )
+                continue
             if existing is not None:
                 if not any(v is None for v in refs.values()):
                     self._node_update(number, existing, plain, refs, raw, placed, bmc)
+                continue
+            if self.missing("nodes", number, values) or self.stale("nodes", number, hostname, None):
                 continue
             node = Node(lifecycle=Lifecycle.ENROLLED, **plain)
             fields_ok = self._field_errors(
@@ -171,7 +199,7 @@ class Planner(PlannerBase):
                 continue
             self.plan.new_nodes.append(node)
             self.plan.rows.append(PlannedRow("nodes", number, hostname, "create"))
-            self.file_nodes[hostname] = node
+            self.file_nodes[hostname.lower()] = node
             if bmc:
                 self.plan.bmcs.append((node, bmc))
 
@@ -298,14 +326,19 @@ class Planner(PlannerBase):
             exclude={"rack", "node_type", "fabric_domain"},
             check=lambda row, updated: self._placement(row, updated, placed, exclude_pk=updated.pk),
         )
-        self.file_nodes[node.hostname] = node
+        self.file_nodes[node.hostname.lower()] = node
         current = self.db_bmcs.get(node.pk, {"address": "", "mac": ""})
         changed = {f"bmc_{k}": (current[k], v) for k, v in bmc.items() if current[k] != v}
-        if changed and len(self.plan.errors) == errors:
+        planned = self.plan.rows[-1] if self.plan.rows else None
+        if (
+            changed
+            and len(self.plan.errors) == errors
+            and planned
+            and (planned.sheet, planned.row) == ("nodes", number)
+        ):
             self.plan.bmcs.append((node, bmc))
-            row = self.plan.rows[-1]
-            row.diff.update(changed)
-            row.action = "update"
+            planned.diff.update(changed)
+            planned.action = "update"
 
     def _placement(self, number: int, node: Node, placed, *, exclude_pk) -> bool:
         rack = node.rack
@@ -320,12 +353,25 @@ class Planner(PlannerBase):
             ]
         )
         others = occupants + [o for o in placed[rack_key] if o[0] != node.hostname]
+        # feeds and the hall budget: checked when the row adds load (as Node.clean does)
+        origin = self.origin.get(exclude_pk) if exclude_pk else None
+        kw = node.node_type.node_kw
+        more_kw = origin is None or origin[1] < kw
+        to_rack = more_kw or origin[2] != rack.pk
+        to_hall = more_kw or origin[0] != rack.hall_id
+        hall_load = None
+        if to_hall:
+            hall_load = self.hall_load[rack.hall_id] + self.hall_added[rack.hall_id]
+            if origin and origin[0] == rack.hall_id:
+                hall_load -= origin[1]
         problems = placement_errors(
             rack=rack,
             node_type=node.node_type,
             u_position=node.u_position,
             fabric_domain=node.fabric_domain,
             others=others,
+            feed_kw=self.feed_kw.get(rack.pk) if to_rack and not rack._state.adding else None,
+            hall_load_kw=hall_load,
         )
         for problem in problems:
             self.error(
@@ -337,6 +383,10 @@ class Planner(PlannerBase):
             )
         if problems:
             return False
+        if to_hall:
+            self.hall_added[rack.hall_id] += kw
+            if origin:
+                self.hall_added[origin[0]] -= origin[1]
         placed[rack_key].append((node.hostname, node.u_position, node.node_type.u_height, node.node_type.node_kw))
         return True
 
@@ -344,7 +394,7 @@ class Planner(PlannerBase):
         hostname = values.get("node")
         if hostname is None:
             return None
-        node = self.file_nodes.get(hostname) or self.db_nodes.get(hostname)
+        node = self.file_nodes.get(hostname.lower()) or self.db_nodes.get(hostname.lower())
         if node is None:
             rejected = any(e.sheet == "nodes" and e.value == echo_value(hostname) for e in self.plan.errors)
             self.error(
@@ -357,20 +407,17 @@ class Planner(PlannerBase):
                 else "no node has this hostname, in the inventory or in this file's nodes sheet.",
             )
             return None
-        if node.pk in self.allocated_ids:
-            self.error(
-                sheet,
-                number,
-                "node",
-                raw.get("node"),
-                f"{hostname} carries a tenant allocation; its hardware is not changed under it.",
-            )
+        refusal = self.hardware_refusals.get(node.pk)
+        if refusal:
+            self.error(sheet, number, "node", raw.get("node"), refusal)
             return None
         return node
 
     def gpus(self) -> None:
         seen, slots = {}, {}
         for number, values, raw in self.parsed.get("gpus", []):
+            if self.missing("gpus", number, values):
+                continue
             uuid = values.get("uuid")
             if uuid is not None and self._duplicate("gpus", seen, uuid, number, "uuid", raw.get("uuid")):
                 continue
@@ -414,6 +461,8 @@ class Planner(PlannerBase):
     def drives(self) -> None:
         seen = {}
         for number, values, raw in self.parsed.get("drives", []):
+            if self.missing("drives", number, values):
+                continue
             serial = values.get("serial")
             if serial is not None and self._duplicate("drives", seen, serial, number, "serial", raw.get("serial")):
                 continue
@@ -436,18 +485,41 @@ class Planner(PlannerBase):
             self.plan.new_drives.append(drive)
             self.plan.rows.append(PlannedRow("drives", number, serial, "create"))
 
+    def _load_bmcs(self) -> None:
+        """The BMC address and MAC of each node the file names (its BMC record's), locked with the
+        nodes at confirm: what the stale-preview check compares and the writer changes."""
+        self.bmc_in_file = sets_bmc_columns(self.book)
+        self.db_bmcs: dict = {}
+        records = NodeBMC.objects.all()
+        if self.lock:
+            records = records.select_for_update()
+        for chunk in in_chunks([n.pk for n in self.db_nodes.values()]):
+            for node_id, address, mac in records.filter(node_id__in=chunk).values_list("node_id", "address", "mac"):
+                self.db_bmcs[node_id] = {"address": address, "mac": mac}
+
+    def stored_values(self, sheet: str, instance) -> dict:
+        """A node row's stored values; its bmc_address and bmc_mac are its BMC record's, and are
+        part of them only when the file writes BMC values (the importer then holds
+        change_nodebmc): a file that does not touch them cannot overwrite them, and its preview
+        and refusals say nothing of them to someone who may not see them."""
+        if sheet != "nodes":
+            return super().stored_values(sheet, instance)
+        bmc = self.db_bmcs.get(instance.pk, {"address": "", "mac": ""})
+        stored = {}
+        for column in SPECS[sheet][1]:
+            if column.name not in BMC_COLUMNS:
+                stored[column.name] = plain_value(getattr(instance, column.attr))
+            elif self.bmc_in_file:
+                stored[column.name] = bmc[BMC_COLUMNS[column.name]]
+        return stored
+
     def run(self) -> ImportPlan:
         self.parse()
         if not any(self.parsed.values()) and not self.plan.errors:
             self.error("", 0, "", None, "The file has no data rows.")
         if self.parsed:
             self.load()
-            self.db_bmcs = {
-                node_id: {"address": address, "mac": mac}
-                for node_id, address, mac in NodeBMC.objects.filter(
-                    node_id__in=[n.pk for n in self.db_nodes.values()]
-                ).values_list("node_id", "address", "mac")
-            }
+            self._load_bmcs()
             self.racks()
             self.nodes()
             self.gpus()

@@ -28,16 +28,18 @@ def _cell_json(value):
     return str(value)
 
 
-def stage_workbook(*, workbook: Workbook, filename: str, user_id, options: dict) -> str:
+def stage_workbook(*, workbook: Workbook, filename: str, user_id, options: dict, expected: dict | None = None) -> str:
     """Keep the parsed rows (not the upload) for the confirm step: confirming re-validates
-    them against the database but does not parse the spreadsheet a second time."""
+    them against the database but does not parse the spreadsheet a second time. `expected` is
+    what the preview found stored for each row (ImportPlan.snapshot()), which the confirm
+    compares with what is stored then."""
     token = secrets.token_urlsafe(24)
     base = _staging_dir() / token
     sheets = {
         name: {"headers": sheet.headers, "rows": [[n, [_cell_json(c) for c in cells]] for n, cells in sheet.rows]}
         for name, sheet in workbook.sheets.items()
     }
-    base.with_suffix(".data").write_text(json.dumps({"sheets": sheets}))
+    base.with_suffix(".data").write_text(json.dumps({"sheets": sheets, "expected": expected or {}}))
     base.with_suffix(".json").write_text(
         json.dumps(
             {"user": str(user_id), "filename": filename, "options": options, "staged_at": timezone.now().isoformat()}
@@ -47,8 +49,9 @@ def stage_workbook(*, workbook: Workbook, filename: str, user_id, options: dict)
     return token
 
 
-def claim_staged(*, token: str, user_id) -> tuple[str, Workbook, dict] | None:
-    """The staged rows for `token` if they are this user's and still unclaimed; gone after."""
+def claim_staged(*, token: str, user_id) -> tuple[str, Workbook, dict, dict] | None:
+    """The staged rows for `token` if they are this user's and still unclaimed, with the options
+    and the preview's snapshot; gone after."""
     if not token or len(token) > 64 or not all(c.isalnum() or c in "-_" for c in token):
         return None
     base = _staging_dir() / token
@@ -61,12 +64,12 @@ def claim_staged(*, token: str, user_id) -> tuple[str, Workbook, dict] | None:
     except (OSError, ValueError, KeyError):
         return None
     try:
-        stored = json.loads(claimed.read_text())["sheets"]
+        staged = json.loads(claimed.read_text())
         sheets = {
             name: Sheet(name, sheet["headers"], [(n, cells) for n, cells in sheet["rows"]])
-            for name, sheet in stored.items()
+            for name, sheet in staged["sheets"].items()
         }
-        return meta["filename"], Workbook(sheets, []), meta.get("options", {})
+        return meta["filename"], Workbook(sheets, []), meta.get("options", {}), staged.get("expected", {})
     except (OSError, ValueError, KeyError, TypeError):
         return None
     finally:

@@ -30,11 +30,15 @@ def plan_import(workbook: Workbook, *, allow_updates: set[str] = frozenset()) ->
     return Planner(workbook, allow_updates=set(allow_updates) & UPDATABLE, lock=False).run()
 
 
-def apply_import(workbook: Workbook, *, allow_updates: set[str] = frozenset(), actor: str) -> ImportPlan:
-    """Plan again under lock and write everything, or raise ImportRejected and write nothing."""
+def apply_import(
+    workbook: Workbook, *, allow_updates: set[str] = frozenset(), actor: str, expected: dict | None = None
+) -> ImportPlan:
+    """Plan again under lock and write everything, or raise ImportRejected and write nothing.
+    `expected` is the preview's `ImportPlan.snapshot()`: a row whose stored values changed since
+    then is refused rather than overwritten with the file's value."""
     try:
         with transaction.atomic():
-            plan = Planner(workbook, allow_updates=set(allow_updates) & UPDATABLE, lock=True).run()
+            plan = Planner(workbook, allow_updates=set(allow_updates) & UPDATABLE, lock=True, expected=expected).run()
             if not plan.ok:
                 raise ImportRejected(plan)
             _write(plan, actor=actor)

@@ -33,14 +33,17 @@ def _midpoint(row: ReferenceValue) -> Decimal:
 def resale_fraction(curve: Sequence[Decimal], age_years: Decimal) -> Decimal:
     """Fraction of new price at a fractional age, linear between whole years.
 
-    The market data stops at 4 years, so older hardware is clamped to the last
-    point rather than extrapolated into numbers nobody has observed.
+    Beyond the curve's last point (4 years) it goes on falling by the curve's last yearly step
+    (0.46 → 0.35: −0.11 a year, so 0.24 at 5 years and 0.13 at 6), down to nothing: holding
+    the last point instead would value old hardware above anything the data shows and favour
+    keeping it. Below zero there is nothing to sell; recycling is then the better exit.
     """
     if age_years <= 0:
         return curve[0]
     last = len(curve) - 1
     if age_years >= last:
-        return curve[last]
+        slope = curve[last] - curve[last - 1] if last > 0 else Decimal(0)
+        return max(Decimal(0), curve[last] + slope * (age_years - last))
     whole = int(age_years)
     frac = age_years - whole
     return curve[whole] + (curve[whole + 1] - curve[whole]) * frac
@@ -97,7 +100,9 @@ def load_default_assumptions() -> Assumptions:
 
     curve_row = parameter("resale_curve_by_age_years")
     curve = tuple(Decimal(p) for p in curve_row.value.split(","))
-    sources["resale_curve"] = _cite(curve_row)
+    sources["resale_curve"] = _cite(curve_row) + (
+        "; beyond its last point it falls by the last yearly step (linear extrapolation, floored at 0)"
+    )
 
     channel_row = parameter("resale_channel_factor")
     channels = {}

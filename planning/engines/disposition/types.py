@@ -103,10 +103,20 @@ class OutgoingBlock:
     nodes_per_rack: int
     drives_per_node: int
     node_kw: Decimal | None = None
+    # Coherence with a linked migration plan: nodes it drains cannot be kept in place (no lease,
+    # no redeploy where they stand); nodes it keeps in a hall it refills are charged, in kept
+    # options, the colocation rent of their kW from ``blocked_from_month`` (the plan's first new
+    # rack in that hall) on; ``group`` names the class in the label, ``coherence``
+    # says in words what the plan does with these nodes.
+    kept_in_place: bool = True
+    blocked_from_month: Decimal | None = None
+    group: str = ""
+    coherence: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.gpu_model} in {self.hall}"
+        base = f"{self.gpu_model} in {self.hall}"
+        return f"{base} ({self.group})" if self.group else base
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,12 @@ class OptionValue:
     freed_power_value: Decimal
     service_months: Decimal
     cash: Decimal = Decimal(0)
+    # Month the lease starts (after the ramp and the earlier tranches) or extra months a sale
+    # waits for market depth; 0 for redeploy, a first sale and recycle.
+    start_month: int = 0
+    # Kept options in a hall a linked migration refills: the colocation rent of the kW held
+    # there while kept, charged in the ranking (not cash).
+    blocked_value: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -161,18 +177,49 @@ class OptionValues:
 
 
 @dataclass(frozen=True)
-class Allocation:
-    """Nodes of one block sent to one option (and pool, for redeploy)."""
+class Tranche:
+    """Nodes of one allocation that share a start month, and so a value per node."""
 
-    block_label: str
-    option: Option
-    pool: str | None
     nodes: int
     value: OptionValue
 
     @property
     def total_return(self) -> Decimal:
         return self.value.return_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Nodes of one block sent to one option (and pool, for redeploy), in tranches by month
+    where a market bound spreads them out, with the constraint that decided them."""
+
+    block_label: str
+    option: Option
+    pool: str | None
+    nodes: int
+    value: OptionValue  # the first tranche's value per node
+    tranches: tuple[Tranche, ...] = ()
+    decided_by: str = "best_return"  # best_return, pool:<name>, lease_market, lease_cap, resale_depth, migration_drain
+    reason: str = ""
+
+    def _parts(self) -> tuple[Tranche, ...]:
+        return self.tranches or (Tranche(self.nodes, self.value),)
+
+    @property
+    def total_return(self) -> Decimal:
+        return sum((t.total_return for t in self._parts()), Decimal(0))
+
+    @property
+    def total_cash(self) -> Decimal:
+        return sum((t.value.cash * t.nodes for t in self._parts()), Decimal(0))
+
+    @property
+    def total_freed_power_value(self) -> Decimal:
+        return sum((t.value.freed_power_value * t.nodes for t in self._parts()), Decimal(0))
+
+    @property
+    def total_blocked_value(self) -> Decimal:
+        return sum((t.value.blocked_value * t.nodes for t in self._parts()), Decimal(0))
 
 
 @dataclass(frozen=True)

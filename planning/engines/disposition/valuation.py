@@ -30,12 +30,13 @@ Two ideas shape every number here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 
 from planning.engines.disposition.assumptions import (
     resale_fraction,
 )
+from planning.engines.disposition.market import Market
 from planning.engines.disposition.types import (
     HOURS_PER_MONTH,
     OPTION_ORDER,
@@ -128,38 +129,141 @@ def _recycle_net(block: OutgoingBlock, a: Assumptions) -> Decimal:
     return a.recycle_value_per_node - _exit_costs(block, a)
 
 
+def _idle_cost_per_month(block: OutgoingBlock, a: Assumptions) -> Decimal:
+    """A node waiting, powered off in its position, for its lease or its buyer: floor space and
+    operations, no energy."""
+    return a.space_cost_per_rack_month / block.nodes_per_rack + a.operations_cost_per_node_month
+
+
+def _blocked_value(block: OutgoingBlock, a: Assumptions, held_until: Decimal) -> Decimal:
+    """What a node kept in place blocks in a hall a linked migration refills: the colocation
+    rent of its kW from the plan's first new rack there until it leaves."""
+    if block.blocked_from_month is None:
+        return Decimal(0)
+    months = max(Decimal(0), held_until - block.blocked_from_month)
+    return freed_kw(block, a) * a.freed_power_value_per_kw_month * months
+
+
+def _ranked(a: Assumptions, cash: Decimal, freed: Decimal, blocked: Decimal) -> Decimal:
+    return (cash + freed if a.rank_with_freed_power else cash) - blocked
+
+
 def _keep_option(
     option: Option,
     block: OutgoingBlock,
     a: Assumptions,
     horizon: Decimal,
     service_limit: Decimal,
-    revenue_per_month: Decimal,
+    revenue: Callable[[int], Decimal],
     channel: str,
+    start: int = 0,
 ) -> OptionValue:
-    """A node kept in service, then disposed of at the better of sale or scrap.
+    """A node kept in service from month ``start`` (idle before it), then disposed of at the
+    better of sale or scrap.
 
-    Service stops at the horizon, at the end of the demand, or at the end of
-    useful life, whichever is first; from then to the horizon its kilowatts
-    are freed for newer hardware.
+    Service stops at the horizon, at the end of the demand, or at the end of its physical
+    life, whichever is first; from then to the horizon its kilowatts are freed for newer
+    hardware. ``revenue(t)`` is what month ``t`` (from now) earns.
     """
     remaining_life = max(Decimal(0), (a.service_life_years - block.age_years) * 12)
-    service = min(horizon, service_limit, remaining_life)
-    margin = (revenue_per_month - _running_cost_per_month(block, a)) * service
-    end_age = block.age_years + service / 12
+    end = min(horizon, service_limit, remaining_life)
+    served = max(Decimal(0), end - start)
+    whole = int(served)
+    earned = sum((revenue(start + t) for t in range(whole)), Decimal(0))
+    if served > whole:
+        earned += revenue(start + whole) * (served - whole)
+    idle = _idle_cost_per_month(block, a) * min(Decimal(start), end)
+    margin = earned - _running_cost_per_month(block, a) * served - idle
+    held_until = max(end, Decimal(start)) if served > 0 else Decimal(0)
+    end_age = block.age_years + held_until / 12
     residual = max(_sale_net(block, a, end_age, channel), _recycle_net(block, a))
-    freed = _freed_value(block, a, service, horizon)
+    freed = _freed_value(block, a, held_until, horizon)
+    blocked = _blocked_value(block, a, held_until)
     cash = margin + residual
-    ranked = cash + freed if a.rank_with_freed_power else cash
-    return OptionValue(option, ranked, margin, Decimal(0), residual, freed, service, cash)
+    return OptionValue(
+        option, _ranked(a, cash, freed, blocked), margin, Decimal(0), residual, freed, served, cash, start, blocked
+    )
 
 
 def _leave_option(
-    option: Option, proceeds: Decimal, block: OutgoingBlock, a: Assumptions, horizon: Decimal
+    option: Option, proceeds: Decimal, block: OutgoingBlock, a: Assumptions, horizon: Decimal, wait: int = 0
 ) -> OptionValue:
+    # A node waiting for its buyer waits off the floor: its kW are freed when it leaves service.
     freed = _freed_value(block, a, Decimal(0), horizon)
-    ranked = proceeds + freed if a.rank_with_freed_power else proceeds
-    return OptionValue(option, ranked, Decimal(0), proceeds, Decimal(0), freed, Decimal(0), proceeds)
+    return OptionValue(
+        option,
+        _ranked(a, proceeds, freed, Decimal(0)),
+        Decimal(0),
+        proceeds,
+        Decimal(0),
+        freed,
+        Decimal(0),
+        proceeds,
+        wait,
+    )
+
+
+def redeploy_value(
+    block: OutgoingBlock, demand: InternalDemand, a: Assumptions, horizon_months: int, channel: str = "broker"
+) -> OptionValue:
+    """One node serving an internal pool from now for the pool's horizon, then sold."""
+    revenue = demand.value_per_gpu_hour * demand.utilisation * block.gpus_per_node * HOURS_PER_MONTH
+    return _keep_option(
+        Option.REDEPLOY, block, a, Decimal(horizon_months), Decimal(demand.horizon_months), lambda t: revenue, channel
+    )
+
+
+def lease_value(
+    block: OutgoingBlock,
+    a: Assumptions,
+    horizon_months: int,
+    channel: str = "broker",
+    market: Market | None = None,
+    start_month: int | None = None,
+) -> OptionValue:
+    """One node leased from ``start_month`` (the market's ramp by default) to the horizon.
+
+    A contract bills every hour at the contracted rate less the market's vacancy, and is renewed
+    every ``lease_contract_months`` at the price of that month (the rate decays by
+    ``lease_price_decay_per_month``); on demand bills the utilisation at the month's price.
+    Without a market there is no ramp, vacancy or decay (the unbounded view)."""
+    start = start_month if start_month is not None else (market.ramp_months if market else 0)
+    base = lease_price_per_gpu_hour(block, a) * block.gpus_per_node * HOURS_PER_MONTH
+    decay = market.price_decay if market else Decimal(0)
+    term = market.contract_months if market else 1
+    if a.lease_on_demand:
+        billed = a.lease_utilisation
+
+        def signed(t: int) -> int:
+            return t
+
+    else:
+        billed = Decimal(1) - (market.vacancy if market else Decimal(0))
+
+        def signed(t: int) -> int:
+            return start + term * ((t - start) // term)
+
+    keep = Decimal(1) - decay
+
+    def revenue(t: int) -> Decimal:
+        return base * billed * keep ** signed(t)
+
+    horizon = Decimal(horizon_months)
+    return _keep_option(Option.LEASE, block, a, horizon, horizon, revenue, channel, start)
+
+
+def resale_value(
+    block: OutgoingBlock, a: Assumptions, horizon_months: int, channel: str = "broker", wait_months: int = 0
+) -> OptionValue:
+    """One node sold ``months_until_sale`` from now, plus ``wait_months`` when the market's depth
+    makes it wait its turn (idle meanwhile, and older when it sells)."""
+    age = block.age_years + Decimal(wait_months) / 12
+    proceeds = _sale_net(block, a, age, channel) - _idle_cost_per_month(block, a) * wait_months
+    return _leave_option(Option.RESALE, proceeds, block, a, Decimal(horizon_months), wait_months)
+
+
+def recycle_value(block: OutgoingBlock, a: Assumptions, horizon_months: int) -> OptionValue:
+    return _leave_option(Option.RECYCLE, _recycle_net(block, a), block, a, Decimal(horizon_months))
 
 
 def value_options(
@@ -168,8 +272,10 @@ def value_options(
     assumptions: Assumptions,
     horizon_months: int,
     channel: str = "broker",
+    market: Market | None = None,
 ) -> OptionValues:
-    """Return per node of each option over ``horizon_months``.
+    """Return per node of each option over ``horizon_months``: the first node of each (the lease
+    starting after the market's ramp, the first sale); later ones are the split's tranches.
 
     ``channel`` is the resale channel, used both for selling now and for the
     residual value of kept nodes. Redeploy is ``None`` without a demand.
@@ -179,18 +285,10 @@ def value_options(
         raise ValueError(f"unknown resale channel {channel!r}; known: {sorted(a.channel_factors)}")
     if horizon_months <= 0:
         raise ValueError("horizon_months must be positive")
-    horizon = Decimal(horizon_months)
-    gpu_hours = block.gpus_per_node * HOURS_PER_MONTH
-
-    redeploy = None
-    if demand is not None:
-        revenue = demand.value_per_gpu_hour * demand.utilisation * gpu_hours
-        redeploy = _keep_option(Option.REDEPLOY, block, a, horizon, Decimal(demand.horizon_months), revenue, channel)
-    billed = a.lease_utilisation if a.lease_on_demand else Decimal(1)
-    lease_revenue = lease_price_per_gpu_hour(block, a) * billed * gpu_hours
-    lease = _keep_option(Option.LEASE, block, a, horizon, horizon, lease_revenue, channel)
-    resale = _leave_option(Option.RESALE, _sale_net(block, a, block.age_years, channel), block, a, horizon)
-    recycle = _leave_option(Option.RECYCLE, _recycle_net(block, a), block, a, horizon)
+    redeploy = redeploy_value(block, demand, a, horizon_months, channel) if demand is not None else None
+    lease = lease_value(block, a, horizon_months, channel, market)
+    resale = resale_value(block, a, horizon_months, channel)
+    recycle = recycle_value(block, a, horizon_months)
     return OptionValues(redeploy, lease, resale, recycle)
 
 

@@ -49,9 +49,11 @@ class FacilityFigures:
         )
 
 
-def heat_split(spec: NodeTypeSpec, kw: float, fac: FacilityFigures) -> tuple[float, float]:
-    """(liquid kW, air kW) a rack of ``spec`` drawing ``kw`` rejects: liquid racks leave a residual on air."""
-    if spec.cooling == "liquid":
+def heat_split(spec: NodeTypeSpec, kw: float, fac: FacilityFigures, cooling: str | None = None) -> tuple[float, float]:
+    """(liquid kW, air kW) a rack of ``spec`` drawing ``kw`` rejects: liquid racks leave a residual on air.
+
+    A node type that runs either way (``air-or-liquid``) is liquid-cooled in a liquid ``cooling`` position."""
+    if spec.cooling == "liquid" or (spec.cooling == "air-or-liquid" and cooling == "liquid"):
         air = kw * fac.residual_air_fraction
         return kw - air, air
     return 0.0, kw

@@ -240,13 +240,28 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class FloorStep:
+    """From ``start`` on, the normalised floor is ``perf`` (a forecast's need for that month)."""
+
+    start: date
+    perf: float
+
+
+@dataclass(frozen=True)
 class PlanInputs:
     """Everything the plan depends on.
 
     ``fleet`` is what migrates; ``kept`` are racks already holding the target generation: they
     stay, occupy their positions, draw power and count as capacity. ``capacity_floor_gpus`` and
-    ``capacity_floor_perf`` (H100-equivalents for ``workload``) are floors; 0/None means no floor in
-    that unit. ``burn_in_days=None`` uses the lifecycle's burn-in deadline (facility.csv).
+    ``capacity_floor_perf`` (in ``perf_unit``: H100-equivalents for ``workload`` unless the
+    operator names another unit, e.g. a capacity plan's output tokens/s) are floors; 0/None means
+    no floor in that unit. ``floor_steps``, when given, replace ``capacity_floor_perf`` with a
+    floor that changes over time (before its first step, the first step's value).
+    ``largest_job_gpus`` is a job of that many H100s; ``largest_job_perf`` is the same job in the
+    perf unit (default: one H100-equivalent per GPU), held by one generation's pool when the pool's
+    GPUs x its ratio reach it. ``burn_in_days=None`` uses the lifecycle's burn-in deadline
+    (facility.csv). ``fabric_max_endpoints`` is the size of the fabric the target would join
+    (default: the two-tier limit of its technology, facility.csv).
     """
 
     start: date
@@ -267,3 +282,7 @@ class PlanInputs:
     power_margin: float = 0.05
     kept: tuple[FleetBlock, ...] = ()
     workload: Workload = "training"
+    perf_unit: str = ""
+    floor_steps: tuple[FloorStep, ...] = ()
+    largest_job_perf: float | None = None
+    fabric_max_endpoints: int | None = None

@@ -26,7 +26,7 @@ def naive_sequence(ctx: PlanContext, name: str, progress: Callable[[float], None
     timeline = build_timeline(ctx, run)
     low = timeline.min_capacity()
     trough = timeline.trough_gpu_days(ctx.floor_gpus)
-    trough_perf = timeline.trough_perf_days(ctx.floor_perf)
+    trough_perf = timeline.trough_perf_days()
     low_perf = min(p.perf_total for p in timeline.points)
     stranded = sum(1 for r in run.new if r.land_week is None)
     if ctx.floor_perf is not None:
@@ -39,7 +39,7 @@ def naive_sequence(ctx: PlanContext, name: str, progress: Callable[[float], None
     if stranded:
         notes.append(f"{stranded} delivered racks never land within the horizon")
     if name == DECOMMISSION_FIRST:
-        first_ok = timeline.first_week_holding(ctx.floor_gpus, ctx.floor_perf)
+        first_ok = timeline.first_week_holding(ctx.floor_gpus)
         if (trough or trough_perf) and first_ok is not None:
             weeks = (first_ok.date - inputs.start).days // 7
             notes.append(
@@ -53,9 +53,10 @@ def naive_sequence(ctx: PlanContext, name: str, progress: Callable[[float], None
         trough_gpu_days=trough,
         min_capacity_gpus=low.total_gpus,
         min_capacity_date=low.date,
-        largest_job_runnable_always=timeline.largest_job_runnable_always(inputs.largest_job_gpus),
+        largest_job_runnable_always=timeline.largest_job_runnable_always(ctx.job_perf),
         stranded_racks=stranded,
         notes=tuple(notes),
         trough_perf_days=trough_perf,
         min_capacity_perf=round(low_perf, 6),
+        given_up_perf_days=timeline.given_up_perf_days(),
     )

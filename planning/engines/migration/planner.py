@@ -60,10 +60,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from core.reference_data import parameter
 from planning.engines.migration.context import PlanContext, build_context
 from planning.engines.migration.facility import kw_text
-from planning.engines.migration.fixes import plan_fixes
+from planning.engines.migration.fixes import core_feasible, plan_fixes
 from planning.engines.migration.inputs import (
     DECOMMISSION_FIRST,
     EPS,
@@ -80,17 +79,48 @@ from planning.engines.migration.inputs import (
 )
 from planning.engines.migration.naive import naive_sequence
 from planning.engines.migration.results import MigrationPlanResult, Phase, Placement, Timeline, Verdicts
-from planning.engines.migration.schedule import build_phases, build_timeline, old_racks_of, simulate
+from planning.engines.migration.schedule import (
+    Run,
+    build_phases,
+    build_timeline,
+    drain_items,
+    old_racks_of,
+    simulate,
+)
 
 
-def fabric_notes_for(ctx: PlanContext, timeline: Timeline) -> tuple[str, ...]:
+def shared_fabric_peak(ctx: PlanContext, run: Run) -> tuple[int, int, int, int]:
+    """(peak endpoints, its week, old GPUs, new GPUs then) cabled to the fabric the target shares with
+    the old fleet: every old node in service, draining, sanitising or waiting to ship, every kept
+    node, and every new node from landing (burn-in runs on the fabric)."""
+    H = ctx.horizon
+    S = ctx.space_release_weeks
+    fabric = ctx.inputs.target.fabric
+    old_d = [0] * (H + 1)
+    new_d = [0] * (H + 1)
+    for rack in (*run.old, *run.kept):
+        if rack.block.node_type.fabric != fabric:
+            continue
+        end = H if rack.drain_week is None else min(H, rack.drain_week + S)
+        old_d[0] += rack.gpus
+        old_d[end] -= rack.gpus
+    for rack in run.new:
+        if rack.land_week is not None and rack.land_week < H:
+            new_d[rack.land_week] += rack.nodes * ctx.inputs.target.gpus_per_node
+    best = (0, 0, 0, 0)
+    old_now = new_now = 0
+    for t in range(H):
+        old_now += old_d[t]
+        new_now += new_d[t]
+        if old_now + new_now > best[0]:
+            best = (old_now + new_now, t, old_now, new_now)
+    return best
+
+
+def fabric_notes_for(ctx: PlanContext, run: Run, timeline: Timeline) -> tuple[str, ...]:
     inputs = ctx.inputs
     target = inputs.target
     notes: list[str] = []
-    limits = {
-        "ib-ndr": parameter("ndr_two_tier_fat_tree_max_endpoints"),
-        "ib-xdr": parameter("xdr_two_tier_max"),
-    }
     for fabric in sorted({b.node_type.fabric for b in inputs.fleet}):
         old_gens = sorted({b.node_type.generation for b in inputs.fleet if b.node_type.fabric == fabric})
         if fabric != target.fabric:
@@ -99,25 +129,48 @@ def fabric_notes_for(ctx: PlanContext, timeline: Timeline) -> tuple[str, ...]:
                 f"it needs its own fabric, so the pools are separate"
             )
             continue
-        peak = max(
-            sum(n for g, n in p.gpus_by_generation.items() if g in old_gens or g == target.generation)
-            for p in timeline.points
+        peak, week, old_part, new_part = shared_fabric_peak(ctx, run)
+        cabled = (
+            f"{peak:,} endpoints cabled in the week of {ctx.date_of(week)} ({old_part:,} "
+            f"{'/'.join(old_gens)} GPUs in service, draining, sanitising or awaiting shipping + {new_part:,} "
+            f"{target.name} GPUs in burn-in or service)"
         )
-        limit = limits.get(fabric[:6])
-        if limit is not None and limit.high is not None and peak > limit.high:
+        if ctx.fabric_limit is not None and peak > ctx.fabric_limit:
             notes.append(
-                f"{target.name} speaks {fabric} like the {'/'.join(old_gens)} fleet, but {peak:,} endpoints at the "
-                f"peak exceed the two-tier limit of {int(limit.high):,} ({limit.source}): it needs its own "
-                f"fabric (or a third tier), so the pools are separate"
+                f"{target.name} speaks {fabric} like the {'/'.join(old_gens)} fleet, but {cabled} exceed the "
+                f"fabric's {ctx.fabric_limit:,} ({ctx.fabric_source}): it needs its own fabric (or a third tier), "
+                "so the pools are separate"
             )
         else:
-            notes.append(f"{target.name} can join the existing {fabric} fabric ({peak:,} endpoints at the peak)")
+            limit = f" of {ctx.fabric_limit:,}" if ctx.fabric_limit is not None else ""
+            notes.append(f"{target.name} can join the existing {fabric} fabric{limit}: {cabled}")
     gens = sorted(timeline.points[0].gpus_by_generation)
     pools = ", ".join(f"{g} up to {max(p.gpus_by_generation[g] for p in timeline.points):,} GPUs" for g in gens)
     notes.append(f"jobs never span generations; largest pool per generation: {pools}")
     if target.rack_scale:
         notes.append(f"{target.name}: NVLink domain of {target.gpus_per_rack} GPUs per rack")
     return tuple(notes)
+
+
+def binding_constraints(ctx: PlanContext, run: Run, fixes: list[str], fabric_notes: tuple[str, ...]) -> tuple[str, ...]:
+    """Every constraint that shaped the plan: what delivered racks waited for (racks and rack-weeks),
+    what held drains back, what the fabric could not take, and every reason it is infeasible."""
+    out: list[str] = []
+    waited: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for rack in run.new:
+        for reason, weeks in rack.waits.items():
+            waited[reason][0] += 1
+            waited[reason][1] += weeks
+    for reason, (racks, weeks) in sorted(waited.items(), key=lambda kv: -kv[1][1]):
+        out.append(f"{reason}: {racks:,} delivered racks waited {weeks:,} rack-weeks in all")
+    if run.floor_blocked:
+        out.append(f"the floors and the largest job held back drains a delivery needed in {run.floor_blocked:,} weeks")
+    remaining = [r for r in run.old if r.drain_week is None]
+    if remaining:
+        out.append(f"{len(remaining):,} old racks ({sum(r.gpus for r in remaining):,} GPUs) are never drained")
+    out.extend(n for n in fabric_notes if "exceed" in n)
+    out.extend(f"infeasible: {f}" for f in fixes)
+    return tuple(out)
 
 
 def _stage(progress: Callable[[float], None] | None, start: float, end: float) -> Callable[[float], None] | None:
@@ -138,15 +191,14 @@ def plan_migration(inputs: PlanInputs, progress: Callable[[float], None] | None 
     run = simulate(ctx, PLAN, _stage(progress, 0.0, 0.5))
     timeline = build_timeline(ctx, run)
     naive = (
-        naive_sequence(ctx, DECOMMISSION_FIRST, _stage(progress, 0.5, 0.7)),
-        naive_sequence(ctx, ONE_FOR_ONE_SWAP, _stage(progress, 0.7, 0.9)),
+        naive_sequence(ctx, DECOMMISSION_FIRST, _stage(progress, 0.5, 0.65)),
+        naive_sequence(ctx, ONE_FOR_ONE_SWAP, _stage(progress, 0.65, 0.8)),
     )
-    fixes = plan_fixes(ctx, run, timeline)
+    fixes = plan_fixes(ctx, run, timeline, _stage(progress, 0.8, 0.95))
     phases = build_phases(ctx, run, with_prep=True)
     low = timeline.min_capacity()
-    floor_held = all(p.total_gpus >= ctx.floor_gpus for p in timeline.points) and (
-        ctx.floor_perf is None or all(p.perf_total >= ctx.floor_perf - 1e-6 for p in timeline.points)
-    )
+    trough_perf = timeline.trough_perf_days()
+    floor_held = all(p.total_gpus >= ctx.floor_gpus for p in timeline.points) and trough_perf == 0
     verdicts = Verdicts(
         facility_first_ok=all(
             ctx.eligible_week[r.position.id] is not None
@@ -160,14 +212,18 @@ def plan_migration(inputs: PlanInputs, progress: Callable[[float], None] | None 
         min_capacity_gpus=low.total_gpus,
         min_capacity_date=low.date,
         min_capacity_perf=min(p.perf_total for p in timeline.points),
-        largest_job_runnable_always=timeline.largest_job_runnable_always(inputs.largest_job_gpus),
+        largest_job_runnable_always=timeline.largest_job_runnable_always(ctx.job_perf),
         trough_gpu_days=timeline.trough_gpu_days(ctx.floor_gpus),
         naive_trough_gpu_days={n.name: n.trough_gpu_days for n in naive},
-        trough_perf_days=timeline.trough_perf_days(ctx.floor_perf),
+        trough_perf_days=trough_perf,
         naive_trough_perf_days={n.name: n.trough_perf_days for n in naive},
         old_fleet_retired=all(r.drain_week is not None for r in run.old),
+        given_up_perf_days=timeline.given_up_perf_days(),
+        need_met_always=timeline.need_shortfall_perf_days() == 0,
+        need_shortfall_perf_days=timeline.need_shortfall_perf_days(),
+        peak_cabled_gpus=max((p.cabled_gpus for p in timeline.points), default=0),
     )
-    feasible = not fixes and verdicts.never_exceeds_power_budget and floor_held and verdicts.largest_job_runnable_always
+    feasible = core_feasible(ctx, run, timeline)
     notes = []
     for rack in run.new:
         if rack.land_week is not None and rack.land_week > rack.due_week:
@@ -175,6 +231,18 @@ def plan_migration(inputs: PlanInputs, progress: Callable[[float], None] | None 
                 f"rack {rack.id} (delivery {rack.delivery.date}) waited {rack.land_week - rack.due_week} weeks: "
                 f"{rack.wait_reason}"
             )
+    if not verdicts.need_met_always:
+        short = next(
+            p
+            for p in timeline.points
+            if p.floor_perf is not None and p.perf_total + p.drained_perf < p.floor_perf - 1e-6
+        )
+        notes.append(
+            f"the floor of {short.floor_perf:,.0f} {ctx.perf_unit} in force from {short.date} is more than the fleet "
+            f"has in service even without drains ({short.perf_total + short.drained_perf:,.0f}): deliveries arrive "
+            f"too late for it ({verdicts.need_shortfall_perf_days:,.0f} {ctx.perf_unit}-days short in all); this "
+            "is the forecast's gap, not the migration's"
+        )
     if run.kept:
         notes.append(
             f"{len(run.kept)} racks already hold {target_name(inputs)}: they stay, occupy their positions, draw "
@@ -192,6 +260,12 @@ def plan_migration(inputs: PlanInputs, progress: Callable[[float], None] | None 
         for r in run.new
         if r.position is not None and r.land_week is not None
     )
+    fabric_notes = fabric_notes_for(ctx, run, timeline)
+    complete = None
+    if feasible:
+        weeks = [r.land_week + ctx.service_weeks for r in run.new if r.land_week is not None]
+        weeks += [r.drain_week for r in run.old if r.drain_week is not None]
+        complete = ctx.date_of(max(weeks, default=0))
     if progress is not None:
         progress(1.0)
     return MigrationPlanResult(
@@ -203,13 +277,17 @@ def plan_migration(inputs: PlanInputs, progress: Callable[[float], None] | None 
         placements=placements,
         timeline=timeline,
         naive=naive,
-        fabric_notes=fabric_notes_for(ctx, timeline),
+        fabric_notes=fabric_notes,
         notes=tuple(notes),
         assumptions=ctx.assumptions,
         finish=max((p.end for p in phases), default=None) if feasible else None,
         floor_gpus=ctx.floor_gpus,
         floor_perf=ctx.floor_perf,
         perf_unit=ctx.perf_unit,
+        drains=drain_items(ctx, run),
+        binding_constraints=binding_constraints(ctx, run, fixes, fabric_notes),
+        largest_job_perf=ctx.job_perf,
+        complete=complete,
     )
 
 

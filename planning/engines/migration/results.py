@@ -47,6 +47,28 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class DrainItem:
+    """One old rack's drain: when it starts, is drained, sanitised and shipped, what it frees and
+    for what (``frees``: position, power or retirement), and the week what it frees is first used."""
+
+    position_id: str
+    rack: str
+    hall_id: str
+    block: str
+    node_type: str
+    nodes: int
+    gpus: int
+    kw: float
+    start: date
+    drained: date
+    sanitised: date
+    shipped: date
+    reason: str
+    frees: str
+    used: date | None
+
+
+@dataclass(frozen=True)
 class TimelinePoint:
     """The fleet during the week starting ``date`` (dicts are keyed by generation or hall id)."""
 
@@ -61,6 +83,10 @@ class TimelinePoint:
     budget_kw_by_hall: dict[str, float]
     budget_kw_total: float
     facility_power_kw: float
+    largest_pool_perf: float = 0.0
+    cabled_gpus: int = 0
+    floor_perf: float | None = None
+    drained_perf: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -76,24 +102,49 @@ class Timeline:
         """GPU-days below the raw floor, each weekly point standing for seven days."""
         return sum(max(0, floor_gpus - p.total_gpus) * 7 for p in self.points)
 
-    def trough_perf_days(self, floor_perf: float | None) -> float:
-        """H100-equivalent-days below the normalised floor (0 when there is none)."""
-        if floor_perf is None:
-            return 0.0
-        return round(sum(max(0.0, floor_perf - p.perf_total) * 7 for p in self.points), 3)
+    def trough_perf_days(self) -> float:
+        """Normalised-unit-days the plan's own drains took capacity below the floor in force: below
+        the floor, or below what would be in service had nothing drained where that is lower
+        (a forecast's need that deliveries do not meet yet is not the plan's trough)."""
+        return round(
+            sum(
+                max(0.0, min(p.floor_perf, p.perf_total + p.drained_perf) - p.perf_total) * 7
+                for p in self.points
+                if p.floor_perf is not None
+            ),
+            3,
+        )
 
-    def first_week_holding(self, floor_gpus: int, floor_perf: float | None) -> TimelinePoint | None:
+    def need_shortfall_perf_days(self) -> float:
+        """Normalised-unit-days the floor in force exceeds what would be in service had nothing drained."""
+        return round(
+            sum(
+                max(0.0, p.floor_perf - (p.perf_total + p.drained_perf)) * 7
+                for p in self.points
+                if p.floor_perf is not None
+            ),
+            3,
+        )
+
+    def given_up_perf_days(self) -> float:
+        """Normalised-unit-days below today's capacity: what drains gave up before new capacity replaced it."""
+        if not self.points:
+            return 0.0
+        start = self.points[0].perf_total
+        return round(sum(max(0.0, start - p.perf_total) * 7 for p in self.points), 3)
+
+    def first_week_holding(self, floor_gpus: int) -> TimelinePoint | None:
         return next(
             (
                 p
                 for p in self.points
-                if p.total_gpus >= floor_gpus and (floor_perf is None or p.perf_total >= floor_perf - 1e-6)
+                if p.total_gpus >= floor_gpus and (p.floor_perf is None or p.perf_total >= p.floor_perf - 1e-6)
             ),
             None,
         )
 
-    def largest_job_runnable_always(self, job_gpus: int) -> bool:
-        return all(p.largest_pool_gpus >= job_gpus for p in self.points)
+    def largest_job_runnable_always(self, job_perf: float) -> bool:
+        return all(p.largest_pool_perf >= job_perf - 1e-6 for p in self.points)
 
     def within_budget(self) -> bool:
         return all(
@@ -118,6 +169,10 @@ class Verdicts:
     trough_perf_days: float = 0.0
     naive_trough_perf_days: dict[str, float] = field(default_factory=dict)
     old_fleet_retired: bool = False
+    given_up_perf_days: float = 0.0
+    need_met_always: bool = True
+    need_shortfall_perf_days: float = 0.0
+    peak_cabled_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +190,7 @@ class NaiveSequence:
     notes: tuple[str, ...]
     trough_perf_days: float = 0.0
     min_capacity_perf: float = 0.0
+    given_up_perf_days: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -156,6 +212,12 @@ class MigrationPlanResult:
     floor_gpus: int = 0
     floor_perf: float | None = None
     perf_unit: str = "H100-equivalent (training)"
+    drains: tuple[DrainItem, ...] = ()
+    binding_constraints: tuple[str, ...] = ()
+    largest_job_perf: float = 0.0
+    # The week the migration is complete: every new rack in service and every old rack out of service
+    # (draining); ``finish`` adds the old racks' sanitisation and shipping.
+    complete: date | None = None
 
     @property
     def headline(self) -> str:

@@ -24,7 +24,7 @@ def freeze_operator_scopes(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("core", "0008_agent_identity_handoff"),
+        ("core", "0009_agent_identity_handoff"),
         ("auth", "0012_alter_user_first_name_max_length"),
     ]
 

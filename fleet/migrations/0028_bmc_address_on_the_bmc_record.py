@@ -58,8 +58,8 @@ def move_bmc_address_and_mac(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0024_free_nodes_index_covers_placement"),
-        ("core", "0008_agent_identity_handoff"),
+        ("fleet", "0027_node_events_and_drain_pending_indexes"),
+        ("core", "0009_agent_identity_handoff"),
     ]
 
     operations = [

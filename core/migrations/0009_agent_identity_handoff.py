@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("core", "0007_loop_lease"),
+        ("core", "0008_audit_indexes_for_the_admin_at_scale"),
     ]
 
     operations = [

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("planning", "0004_migration_plan_computation"),
+        ("planning", "0005_disposition_assignment_constraint"),
     ]
 
     operations = [

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("core", "0009_token_scope_and_expiry"),
+        ("core", "0010_token_scope_and_expiry"),
     ]
 
     operations = [

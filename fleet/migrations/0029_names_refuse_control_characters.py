@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0025_bmc_address_on_the_bmc_record"),
+        ("fleet", "0028_bmc_address_on_the_bmc_record"),
     ]
 
     operations = [

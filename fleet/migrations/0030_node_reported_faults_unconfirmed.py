@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0026_names_refuse_control_characters"),
+        ("fleet", "0029_names_refuse_control_characters"),
     ]
 
     operations = [
