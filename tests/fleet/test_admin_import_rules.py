@@ -6,22 +6,25 @@ confirm instead of overwritten; a drive's self-encryption is the agent's to repo
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.test import Client
 from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet.inventory_files import Sheet, Workbook
-from fleet.models import GPU, Drive, Node, Rack
+from fleet.models import GPU, Drive, Node, NodeBMC, Rack
 from fleet.services.inventory_import import plan_import
 from fleet.services.inventory_import.columns import SPECS
 
 from .admin_helpers import (
     NODE_HEADER,
+    client_for,
     csv_upload,
     import_confirm,
     import_preview,
     inventory_admin_client,
     node_add_data,
+    staff_with,
     xlsx_upload,
 )
 
@@ -34,6 +37,12 @@ RACK_HEADER = ["name", "hall", "row", "column", "u_height", "rated_power_kw", "c
 @pytest.fixture
 def inventory_admin(django_user_model):
     return inventory_admin_client(django_user_model, "view", "add", "change")
+
+
+def bmc_importer(django_user_model):
+    """An inventory admin who may also write BMC records (a nodes sheet's BMC columns)."""
+    perms = [f"fleet.{a}_{m}" for a in ("view", "add", "change") for m in ("node", "rack", "gpu", "drive", "nodebmc")]
+    return client_for(Client, staff_with(django_user_model, "inv-bmc", *perms))
 
 
 def _liquid_rack():
@@ -175,9 +184,11 @@ def test_the_admin_form_refuses_a_case_twin_with_a_message(small_fleet, admin_cl
 # ---- the confirm applies what the preview showed ---------------------------------------------
 
 
-def test_a_colleagues_change_after_the_preview_is_not_overwritten(small_fleet, inventory_admin):
-    """The issue's case: the preview shows only leaf_switch; a colleague then sets bmc_address;
-    the confirm must not put the file's (old) bmc_address back."""
+def test_a_colleagues_change_after_the_preview_is_not_overwritten(small_fleet, django_user_model):
+    """The issue's case: the preview shows only leaf_switch; a colleague then sets bmc_address
+    (on the node's BMC record, where it lives); the confirm must not put the file's (old)
+    bmc_address back. The file writes BMC values, so its importer holds change_nodebmc."""
+    importer = bmc_importer(django_user_model)
     node = Node.objects.filter(lifecycle="available").order_by("hostname").first()
     row = [
         node.hostname,
@@ -187,23 +198,37 @@ def test_a_colleagues_change_after_the_preview_is_not_overwritten(small_fleet, i
         node.node_type.slug,
         node.fabric_domain.name,
         "leaf-new",
-        node.bmc_address,
-        node.bmc_mac,
+        node.bmc.address,
+        node.bmc.mac,
         "",
     ]
-    preview = import_preview(inventory_admin, csv_upload([row]), allow_updates="on")
+    preview = import_preview(importer, csv_upload([row]), allow_updates="on")
     assert preview.status_code == 200
     assert [u.diff for u in preview.context["updates"]] == [{"leaf_switch": (node.leaf_switch, "leaf-new")}]
 
-    Node.objects.filter(pk=node.pk).update(bmc_address="10.99.0.7")  # a colleague, meanwhile
+    NodeBMC.objects.filter(node=node).update(address="10.99.0.7")  # a colleague, meanwhile
 
-    confirm = import_confirm(inventory_admin, preview)
+    confirm = import_confirm(importer, preview)
     assert confirm.status_code == 409
     [error] = confirm.context["errors"]
     assert error.column == "bmc_address" and "changed since the preview" in error.message
     assert "10.99.0.7" in error.message
     node.refresh_from_db()
-    assert node.bmc_address == "10.99.0.7" and node.leaf_switch != "leaf-new"
+    assert NodeBMC.objects.get(node=node).address == "10.99.0.7" and node.leaf_switch != "leaf-new"
+
+
+def test_a_file_without_bmc_values_neither_checks_nor_shows_the_bmc_record(small_fleet, inventory_admin):
+    """A file that leaves the BMC cells empty cannot overwrite the BMC record, so a colleague's
+    BMC change does not refuse it, and its importer (no BMC permission) is told nothing of it."""
+    node = Node.objects.filter(lifecycle="available").order_by("hostname").first()
+    row = [node.hostname, node.serial, node.rack.name, node.u_position, node.node_type.slug, "", "leaf-new", "", "", ""]
+    preview = import_preview(inventory_admin, csv_upload([row]), allow_updates="on")
+    assert preview.status_code == 200
+    assert node.bmc.address not in preview.content.decode()
+    NodeBMC.objects.filter(node=node).update(address="10.99.0.8")
+    assert import_confirm(inventory_admin, preview).status_code == 302
+    node.refresh_from_db()
+    assert node.leaf_switch == "leaf-new" and NodeBMC.objects.get(node=node).address == "10.99.0.8"
 
 
 def test_a_row_created_by_someone_else_after_the_preview_is_refused(small_fleet, inventory_admin):
