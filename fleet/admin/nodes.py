@@ -321,6 +321,28 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     def hall(self, node):
         return str(node.rack.hall)
 
+    @admin.display(description="BMC address")
+    def bmc_address(self, node):
+        """The BMC record's address (joined in the list's one query), shown only to who may view
+        BMC records: where a node's BMC is belongs to that record (docs/bmc.md)."""
+        try:
+            return node.bmc.address or "—"
+        except ObjectDoesNotExist:
+            return "—"
+
+    def _may_see_bmcs(self, request) -> bool:
+        return request.user.has_perm("fleet.view_nodebmc") or request.user.has_perm("fleet.change_nodebmc")
+
+    def get_list_display(self, request):
+        columns = list(super().get_list_display(request))
+        if self._may_see_bmcs(request):
+            columns.insert(columns.index("fabric_domain") + 1, "bmc_address")
+        return columns
+
+    def get_list_select_related(self, request):
+        related = list(super().get_list_select_related(request))
+        return [*related, "bmc"] if self._may_see_bmcs(request) else related
+
     @admin.display(description="tenant")
     def tenant(self, node):
         held = getattr(node, "live_tenancy", [])

@@ -74,8 +74,10 @@ def test_node_bmc_console_and_audit_rows_link_to_each_other(small_fleet, admin_c
     rows = admin_client.get(audit.replace("&amp;", "&"))
     assert [e.action for e in rows.context["cl"].result_list] == ["node.bmc_set"]
     assert reverse("admin:fleet_node_change", args=[node.pk]) in rows.content.decode()  # the row links back
-    # a node without a BMC record offers to add one, for itself
+    # a node without a BMC record offers to add one, for itself (the seed gives every node a
+    # record holding its BMC address, so this node's is removed first)
     other = Node.objects.order_by("hostname")[1]
+    NodeBMC.objects.filter(node=other).delete()
     page = admin_client.get(reverse("admin:fleet_node_change", args=[other.pk])).content.decode()
     assert f"{reverse('admin:fleet_nodebmc_add')}?node={other.pk}" in page
 
@@ -97,6 +99,27 @@ def test_the_node_list_shows_tenant_asset_tag_and_hall_and_filters_drain_pending
     assert nodes[1].pk not in [n.pk for n in admin_client.get(url, {"drain_pending": "no"}).context["cl"].result_list]
 
 
+def test_the_node_list_shows_the_bmc_address_only_to_who_may_view_bmc_records(small_fleet, django_user_model):
+    """The BMC address is the BMC record's (docs/bmc.md): the node list shows it, joined in its
+    one query, to holders of view_nodebmc, and to nobody else."""
+    node = Node.objects.order_by("hostname").first()
+    url = reverse("admin:fleet_node_changelist")
+    address = NodeBMC.objects.get(node=node).address
+    assert address
+    nodes_only = client_for(Client, staff_with(django_user_model, "viewer", "fleet.view_node"))
+    response = nodes_only.get(url)
+    headers = {str(h["text"]).lower() for h in response.context["result_headers"]}
+    assert "bmc address" not in headers and address not in response.content.decode()
+
+    with_bmcs = client_for(Client, staff_with(django_user_model, "bmc-viewer", "fleet.view_node", "fleet.view_nodebmc"))
+    with_bmcs.get(url)  # session and content types warm
+    with CaptureQueriesContext(connection) as queries:
+        response = with_bmcs.get(url)
+    headers = {str(h["text"]).lower() for h in response.context["result_headers"]}
+    assert "bmc address" in headers and address in response.content.decode()
+    assert not any('"fleet_nodebmc"' in q["sql"] and '"fleet_node"' not in q["sql"] for q in queries.captured_queries)
+
+
 @pytest.mark.parametrize(
     "url, data",
     [
@@ -116,11 +139,12 @@ def test_a_value_that_is_not_an_id_is_a_form_error_not_a_500(small_fleet, admin_
     rack = Rack.objects.filter(cooling="liquid").first()
     node_type = Node.objects.first().node_type
     base = node_add_data(hostname="form-x", rack=rack, node_type=node_type) if url == "admin:fleet_node_add" else {}
+    bmcs = NodeBMC.objects.count()  # the seed's nodes have their BMC records (address and MAC)
     response = admin_client.post(reverse(url), {**base, **data})
     assert response.status_code in (200, 302, 403), response.status_code
     if url.endswith("_add"):
         assert response.status_code == 200 and response.context["adminform"].form.errors
-    assert not Node.objects.filter(hostname="form-x").exists() and not NodeBMC.objects.exists()
+    assert not Node.objects.filter(hostname="form-x").exists() and NodeBMC.objects.count() == bmcs
 
 
 def test_filter_links_with_a_bad_id_are_handled(small_fleet, admin_client):
