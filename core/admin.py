@@ -289,17 +289,23 @@ class AtScaleAdmin(admin.ModelAdmin):
 
     INDEX_SEARCH_LIMIT = 1000  # identifiers matched per search; a broader prefix narrows nothing anyway
 
+    def get_index_search(self, request) -> dict:
+        """The identifier kinds this user's search matches (a subclass leaves out kinds that
+        belong to records the user may not view)."""
+        return self.index_search
+
     def get_search_results(self, request, queryset, search_term):
-        if not self.index_search or not search_term.strip():
+        index_search = self.get_index_search(request)
+        if not index_search or not search_term.strip():
             return super().get_search_results(request, queryset, search_term)
         try:
-            found = ids_by_kind(search_term, list(self.index_search), limit=self.INDEX_SEARCH_LIMIT)
+            found = ids_by_kind(search_term, list(index_search), limit=self.INDEX_SEARCH_LIMIT)
         except Invalid as exc:
             self.message_user(request, exc.detail, messages.ERROR)
             return queryset.none(), False
         condition = models.Q(pk__in=[])
         for kind, ids in found.items():
-            target = self.index_search[kind]
+            target = index_search[kind]
             condition |= target(ids) if callable(target) else models.Q(**{f"{target}__in": ids})
         return queryset.filter(condition), False
 

@@ -246,8 +246,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
     # searched through the index (core.search): exact or prefix, no icontains over joins, no DISTINCT
     search_fields = ("hostname",)
     search_help_text = (
-        "Exact or first characters of a hostname, serial, asset tag, BMC address or MAC, rack, GPU UUID or serial, "
-        "or drive serial."
+        "Exact or first characters of a hostname, serial, asset tag, BMC address or MAC (for who may view BMC "
+        "records), rack, GPU UUID or serial, or drive serial."
     )
     index_search = {
         "hostname": "pk",
@@ -332,6 +332,13 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
 
     def _may_see_bmcs(self, request) -> bool:
         return request.user.has_perm("fleet.view_nodebmc") or request.user.has_perm("fleet.change_nodebmc")
+
+    def get_index_search(self, request) -> dict:
+        """A BMC address or MAC finds its node only for who may view BMC records: otherwise the
+        search box would tell anyone which node a BMC address belongs to."""
+        if self._may_see_bmcs(request):
+            return self.index_search
+        return {kind: target for kind, target in self.index_search.items() if kind not in ("bmc_address", "bmc_mac")}
 
     def get_list_display(self, request):
         columns = list(super().get_list_display(request))

@@ -118,6 +118,9 @@ def test_the_node_list_shows_the_bmc_address_only_to_who_may_view_bmc_records(sm
     headers = {str(h["text"]).lower() for h in response.context["result_headers"]}
     assert "bmc address" in headers and address in response.content.decode()
     assert not any('"fleet_nodebmc"' in q["sql"] and '"fleet_node"' not in q["sql"] for q in queries.captured_queries)
+    # the search box finds a node by its BMC address for the same users only
+    assert node.pk in [n.pk for n in with_bmcs.get(url, {"q": address}).context["cl"].result_list]
+    assert list(nodes_only.get(url, {"q": address}).context["cl"].result_list) == []
 
 
 @pytest.mark.parametrize(
