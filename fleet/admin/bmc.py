@@ -46,28 +46,21 @@ class NodeBMCForm(forms.ModelForm):
         value = (self.cleaned_data.get("address") or "").strip()
         if value:
             validate_bmc_address(value)  # what it is first (a MAC, a zone-scoped address), then where
-        try:
-            check_bmc_address(value)
-        except DomainError as exc:
-            raise forms.ValidationError(exc.detail) from None
+        _checked(check_bmc_address, value)
         return value
 
     def clean_redfish_url(self):
-        """The service's own checks, as form errors: its shape (no credentials in it) first, then
-        the network policy. An empty address is allowed: a record may hold only the BMC's address
-        and MAC until its Redfish service is known."""
+        """Its shape (no credentials in it) first, then the network policy. An empty address is
+        allowed: a record may hold only the BMC's address and MAC until its Redfish service is known."""
         value = (self.cleaned_data.get("redfish_url") or "").strip()
         if not value:
             return ""
-        url = _checked(self, "redfish_url", clean_redfish_url)
-        try:
-            check_redfish_url(url)
-        except DomainError as exc:
-            raise forms.ValidationError(exc.detail) from None
+        url = _checked(clean_redfish_url, value)
+        _checked(check_redfish_url, url)
         return url
 
     def clean_system_path(self):
-        return _checked(self, "system_path", clean_system_path)
+        return _checked(clean_system_path, self.cleaned_data.get("system_path", ""))
 
     def clean(self):
         data = super().clean()
@@ -78,11 +71,12 @@ class NodeBMCForm(forms.ModelForm):
         return data
 
 
-def _checked(form, name: str, clean):
+def _checked(check, value):
     """The service's own check of a field, as a form error: the form refuses what set_bmc would
-    (credentials in the URL, a path outside /redfish/v1/Systems/), rather than saying "added"."""
+    (credentials in the URL, a path outside /redfish/v1/Systems/, an address outside the BMC
+    networks), rather than saying "added"."""
     try:
-        return clean(form.cleaned_data.get(name, ""))
+        return check(value)
     except DomainError as exc:
         raise forms.ValidationError(exc.detail) from None
 
