@@ -276,6 +276,12 @@ def test_reads_are_bounded_per_pass_least_recently_read_first(small_fleet, recor
         first = set(NodeBMC.objects.filter(power_read_at__isnull=False).values_list("node_id", flat=True))
         assert power_sync_pass(budget_s=30)["watts_read"] == 2
     (left_out,) = {n.pk for n in nodes} - first
-    latest = NodeBMC.objects.order_by("-power_read_at").values_list("power_read_at", flat=True).first()
+    # Only the three wired here have been read; PostgreSQL sorts the never-read (NULL) first in DESC.
+    latest = (
+        NodeBMC.objects.filter(power_read_at__isnull=False)
+        .order_by("-power_read_at")
+        .values_list("power_read_at", flat=True)
+        .first()
+    )
     assert NodeBMC.objects.get(node_id=left_out).power_read_at == latest  # the one never read went first
     assert set(Node.objects.filter(wall_power_source="bmc").values_list("pk", flat=True)) == {n.pk for n in nodes}
