@@ -37,7 +37,7 @@ from billing.statement import invoice_statement
 from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
 from core.services.audit import actor_label
-from fleet.pdf import html_to_pdf_bytes
+from fleet.pdf import pdf_response
 from tenants.energy import allocation_energy, energy_totals
 from tenants.models import Membership, Tenant
 
@@ -234,9 +234,7 @@ def portal_invoice_pdf(request, pk):
         "period_end": period_end(invoice.period) - timedelta(days=1),
     }
     html = render_to_string("billing/invoice_pdf.html", context, request=request)
-    response = HttpResponse(html_to_pdf_bytes(html), content_type="application/pdf")
-    response["Content-Disposition"] = f'attachment; filename="invoice-{invoice.number or invoice.pk}.pdf"'
-    return response
+    return pdf_response(html, f"invoice-{invoice.number or invoice.pk}.pdf")
 
 
 @login_required

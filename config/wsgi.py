@@ -12,3 +12,8 @@ application = get_wsgi_application()
 # waited 4-5 s for it (the PDF renderer's import alone is ~3 s), long enough for every agent
 # heartbeat queued behind it to arrive late.
 get_resolver().url_patterns  # noqa: B018 (evaluated for its side effect: the imports)
+# The PDF renderer is imported on first use so that the console runs without Pango; import it
+# here when it can be, for the same reason.
+from fleet.pdf import warm  # noqa: E402
+
+warm()

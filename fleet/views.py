@@ -22,7 +22,7 @@ from .choices import HEALTH_COLORS, LIFECYCLE_COLORS, POWER_ACTION_RESULT, Healt
 from .dashboards import FIGURES
 from .filters import NodeFilterSet
 from .models import Hall, Node, Rack
-from .pdf import certificate_pdf_bytes
+from .pdf import pdf_response
 from .selectors import (
     HOT_FRACTION,
     POWER_READING_FRESH,
@@ -434,6 +434,4 @@ def certificate_pdf(request, pk):
     if not cert["complete"]:
         return render(request, "fleet/certificate.html", {"nav": "fleet", **cert}, status=409)
     html = render_to_string("fleet/certificate_pdf.html", cert, request=request)
-    response = HttpResponse(certificate_pdf_bytes(html), content_type="application/pdf")
-    response["Content-Disposition"] = f'attachment; filename="certificate-{cert["node"].hostname}.pdf"'
-    return response
+    return pdf_response(html, f"certificate-{cert['node'].hostname}.pdf")

@@ -17,11 +17,19 @@ def pytest_collection_modifyitems(config, items):
     skip_pg = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL); real concurrency is tested there")
     on_redis = "Redis" in settings.CACHES["default"]["BACKEND"]
     skip_redis = pytest.mark.skip(reason="needs Redis as the shared cache (set REDIS_URL)")
+    skip_pdf = None
+    if any("pdf" in item.keywords for item in items):
+        from fleet.pdf import pdf_unavailable_reason
+
+        missing = pdf_unavailable_reason()
+        skip_pdf = pytest.mark.skip(reason=f"needs Pango to render PDFs: {missing}") if missing else None
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)
         if "redis" in item.keywords and not on_redis:
             item.add_marker(skip_redis)
+        if skip_pdf is not None and "pdf" in item.keywords:
+            item.add_marker(skip_pdf)
         _open_both_databases(item)
 
 

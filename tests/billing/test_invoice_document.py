@@ -83,6 +83,7 @@ def test_draft_says_as_of_and_that_its_rate_is_provisional(finance, tenants, ing
     assert "the rate is fixed when the invoice is issued" in page
 
 
+@pytest.mark.pdf
 def test_invoice_pdf_is_a_pdf_of_the_same_document_and_tenant_scoped(finance, tenants, ingest, operator_user, client):
     invoice = _issued_september(ingest, tenants[0], operator_user)
     response = finance.get(f"/portal/invoices/{invoice.pk}.pdf")
@@ -90,6 +91,26 @@ def test_invoice_pdf_is_a_pdf_of_the_same_document_and_tenant_scoped(finance, te
     assert response.content.startswith(b"%PDF") and invoice.number in response["Content-Disposition"]
     other = _issued_other(ingest, tenants[1])
     assert finance.get(f"/portal/invoices/{other.pk}.pdf").status_code == 404
+
+
+def test_without_pango_the_pdf_link_answers_503_saying_how_to_enable_pdfs(
+    finance, tenants, ingest, operator_user, monkeypatch
+):
+    """The console runs without WeasyPrint's Pango (make demo on a bare laptop); only the PDF
+    link says what is missing, as a problem, and the page still shows the document."""
+    import fleet.pdf
+
+    monkeypatch.setattr(fleet.pdf, "_weasyprint", None)
+    monkeypatch.setattr(fleet.pdf, "_missing", f"{fleet.pdf.ENABLE_PDFS} (cannot load library 'pango-1.0-0')")
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    response = finance.get(f"/portal/invoices/{invoice.pk}.pdf")
+    assert response.status_code == 503 and response["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == "pdf_unavailable" and "libpango-1.0-0" in problem["detail"]
+    assert problem["type"].endswith("/problems/pdf_unavailable")
+    assert finance.get(f"/portal/invoices/{invoice.pk}/").status_code == 200
+    other = _issued_other(ingest, tenants[1])
+    assert finance.get(f"/portal/invoices/{other.pk}.pdf").status_code == 404  # scoping comes first
 
 
 def _issued_other(ingest, tenant) -> Invoice:

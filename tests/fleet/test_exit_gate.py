@@ -300,6 +300,7 @@ def test_the_random_walks_did_try_every_exit():
     assert {Lifecycle.RMA, Lifecycle.RETIRED} <= ATTEMPTED_EXITS
 
 
+@pytest.mark.pdf
 def test_the_node_page_shows_the_gate_and_the_certificate_comes_as_pdf(
     operator_client, ops_api, used_node, django_user_model
 ):
