@@ -6,6 +6,9 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self):
+        from core.problem_types import register_app
+
+        register_app(self)  # billing/problems.csv: the problem codes this app raises
         from fleet import sku_users
 
         from . import search  # noqa: F401  registers the app's identifiers with core.search

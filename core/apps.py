@@ -13,6 +13,7 @@ class CoreConfig(AppConfig):
         from core import loop_metrics
         from core.api import schema  # noqa: F401  registers the security schemes with drf-spectacular
         from core.middleware import start_idle_clock
+        from core.problem_types import register_app
         from core.services import login_audit  # noqa: F401  connects the sign-in audit receivers
         from core.services.permissions import top_up_role_groups_after_migrate
 
@@ -21,3 +22,4 @@ class CoreConfig(AppConfig):
         # Every periodic task's pass lands in core.LoopRun, whichever worker runs it (/metrics).
         task_prerun.connect(loop_metrics.task_started, weak=False)
         task_postrun.connect(loop_metrics.task_finished, weak=False)
+        register_app(self)  # core/problems.csv: the problem codes core raises (the API's own)

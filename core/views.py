@@ -2,9 +2,11 @@
 header box submits to (docs/search.md)."""
 
 from django.contrib.auth.views import LoginView, redirect_to_login
+from django.http import Http404
 from django.shortcuts import redirect, render
 
 from core.errors import Invalid
+from core.problem_types import problem_type, problem_types
 from core.search import search as search_index
 
 
@@ -58,3 +60,16 @@ class SignInView(LoginView):
 
     def get_default_redirect_url(self):
         return OPERATOR_HOME if self.request.user.is_staff else TENANT_HOME
+
+
+def problem_type_list(request):
+    """Every problem code the API answers with, by app (anyone may read it, like the schema)."""
+    return render(request, "core/problem_types.html", {"problem_types": problem_types()})
+
+
+def problem_type_detail(request, code):
+    """The page a problem's `type` URI names: title, status, what it means, what to do."""
+    found = problem_type(code)
+    if found is None:
+        raise Http404("no such problem type")
+    return render(request, "core/problem_type.html", {"problem": found})

@@ -18,11 +18,11 @@ from rest_framework.response import Response
 
 from core.errors import Conflict, DomainError, Invalid, NotFound, Refused
 from core.outages import is_outage
+from core.problem_types import type_uri
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
-TYPE_BASE = "https://hangar.dev/problems/"
 
 _TITLES = {
     400: "Bad request",
@@ -66,7 +66,7 @@ def problem_body(
     status_code: int, code: str, detail: str, *, errors: list[dict] | None = None, extra: dict | None = None
 ) -> dict:
     body = {
-        "type": TYPE_BASE + code,
+        "type": type_uri(code),  # a page of this server: /docs/problems/<code>
         "title": _TITLES.get(status_code, "Error"),
         "status": status_code,
         "detail": detail,
