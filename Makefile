@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # with DEBUG=false the settings demand real SECRET_KEY and AGENT_TOKEN_KEY (README).
 DEV := DEBUG=$${DEBUG:-true}
 
-.PHONY: demo test lint format install migrate bench ci clean chaos loadtest
+.PHONY: demo test test-fast lint format install migrate bench ci clean chaos loadtest
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,16 @@ migrate: install
 demo: migrate
 	@$(DEV) $(PY) manage.py demo
 
+# The suite in parallel (pytest-xdist): one worker per core, at most 4, since each worker builds
+# its own test databases first; a test file stays on one worker. test-fast leaves out the tests
+# marked slow (browser, subprocess, fuzz and scale): docs/development.md.
+XDIST := -n auto --maxprocesses=4 --dist loadfile
+
 test: install
-	@$(VENV)/bin/pytest
+	@$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
+
+test-fast: install
+	@$(VENV)/bin/pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # ruff (lint and format check), import-linter (the dependency rule) and a migrations check.
 lint: install

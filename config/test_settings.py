@@ -36,3 +36,18 @@ from core.netguard import parse_networks  # noqa: E402
 
 BMC_NETWORKS = parse_networks("10.0.0.0/8, 10.200.0.0/16+http, 192.0.2.0/24, 2001:db8::/32", setting="BMC_NETWORKS")
 BMC_LAB_ORIGINS = set()
+
+# SQLite test databases are files (in a directory of this run), not in memory: the suite copies
+# the migrated database once to seed the shared fleet (tests/session_fleet.py), and live-server
+# threads open their own connections to a file without sharing one in-memory connection.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+
+_test_db_dir = tempfile.mkdtemp(prefix="hangar-test-db-")
+atexit.register(shutil.rmtree, _test_db_dir, ignore_errors=True)
+for _alias, _database in DATABASES.items():  # noqa: F405
+    if _database["ENGINE"] == "django.db.backends.sqlite3":
+        _database.setdefault("TEST", {})["NAME"] = os.path.join(_test_db_dir, f"test_{_alias}.sqlite3")
+# xdist workers share one Redis: each keeps its own keys.
+if "KEY_PREFIX" in CACHES["default"]:  # noqa: F405
+    CACHES["default"]["KEY_PREFIX"] += "-" + os.environ.get("PYTEST_XDIST_WORKER", "main")  # noqa: F405

@@ -9,6 +9,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tests.session_fleet import fleet_template, seeded_database_for_test, small_fleet_for  # noqa: F401 (fixtures)
+
 
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
@@ -24,6 +26,8 @@ def pytest_collection_modifyitems(config, items):
         missing = pdf_unavailable_reason()
         skip_pdf = pytest.mark.skip(reason=f"needs Pango to render PDFs: {missing}") if missing else None
     for item in items:
+        if "browser" in item.keywords:
+            item.add_marker(pytest.mark.slow)  # make test-fast leaves the browser out
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)
         if "redis" in item.keywords and not on_redis:
@@ -94,11 +98,17 @@ def ops_api(operator_token):
 
 
 @pytest.fixture
-def small_fleet(db):
-    """64 GPUs: 8 H100 nodes in 4 racks, one NDR pod, plus the empty liquid hall."""
-    from devtools.services.fleet_seed import seed_fleet
+def _django_db_helper(seeded_database_for_test, _django_db_helper):  # noqa: F811 (wraps the plugin's)
+    """pytest-django's per-test database set-up, after choosing which database the test gets
+    (the seeded copy for `small_fleet`, tests/session_fleet.py)."""
+    yield _django_db_helper
 
-    return seed_fleet(gpus=64)
+
+@pytest.fixture
+def small_fleet(request, db):
+    """64 GPUs: 8 H100 nodes in 4 racks, one NDR pod, plus the empty liquid hall. Seeded once
+    per session and shared through per-test transactions (tests/session_fleet.py)."""
+    return small_fleet_for(request)
 
 
 @pytest.fixture

@@ -13,9 +13,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from core.api.agent_tokens import mint_agent_token
 
 from .conftest import make_event
+
+pytestmark = pytest.mark.slow  # subprocess: a server process with the control-plane database down
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = """

@@ -9,6 +9,8 @@ from schemathesis.checks import not_a_server_error
 
 from config.wsgi import application
 
+pytestmark = pytest.mark.slow  # fuzz: schemathesis over the operator and agent APIs
+
 CHECKS = [not_a_server_error]
 
 ops_schema = schemathesis.openapi.from_wsgi("/api/v1/schema/", application).include(path_regex=r"^/api/v1/ops/")

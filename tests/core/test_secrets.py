@@ -11,6 +11,8 @@ import pytest
 
 from benchmarks.loadtest import _environment as loadtest_environment
 
+pytestmark = pytest.mark.slow  # subprocess: starts the settings in a fresh interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
 # What the environment of a test run adds; a production process starts without any of it.
 CLEARED = (

@@ -52,6 +52,7 @@ RUN_SECONDS = 8.0
 ARRIVALS = 10  # one-node allocations asked for during the run (the seed leaves 12 nodes free)
 
 pytestmark = [
+    pytest.mark.slow,  # subprocess and scale: two worker processes over a 320-GPU fleet
     pytest.mark.skipif(
         connection.vendor != "postgresql",
         reason="needs PostgreSQL (set DATABASE_URL): two processes share one database only there",

@@ -12,6 +12,7 @@ from fleet.models import GPU, Drive, FabricDomain, Hall, Node, NodeEvent, Rack
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.slow  # scale: the demo's 2,048 GPUs
 def test_demo_fleet_shape():
     out = StringIO()
     call_command("seed_fleet", "--gpus", "2048", stdout=out)

@@ -99,6 +99,7 @@ def _pages(client) -> dict[str, tuple[int, list[str]]]:
     return out
 
 
+@pytest.mark.slow  # scale: 1,088 GPUs
 def test_admin_pages_have_a_fixed_query_count_and_no_full_count(admin_client):
     seed_fleet(gpus=64)
     tenant, _ = create_tenant(slug="acme", name="Acme", max_nodes=64, actor="test")

@@ -84,6 +84,7 @@ RSS_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # subprocess
 @pytest.mark.parametrize("name", list(BOMBS))
 def test_reading_a_bomb_grows_a_fresh_worker_by_far_less_than_300_mb(bomb_files, name):
     """A process of its own, so its peak RSS is this file's alone (ru_maxrss, in KiB on Linux)."""
@@ -153,6 +154,7 @@ def test_every_malformed_file_is_a_400_with_a_sentence(importer, name):
     assert errors and all(e.endswith(".") for e in errors), errors
 
 
+@pytest.mark.slow  # fuzz
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_workbook_with_bytes_flipped_anywhere_reads_or_says_why(data):

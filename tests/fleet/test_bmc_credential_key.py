@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocess: starts the settings in a fresh interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {name: secrets.token_urlsafe(50) for name in ("SECRET_KEY", "AGENT_TOKEN_KEY", "METERING_GRANT_KEY")}
 

@@ -195,6 +195,7 @@ def test_the_defaults_are_the_policy_constants():
         ("HEALTH_FABRIC_WINDOW_S", "-30"),
     ],
 )
+@pytest.mark.slow  # subprocess
 def test_a_nonsense_threshold_refuses_to_start(tmp_path, variable, value):
     env = {**os.environ, "DEBUG": "true", "HANGAR_VAR_DIR": str(tmp_path), variable: value}
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"

@@ -14,6 +14,8 @@ from schemathesis.specs.openapi.checks import (
 
 from config.wsgi import application
 
+pytestmark = pytest.mark.slow  # fuzz: schemathesis over the tenant API
+
 TENANT_PATHS = r"^/api/v1/(instance-types|allocations|fabric-partitions|volumes|tenant)"
 CHECKS = [
     not_a_server_error,
