@@ -51,3 +51,8 @@ for _alias, _database in DATABASES.items():  # noqa: F405
 # xdist workers share one Redis: each keeps its own keys.
 if "KEY_PREFIX" in CACHES["default"]:  # noqa: F405
     CACHES["default"]["KEY_PREFIX"] += "-" + os.environ.get("PYTEST_XDIST_WORKER", "main")  # noqa: F405
+# Files the code keeps at run time under VAR_DIR (SQLite's advisory lock files, staged imports,
+# the BMC CA) are per xdist worker: two workers' billing runs are not one run holding a lock.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    VAR_DIR = VAR_DIR / "xdist" / os.environ["PYTEST_XDIST_WORKER"]  # noqa: F405
+    VAR_DIR.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""Shared fixtures: users, API clients, tokens, a small seeded fleet, and the rules for
-PostgreSQL-only and browser tests."""
+"""Shared fixtures: users, API clients, tokens, the seeded fleet (once per session,
+tests/session_fleet.py), and the rules for tests that need PostgreSQL, Redis, Chromium or Pango."""
 
 import os
 from datetime import UTC, datetime, timedelta
@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from tests.session_fleet import fleet_template, seeded_database_for_test, small_fleet_for  # noqa: F401 (fixtures)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects: the browser tests' `slow` must be on them by then
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 

@@ -36,6 +36,8 @@ CONSOLE_ACTIONS = {
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
     "core:search",
+    "core:problem-types",  # public documentation of the API's problem codes
+    "core:problem-type",
     "fleet:overview",
     "fleet:now-tiles",
     "fleet:rack-list",
