@@ -56,6 +56,16 @@ SITE_LAPSE_MIN_NODES = 3
 LAPSE_WINDOW = timedelta(seconds=60)
 GROUP_LAPSE_MIN_NODES = 3
 GROUP_LAPSE_SHARE = 0.5
+
+
+def group_lapse_min_nodes(reporting: int) -> int:
+    """How many of a leaf's or rack's nodes must fall silent together, from its size: every node
+    of a domain of 2 (the demo's H100 racks: two independent faults within a minute at ~0.004 per
+    node-day is ~1e-8 a day), else GROUP_LAPSE_MIN_NODES. A domain of one node has no correlated
+    silence to see: its node's own lapse says the rack is dark (health.services.sweep)."""
+    return max(2, min(GROUP_LAPSE_MIN_NODES, reporting))
+
+
 # Correlated fabric failures (health.services.fabric): a dead leaf switch, or a fabric domain's
 # spine or subnet manager, takes down the links of many nodes at once. The thresholds are the
 # lapse rules' (per leaf, and per fabric domain as per site), over a window of one health-report
@@ -93,6 +103,9 @@ def fabric_thresholds() -> FabricThresholds:
 REPEAT_WINDOW = timedelta(days=7)  # same fault twice in 7 days → fatal
 FLAP_WINDOW = timedelta(days=7)  # failed validation (or burn-in) twice in 7 days → an operator decides
 FLAP_FAILURES = 2
+# Burn-in is judged per intake: one failure since enrolment (or return from RMA), and a later
+# pass waits for a named person's decision, however many days apart (a part awaited).
+BURN_IN_FAILURES_BEFORE_HOLD = 1
 RMA_WINDOW = timedelta(days=30)  # third triage in 30 days → RMA
 RMA_TRIAGES = 3
 EVENT_EXPIRY = timedelta(hours=24)  # an info/warn event signal that does not recur clears after this
@@ -336,9 +349,10 @@ ESCALATIONS: tuple[tuple[str, str, str, str], ...] = (
         f"{xid.CATALOG_SOURCE}; unknown Xids: NVIDIA's remediation treats them as needing a person",
     ),
     (
-        "failed validation or burn-in twice in 7 days",
+        "failed validation twice in 7 days, or burn-in at all since intake",
         "operator decision",
-        "a pass after two failures is not accepted unattended: triage (validation) or burn_in_failed (burn-in)",
+        "a pass after those failures is not accepted unattended: triage (validation) or burn_in_failed "
+        "(burn-in; the failed checks named on the node's trail)",
         OWN_CHOICE,
     ),
     ("third triage in 30 days", "rma", "sent for RMA (through the drive gate)", OWN_CHOICE),

@@ -144,8 +144,21 @@ def _lease(now: datetime, resumed: datetime | None) -> int:
     if not lost_ids:
         return 0
     detail = f"no heartbeat for {int(HEARTBEAT_LOST_AFTER.total_seconds())} s"
+    # A node alone in its rack: its silence is the rack's too, and the incident says so.
+    alone = {
+        node_id: name
+        for node_id, name, peers in Node.objects.filter(pk__in=lost_ids, rack__isnull=False)
+        .annotate(peers=Count("rack__nodes", filter=Q(rack__nodes__lifecycle__in=LEASE_LIFECYCLES)))
+        .values_list("pk", "rack__name", "peers")
+        if peers == 1
+    }
     return apply_observations(
-        observed={n: {(None, "heartbeat_lost"): detail} for n in lost_ids}, now=now, load_signals=["heartbeat_lost"]
+        observed={
+            n: {(None, "heartbeat_lost"): detail + (f"; rack {alone[n]} is dark (its only node)" if n in alone else "")}
+            for n in lost_ids
+        },
+        now=now,
+        load_signals=["heartbeat_lost"],
     )
 
 
