@@ -247,3 +247,7 @@ def test_the_policy_page_shows_every_rule_with_its_source(operator_client, db):
         "Hangar operating choice",
     ):
         assert text in body
+    from health import xid
+
+    for override in xid.OVERRIDES.values():  # each deviation from the catalogue, with its reason
+        assert f"<code>{override.name}</code>" in body and override.reason.replace("'", "&#x27;") in body
