@@ -272,3 +272,25 @@ def test_driver_version_and_architecture_are_bounded_and_kept(nodes):
     _send(nodes[0], 8, [])
     telemetry = refresh(nodes[0]).gpu_telemetry
     assert telemetry["driver_version"] == "575.57.08" and telemetry["gpu_architecture"] == "hopper"
+
+
+def test_the_agents_own_heartbeat_with_xid_events_is_accepted_and_decoded(nodes):
+    """The simulated agent's payload, as it sends it: Xid 94 with the 154 the driver adds."""
+    from hangar_agent.hardware.simulated import SimulatedHardware
+
+    hardware = SimulatedHardware(random_faults=False, hostname=nodes[0].hostname)
+    hardware.advance(timezone.now(), allocated=True)
+    hardware.inject_xid(2, 94)
+    hardware.inject_xid(5, 62)
+    body = {
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "power_state": "on",
+        "gpus": hardware.gpus(),
+        **hardware.driver(),
+    }
+    response = Agent(nodes[0]).client.post("/api/agent/v1/heartbeat", body, format="json")
+    assert response.status_code == 202, response.content
+    found = {
+        (c.gpu_index, c.signal): c.severity for c in Condition.objects.filter(node=nodes[0], signal__startswith="xid_")
+    }
+    assert found == {(2, "xid_94"): "defer", (2, "xid_154"): "info", (5, "xid_62"): "reset", (5, "xid_154"): "reset"}
