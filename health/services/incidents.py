@@ -48,6 +48,19 @@ def open_policy_incidents(
     """One incident per node that has none open. Returns {node_id: incident}. `attribution_of`:
     node id → attribution where it is not the provider's (a fault only the node reported)."""
     already = open_incidents_by_node([n.pk for n in nodes])
+    if severity != Severity.HOLD:
+        # An operator task (hold) open on a node the policy now pulls becomes the pull's incident:
+        # closing it must then wait for the gate like any other.
+        upgraded = Incident.objects.filter(pk__in=set(already.values()), severity=Severity.HOLD)
+        for incident_id in upgraded.values_list("pk", flat=True):
+            IncidentEvent.objects.create(
+                incident_id=incident_id,
+                at=now,
+                step=IncidentStep.DETECT,
+                actor=actor,
+                detail=f"health policy ({severity}): the node is pulled; the operator task is now this incident",
+            )
+        upgraded.update(severity=severity, updated_at=now)
     created: dict = {}
     for node in nodes:
         if node.pk in already:

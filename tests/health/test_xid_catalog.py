@@ -294,3 +294,23 @@ def test_the_agents_own_heartbeat_with_xid_events_is_accepted_and_decoded(nodes)
         (c.gpu_index, c.signal): c.severity for c in Condition.objects.filter(node=nodes[0], signal__startswith="xid_")
     }
     assert found == {(2, "xid_94"): "defer", (2, "xid_154"): "info", (5, "xid_62"): "reset", (5, "xid_154"): "reset"}
+
+
+def test_the_node_page_shows_what_the_catalogue_says_and_what_hangar_does(nodes, operator_client):
+    _send(nodes[0], 8, [{"xid": 154, "recovery_action": 0}, {"xid": 4242}])
+    body = operator_client.get(f"/fleet/nodes/{nodes[0].pk}/").content.decode()
+    assert "<code>xid_154</code>" in body and "catalogue XID_154 None" in body
+    assert "<code>xid_4242</code>" in body and "hold" in body and "not in the catalogue" in body
+
+
+def test_an_operator_task_on_a_node_the_policy_then_pulls_becomes_the_pulls_incident(nodes, operator_user):
+    from health.services.incidents import IncidentNotClosable
+
+    _send(nodes[0], 8, [{"xid": 4242}])
+    run_health_sweep()
+    _send(nodes[0], 8, [{"xid": 79}])
+    run_health_sweep()
+    incident = Incident.objects.get()
+    assert incident.severity == "reboot" and refresh(nodes[0]).lifecycle != Lifecycle.AVAILABLE
+    with pytest.raises(IncidentNotClosable):  # closing waits for the gate like any pull
+        update_postmortem(incident=incident, actor=operator_user.username, cause="", attribution="provider", close=True)
