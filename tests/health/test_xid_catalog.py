@@ -314,3 +314,57 @@ def test_an_operator_task_on_a_node_the_policy_then_pulls_becomes_the_pulls_inci
     assert incident.severity == "reboot" and refresh(nodes[0]).lifecycle != Lifecycle.AVAILABLE
     with pytest.raises(IncidentNotClosable):  # closing waits for the gate like any pull
         update_postmortem(incident=incident, actor=operator_user.username, cause="", attribution="provider", close=True)
+
+
+def test_an_application_xid_repeating_on_one_gpu_gets_diagnostics_at_the_next_idle_window(nodes):
+    from fleet.models import NodeAgentAction as Action
+
+    membership = allocate(nodes[0])
+    _send(nodes[0], 8, [{"xid": 13}])
+    _send(nodes[0], 8, [{"xid": 13}])  # the same GPU again: the catalogue's WORKFLOW_XID_13
+    run_health_sweep()
+    node = refresh(nodes[0])
+    assert Condition.objects.get(node=node, signal="app_xid_repeat").severity == "warn"
+    assert node.lifecycle == Lifecycle.ACTIVE and not node.cordoned  # the tenant's job is not touched
+    assert not Action.objects.filter(node=node, action="dcgm_r3").exists()
+    membership.ended_at = timezone.now()
+    membership.save()
+    Node.objects.filter(pk=node.pk).update(lifecycle=Lifecycle.AVAILABLE)
+    run_health_sweep()
+    assert Action.objects.filter(node=node, action="dcgm_r3").exists() and refresh(node).cordoned
+    Action.objects.filter(node=node, action="dcgm_r3").update(state="succeeded", finished_at=timezone.now())
+    assert Agent(node).report(dcgm_r3="pass").status_code == 202
+    run_health_sweep()
+    assert not refresh(node).cordoned
+    assert not Condition.objects.filter(
+        node=node, status=ConditionStatus.ACTIVE, signal__in=["xid_13", "app_xid_repeat"]
+    ).exists()
+
+
+def test_a_software_xid_twice_in_a_week_resets_again_but_is_never_fatal(nodes):
+    from datetime import timedelta
+
+    from health.models import ConditionEvent
+
+    ConditionEvent.objects.create(
+        node=nodes[0],
+        gpu_index=1,
+        signal="xid_119",
+        severity="reset",
+        kind="raised",
+        at=timezone.now() - timedelta(days=2),
+    )
+    _send(nodes[0], 8, [{"xid": 119}])
+    run_health_sweep()
+    assert Incident.objects.get().severity == "reset"  # a GSP timeout: software investigation
+    ConditionEvent.objects.create(
+        node=nodes[1],
+        gpu_index=1,
+        signal="xid_62",
+        severity="reset",
+        kind="raised",
+        at=timezone.now() - timedelta(days=2),
+    )
+    _send(nodes[1], 8, [{"xid": 62}])
+    run_health_sweep()
+    assert refresh(nodes[1]).lifecycle == Lifecycle.TRIAGE  # a hardware signal twice in 7 days
