@@ -44,6 +44,7 @@ DESIRED_STATE = "desired_state"
 GRANTS_STATE = "metering_grants"
 REMEMBERED_ACTIONS = 1000
 REMEMBERED_GRANTS = 16  # allocations a node may still have unsent usage of
+MAX_XID_EVENTS = 32  # per GPU per heartbeat: the control plane refuses more
 
 
 class Agent:
@@ -94,7 +95,7 @@ class Agent:
         self.queue: list[dict[str, Any]] = []
         self.current: tuple[dict[str, Any], ActionRun] | None = None
         self.gpu_count = config.gpu_count
-        self.unsent_xids: dict[int, list[int]] = {}
+        self.unsent_xids: dict[int, dict[str, list]] = {}
         self.next_heartbeat: datetime | None = None
         self.next_desired: datetime | None = None
         self.next_health: datetime | None = None
@@ -189,13 +190,18 @@ class Agent:
         gpus = self.hardware.gpus()
         self.gpu_count = max(self.gpu_count, len(gpus))
         for gpu in gpus:
-            gpu["xid_errors"] = self.unsent_xids.pop(gpu["index"], []) + gpu["xid_errors"]
+            unsent = self.unsent_xids.pop(gpu["index"], None) or {}
+            gpu["xid_errors"] = unsent.get("xid_errors", []) + gpu["xid_errors"]
+            gpu["xid_events"] = (unsent.get("xid_events", []) + gpu.get("xid_events", []))[:MAX_XID_EVENTS]
         payload = {
             "observed_at": rfc3339(self.stamp(now)),
             "power_state": self.hardware.power_state(),
             "agent_version": __version__,
             "gpus": gpus,
         }
+        driver = getattr(self.hardware, "driver", None)
+        if driver is not None:
+            payload.update(driver())  # driver_version, gpu_architecture: how the Xids are decoded
         ports = getattr(self.hardware, "ib_ports", None)
         if ports is not None:
             payload["ib_ports"] = ports()
@@ -207,9 +213,9 @@ class Agent:
         except TransportError as exc:
             self._note_refusal(exc)
             log.warning("heartbeat failed: %s", exc)
-            for gpu in gpus:  # XIDs are events: carry them to the next heartbeat
-                if gpu["xid_errors"]:
-                    self.unsent_xids[gpu["index"]] = gpu["xid_errors"]
+            for gpu in gpus:  # XIDs are events: carry them (with their detail) to the next heartbeat
+                if gpu["xid_errors"] or gpu["xid_events"]:
+                    self.unsent_xids[gpu["index"]] = {k: gpu[k] for k in ("xid_errors", "xid_events")}
 
     def _poll_desired(self) -> None:
         try:

@@ -8,6 +8,12 @@ class Severity(models.TextChoices):
 
     INFO = "info", "Info"
     WARN = "warn", "Warn"
+    # The GPU should be reset, but not at the tenant's cost: no new placements; the reset runs
+    # when the node is next free (Xid 94 "reset the GPU when convenient").
+    DEFER = "defer", "Reset at next release"
+    # A person decides (CONTACT_SUPPORT, CHECK_MECHANICALS, UPDATE_SWFW, an unknown Xid): the
+    # tenant keeps the node, no new placements, an operator task names the signal.
+    HOLD = "hold", "Operator decision"
     RESET = "reset", "GPU reset"
     REBOOT = "reboot", "Power cycle"
     REPAIR = "repair", "Repair ticket"  # a cable or transceiver: a power cycle would not fix it
@@ -17,12 +23,15 @@ class Severity(models.TextChoices):
 SEVERITY_RANK = {
     Severity.INFO: 0,
     Severity.WARN: 1,
-    Severity.RESET: 2,
-    Severity.REBOOT: 3,
-    Severity.REPAIR: 4,
-    Severity.FATAL: 5,
+    Severity.DEFER: 2,
+    Severity.HOLD: 3,
+    Severity.RESET: 4,
+    Severity.REBOOT: 5,
+    Severity.REPAIR: 6,
+    Severity.FATAL: 7,
 }
 ACTIONABLE = (Severity.RESET, Severity.REBOOT, Severity.REPAIR, Severity.FATAL)
+HELD = (Severity.DEFER, Severity.HOLD)  # the node keeps its tenant and takes no new work
 TO_TRIAGE = (Severity.REPAIR, Severity.FATAL)  # pulled straight to triage, no reset or power cycle
 
 

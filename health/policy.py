@@ -13,15 +13,12 @@ from django.conf import settings
 
 from core.reference_data import parameter
 
+from . import xid
 from .choices import SEVERITY_RANK
 from .choices import Severity as S
 
 # ---- sources ----------------------------------------------------------------------------------
 XID_CATALOG = "NVIDIA XID catalog (docs.nvidia.com/deploy/xid-errors), resolution bucket"
-XID_BLACKWELL = (
-    "NVIDIA XID catalog, Blackwell NVLink errors: resolution follows the XID 154 recovery action "
-    "('Xid 154 linkage' column)"
-)
 NVML_RECOVERY = (
     "NVML nvmlDeviceGpuRecoveryAction_t via field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; NVIDIA GPU "
     "memory error management, 'Recovery action flag'"
@@ -59,6 +56,16 @@ SITE_LAPSE_MIN_NODES = 3
 LAPSE_WINDOW = timedelta(seconds=60)
 GROUP_LAPSE_MIN_NODES = 3
 GROUP_LAPSE_SHARE = 0.5
+
+
+def group_lapse_min_nodes(reporting: int) -> int:
+    """How many of a leaf's or rack's nodes must fall silent together, from its size: every node
+    of a domain of 2 (the demo's H100 racks: two independent faults within a minute at ~0.004 per
+    node-day is ~1e-8 a day), else GROUP_LAPSE_MIN_NODES. A domain of one node has no correlated
+    silence to see: its node's own lapse says the rack is dark (health.services.sweep)."""
+    return max(2, min(GROUP_LAPSE_MIN_NODES, reporting))
+
+
 # Correlated fabric failures (health.services.fabric): a dead leaf switch, or a fabric domain's
 # spine or subnet manager, takes down the links of many nodes at once. The thresholds are the
 # lapse rules' (per leaf, and per fabric domain as per site), over a window of one health-report
@@ -96,6 +103,9 @@ def fabric_thresholds() -> FabricThresholds:
 REPEAT_WINDOW = timedelta(days=7)  # same fault twice in 7 days → fatal
 FLAP_WINDOW = timedelta(days=7)  # failed validation (or burn-in) twice in 7 days → an operator decides
 FLAP_FAILURES = 2
+# Burn-in is judged per intake: one failure since enrolment (or return from RMA), and a later
+# pass waits for a named person's decision, however many days apart (a part awaited).
+BURN_IN_FAILURES_BEFORE_HOLD = 1
 RMA_WINDOW = timedelta(days=30)  # third triage in 30 days → RMA
 RMA_TRIAGES = 3
 EVENT_EXPIRY = timedelta(hours=24)  # an info/warn event signal that does not recur clears after this
@@ -123,7 +133,11 @@ RECOVERY_ACTIONS: dict[int, tuple[str, str | None, str]] = {
     0: ("none", None, "no action: the GPU can be used again by a new process"),
     1: ("gpu_reset", S.RESET, "terminate GPU processes and reset the GPU"),
     2: ("node_reboot", S.REBOOT, "reboot the node: the OS may be in an inconsistent state"),
-    3: ("drain_p2p", S.RESET, "drain peer-to-peer (NVLink) traffic, then reset; holds the NVLink domain"),
+    3: (
+        "drain_p2p",
+        S.DEFER,
+        "stop P2P processes and re-read (the next value decides): no new work; reset when the node is free",
+    ),
     4: ("drain_and_reset", S.RESET, "drain peer-to-peer traffic and reset the GPU; holds the NVLink domain"),
     5: ("recover_imex_domain", S.REBOOT, "recover the IMEX (NVLink) domain: every tray of the domain"),
     6: ("bus_reset", S.RESET, "reset the GPU's PCIe bus"),
@@ -133,6 +147,8 @@ RECOVERY_ACTIONS: dict[int, tuple[str, str | None, str]] = {
 ACTIONS: dict[str, str] = {
     S.INFO: "record",
     S.WARN: "mark degraded (placed last)",
+    S.DEFER: "cordon from new work (tenant stays) → when free: quarantine → GPU reset → DCGM r2 + NCCL + IB → validate",
+    S.HOLD: "cordon from new work (tenant stays) → operator task naming the signal; closing it lifts the hold",
     S.RESET: "quarantine → drain → GPU reset → DCGM r2 + NCCL + IB → validate",
     S.REBOOT: "quarantine → drain → power cycle through the BMC (the agent's reboot without one) → DCGM r3 + NCCL + IB → validate",
     S.REPAIR: "quarantine → triage with a repair ticket (cable/transceiver); no reset, no power cycle",
@@ -150,64 +166,52 @@ class Rule:
     then: str = ""  # what the sweep does beyond the severity's chain
 
 
-XID_RULES: dict[int, tuple[str, str, str, str]] = {
-    # xid: (severity, description, source, extra action)
-    13: (S.INFO, "graphics engine exception", XID_CATALOG + ": restart the application", ""),
-    31: (S.INFO, "GPU memory page fault", XID_CATALOG + ": restart the application", ""),
-    43: (S.INFO, "GPU stopped processing", XID_CATALOG + ": restart the application", ""),
-    45: (S.INFO, "preemptive cleanup", XID_CATALOG + ": none (follows another fault)", ""),
-    63: (S.INFO, "ECC page retirement / row remap event", NVIDIA_ROW_REMAP, ""),
-    92: (
-        S.WARN,
-        "high single-bit ECC rate",
-        XID_CATALOG + ": run field diagnostics",
-        "DCGM level 4 at next idle (node available, no tenant)",
-    ),
-    94: (S.WARN, "contained ECC error", XID_CATALOG + ": restart the application; reset at the next drain", ""),
-    46: (S.RESET, "GPU stopped processing (timeout)", XID_CATALOG + ": reset the GPU", ""),
-    48: (S.RESET, "double-bit ECC error", XID_CATALOG + ": reset the GPU", ""),
-    62: (S.RESET, "internal micro-controller halt", XID_CATALOG + ": reset the GPU", ""),
-    95: (S.RESET, "uncontained ECC error", XID_CATALOG + ": reset the GPU", ""),
-    109: (S.RESET, "context switch timeout", XID_CATALOG + ": reset the GPU", ""),
-    119: (S.RESET, "GSP RPC timeout", XID_CATALOG + ": reset the GPU", ""),
-    120: (S.RESET, "GSP error", XID_CATALOG + ": reset the GPU", ""),
-    136: (S.RESET, "link training failure", XID_CATALOG + ": reset the GPU", ""),
-    140: (S.RESET, "unrecovered ECC error", XID_CATALOG + ": reset the GPU", ""),
-    79: (S.REBOOT, "GPU has fallen off the bus", XID_CATALOG + ": reboot the node", ""),
-    74: (
-        S.REBOOT,
-        "NVLink error",
-        XID_CATALOG + ": reset the GPU / check the NVLink fabric",
-        "holds the NVLink domain on rack-scale systems",
-    ),
-    64: (S.FATAL, "ECC page retirement / row remap failure", NVIDIA_ROW_REMAP, ""),
-    # Blackwell NVLink errors (GB200/B200): the recovery action field says what to do; without
-    # it the GPU is reset. On NVL72 the whole NVLink domain is held.
-    144: (S.RESET, "NVLink SAW error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    145: (S.RESET, "NVLink RLW error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    146: (S.RESET, "NVLink TLW error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    147: (S.RESET, "NVLink TREX error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    148: (S.RESET, "NVLink NVLPW control error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    149: (S.RESET, "NVLink NETIR error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    150: (S.RESET, "NVLink MSE error", XID_BLACKWELL, "holds the NVLink domain on rack-scale systems"),
-    # 154 says "the recovery action changed": the action itself is the NVML field (recovery_*
-    # signals below). Alone (a backend that cannot read the field) it is treated as a reboot.
-    154: (
-        S.REBOOT,
-        "GPU recovery action changed",
-        NVML_RECOVERY,
-        "the recovery action decides; holds the NVLink domain on rack-scale systems",
-    ),
-}
-XID_SEVERITY: dict[int, str] = {x: rule[0] for x, rule in XID_RULES.items()}
-XID_DESCRIPTIONS = {x: rule[1] for x, rule in XID_RULES.items()}
-UNLISTED_XID_SEVERITY = S.INFO  # recorded so an operator sees it; no automatic action
+# XIDs: every row of NVIDIA's catalogue (core/reference/xid_catalog.csv) with the rule health.xid
+# derives from its bucket; with no decode fields at hand (the table's row). The heartbeat ingest
+# decides each reported Xid with its fields (health.xid.decide_gpu).
+XID_CATALOG_ROWS = xid.catalog()
+
+
+def _xid_rule(row: xid.CatalogRow) -> Rule:
+    decision = xid.decide(row.xid)
+    then = [f"override {name}: {xid.OVERRIDES[name].reason}" for name in row.overrides]
+    if row.deferred or decision.severity == S.DEFER:
+        then.append("no new work; GPU reset when the node is next free")
+    if row.repeat_diagnostics:
+        then.append(f"repeating on one GPU: {REPEAT_DIAGNOSTIC} at the next idle window, then field diagnostics")
+    if row.software:
+        then.append("software investigation: never counted toward the repeat or RMA rules")
+    if f"xid_{row.xid}" in IDLE_DIAGNOSTIC_SIGNALS:
+        then.append("DCGM level 4 at next idle (node available, no tenant)")
+    return Rule(
+        f"xid_{row.xid}",
+        decision.severity,
+        f"XID {row.xid}: {row.mnemonic}",
+        f"{xid.CATALOG_SOURCE}: {row.immediate_action}"
+        + (f" ({row.immediate_notes})" if row.immediate_notes else "")
+        + f"; investigatory: {row.investigatory_action}",
+        event=True,
+        then="; ".join(then),
+    )
+
+
+REPEAT_DIAGNOSTIC = "dcgm_r3"  # the longest DCGM run the agent has, standing in for DCGM EUD
+IDLE_DIAGNOSTIC_SIGNALS = {"xid_92": "dcgm_r4", "app_xid_repeat": REPEAT_DIAGNOSTIC}
+XID_SEVERITY: dict[int, str] = {x: xid.decide(x).severity for x in XID_CATALOG_ROWS}
+XID_DESCRIPTIONS = {x: row.mnemonic for x, row in XID_CATALOG_ROWS.items()}
+UNLISTED_XID_SEVERITY = xid.UNKNOWN_XID.severity  # a person decides; never dropped
+SOFTWARE_SIGNALS = xid.software_signals()
+REPEAT_DIAGNOSTIC_SIGNALS = xid.repeat_diagnostic_signals()
 
 RULES: dict[str, Rule] = {
-    **{
-        f"xid_{x}": Rule(f"xid_{x}", sev, f"XID {x}: {desc}", source, event=True, then=then)
-        for x, (sev, desc, source, then) in XID_RULES.items()
-    },
+    **{f"xid_{x}": _xid_rule(row) for x, row in XID_CATALOG_ROWS.items()},
+    "app_xid_repeat": Rule(
+        "app_xid_repeat",
+        S.WARN,
+        "an application Xid repeating on the same GPU (catalogue workflow for Xid 13/31)",
+        f"{xid.CATALOG_SOURCE}: WORKFLOW_XID_13 / WORKFLOW_XID_31 (RUN_DCGMEUD then RUN_FIELDDIAGS)",
+        then=f"{REPEAT_DIAGNOSTIC} at the next idle window; a fail is fatal (field diagnostics in triage)",
+    ),
     **{
         f"recovery_{name}": Rule(
             f"recovery_{name}",
@@ -310,17 +314,45 @@ DOMAIN_SIGNALS = frozenset(
         "recovery_recover_imex_domain",
     }
 )
-IDLE_DIAGNOSTIC_SIGNALS = {"xid_92": "dcgm_r4"}  # signal → the diagnostic run when the node is next idle
 REPAIR_TICKET = "repair ticket: inspect or replace the cable/transceiver of the port; a power cycle will not fix it"
+
+# Cordon reasons of nodes that keep their tenant: an operator decides; a reset waits for release.
+HOLD_CORDON = "operator decision"
+DEFER_CORDON = "GPU reset at next release"
 
 # Escalations the sweep applies on top of single signals (need history or combinations).
 ESCALATIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("xid_48 with xid_63/xid_64 repeating", S.FATAL, "double-bit ECC with repeated page retirement", NVIDIA_ROW_REMAP),
-    ("same fault twice in 7 days", S.FATAL, "a reset/reboot-class signal raised again within 7 days", OWN_CHOICE),
     (
-        "failed validation or burn-in twice in 7 days",
+        "same hardware fault twice in 7 days",
+        S.FATAL,
+        "a reset/reboot-class signal raised again within 7 days; software-investigation Xids "
+        "(investigatory INVESTIGATE_SW*) are not counted",
+        f"{OWN_CHOICE}; software exemption: {xid.CATALOG_SOURCE}, investigatory action",
+    ),
+    (
+        "application Xid (13, 31) twice on the same GPU",
+        S.WARN,
+        f"xid_repeat raised: {REPEAT_DIAGNOSTIC} at the next idle window, then field diagnostics",
+        f"{xid.CATALOG_SOURCE}: WORKFLOW_XID_13 / WORKFLOW_XID_31",
+    ),
+    (
+        "defer-class signal (Xid 94, 121, drain P2P)",
+        "reset at release",
+        "cordoned from new work while the tenant runs; quarantine → reset → validate once no allocation holds it",
+        f"{xid.CATALOG_SOURCE}: 'reset the GPU when convenient'",
+    ),
+    (
+        "hold-class signal (CONTACT_SUPPORT, CHECK_MECHANICALS, UPDATE_SWFW, unknown Xid, undecoded)",
         "operator decision",
-        "a pass after two failures is not accepted unattended: triage (validation) or burn_in_failed (burn-in)",
+        "cordoned from new work, tenant stays; an operator task (incident) names the Xid, the GPU and the "
+        "catalogue's words; closing it (audited) clears the hold",
+        f"{xid.CATALOG_SOURCE}; unknown Xids: NVIDIA's remediation treats them as needing a person",
+    ),
+    (
+        "failed validation twice in 7 days, or burn-in at all since intake",
+        "operator decision",
+        "a pass after those failures is not accepted unattended: triage (validation) or burn_in_failed "
+        "(burn-in; the failed checks named on the node's trail)",
         OWN_CHOICE,
     ),
     ("third triage in 30 days", "rma", "sent for RMA (through the drive gate)", OWN_CHOICE),

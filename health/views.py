@@ -14,7 +14,7 @@ from fleet.choices import Attribution
 from fleet.models import Node
 from fleet.selectors import OUT_OF_SERVICE_STATES
 
-from . import charts, selectors
+from . import charts, selectors, xid
 from .choices import Severity
 from .policy import ESCALATIONS, HEARTBEAT_SOURCE, THERMAL_THROTTLE_C, policy_rows
 from .services.incidents import (
@@ -69,6 +69,7 @@ def policy(request):
             "nav": "health",
             "rows": policy_rows(),
             "escalations": ESCALATIONS,
+            "overrides": list(xid.OVERRIDES.values()),
             "heartbeat": HEARTBEAT_SOURCE,
             "thermal_c": THERMAL_THROTTLE_C,
         },

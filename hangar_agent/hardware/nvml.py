@@ -15,10 +15,13 @@ from types import ModuleType
 from typing import Any
 
 from .base import CounterWindow, blank_gpu, ib_link_checks, ib_ports, nvme_drives
+from .xid_log import KernelLog, merge_events, normalise_pci
 
 log = logging.getLogger(__name__)
 
 NVLINK_ACTIVE = 1
+# nvmlDeviceGetArchitecture → the heartbeat's gpu_architecture (NVML_DEVICE_ARCH_*)
+ARCHITECTURES = {7: "ampere", 9: "hopper", 10: "blackwell"}
 
 
 class NvmlUnavailable(RuntimeError):
@@ -58,6 +61,7 @@ def telemetry_from_nvml(index: int, raw: dict[str, Any]) -> dict[str, Any]:
     states = raw.get("nvlink_states") or []
     gpu["nvlink_down"] = sum(1 for s in states if s is not None and s != NVLINK_ACTIVE)
     gpu["xid_errors"] = [int(x) for x in raw.get("xids") or []]
+    gpu["xid_events"] = merge_events(gpu["xid_errors"], raw.get("xid_log") or [])
     # Blackwell and later: what NVIDIA says to do about the last uncorrectable fault (0 none ...
     # 5 recover IMEX domain); absent on GPUs and drivers that do not expose the field.
     if raw.get("recovery_action") is not None:
@@ -82,7 +86,7 @@ NVLINK_ERROR_FIELDS = (
 class NvmlBackend:
     """Telemetry from the local GPUs; XIDs come from an NVML event set polled without waiting."""
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: ModuleType | None = None, kernel_log: Any = None) -> None:
         """`nvml` defaults to the real `pynvml`; tests pass a stand-in module."""
         try:
             if nvml is None:
@@ -96,6 +100,8 @@ class NvmlBackend:
             raise NvmlUnavailable(_unavailable(str(exc) or type(exc).__name__)) from exc
         self._pending_xids: dict[int, list[int]] = {}
         self.event_set = self._register_xid_events()
+        self.kernel_log = kernel_log if kernel_log is not None else KernelLog()
+        self.pci = [self._pci(h) for h in self.handles]  # kernel-log lines name the GPU by bus id
         self.counters = CounterWindow(3600.0)  # NVLink errors and IB link downs over the last hour
 
     def advance(self, now: datetime, *, allocated: bool) -> None:
@@ -117,12 +123,31 @@ class NvmlBackend:
     def health_checks(self) -> list[dict[str, Any]]:
         return ib_link_checks()
 
+    def _pci(self, handle: Any) -> str:
+        info = self._optional("nvmlDeviceGetPciInfo", handle)
+        bus_id = getattr(info, "busId", None) if info is not None else None
+        return normalise_pci(_text(bus_id)) if bus_id else ""
+
+    def driver(self) -> dict[str, Any]:
+        """The driver version and GPU architecture the control plane decodes Xids by."""
+        found: dict[str, Any] = {}
+        version = self._optional("nvmlSystemGetDriverVersion")
+        if version is not None:
+            found["driver_version"] = _text(version)
+        if self.handles:
+            arch = ARCHITECTURES.get(self._optional("nvmlDeviceGetArchitecture", self.handles[0]))
+            if arch:
+                found["gpu_architecture"] = arch
+        return found
+
     def gpus(self) -> list[dict[str, Any]]:
         self._drain_xid_events()
+        logged = self.kernel_log.read()
         result = []
         for index, handle in enumerate(self.handles):
             raw = self._read(handle)
             raw["xids"] = self._pending_xids.pop(index, [])
+            raw["xid_log"] = logged.get(self.pci[index], []) if index < len(self.pci) else []
             if raw.get("nvlink_error_total") is not None:
                 raw["nvlink_errors_1h"] = self.counters.increase(
                     f"gpu{index}:nvlink", time.monotonic(), raw["nvlink_error_total"]
@@ -237,6 +262,10 @@ class NvmlBackend:
             except n.NVMLError:
                 continue
             self._pending_xids.setdefault(index, []).append(int(event.eventData))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _unavailable(reason: str) -> str:

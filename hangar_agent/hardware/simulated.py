@@ -39,6 +39,13 @@ class _GpuState:
     needs_reset: bool = False
     lost: bool = False
     xids: list[int] = field(default_factory=list)
+    xid_events: list[dict[str, Any]] = field(default_factory=list)
+
+
+SIMULATED_DRIVER = "575.57.08"
+# The recovery action the driver reports with Xid 154 beside each Xid (0 None, 1 GPU reset,
+# 2 node reboot, 4 drain and reset): a contained error needs nothing now, the rest a reset.
+XID_154_ACTION = {94: 0, 95: 1, 48: 4, 62: 1, 109: 1, 120: 1, 74: 1, 79: 2}
 
 
 class SimulatedHardware:
@@ -66,6 +73,7 @@ class SimulatedHardware:
         self.hostname = hostname
         self.reference = reference or load_reliability()
         self.memory_mb, self.idle_w, self.busy_w = PROFILES[generation]
+        self.generation_family = "blackwell" if generation.startswith("blackwell") else generation
         self.host_share_w = load_host_share_w(generation) * gpu_count / 8
         # Cumulative energy counters (the BMC's, J; each GPU's, mJ). A real BMC and driver keep
         # theirs across an agent restart; the simulator keeps them in `counter_file`.
@@ -201,13 +209,14 @@ class SimulatedHardware:
                 row_remap_pending=state.row_remap_pending,
                 row_remap_failed=state.row_remap_failed,
                 xid_errors=state.xids,
+                xid_events=state.xid_events,
                 nvlink_down=state.nvlink_down,
                 throttle_reasons=0x40 if state.thermal_fault else 0,
                 energy_mj=int(self.gpu_energy_mj[index]),
             )
             if state.thermal_fault:
                 gpu["temperature_c"] = self.rng.randint(90, 95)
-            state.xids = []
+            state.xids, state.xid_events = [], []
             result.append(gpu)
         return result
 
@@ -281,10 +290,18 @@ class SimulatedHardware:
         else:
             raise ValueError(f"unknown cause {cause!r}")
 
-    def inject_xid(self, gpu: int, xid: int) -> None:
-        """Record the XID event and its lasting side effects on the GPU."""
+    def driver(self) -> dict[str, Any]:
+        return {"driver_version": SIMULATED_DRIVER, "gpu_architecture": self.generation_family}
+
+    def inject_xid(self, gpu: int, xid: int, **fields: Any) -> None:
+        """Record the XID event (with its kernel-log detail) and its lasting side effects on the
+        GPU. From driver R565 a recovery-action Xid 154 accompanies the Xids that change it."""
         state = self.gpu_state[gpu]
         state.xids.append(xid)
+        state.xid_events.append({"xid": xid, **fields})
+        if xid in XID_154_ACTION and 154 not in state.xids:
+            state.xids.append(154)
+            state.xid_events.append({"xid": 154, "recovery_action": XID_154_ACTION[xid]})
         if xid == 79:
             state.lost = True
         elif xid == 74:
@@ -293,6 +310,7 @@ class SimulatedHardware:
             state.ecc_dbe += 1
             state.row_remap_pending = True
             state.xids.append(63)
+            state.xid_events.append({"xid": 63})
         elif xid == 64:
             state.row_remap_failed = True
         elif xid == 94:

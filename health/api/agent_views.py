@@ -1,5 +1,6 @@
 """Node agent telemetry: heartbeats and health reports (docs/api.md, agent API)."""
 
+import re
 from datetime import datetime
 
 from django.utils import timezone
@@ -42,6 +43,11 @@ MAX_GPUS = 72
 MAX_READING = 1_000_000  # far above any real temperature, wattage or percentage; keeps sums in range
 MAX_COUNTER = 2**62  # cumulative energy counters (mJ, J): far above any real one, within a bigint
 WALL_SOURCES = ("bmc", "pdu")
+MAX_XID_EVENTS = 32  # per GPU per heartbeat; a flood beyond it is one more Xid the operator sees
+MAX_REGISTER = 2**32 - 1  # Xid message fields are 32-bit registers
+XID_UNIT = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
+DRIVER_VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,3}$")
+GPU_ARCHITECTURES = ("ampere", "hopper", "blackwell")
 
 
 def _invalid(errors: list[dict]) -> Problem:
@@ -89,6 +95,9 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
     xids = gpu.get("xid_errors")
     if xids is not None and not (type(xids) is list and all(type(x) is int and 0 < x < 100_000 for x in xids)):
         errors.append({"field": f"gpus.{i}.xid_errors", "message": "A list of XID numbers (positive integers)."})
+    events = gpu.get("xid_events")
+    if events is not None:
+        _xid_event_errors(i, events, errors)
     index = gpu.get("index")
     if type(index) is int:
         if index >= MAX_GPUS:
@@ -96,6 +105,46 @@ def _gpu_errors(i: int, gpu: dict, seen: set, errors: list[dict]) -> None:
         if index in seen:
             errors.append({"field": f"gpus.{i}.index", "message": "Duplicate GPU index."})
         seen.add(index)
+
+
+def _xid_event_errors(i: int, events, errors: list[dict]) -> None:
+    """Each Xid event: its number and the fields its catalogue row decodes, every one bounded."""
+    field = f"gpus.{i}.xid_events"
+    if not isinstance(events, list) or len(events) > MAX_XID_EVENTS:
+        errors.append({"field": field, "message": f"A list of at most {MAX_XID_EVENTS} Xid event objects."})
+        return
+    for j, event in enumerate(events):
+        where = f"{field}.{j}"
+        if not isinstance(event, dict):
+            errors.append({"field": where, "message": "Each Xid event is an object."})
+            continue
+        unknown = set(event) - {"xid", "recovery_action", "unit", "intr_info", "error_status", "registers"}
+        if unknown:
+            errors.append({"field": where, "message": f"Unknown fields: {', '.join(sorted(unknown))}."})
+        number = event.get("xid")
+        if not (type(number) is int and 0 < number < 100_000):
+            errors.append({"field": f"{where}.xid", "message": "The Xid number: an integer from 1 to 99999."})
+        action = event.get("recovery_action")
+        if action is not None and not (type(action) is int and 0 <= action <= 4):
+            errors.append(
+                {"field": f"{where}.recovery_action", "message": "Xid 154's recovery action: an integer from 0 to 4."}
+            )
+        unit = event.get("unit")
+        if unit is not None and not (isinstance(unit, str) and XID_UNIT.match(unit)):
+            errors.append({"field": f"{where}.unit", "message": "The NVLink unit name, e.g. RLW_REMAP (A-Z, 0-9, _)."})
+        for name in ("intr_info", "error_status"):
+            value = event.get(name)
+            if value is not None and not (type(value) is int and 0 <= value <= MAX_REGISTER):
+                errors.append({"field": f"{where}.{name}", "message": f"An integer from 0 to {MAX_REGISTER}."})
+        registers = event.get("registers")
+        if registers is not None and not (
+            type(registers) is list
+            and len(registers) <= 7
+            and all(type(r) is int and 0 <= r <= MAX_REGISTER for r in registers)
+        ):
+            errors.append(
+                {"field": f"{where}.registers", "message": f"Up to 7 register values, each from 0 to {MAX_REGISTER}."}
+            )
 
 
 def _ib_port_errors(ports, errors: list[dict]) -> None:
@@ -132,7 +181,24 @@ def _wall_power_errors(wall, errors: list[dict]) -> None:
         errors.append({"field": "wall_power", "message": "Give watts, energy_j or both."})
 
 
-def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None, dict | None, datetime | None]:
+def _driver(body, errors: list[dict]) -> dict:
+    driver = {}
+    version = body.get("driver_version")
+    if version is not None:
+        if isinstance(version, str) and DRIVER_VERSION.match(version):
+            driver["driver_version"] = version
+        else:
+            errors.append({"field": "driver_version", "message": "The driver version, e.g. 575.57.08."})
+    architecture = body.get("gpu_architecture")
+    if architecture is not None:
+        if architecture in GPU_ARCHITECTURES:
+            driver["gpu_architecture"] = architecture
+        else:
+            errors.append({"field": "gpu_architecture", "message": f"One of: {', '.join(GPU_ARCHITECTURES)}."})
+    return driver
+
+
+def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None, dict | None, datetime | None, dict]:
     if not isinstance(body, dict):
         raise _invalid([{"field": "body", "message": "Send a JSON object."}])
     errors: list[dict] = []
@@ -156,9 +222,10 @@ def _parse_heartbeat(body) -> tuple[str, list[dict], list[dict] | None, dict | N
     wall = body.get("wall_power")
     if wall is not None:
         _wall_power_errors(wall, errors)
+    driver = _driver(body, errors)
     if errors:
         raise _invalid(errors)
-    return power_state, gpus, ib_ports, wall, observed_at
+    return power_state, gpus, ib_ports, wall, observed_at, driver
 
 
 def _drive_errors(drives, errors: list[dict]) -> None:
@@ -225,6 +292,29 @@ def _parse_report(body) -> tuple[datetime | None, list[dict], list[dict] | None]
     return observed_at, checks, drives
 
 
+class XidEventSchema(serializers.Serializer):
+    """One Xid with the fields its catalogue row decodes (docs/health-policy.md)."""
+
+    xid = serializers.IntegerField(min_value=1, max_value=99_999)
+    recovery_action = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=4,
+        help_text="Xid 154: 0 None, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset",
+    )
+    unit = serializers.CharField(
+        required=False, max_length=32, help_text="Xid 144-150: the NVLink unit, e.g. RLW_REMAP"
+    )
+    intr_info = serializers.IntegerField(required=False, min_value=0, max_value=MAX_REGISTER)
+    error_status = serializers.IntegerField(required=False, min_value=0, max_value=MAX_REGISTER)
+    registers = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_REGISTER),
+        required=False,
+        max_length=7,
+        help_text="Xid 74: the seven NVLink error registers",
+    )
+
+
 class GpuTelemetrySchema(serializers.Serializer):
     """One GPU in a heartbeat (docs/api.md). `xid_errors` are the XIDs seen since the previous heartbeat."""
 
@@ -240,6 +330,7 @@ class GpuTelemetrySchema(serializers.Serializer):
     row_remap_pending = serializers.JSONField(required=False, help_text="true/false or a count")
     row_remap_failed = serializers.JSONField(required=False, help_text="true/false or a count")
     xid_errors = serializers.ListField(child=serializers.IntegerField(), required=False)
+    xid_events = XidEventSchema(many=True, required=False)
     nvlink_down = serializers.IntegerField(required=False, allow_null=True)
     recovery_action = serializers.IntegerField(
         required=False,
@@ -335,9 +426,10 @@ def _unknown_node() -> Problem:
 @authentication_classes([AgentTokenAuthentication])
 @permission_classes([IsAgent])
 def heartbeat(request):
-    power_state, gpus, ib_ports, wall, observed_at = _parse_heartbeat(request.data)
+    power_state, gpus, ib_ports, wall, observed_at, driver = _parse_heartbeat(request.data)
     try:
         ingest_heartbeat(
+            driver=driver,
             node_id=request.user.node_id,
             power_state=power_state,
             gpus=gpus,

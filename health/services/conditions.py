@@ -11,7 +11,7 @@ from datetime import datetime
 from django.db import transaction
 
 from core.bulk import update_rows
-from health.choices import ConditionEventKind, ConditionStatus
+from health.choices import SEVERITY_RANK, ConditionEventKind, ConditionStatus
 from health.models import Condition, ConditionEvent
 from health.policy import is_event, severity_for
 
@@ -24,6 +24,9 @@ def apply_observations(
 ) -> int:
     """Record `observed` ({node_id: {(gpu, signal): detail}}) and clear, per node, the active
     conditions whose signal is in `clear_absent[node_id]` but was not observed.
+
+    A detail may be a (detail, severity) pair: the severity decided from the observation's own
+    fields (an Xid decoded by health.xid), else the policy's rule for the signal.
 
     Returns the number of conditions raised (new or re-activated). `load_signals` narrows the
     SELECT of existing rows when the caller only touches a few signals (the sweep).
@@ -41,7 +44,10 @@ def apply_observations(
     history: list[ConditionEvent] = []
     for node_id, signals in observed.items():
         for (gpu, signal), detail in signals.items():
-            severity = severity_for(signal)
+            if isinstance(detail, tuple):
+                detail, severity = detail
+            else:
+                severity = severity_for(signal)
             row = existing.get((node_id, gpu, signal))
             if row is None:
                 new_rows.append(
@@ -64,6 +70,8 @@ def apply_observations(
                 if is_event(signal):
                     row.count += 1  # each heartbeat reports XIDs seen since the last one
                 row.detail = detail[:300]
+                if SEVERITY_RANK[severity] > SEVERITY_RANK[row.severity]:
+                    row.severity = severity  # a later, graver decode of the same Xid is never lost
                 changed.append(row)
                 continue
             history.append(

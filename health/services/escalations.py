@@ -16,11 +16,19 @@ from fleet.choices import AgentActionState, Attribution, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import record_node_event
-from health.choices import CheckStatus, ConditionStatus, IncidentStep
-from health.models import Condition, HealthCheckResult, Incident
-from health.policy import DOMAIN_SIGNALS, IDLE_DIAGNOSTIC_SIGNALS, THERMAL_WINDOW
+from health.choices import HELD, CheckStatus, ConditionStatus, IncidentStep
+from health.choices import Severity as S
+from health.models import Condition, HealthCheckResult, Incident, IncidentEvent
+from health.policy import (
+    DEFER_CORDON,
+    DOMAIN_SIGNALS,
+    HOLD_CORDON,
+    IDLE_DIAGNOSTIC_SIGNALS,
+    REPEAT_DIAGNOSTIC_SIGNALS,
+    THERMAL_WINDOW,
+)
 from health.services.conditions import apply_observations
-from health.services.incidents import NodeNodes, open_incidents_by_node, record_step
+from health.services.incidents import NodeNodes, open_incidents_by_node, open_policy_incidents, record_step
 from tenants.models import AllocationNode
 from tenants.services.allocation_loop import replace_node
 
@@ -114,7 +122,8 @@ def queue_idle_diagnostics(now: datetime, actor: str) -> dict:
         ).values_list("node_id", "observed_at")
         done = sorted({n for n, at in passes if at >= asked[n]}, key=str)
         if done:
-            Condition.objects.filter(node_id__in=done, signal=signal, status=ConditionStatus.ACTIVE).update(
+            cleared = [signal, *(REPEAT_DIAGNOSTIC_SIGNALS if signal == "app_xid_repeat" else ())]
+            Condition.objects.filter(node_id__in=done, signal__in=cleared, status=ConditionStatus.ACTIVE).update(
                 status=ConditionStatus.CLEARED, last_seen=now
             )
             Node.objects.filter(pk__in=done, cordon_reason__startswith=IDLE_DIAG_CORDON).update(
@@ -224,3 +233,83 @@ def _move_tenants_off(trays: list[Node], actor: str) -> int:
                 "moving allocation %s off held tray %s failed", membership.allocation_id, membership.node_id
             )
     return moved
+
+
+@transaction.atomic
+def hold_for_operator(now: datetime, actor: str) -> dict:
+    """Nodes whose worst active signal asks for a person (hold) or a reset when convenient
+    (defer) keep their tenant and take no new work: cordoned, named by the signal. A hold also
+    opens an operator task (a policy incident) naming the Xid, the GPU and the catalogue's words;
+    closing it (health.services.incidents.update_postmortem, audited) clears the hold. A deferred
+    reset is pulled by the policy (as a GPU reset) once no tenant holds the node."""
+    rows = list(
+        Condition.objects.filter(
+            status=ConditionStatus.ACTIVE,
+            severity__in=HELD,
+            node__lifecycle__in=(Lifecycle.AVAILABLE, Lifecycle.ACTIVE, Lifecycle.PROVISIONING),
+        ).values_list("node_id", "gpu_index", "signal", "severity", "detail")
+    )
+    by_node: dict = {}
+    for node_id, gpu, signal, severity, detail in rows:
+        by_node.setdefault(node_id, []).append((gpu, signal, severity, detail))
+    if not by_node:
+        return {"held_for_operator": 0, "deferred_resets": 0}
+    nodes = list(
+        Node.objects.filter(pk__in=list(by_node)).only("id", "hostname", "cordoned", "cordon_reason", "lifecycle")
+    )
+    cordon, holds = [], []
+    for node in nodes:
+        conds = by_node[node.pk]
+        held = [c for c in conds if c[2] == S.HOLD]
+        kind = HOLD_CORDON if held else DEFER_CORDON
+        signals = sorted({c[1] for c in (held or conds)})
+        if held:
+            holds.append((node, held))
+        if not node.cordoned:
+            node.cordoned, node.attribution = True, Attribution.PROVIDER
+            node.cordon_reason = f"{kind}: {', '.join(signals)}"[:200]
+            cordon.append(node)
+        elif held and node.cordon_reason.startswith(DEFER_CORDON):
+            node.cordon_reason = f"{kind}: {', '.join(signals)}"[:200]  # a hold outranks a deferred reset
+            cordon.append(node)
+    if cordon:
+        update_rows(Node, cordon, ["cordoned", "cordon_reason", "attribution"], using="default")
+        for node in cordon:
+            record_node_event(
+                node, actor=actor, action="health_hold", reason=f"{node.cordon_reason}; the tenant keeps the node"
+            )
+    opened = open_policy_incidents(
+        nodes=[n for n, _ in holds],
+        severity=S.HOLD,
+        signals_by_node={n.pk: sorted({c[1] for c in held}) for n, held in holds},
+        now=now,
+        actor=actor,
+    )
+    for node_id, incident in opened.items():
+        held = next(h for n, h in holds if n.pk == node_id)
+        IncidentEvent.objects.bulk_create(
+            [
+                IncidentEvent(
+                    incident=incident,
+                    at=now,
+                    step=IncidentStep.PAGE,
+                    actor=actor,
+                    detail=f"operator decision needed: {detail}"[:300],
+                )
+                for _, _, _, detail in held
+            ]
+        )
+    return {"held_for_operator": len(holds), "deferred_resets": len(by_node) - len(holds)}
+
+
+def escalate_app_xid_repeats(now: datetime) -> int:
+    """An application Xid whose catalogue workflow investigates repeats (13, 31) seen again on
+    the same GPU → app_xid_repeat (warn): diagnostics at the next idle window."""
+    repeating: dict = {}
+    for node_id, gpu, signal, count in Condition.objects.filter(
+        signal__in=list(REPEAT_DIAGNOSTIC_SIGNALS), status=ConditionStatus.ACTIVE, count__gte=2
+    ).values_list("node_id", "gpu_index", "signal", "count"):
+        repeating.setdefault(node_id, {})[(gpu, "app_xid_repeat")] = f"{signal} {count} times on GPU {gpu}"
+    if not repeating:
+        return 0
+    return apply_observations(observed=repeating, now=now, load_signals=["app_xid_repeat"])

@@ -7,15 +7,15 @@ timestamp, which a skewed or forged clock could put anywhere), and results refus
 (clock_skew) never count. Any failure → triage (burn-in → burn_in_failed).
 A node pulled from a tenant goes on to `wiping` instead of `available`, so the previous
 tenant's data is gone before it is placed again.
-Flapping: a node that already failed validation (or burn-in) twice in 7 days is not accepted
-on the next pass: validation → triage, burn-in → burn_in_failed, where an operator decides
-with the failures on the node's trail. The count restarts after that decision. A third
+Flapping: a node that already failed validation twice in 7 days, or burn-in at all since its
+intake (enrolment or return from RMA), is not accepted on the next pass: validation → triage,
+burn-in → burn_in_failed, where an operator decides with the failures on the node's trail. The count restarts after that decision. A third
 triage within 30 days → RMA (through the drive gate).
 """
 
 from datetime import datetime
 
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction, NodeEvent
@@ -24,6 +24,7 @@ from fleet.services.wipe_exit import request_wipes
 from health.choices import CheckStatus, IncidentState, IncidentStep
 from health.models import HealthCheckResult
 from health.policy import (
+    BURN_IN_FAILURES_BEFORE_HOLD,
     FLAP_FAILURES,
     FLAP_WINDOW,
     GATE_AFTER_REBOOT,
@@ -146,17 +147,19 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
         action="health_burn_in_failed",
         reason="failed a burn-in check",
     )
-    # A burn-in that passes after failing twice in the window is not accepted unattended: the
-    # node waits in burn_in_failed for an operator, with the failures on its trail.
+    # A burn-in that passes after failing since the node's intake is not accepted unattended:
+    # the node waits in burn_in_failed for an operator, the failed checks named on its trail.
+    failed_checks = _failed_burn_in_checks([n.pk for n in burn_flapping], {})
     for node in burn_flapping:
         transition_many(
             [node],
             Lifecycle.BURN_IN_FAILED,
             actor=actor,
             action=FLAP_ACTION,
-            reason=f"passed burn-in after failing it {flapping[node.pk]} times in {FLAP_WINDOW.days} days: "
+            reason=f"passed burn-in after failing it {flapping[node.pk]} times since intake "
+            f"(failed: {failed_checks.get(node.pk, 'see the runs')}): "
             "an operator decides (triage → repair, RMA or validate)",
-            last_error="flapping burn-in: operator decision required",
+            last_error="burn-in failed since intake: operator decision required",
         )
     triaged = _triage(to_triage, flapping=flapping, now=now, actor=actor)
     return {"passed": len(returned_ids), "failed": len(failed), "flapping": len(flapping), "rma": triaged}
@@ -190,26 +193,53 @@ FAILED_RUN = {
 
 
 def _flapping(lifecycle_by_node: dict, now: datetime) -> dict:
-    """{node_id: failures} for passing nodes that failed this kind of run (validation or burn-in)
-    FLAP_FAILURES times in the window since an operator last decided on a flapping hold."""
+    """{node_id: failures} for passing nodes that may not be accepted unattended: validation
+    failed FLAP_FAILURES times in FLAP_WINDOW; burn-in failed even once since the node's intake
+    (enrolment, or its return from RMA). Either count restarts after an operator decided on a
+    hold (the FLAP_ACTION event)."""
     if not lifecycle_by_node:
         return {}
-    since = {n: now - FLAP_WINDOW for n in lifecycle_by_node}
-    for node_id, at in NodeEvent.objects.filter(
-        node_id__in=list(lifecycle_by_node), action=FLAP_ACTION, at__gte=now - FLAP_WINDOW
-    ).values_list("node_id", "at"):
-        since[node_id] = max(since[node_id], at)
+    ids = list(lifecycle_by_node)
+    validating = {n for n, state in lifecycle_by_node.items() if state == Lifecycle.VALIDATING}
+    since = {n: (now - FLAP_WINDOW if n in validating else None) for n in ids}
+
+    def later(node_id, at):
+        since[node_id] = at if since[node_id] is None else max(since[node_id], at)
+
+    for node_id, at in NodeEvent.objects.filter(node_id__in=ids, action=FLAP_ACTION).values_list("node_id", "at"):
+        later(node_id, at)
+    intake = NodeEvent.objects.filter(node_id__in=ids).filter(
+        Q(to_state=Lifecycle.ENROLLED) | Q(from_state=Lifecycle.RMA)
+    )
+    for node_id, at in intake.values_list("node_id", "at"):
+        if node_id not in validating:
+            later(node_id, at)
     failures: dict = {}
     for node_id, from_state, to_state, at in (
-        NodeEvent.objects.filter(
-            node_id__in=list(lifecycle_by_node), at__gte=now - FLAP_WINDOW, from_state__in=list(FAILED_RUN)
-        )
+        NodeEvent.objects.filter(node_id__in=ids, from_state__in=list(FAILED_RUN))
         .exclude(action=FLAP_ACTION)
         .values_list("node_id", "from_state", "to_state", "at")
     ):
-        if (from_state, to_state) == FAILED_RUN.get(lifecycle_by_node[node_id]) and at > since[node_id]:
+        if (from_state, to_state) == FAILED_RUN.get(lifecycle_by_node[node_id]) and (
+            since[node_id] is None or at > since[node_id]
+        ):
             failures[node_id] = failures.get(node_id, 0) + 1
-    return {n: c for n, c in failures.items() if c >= FLAP_FAILURES}
+    return {
+        n: c for n, c in failures.items() if c >= (FLAP_FAILURES if n in validating else BURN_IN_FAILURES_BEFORE_HOLD)
+    }
+
+
+def _failed_burn_in_checks(node_ids, since: dict) -> dict:
+    """{node_id: 'check (detail), …'}: the failed burn-in checks the operator decides on."""
+    names: dict = {}
+    for node_id, name, detail, at in (
+        HealthCheckResult.objects.filter(node_id__in=list(node_ids), status=CheckStatus.FAIL, refused="")
+        .order_by("received_at")
+        .values_list("node_id", "name", "detail", "received_at")
+    ):
+        if since.get(node_id) is None or at >= since[node_id]:
+            names.setdefault(node_id, []).append(f"{name} {at:%Y-%m-%d}" + (f" ({detail[:60]})" if detail else ""))
+    return {n: ", ".join(v[-5:]) for n, v in names.items()}
 
 
 def _triage(nodes: list[Node], *, flapping: set, now: datetime, actor: str) -> int:

@@ -13,8 +13,9 @@ from core.search import index_objects
 from core.services.audit import record_audit
 from fleet.choices import Attribution, Lifecycle
 from fleet.models import Node, NodeEvent
-from health.choices import IncidentOpener, IncidentState, IncidentStep
-from health.models import Incident, IncidentEvent, IncidentImpact
+from health.choices import ConditionStatus, IncidentOpener, IncidentState, IncidentStep, Severity
+from health.models import Condition, Incident, IncidentEvent, IncidentImpact
+from health.policy import HOLD_CORDON
 from tenants.choices import AllocationNodeRole
 from tenants.models import AllocationNode
 
@@ -47,6 +48,19 @@ def open_policy_incidents(
     """One incident per node that has none open. Returns {node_id: incident}. `attribution_of`:
     node id → attribution where it is not the provider's (a fault only the node reported)."""
     already = open_incidents_by_node([n.pk for n in nodes])
+    if severity != Severity.HOLD:
+        # An operator task (hold) open on a node the policy now pulls becomes the pull's incident:
+        # closing it must then wait for the gate like any other.
+        upgraded = Incident.objects.filter(pk__in=set(already.values()), severity=Severity.HOLD)
+        for incident_id in upgraded.values_list("pk", flat=True):
+            IncidentEvent.objects.create(
+                incident_id=incident_id,
+                at=now,
+                step=IncidentStep.DETECT,
+                actor=actor,
+                detail=f"health policy ({severity}): the node is pulled; the operator task is now this incident",
+            )
+        upgraded.update(severity=severity, updated_at=now)
     created: dict = {}
     for node in nodes:
         if node.pk in already:
@@ -301,6 +315,19 @@ def confirm_from_node_evidence(*, node_id, identity_issued_at: datetime, evidenc
 
 
 @transaction.atomic
+def release_hold(*, node_ids, now: datetime, actor: str) -> int:
+    """An operator closed the hold's task: its hold conditions clear and the hold's cordon lifts
+    (a deferred reset stays, and is cordoned for on the next sweep)."""
+    cleared = Condition.objects.filter(
+        node_id__in=node_ids, status=ConditionStatus.ACTIVE, severity=Severity.HOLD
+    ).update(status=ConditionStatus.CLEARED, last_seen=now)
+    Node.objects.filter(pk__in=node_ids, cordon_reason__startswith=HOLD_CORDON).update(
+        cordoned=False, cordon_reason="", attribution=""
+    )
+    return cleared
+
+
+@transaction.atomic
 def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution: str, close: bool = False) -> Incident:
     """Save the postmortem; `close` only when every node is back through the gate or in RMA.
     An operator setting a node-reported (unconfirmed) incident to the provider confirms it."""
@@ -313,7 +340,11 @@ def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution
     if close:
         if incident.state == IncidentState.CLOSED:
             raise IncidentNotClosable("The incident is already closed.")
-        if not _returned_through_gate(node_ids):
+        if incident.severity == Severity.HOLD:
+            # An operator task: closing it is the decision. The hold lifts; what else the node
+            # needs (a pull, a deferred reset) the policy does on its next sweep.
+            release_hold(node_ids=node_ids, now=now, actor=actor)
+        elif not _returned_through_gate(node_ids):
             raise IncidentNotClosable("Close it once every node has passed validation (available) or is in RMA.")
         settle_credits(node_ids=node_ids, end=now, actor=actor)
     incident.cause = cause

@@ -17,6 +17,7 @@ from fleet.models import Node, NodeEnergyCounter
 from fleet.services.drive_inventory import reconcile_drive_inventory
 from fleet.services.energy import INTEGRATE_EVERY, as_datetime, record_counters
 from fleet.wall_power import host_share_kw
+from health import xid
 from health.choices import CheckStatus
 from health.models import Condition, HealthCheckResult
 from health.policy import (
@@ -44,6 +45,7 @@ class _NodeShape:
     node_kw: Decimal  # the type's rated maximum: no reading above it is believed
     host_kw: Decimal | None
     slowdown_c: int | None  # the SKU's GPU slowdown temperature (thermal policy)
+    family: str = ""  # the Xid catalogue column its GPUs read (health.xid.family)
 
 
 _node_shapes: dict = {}  # node id → its type's figures (immutable for a node's life)
@@ -84,7 +86,11 @@ def _shape(node_id) -> _NodeShape:
         if row is None:
             raise UnknownNode(node_id)
         _node_shapes[node_id] = _NodeShape(
-            gpus=row[0], node_kw=row[1], host_kw=host_share_kw().get(row[2]), slowdown_c=slowdown_temp_c(row[2] or "")
+            gpus=row[0],
+            node_kw=row[1],
+            host_kw=host_share_kw().get(row[2]),
+            slowdown_c=slowdown_temp_c(row[2] or ""),
+            family=xid.family(row[2] or ""),
         )
     return _node_shapes[node_id]
 
@@ -102,10 +108,41 @@ def _thermal(gpu: dict, sku_slowdown_c: int | None) -> str | None:
     return None
 
 
+def xid_events(gpu: dict) -> dict[int, dict]:
+    """{xid: decoded fields} for one GPU: `xid_events` (with fields) and bare `xid_errors`."""
+    events: dict[int, dict] = {}
+    for event in gpu.get("xid_events") or ():
+        events.setdefault(event["xid"], {}).update({k: v for k, v in event.items() if k != "xid"})
+    for number in gpu.get("xid_errors") or ():
+        events.setdefault(number, {})
+    return events
+
+
+def _fields_text(fields: dict) -> str:
+    parts = []
+    if fields.get("recovery_action") is not None:
+        value = fields["recovery_action"]
+        parts.append(f"recovery action {value} ({xid.RECOVERY_ACTION_NAMES.get(value, 'unknown')})")
+    if fields.get("unit"):
+        parts.append(f"unit {fields['unit']}")
+    for name in ("intr_info", "error_status"):
+        if fields.get(name) is not None:
+            parts.append(f"{name} 0x{fields[name]:x}")
+    if fields.get("registers"):
+        parts.append("registers " + " ".join(f"0x{r:08x}" for r in fields["registers"]))
+    return "; ".join(parts)
+
+
 def heartbeat_signals(
-    gpus: list[dict], expected: int | None, *, sku_slowdown_c: int | None = None, ib_ports: list[dict] | None = None
+    gpus: list[dict],
+    expected: int | None,
+    *,
+    sku_slowdown_c: int | None = None,
+    ib_ports: list[dict] | None = None,
+    gpu_family: str = "",
 ) -> dict:
-    """The policy's heartbeat signals: {(gpu_index | None, signal): detail}."""
+    """The policy's heartbeat signals: {(gpu_index | None, signal): detail}; an Xid's detail is a
+    (detail, severity) pair decided from its fields by the catalogue (health.xid)."""
     found: dict = {}
     for port in ib_ports or ():
         name = port.get("port", "?")
@@ -126,8 +163,11 @@ def heartbeat_signals(
             found[(index, "thermal_slowdown")] = thermal
         if (gpu.get("nvlink_errors_1h") or 0) >= NVLINK_ERRORS_WARN:
             found[(index, "nvlink_errors")] = f"{gpu['nvlink_errors_1h']} NVLink errors in the last hour"
-        for xid in gpu.get("xid_errors") or ():
-            found[(index, f"xid_{xid}")] = f"XID {xid} on GPU {index}"
+        events = xid_events(gpu)
+        for number, decision in xid.decide_gpu(events, gpu_family=gpu_family).items():
+            fields = _fields_text(events[number])
+            text = decision.text(index) + (f"; {fields}" if fields else "")
+            found[(index, f"xid_{number}")] = (text, decision.severity)
         if gpu.get("ecc_sbe"):
             found[(index, "ecc_sbe")] = f"{gpu['ecc_sbe']} single-bit ECC errors"
         if gpu.get("row_remap_pending"):
@@ -199,7 +239,7 @@ TELEMETRY_XIDS_KEPT = 16
 _TELEMETRY_FIELD = Node._meta.get_field("gpu_telemetry")
 
 
-def _telemetry(gpus: list[dict], now: datetime):
+def _telemetry(gpus: list[dict], now: datetime, driver: dict | None = None):
     """The per-GPU figures kept on the node row (its own UPDATE writes them: no extra statement),
     as the column's database value; None when the heartbeat listed no GPUs, which keeps the last
     report (with its own time) rather than blanking it."""
@@ -208,10 +248,13 @@ def _telemetry(gpus: list[dict], now: datetime):
     rows = []
     for gpu in sorted(gpus, key=lambda g: g["index"]):
         row = {"index": gpu["index"], **{k: gpu[k] for k in TELEMETRY_FIELDS if gpu.get(k) is not None}}
+        numbers = list(xid_events(gpu))
+        if numbers:
+            row["xid_errors"] = numbers
         if "xid_errors" in row:  # distinct and bounded: a flood of XIDs must not grow the node row
             row["xid_errors"] = sorted(set(row["xid_errors"]))[:TELEMETRY_XIDS_KEPT]
         rows.append(row)
-    value = {"at": now.isoformat(), "gpus": rows}
+    value = {"at": now.isoformat(), "gpus": rows, **(driver or {})}
     return _TELEMETRY_FIELD.get_db_prep_value(value, connection)
 
 
@@ -245,13 +288,20 @@ def ingest_heartbeat(
     ib_ports: list[dict] | None = None,
     wall_power: dict | None = None,
     observed_at: datetime | None = None,
+    driver: dict | None = None,
 ) -> None:
     """The common case (nothing wrong, nothing to clear, counters integrated under a minute ago)
     is one statement of fixed SQL: it is the hottest path in the control plane (every node, every 10 s).
     The server's `now` is what the lease reads; the agent's `observed_at` only measures its clock skew."""
     shape = _shape(node_id)
     power = [g["power_w"] for g in gpus if g.get("power_w") is not None]
-    signals = heartbeat_signals(gpus, shape.gpus, sku_slowdown_c=shape.slowdown_c, ib_ports=ib_ports)
+    signals = heartbeat_signals(
+        gpus,
+        shape.gpus,
+        sku_slowdown_c=shape.slowdown_c,
+        ib_ports=ib_ports,
+        gpu_family=shape.family or xid.ARCHITECTURE_FAMILY.get((driver or {}).get("gpu_architecture", ""), ""),
+    )
     wall_watts = _believable_wall_watts(node_id, wall_power, shape)
     has_wall = wall_watts is not None
     db_id = Node._meta.pk.get_db_prep_value(node_id, connection)
@@ -266,7 +316,7 @@ def ingest_heartbeat(
                 at,
                 power_state,
                 round(sum(power)) if power else None,
-                _telemetry(gpus, now),
+                _telemetry(gpus, now, driver),
                 not signals,
                 clock_skew_seconds(observed_at, now),
                 has_wall,

@@ -35,6 +35,7 @@ from health.policy import (
     LAPSE_WINDOW,
     SITE_LAPSE_MIN_NODES,
     SITE_LAPSE_SHARE,
+    group_lapse_min_nodes,
 )
 
 logger = logging.getLogger(__name__)
@@ -224,8 +225,8 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
     new_holds: list[LapseHold] = []
     for scope, min_nodes, share in (
         (IncidentScope.SITE, SITE_LAPSE_MIN_NODES, SITE_LAPSE_SHARE),
-        (IncidentScope.LEAF, GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE),
-        (IncidentScope.RACK, GROUP_LAPSE_MIN_NODES, GROUP_LAPSE_SHARE),
+        (IncidentScope.LEAF, group_lapse_min_nodes, GROUP_LAPSE_SHARE),
+        (IncidentScope.RACK, group_lapse_min_nodes, GROUP_LAPSE_SHARE),
     ):
         attr = {IncidentScope.SITE: "site", IncidentScope.LEAF: "leaf", IncidentScope.RACK: "rack"}[scope]
         groups: dict = defaultdict(list)
@@ -235,7 +236,9 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
         correlated = {}
         for key, members in groups.items():
             together = densest(members) if scope != IncidentScope.SITE else members
-            if len(together) >= min_nodes and len(together) >= share * totals[(scope, _raw(scope, key))]:
+            size = totals[(scope, _raw(scope, key))]
+            least = min_nodes(size) if callable(min_nodes) else min_nodes
+            if len(together) >= least and len(together) >= share * size:
                 correlated[key] = together
         existing = {
             i.scope_key: i

@@ -24,6 +24,7 @@ from fleet.services.lifecycle import state_entered_at, transition_many
 from fleet.services.power_actions import nodes_with_bmc, request_power_actions
 from health.choices import (
     ACTIONABLE,
+    HELD,
     SEVERITY_RANK,
     TO_TRIAGE,
     ConditionEventKind,
@@ -43,10 +44,17 @@ from health.policy import (
     HISTORY_RETENTION,
     REPAIR_TICKET,
     REPEAT_WINDOW,
+    SOFTWARE_SIGNALS,
     SWEEP_INTERVAL,
 )
 from health.services.conditions import apply_observations
-from health.services.escalations import escalate_thermal, hold_nvlink_domains, queue_idle_diagnostics
+from health.services.escalations import (
+    escalate_app_xid_repeats,
+    escalate_thermal,
+    hold_for_operator,
+    hold_nvlink_domains,
+    queue_idle_diagnostics,
+)
 from health.services.fabric import fabric_held, judge_fabric
 from health.services.gate import apply_gate, send_repeat_triage_to_rma
 from health.services.incidents import (
@@ -64,7 +72,8 @@ logger = logging.getLogger(__name__)
 ACTOR = "system:health_sweep"
 POLICY_LIFECYCLES = (Lifecycle.AVAILABLE, Lifecycle.ACTIVE, Lifecycle.PROVISIONING)  # what the policy may pull
 LEASE_LIFECYCLES = (Lifecycle.AVAILABLE, Lifecycle.ACTIVE, Lifecycle.PROVISIONING)
-COMBO_SIGNALS = ("xid_48", "xid_63", "xid_64")
+# Severities that pull a node; DEFER pulls (as a GPU reset) only a node no tenant holds.
+PULLING = (*ACTIONABLE, S.DEFER)
 
 
 def run_health_sweep(now: datetime | None = None) -> dict:
@@ -85,8 +94,10 @@ def sweep(*, now: datetime) -> dict:
     summary.update(judge_fabric(now=now, actor=ACTOR))  # before the policy: a dead leaf is not N cable faults
     summary["heartbeat_lost"] = _lease(now, resumed)
     summary["thermal_throttle"] = escalate_thermal(now)
+    summary["app_xid_repeat"] = escalate_app_xid_repeats(now)
     _roll_up(now)
     summary.update(_apply_policy(now))
+    summary.update(hold_for_operator(now, ACTOR))
     summary.update(hold_nvlink_domains(now, ACTOR))
     summary["remediating"] = _finish_drains(now)
     summary.update(_remediate(now))
@@ -133,8 +144,21 @@ def _lease(now: datetime, resumed: datetime | None) -> int:
     if not lost_ids:
         return 0
     detail = f"no heartbeat for {int(HEARTBEAT_LOST_AFTER.total_seconds())} s"
+    # A node alone in its rack: its silence is the rack's too, and the incident says so.
+    alone = {
+        node_id: name
+        for node_id, name, peers in Node.objects.filter(pk__in=lost_ids, rack__isnull=False)
+        .annotate(peers=Count("rack__nodes", filter=Q(rack__nodes__lifecycle__in=LEASE_LIFECYCLES)))
+        .values_list("pk", "rack__name", "peers")
+        if peers == 1
+    }
     return apply_observations(
-        observed={n: {(None, "heartbeat_lost"): detail} for n in lost_ids}, now=now, load_signals=["heartbeat_lost"]
+        observed={
+            n: {(None, "heartbeat_lost"): detail + (f"; rack {alone[n]} is dark (its only node)" if n in alone else "")}
+            for n in lost_ids
+        },
+        now=now,
+        load_signals=["heartbeat_lost"],
     )
 
 
@@ -152,28 +176,32 @@ def _roll_up(now: datetime) -> None:
     active = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE)
     wanted = Case(
         When(Exists(active.filter(severity__in=ACTIONABLE)), then=Value(Health.UNHEALTHY)),
-        When(Exists(active.filter(severity=S.WARN)), then=Value(Health.DEGRADED)),
+        When(Exists(active.filter(severity__in=(S.WARN, *HELD))), then=Value(Health.DEGRADED)),
         default=Value(Health.HEALTHY),
         output_field=CharField(),
     )
     Node.objects.exclude(stale).exclude(health=wanted).update(health=wanted)
 
 
-def _decide(rows: list[dict], repeats: set) -> dict:
-    """{node_id: (severity, [signals])} for nodes the policy must pull."""
+def decide(rows: list[dict], repeats: set, tenanted: set = frozenset()) -> dict:
+    """{node_id: (severity, [signals])} for nodes the policy must pull, from their active
+    conditions (`rows`: node_id, signal, severity). A hold (an operator decides) keeps a node
+    whose worst signal is a hold or a deferred reset; a deferred reset pulls, as a GPU reset,
+    only a node no tenant holds (`tenanted`); a hardware signal raised twice in the repeat
+    window (`repeats`: (node, signal)) is fatal."""
     by_node: dict = {}
     for row in rows:
         by_node.setdefault(row["node_id"], []).append(row)
     decisions: dict = {}
     for node_id, conds in by_node.items():
-        signals = {c["signal"]: c for c in conds}
         actionable = [c for c in conds if c["severity"] in ACTIONABLE]
         if not actionable:
+            deferred = [c for c in conds if c["severity"] == S.DEFER]
+            held = any(c["severity"] == S.HOLD for c in conds)
+            if deferred and not held and node_id not in tenanted:
+                decisions[node_id] = (S.RESET, sorted(c["signal"] for c in deferred))
             continue
         severity = max((c["severity"] for c in actionable), key=SEVERITY_RANK.__getitem__)
-        repeating_ecc = signals.get("xid_63", {}).get("count", 0) >= 2 or "xid_64" in signals
-        if "xid_48" in signals and repeating_ecc:
-            severity = S.FATAL
         if any((node_id, c["signal"]) in repeats for c in actionable):
             severity = S.FATAL
         decisions[node_id] = (severity, sorted(c["signal"] for c in actionable))
@@ -183,7 +211,7 @@ def _decide(rows: list[dict], repeats: set) -> dict:
 def _apply_policy(now: datetime) -> dict:
     rows = list(
         Condition.objects.filter(status=ConditionStatus.ACTIVE, node__lifecycle__in=POLICY_LIFECYCLES)
-        .filter(Q(severity__in=ACTIONABLE) | Q(signal__in=COMBO_SIGNALS))
+        .filter(severity__in=(*ACTIONABLE, *HELD))
         .exclude(fabric_held())
         .values("node_id", "signal", "severity", "count")
     )
@@ -198,11 +226,17 @@ def _apply_policy(now: datetime) -> dict:
             severity__in=(S.RESET, S.REBOOT),
             at__gte=now - REPEAT_WINDOW,
         )
+        .exclude(signal__in=list(SOFTWARE_SIGNALS))
         .values("node_id", "signal")
         .annotate(n=Count("id"))
         .filter(n__gte=2)
     }
-    decisions = _decide(rows, repeats)
+    live = set(
+        AllocationNode.objects.filter(node_id__in=node_ids, ended_at__isnull=True).values_list("node_id", flat=True)
+    )
+    decisions = decide(rows, repeats, live)
+    if not decisions:
+        return {"pulled": 0}
     nodes = list(
         Node.objects.filter(pk__in=list(decisions), lifecycle__in=POLICY_LIFECYCLES)
         .select_for_update(skip_locked=True)
@@ -342,11 +376,13 @@ def _replace_in_allocations(pulled: list[Node], now: datetime) -> int:
 
 
 def _actionable_severity(node_ids) -> dict:
-    """{node_id: highest actionable severity} over active conditions (one query)."""
+    """{node_id: highest actionable severity} over active conditions (one query); a deferred
+    reset the node was pulled for counts as the GPU reset it is."""
     worst: dict = {}
     for node_id, severity in Condition.objects.filter(
-        node_id__in=node_ids, status=ConditionStatus.ACTIVE, severity__in=ACTIONABLE
+        node_id__in=node_ids, status=ConditionStatus.ACTIVE, severity__in=PULLING
     ).values_list("node_id", "severity"):
+        severity = S.RESET if severity == S.DEFER else severity
         if SEVERITY_RANK[severity] > SEVERITY_RANK.get(worst.get(node_id), -1):
             worst[node_id] = severity
     return worst
@@ -356,7 +392,7 @@ def _finish_drains(now: datetime) -> int:
     """Health-pulled draining nodes with no live allocation left go on to remediation."""
 
     live = AllocationNode.objects.filter(node=OuterRef("pk"), ended_at__isnull=True)
-    pulled = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE, severity__in=ACTIONABLE)
+    pulled = Condition.objects.filter(node=OuterRef("pk"), status=ConditionStatus.ACTIVE, severity__in=PULLING)
     nodes = list(
         Node.objects.filter(lifecycle=Lifecycle.DRAINING, attribution=Attribution.PROVIDER)
         .filter(Exists(pulled))

@@ -65,11 +65,34 @@ def test_heartbeat_shape_and_xid_reported_once() -> None:
     agent = make_agent(cp, scenario="xid 13 on gpu 3 at 50s")
     run(agent, 30)
     hb = cp.heartbeats[-1]
-    assert set(hb) == {"observed_at", "power_state", "agent_version", "gpus", "ib_ports", "wall_power"}
+    assert set(hb) == {
+        "observed_at",
+        "power_state",
+        "agent_version",
+        "gpus",
+        "ib_ports",
+        "wall_power",
+        "driver_version",
+        "gpu_architecture",
+    }
+    assert hb["gpu_architecture"] == "hopper" and hb["driver_version"].count(".") == 2
     assert hb["wall_power"]["source"] == "bmc" and hb["wall_power"]["energy_j"] >= 0
     assert hb["observed_at"].endswith("Z") and len(hb["gpus"]) == 8
     xids = [(i, g["index"], g["xid_errors"]) for i, h in enumerate(cp.heartbeats) for g in h["gpus"] if g["xid_errors"]]
     assert len(xids) == 1 and xids[0][1:] == (3, [13])
+    events = [g["xid_events"] for h in cp.heartbeats for g in h["gpus"] if g["xid_events"]]
+    assert events == [[{"xid": 13}]]
+
+
+def test_an_xid_that_changes_the_recovery_action_comes_with_xid_154_and_its_action() -> None:
+    cp = FakeControlPlane()
+    agent = make_agent(cp, scenario="xid 94 on gpu 2 at 20s; xid 62 on gpu 5 at 20s")
+    run(agent, 30)
+    events = {g["index"]: g["xid_events"] for h in cp.heartbeats for g in h["gpus"] if g["xid_events"]}
+    assert events == {
+        2: [{"xid": 94}, {"xid": 154, "recovery_action": 0}],
+        5: [{"xid": 62}, {"xid": 154, "recovery_action": 1}],
+    }
 
 
 def test_dcgm_failure_is_reported_as_health_and_result() -> None:

@@ -45,6 +45,7 @@ def test_nvml_mapping_of_recorded_values() -> None:
         "row_remap_pending": True,
         "row_remap_failed": False,
         "xid_errors": [48, 63],
+        "xid_events": [{"xid": 48}, {"xid": 63}],
         "nvlink_down": 1,
         # an H100 on driver 550 exposes no recovery action field; the rest were not recorded
         "recovery_action": None,
@@ -179,6 +180,7 @@ def test_parse_recorded_nvidia_smi_xml() -> None:
         "row_remap_pending": False,
         "row_remap_failed": False,
         "xid_errors": [],
+        "xid_events": [],
         "nvlink_down": 0,
         "recovery_action": None,
         "throttle_reasons": 0,

@@ -166,3 +166,42 @@ def test_the_simulator_killing_a_leaf_switch_opens_one_incident_and_rmas_nothing
     assert LapseHold.objects.filter(incident=incident, returned_at__isnull=False).count() == 4
     assert set(held.values_list("health", flat=True)) == {Health.HEALTHY}
     assert Incident.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_dark_two_node_rack_is_one_incident_with_both_nodes_held(nodes, agent_for, clock):
+    """The demo's H100 racks hold 2 nodes: the threshold comes from the rack's size."""
+    rack = nodes[0].rack_id
+    pair = [n for n in nodes if n.rack_id == rack]
+    assert len(pair) == 2
+    agents = [agent_for(n) for n in nodes]
+    _beat(agents, clock, 30)
+    _beat([a for a in agents if a.node.rack_id != rack], clock, 900)  # 15 minutes dark
+    incident = Incident.objects.get()
+    assert incident.scope == IncidentScope.RACK and "2 of 2" in incident.title
+    assert set(incident.nodes.values_list("pk", flat=True)) == {n.pk for n in pair}
+    assert LapseHold.objects.filter(returned_at__isnull=True).count() == 2
+    assert _pulled() == 0  # no drain, no reboot, no RMA
+    assert not Condition.objects.filter(signal="heartbeat_lost").exists()
+
+
+@pytest.mark.django_db
+def test_a_node_alone_in_its_rack_says_the_rack_is_dark(nodes, agent_for, clock):
+    from fleet.models import Rack
+
+    home = nodes[0].rack
+    spare = Rack.objects.create(
+        hall=home.hall,
+        name="solo-1",
+        row=90,
+        column=90,
+        rated_power_kw=home.rated_power_kw,
+        cooling=home.cooling,
+        cooling_capacity_kw=home.cooling_capacity_kw,
+    )
+    Node.objects.filter(pk=nodes[0].pk).update(rack=spare)
+    agents = [agent_for(n) for n in nodes]
+    _beat(agents, clock, 30)
+    _beat(agents[1:], clock, 330)
+    condition = Condition.objects.get(node=nodes[0], signal="heartbeat_lost")
+    assert f"rack {spare.name} is dark (its only node)" in condition.detail
