@@ -194,6 +194,9 @@ class BeatLease(models.Model):
     holder = models.CharField(max_length=200, help_text="host:pid of the beat that schedules")
     renewed_at = models.DateTimeField()
     refused_ticks = models.PositiveBigIntegerField(default=0, help_text="ticks other beats declined to schedule")
+    started_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the holder took the lease: its loops' first due times count from here"
+    )
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
