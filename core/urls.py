@@ -6,4 +6,8 @@ from . import views
 
 app_name = "core"
 
-urlpatterns = [path("search/", views.search, name="search")]
+urlpatterns = [
+    path("search/", views.search, name="search"),
+    path("notifications/", views.notifications, name="notifications"),
+    path("notifications/deliveries/<str:pk>/retry/", views.retry_notification, name="notification-retry"),
+]

@@ -6,4 +6,6 @@ class HealthConfig(AppConfig):
     verbose_name = "Health"
 
     def ready(self):
-        from . import search  # noqa: F401  registers the app's identifiers with core.search
+        from . import notifications, search  # noqa: F401  search registers the app's identifiers with core.search
+
+        notifications.register()  # operator pages: the router and the paging channels (core.outbox)
