@@ -9,11 +9,14 @@ The process metrics live in their own registry (not the library's global one) so
 merge them with the figures it computes per scrape without duplicate names.
 """
 
+from django.db.models import Count
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from core.choices import DeliveryState
 from core.loop_metrics import loop_statuses, record_loop_run
+from core.models import OutboxDelivery
 from core.services.beat_lease import beat_lease
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -87,6 +90,39 @@ PAGES = Counter(
     ["scope"],
     registry=REGISTRY,
 )
+
+
+_FAMILIES: list = []
+
+
+def register_families(fn) -> None:
+    """An app's per-scrape figures (fn(now) yields metric families), registered from its
+    AppConfig.ready(): /metrics (fleet) shows them without importing apps above it."""
+    if fn not in _FAMILIES:
+        _FAMILIES.append(fn)
+
+
+def registered_families(now):
+    for fn in _FAMILIES:
+        yield from fn(now)
+
+
+def outbox_families(now):
+    """Notification deliveries waiting (pending) and dead-lettered, by channel kind."""
+    waiting = GaugeMetricFamily(
+        "hangar_notification_deliveries",
+        "Notification deliveries pending or dead-lettered",
+        labels=["state", "channel"],
+    )
+    rows = (
+        OutboxDelivery.objects.filter(state__in=(DeliveryState.PENDING, DeliveryState.DEAD))
+        .values_list("state", "channel")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for state, channel, n in rows:
+        waiting.add_metric([state, channel], n)
+    yield waiting
 
 
 def beat_lease_families(now):
