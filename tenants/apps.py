@@ -6,4 +6,6 @@ class TenantsConfig(AppConfig):
     verbose_name = "Tenants"
 
     def ready(self):
-        from . import search  # noqa: F401  registers the app's identifiers with core.search
+        from . import notifications, search  # noqa: F401  search registers the app's identifiers with core.search
+
+        notifications.register()  # tenant webhooks and e-mail: the router and channels (core.outbox)
