@@ -379,8 +379,8 @@ except ValueError as _bad_network:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(str(_bad_network)) from None
-# Development only: exact origins exempt from the guard (the demo's own receiver). Refused without DEBUG.
-NOTIFY_LAB_ORIGINS = parse_origins(env.str("NOTIFY_LAB_ORIGINS", default="http://127.0.0.1:8000" if DEBUG else ""))
+# Development only: exact origins exempt from the guard (the demo's notification sink). Refused without DEBUG.
+NOTIFY_LAB_ORIGINS = parse_origins(env.str("NOTIFY_LAB_ORIGINS", default="http://127.0.0.1:8002" if DEBUG else ""))
 if NOTIFY_LAB_ORIGINS and not DEBUG:
     from django.core.exceptions import ImproperlyConfigured
 
