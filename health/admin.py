@@ -61,8 +61,9 @@ class PagingChannelForm(forms.ModelForm):
     secret = forms.CharField(
         required=False,
         max_length=200,
-        widget=forms.PasswordInput(render_value=True),
-        help_text="PagerDuty: the integration's routing key; webhook: the signing secret (never shown in the audit trail)",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="PagerDuty: the integration's routing key; webhook: the signing secret. Never shown again, "
+        "nor written to the audit trail; leave empty to keep the current one.",
     )
 
     class Meta:
@@ -81,6 +82,8 @@ class PagingChannelForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        if not data.get("secret") and self.instance.pk:
+            data["secret"] = self.instance.secret  # empty: keep the one set before
         kind, url = data.get("kind"), (data.get("url") or "").strip()
         if kind == PagingKind.WEBHOOK and not url:
             self.add_error("url", "A webhook channel needs the receiver's URL.")

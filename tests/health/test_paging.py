@@ -211,6 +211,12 @@ def test_the_admin_refuses_private_urls_and_sends_a_test_page(admin_client, webh
     response = admin_client.post(add, {**base, "name": "ok", "url": webhook_receiver.url, "secret": "s3cret"})
     assert response.status_code == 302
     channel = PagingChannel.objects.get()
+    change = f"/admin/health/pagingchannel/{channel.pk}/change/"
+    assert "s3cret" not in admin_client.get(change).content.decode()  # never shown again
+    kept = admin_client.post(change, {**base, "name": "renamed", "url": webhook_receiver.url, "secret": ""})
+    assert kept.status_code == 302
+    channel.refresh_from_db()
+    assert channel.name == "renamed" and channel.secret == "s3cret"  # empty keeps the secret
     response = admin_client.post(
         "/admin/health/pagingchannel/", {"action": "send_test", "_selected_action": [str(channel.pk)]}
     )
