@@ -361,6 +361,52 @@ if BMC_LAB_ORIGINS and not DEBUG:
         "a development emulator only; unset it and list the management networks in BMC_NETWORKS."
     )
 
+# --- Notifications: the outbox, operator paging, tenant webhooks (docs/notifications.md) -------
+# A delivery is retried with exponential backoff (base, 2x, 4x ... at most the cap) and
+# dead-lettered after NOTIFY_MAX_ATTEMPTS failed attempts.
+NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
+NOTIFY_BACKOFF_BASE_S = env.int("NOTIFY_BACKOFF_BASE_S", default=30)
+NOTIFY_BACKOFF_CAP_S = env.int("NOTIFY_BACKOFF_CAP_S", default=3600)
+NOTIFY_HTTP_TIMEOUT_S = env.float("NOTIFY_HTTP_TIMEOUT_S", default=10.0)
+# Webhook receivers (paging webhooks, PagerDuty's URL, tenants' endpoints) must be globally
+# routable, over HTTPS; private ranges an operator lists here are allowed too (`+http` for plain
+# HTTP). Loopback, link-local and the control plane's own addresses stay refused.
+try:
+    NOTIFY_ALLOWED_NETWORKS = parse_networks(
+        env.str("NOTIFY_ALLOWED_NETWORKS", default=""), setting="NOTIFY_ALLOWED_NETWORKS"
+    )
+except ValueError as _bad_network:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(str(_bad_network)) from None
+# Development only: exact origins exempt from the guard (the demo's notification sink). Refused without DEBUG.
+NOTIFY_LAB_ORIGINS = parse_origins(env.str("NOTIFY_LAB_ORIGINS", default="http://127.0.0.1:8002" if DEBUG else ""))
+if NOTIFY_LAB_ORIGINS and not DEBUG:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "Refusing to start with DEBUG off: NOTIFY_LAB_ORIGINS is for development receivers only."
+    )
+# Signed webhooks: a receiver refuses a signature older than this (docs/api.md, "Webhooks").
+NOTIFY_SIGNATURE_TOLERANCE_S = 300
+# E-mail goes through Django's SMTP backend (EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER,
+# EMAIL_HOST_PASSWORD, EMAIL_USE_TLS); the demo writes e-mails to its log instead.
+NOTIFY_EMAIL_BACKEND = env.str(
+    "NOTIFY_EMAIL_BACKEND",
+    default="django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="hangar@localhost")
+# The console's address in links sent out (a page links to its incident).
+PUBLIC_URL = env.str("PUBLIC_URL", default="http://127.0.0.1:8000")
+
 # --- Correlated fabric failures (health.services.fabric, docs/faults.md) --------------------------
 # Defaults are health.policy's FABRIC_* constants (the lapse rules': leaf as leaf, domain as site).
 # A leaf (or domain) is one incident when at least MIN_NODES of its nodes, and at least SHARE of

@@ -22,6 +22,8 @@ LOOPS: tuple[tuple[str, str], ...] = (
     ("health.tasks.rack_power_check", "health.services.rack_power.run_rack_power_check"),
     ("fleet.tasks.bmc_power_sync", "fleet.services.power_sync.run_power_sync"),
     ("billing.tasks.ensure_ledger_partitions", "billing.services.ledger_partitions.ensure_usage_partitions"),
+    ("health.tasks.page_incidents", "health.services.paging.page_incidents"),
+    ("core.tasks.deliver_notifications", "core.outbox.deliver_due"),
 )
 
 

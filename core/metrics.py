@@ -9,11 +9,14 @@ The process metrics live in their own registry (not the library's global one) so
 merge them with the figures it computes per scrape without duplicate names.
 """
 
+from django.db.models import Count
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from core.choices import DeliveryState
 from core.loop_metrics import loop_statuses, record_loop_run
+from core.models import OutboxDelivery
 from core.services.beat_lease import beat_lease
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -34,7 +37,8 @@ def observe_loop(loop: str, seconds: float) -> None:
 
 def loop_families(now):
     """Every periodic loop, from the database: last finished pass, its duration, passes and
-    their total time, failures, and lag (seconds past due; +Inf when it never ran)."""
+    their total time, failures, lag (seconds past due), next due time and grace (the rule of
+    core.loop_metrics, which the alert rules repeat), and when the scheduler started."""
     last = GaugeMetricFamily(
         "hangar_loop_last_run_timestamp_seconds", "Unix time the loop last finished a pass (0: never)", labels=["loop"]
     )
@@ -45,11 +49,28 @@ def loop_families(now):
     failures = CounterMetricFamily("hangar_loop_failures", "Passes of the loop that raised", labels=["loop"])
     lag = GaugeMetricFamily(
         "hangar_loop_lag_seconds",
-        "Seconds the loop is past its next due time (0 on time, +Inf never ran)",
+        "Seconds the loop is past its next due time (0 on time)",
         labels=["loop"],
     )
-    late = GaugeMetricFamily("hangar_loop_late", "1 when the loop missed three intervals or never ran", labels=["loop"])
-    for status in loop_statuses(now):
+    late = GaugeMetricFamily(
+        "hangar_loop_late", "1 when the loop's next due time plus its grace has passed without a pass", labels=["loop"]
+    )
+    due = GaugeMetricFamily(
+        "hangar_loop_next_due_timestamp_seconds",
+        "Unix time the loop is next due: an interval after its last pass or the scheduler's start (0: no scheduler)",
+        labels=["loop"],
+    )
+    grace = GaugeMetricFamily(
+        "hangar_loop_grace_seconds", "How long past its due time the loop may be before it is late", labels=["loop"]
+    )
+    statuses = loop_statuses(now)
+    started = GaugeMetricFamily(
+        "hangar_scheduler_started_timestamp_seconds",
+        "Unix time the running scheduler (Celery beat's lease holder or run_loops) started (0: none ever did)",
+    )
+    first = statuses[0].scheduler_started_at if statuses else None
+    started.add_metric([], first.timestamp() if first else 0)
+    for status in statuses:
         label = [status.name]
         last.add_metric(label, status.last_finished_at.timestamp() if status.last_finished_at else 0)
         if status.last_duration_s is not None:
@@ -58,7 +79,9 @@ def loop_families(now):
         failures.add_metric(label, status.failures)
         lag.add_metric(label, status.lag_s)
         late.add_metric(label, 1 if status.late else 0)
-    yield from (last, duration, total, failures, lag, late)
+        due.add_metric(label, status.due_at.timestamp())
+        grace.add_metric(label, status.grace_s)
+    yield from (last, duration, total, failures, lag, late, due, grace, started)
 
 
 PAGES = Counter(
@@ -67,6 +90,39 @@ PAGES = Counter(
     ["scope"],
     registry=REGISTRY,
 )
+
+
+_FAMILIES: list = []
+
+
+def register_families(fn) -> None:
+    """An app's per-scrape figures (fn(now) yields metric families), registered from its
+    AppConfig.ready(): /metrics (fleet) shows them without importing apps above it."""
+    if fn not in _FAMILIES:
+        _FAMILIES.append(fn)
+
+
+def registered_families(now):
+    for fn in _FAMILIES:
+        yield from fn(now)
+
+
+def outbox_families(now):
+    """Notification deliveries waiting (pending) and dead-lettered, by channel kind."""
+    waiting = GaugeMetricFamily(
+        "hangar_notification_deliveries",
+        "Notification deliveries pending or dead-lettered",
+        labels=["state", "channel"],
+    )
+    rows = (
+        OutboxDelivery.objects.filter(state__in=(DeliveryState.PENDING, DeliveryState.DEAD))
+        .values_list("state", "channel")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for state, channel, n in rows:
+        waiting.add_metric([state, channel], n)
+    yield waiting
 
 
 def beat_lease_families(now):

@@ -4,7 +4,7 @@ idempotency record store."""
 from django.conf import settings
 from django.db import models
 
-from .choices import ApiTokenKind, IdempotencyState, TenantRole
+from .choices import ApiTokenKind, DeliveryState, IdempotencyState, TenantRole
 from .ids import uuid7
 from .validators import validate_display_text
 
@@ -194,6 +194,9 @@ class BeatLease(models.Model):
     holder = models.CharField(max_length=200, help_text="host:pid of the beat that schedules")
     renewed_at = models.DateTimeField()
     refused_ticks = models.PositiveBigIntegerField(default=0, help_text="ticks other beats declined to schedule")
+    started_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the holder took the lease: its loops' first due times count from here"
+    )
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
@@ -294,3 +297,75 @@ class SearchEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.value} → {self.object_id}"
+
+
+class OutboxEvent(models.Model):
+    """Something people outside the control plane must hear about, written in the same
+    transaction as the change that caused it (core.outbox.emit): a rolled-back change leaves no
+    event, a committed one always has its event. `dedup_key` makes the same happening one event
+    however many times the code path that saw it runs."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    topic = models.CharField(max_length=80, db_index=True, help_text="e.g. incident.trigger, allocation.degraded")
+    dedup_key = models.CharField(max_length=200, unique=True)
+    audience = models.CharField(max_length=80, blank=True, db_index=True, help_text="operators, or tenant:<id>")
+    subject = models.CharField(max_length=200, blank=True, help_text="what it is about, e.g. incident:<id>")
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.topic} {self.dedup_key}"
+
+
+class OutboxDelivery(models.Model):
+    """One event to one destination (a channel kind registered with core.outbox and the id of
+    its row): retried with exponential backoff, dead-lettered when out of attempts. A replay is
+    a new delivery of the same event to the same destination (`replay_of`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    event = models.ForeignKey(OutboxEvent, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.CharField(max_length=40, help_text="the registered channel kind")
+    target = models.CharField(max_length=64, help_text="id of the channel's destination row")
+    audience = models.CharField(max_length=80, blank=True, db_index=True, help_text="copied from the event")
+    state = models.CharField(max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(help_text="not before this moment (also the claim of a running attempt)")
+    last_error = models.CharField(max_length=500, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="core_delivery_due")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event", "channel", "target"],
+                condition=models.Q(replay_of__isnull=True),
+                name="core_delivery_once_per_destination",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event.topic} to {self.channel}:{self.target} ({self.state})"
+
+
+class DeliveryAttempt(models.Model):
+    """The delivery log: one row per attempt, what was answered, how long it took."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    delivery = models.ForeignKey(OutboxDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    at = models.DateTimeField()
+    ok = models.BooleanField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{'ok' if self.ok else 'failed'} at {self.at:%H:%M:%S}"

@@ -1,6 +1,11 @@
 """Where the control plane may open a connection: one guard for every address someone can
 make it contact (BMC Redfish services now; tenants' webhook URLs are the next user).
 
+Webhooks (operator paging channels and tenants' endpoints, `webhook_policy()`) go to the
+public Internet: a *public* policy also allows every globally routable address (HTTPS only);
+private ranges stay refused unless an operator lists them in NOTIFY_ALLOWED_NETWORKS, and the
+always-refused addresses below stay refused whatever is listed.
+
 A request the control plane makes on someone's behalf must not reach what only the control
 plane can reach: its own services on loopback (PostgreSQL on :5432, Redis on :6379), the cloud
 metadata service on link-local 169.254.169.254, or its own addresses. So an address is allowed
@@ -67,6 +72,7 @@ class NetworkPolicy:
     lab_origins: frozenset[str] = field(default_factory=frozenset)
     setting: str = "the network policy"
     purpose: str = "this address"
+    public: bool = False  # every globally routable address is allowed too (HTTPS only)
 
 
 def parse_networks(text: str | list | tuple, *, setting: str) -> tuple[AllowedNetwork, ...]:
@@ -164,6 +170,15 @@ def check_address(address: IPAddress, *, scheme: str, policy: NetworkPolicy) -> 
         )
     plain = _plain(address)
     inside = [n for n in policy.networks if n.network.version == plain.version and plain in n.network]
+    if not inside and policy.public and plain.is_global:
+        inside = [AllowedNetwork(ipaddress.ip_network("0.0.0.0/0" if plain.version == 4 else "::/0"))]
+    if not inside and policy.public:
+        allowed = ", ".join(str(n) for n in policy.networks) or "none"
+        raise AddressRefused(
+            f"{shown} is a private or otherwise not globally routable address; {policy.purpose} must be reachable "
+            f"on the Internet, or inside a range an operator allows ({policy.setting}: {allowed}).",
+            extra={"errors": [{"field": "url", "message": f"{shown}: private address"}]},
+        )
     if not inside:
         allowed = ", ".join(str(n) for n in policy.networks) or "none configured"
         raise AddressRefused(
@@ -191,7 +206,7 @@ def resolve(host: str, port: int) -> list[IPAddress]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         raise AddressRefused(
-            f"{host} does not resolve to an address; use the BMC's IP address or a name that resolves.",
+            f"{host} does not resolve to an address; use an IP address or a name that resolves.",
             extra={"errors": [{"field": "address", "message": f"{host}: does not resolve"}]},
         ) from None
     return list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos))

@@ -26,6 +26,10 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("rack power condition", "health.tasks.rack_power_check", every_seconds=60, expires_seconds=50),
     # Out of band: every BMC's power state, and the power actions waiting to be sent (docs/bmc.md).
     PeriodicSpec("bmc power sync", "fleet.tasks.bmc_power_sync", every_seconds=60, expires_seconds=50),
+    # The notification outbox: pages, webhooks and e-mails that are due (docs/notifications.md).
+    PeriodicSpec("deliver notifications", "core.tasks.deliver_notifications", every_seconds=10, expires_seconds=10),
+    # Paging follows the incidents: page, escalate an unacknowledged page, resolve.
+    PeriodicSpec("incident paging", "health.tasks.page_incidents", every_seconds=30, expires_seconds=30),
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),
     PeriodicSpec("reconcile nodes", "fleet.tasks.reconcile_nodes", every_seconds=10, expires_seconds=10),
     PeriodicSpec("bring-up ladder", "fleet.tasks.advance_bring_up", every_seconds=30, expires_seconds=30),

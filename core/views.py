@@ -4,10 +4,19 @@ header box submits to (docs/search.md)."""
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from core.errors import Invalid
+from core.api.lookups import parse_uuid
+from core.choices import DeliveryState
+from core.decorators import console_action, operator_required
+from core.errors import Conflict, Invalid
+from core.models import OutboxDelivery, OutboxEvent
+from core.outbox import describe_target, retry_delivery
 from core.problem_types import problem_type, problem_types
 from core.search import search as search_index
+from core.services.audit import actor_label
+
+LOG_EVENTS = 100
 
 
 def search(request):
@@ -73,3 +82,39 @@ def problem_type_detail(request, code):
     if found is None:
         raise Http404("no such problem type")
     return render(request, "core/problem_type.html", {"problem": found})
+
+
+@operator_required
+def notifications(request):
+    """The notification log: the latest events (pages, tenant notifications, tests), each with
+    its deliveries and every attempt; `?state=dead` lists what is dead-lettered."""
+    state = request.GET.get("state", "")
+    events = OutboxEvent.objects.prefetch_related("deliveries__attempt_log").order_by("-created_at", "-id")
+    if state in DeliveryState.values:
+        events = events.filter(deliveries__state=state).distinct()
+    else:
+        state = ""
+    rows = []
+    for event in events[:LOG_EVENTS]:
+        deliveries = sorted(event.deliveries.all(), key=lambda d: (d.created_at, str(d.pk)))
+        rows.append({"event": event, "deliveries": [(d, describe_target(d)) for d in deliveries]})
+    dead = sum(1 for row in rows for d, _ in row["deliveries"] if d.state == DeliveryState.DEAD)
+    return render(
+        request,
+        "core/notifications.html",
+        {"nav": "notifications", "rows": rows, "state": state, "states": DeliveryState.choices, "dead": dead},
+    )
+
+
+@operator_required
+@require_POST
+@console_action("delivery.retry")
+def retry_notification(request, pk):
+    delivery = OutboxDelivery.objects.filter(pk=parse_uuid(pk)).first() if parse_uuid(pk) else None
+    if delivery is None:
+        raise Http404("No such delivery.")
+    try:
+        retry_delivery(delivery, actor=actor_label(request.user))
+    except Conflict:
+        pass  # already retried or delivered meanwhile: the log shows its state
+    return redirect("core:notifications")

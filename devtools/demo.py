@@ -11,6 +11,7 @@ DEMO_SEED_STEPS: tuple[str, ...] = (
     "devtools.services.demo_tenants.seed_demo_tenant",
     "devtools.services.demo_billing.seed_demo_billing",
     "devtools.services.demo_bmc.wire_demo_bmcs",
+    "devtools.services.demo_notifications.seed_demo_notifications",
 )
 
 # A node of a new rack, enrolled without its InfiniBand stack: the bring-up ladder holds it at
@@ -24,6 +25,11 @@ DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "redfish emulator",
         ("-m", "devtools.redfish_emulator", "--port", "8001", "--systems-file", "{var}/demo-redfish-systems.txt"),
+    ),
+    # Stands in for PagerDuty and the tenants' receivers (devtools.services.demo_notifications).
+    (
+        "notification sink",
+        ("-m", "devtools.notification_sink", "--port", "8002", "--log", "{var}/demo-notifications.log"),
     ),
     ("web", ("manage.py", "runserver", "127.0.0.1:8000", "--noreload")),
     ("worker+beat", ("-m", "celery", "-A", "config", "worker", "-B", "--concurrency", "2", "--loglevel", "WARNING")),

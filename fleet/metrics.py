@@ -18,7 +18,7 @@ from core import metrics as process_metrics
 from core.api.authentication import BearerTokenAuthentication
 from core.api.permissions import IsOperator
 
-from .models import Node
+from .models import Node, NodeBMC
 from .selectors import drift_report, hall_power, racks_with_draw
 
 
@@ -105,7 +105,21 @@ class FleetCollector:
         yield from periodic_task_lag(now)
         yield from process_metrics.beat_lease_families(now)
         yield from process_metrics.loop_families(now)
+        yield from process_metrics.outbox_families(now)
+        yield from bmc_reachability()
+        yield from process_metrics.registered_families(now)
         yield from process_metrics.REGISTRY.collect()
+
+
+def bmc_reachability():
+    """BMC records by whether the last request reached the BMC (unknown: never tried)."""
+    bmcs = GaugeMetricFamily(
+        "hangar_bmcs", "Node BMC records by reachability at the last request", labels=["reachable"]
+    )
+    counts = dict(NodeBMC.objects.values_list("reachable").annotate(n=Count("id")).order_by())
+    for key, label in ((True, "yes"), (False, "no"), (None, "unknown")):
+        bmcs.add_metric([label], counts.get(key, 0))
+    yield bmcs
 
 
 def agent_clock_skew():

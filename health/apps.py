@@ -6,7 +6,11 @@ class HealthConfig(AppConfig):
     verbose_name = "Health"
 
     def ready(self):
+        from core.metrics import register_families
         from core.problem_types import register_app
 
+        from . import metrics, notifications, search  # noqa: F401  search registers its identifiers with core.search
+
         register_app(self)  # health/problems.csv: the problem codes this app raises
-        from . import search  # noqa: F401  registers the app's identifiers with core.search
+        notifications.register()  # operator pages: the router and the paging channels (core.outbox)
+        register_families(metrics.incident_families)  # open incidents, unacknowledged pages on /metrics

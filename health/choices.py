@@ -96,3 +96,14 @@ class IncidentScope(models.TextChoices):
     CONTROL_PLANE = "control_plane", "Control plane outage"
     FABRIC_LEAF = "fabric_leaf", "Fabric leaf switch (links lost together)"
     FABRIC_DOMAIN = "fabric_domain", "Fabric domain (spine or subnet manager)"
+
+
+class PagingKind(models.TextChoices):
+    PAGERDUTY = "pagerduty", "PagerDuty (Events API v2)"
+    WEBHOOK = "webhook", "Signed webhook"
+    EMAIL = "email", "E-mail"
+
+
+class PagingTier(models.TextChoices):
+    PRIMARY = "primary", "Primary: paged when the incident opens"
+    ESCALATION = "escalation", "Escalation: paged when a page stays unacknowledged"

@@ -1,6 +1,7 @@
 """Health state: conditions (latest per node/GPU/signal plus bounded history), check results
 and incidents."""
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from core.ids import uuid7
@@ -17,6 +18,8 @@ from .choices import (
     IncidentScope,
     IncidentState,
     IncidentStep,
+    PagingKind,
+    PagingTier,
     Severity,
 )
 
@@ -119,6 +122,12 @@ class Incident(BaseModel):
     scope_key = models.CharField(max_length=200, blank=True, help_text="which leaf, rack or site")
     likely_cause = models.CharField(max_length=300, blank=True)
     paged_at = models.DateTimeField(null=True, blank=True, help_text="when on-call was paged (once per incident)")
+    page_acknowledged_at = models.DateTimeField(null=True, blank=True)
+    page_acknowledged_by = models.CharField(max_length=200, blank=True)
+    page_escalated_at = models.DateTimeField(
+        null=True, blank=True, help_text="first escalation of an unacknowledged page"
+    )
+    page_resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -244,3 +253,40 @@ class RackPowerCondition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rack_id} over usable kW since {self.over_since:%Y-%m-%d %H:%M}"
+
+
+class PagingChannel(BaseModel):
+    """Where operators are paged (health.services.paging): PagerDuty, a signed webhook or
+    e-mail; which severities; primary (at once) or escalation (after a page stayed
+    unacknowledged for `escalate_after_minutes`)."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[validate_display_text])
+    kind = models.CharField(max_length=12, choices=PagingKind.choices)
+    tier = models.CharField(max_length=12, choices=PagingTier.choices, default=PagingTier.PRIMARY)
+    min_severity = models.CharField(
+        max_length=8,
+        choices=[(v, label) for v, label in Severity.choices if v != Severity.INFO],
+        default=Severity.WARN,
+        help_text="pages incidents of this severity and worse; informational incidents page nobody",
+    )
+    escalate_after_minutes = models.PositiveSmallIntegerField(
+        default=15,
+        validators=[MinValueValidator(1), MaxValueValidator(1440)],
+        help_text="escalation tier: page when a page stays unacknowledged this long",
+    )
+    url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text="webhook: the receiver (HTTPS); PagerDuty: the Events API URL (empty: events.pagerduty.com)",
+    )
+    secret = models.CharField(
+        max_length=200, blank=True, help_text="PagerDuty: the integration's routing key; webhook: the signing secret"
+    )
+    recipients = models.CharField(max_length=1000, blank=True, help_text="e-mail: addresses, comma-separated")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["tier", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()}, {self.tier})"

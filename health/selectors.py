@@ -68,7 +68,7 @@ def affected_tenant_slugs() -> list[str]:
 
 
 def what_is_wrong_now(now: datetime) -> dict:
-    """The operator overview's first row, in five queries whatever the fleet size: open incidents
+    """The operator overview's first row, in six queries whatever the fleet size: open incidents
     by severity, unhealthy/degraded/unknown nodes (the longest-unwell first, with since when),
     late loops, affected tenants."""
     by_severity = dict(

@@ -11,4 +11,5 @@ urlpatterns = [
     path("health/policy/", views.policy, name="policy"),
     path("health/incidents/new/", views.new_incident, name="new-incident"),
     path("health/incidents/<str:pk>/", views.incident, name="incident"),
+    path("health/incidents/<str:pk>/page/", views.incident_page, name="incident-page"),
 ]

@@ -3,9 +3,10 @@
 from datetime import timedelta
 
 from django import forms
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from core.api.lookups import parse_uuid
 from core.decorators import console_action, operator_required
@@ -23,6 +24,7 @@ from .services.incidents import (
     open_operator_incident,
     update_postmortem,
 )
+from .services.paging import PageStateRefused, acknowledge_page, resolve_page
 
 CHART_WINDOW = timedelta(days=30)
 
@@ -145,3 +147,22 @@ def new_incident(request):
         )
         return redirect("health:incident", pk=created.pk)
     return render(request, "health/new_incident.html", {"nav": "health", "form": form})
+
+
+@operator_required
+@require_POST
+@console_action("incident.acknowledge")
+def incident_page(request, pk):
+    """Acknowledge or resolve the incident's page from its console page."""
+    incident_id = parse_uuid(pk)
+    found = selectors.incident_detail(incident_id) if incident_id else None
+    if found is None:
+        raise Http404("No such incident.")
+    act = {"acknowledge": acknowledge_page, "resolve": resolve_page}.get(request.POST.get("do", ""))
+    if act is None:
+        return HttpResponseBadRequest("do must be acknowledge or resolve.")
+    try:
+        act(found, actor=f"user:{request.user.username}", via="the console")
+    except PageStateRefused:
+        pass  # the page shows the state it is in
+    return redirect("health:incident", pk=found.pk)

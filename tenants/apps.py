@@ -8,5 +8,7 @@ class TenantsConfig(AppConfig):
     def ready(self):
         from core.problem_types import register_app
 
+        from . import notifications, search  # noqa: F401  search registers the app's identifiers with core.search
+
         register_app(self)  # tenants/problems.csv: the problem codes this app raises
-        from . import search  # noqa: F401  registers the app's identifiers with core.search
+        notifications.register()  # tenant webhooks and e-mail: the router and channels (core.outbox)

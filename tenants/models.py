@@ -237,3 +237,37 @@ class Volume(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.size_gb} GB)"
+
+
+class WebhookEndpoint(BaseModel):
+    """A tenant's webhook receiver (tenants.notifications): HTTPS, a signing secret Hangar
+    generates, the event types it wants. Managed by the tenant's admins."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhook_endpoints")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=100, help_text="signs each delivery (shown once, when created)")
+    event_types = models.JSONField(default=list, help_text="event types delivered here (the catalogue in docs/api.md)")
+    description = models.CharField(max_length=200, blank=True, validators=[validate_display_text])
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} webhook {self.url}"
+
+
+class EmailRecipient(BaseModel):
+    """A tenant's e-mail address for notifications (finance for invoices, on-call for allocations)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="email_recipients")
+    email = models.EmailField(max_length=254)
+    event_types = models.JSONField(default=list)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "email"], name="tenants_recipient_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} mail {self.email}"

@@ -11,6 +11,7 @@ urlpatterns = [
     path("portal/allocations/", views.portal_allocations, name="portal-allocations"),
     path("portal/allocations/", views.portal_allocations, name="portal-create"),
     path("portal/tokens/", views.portal_tokens, name="portal-tokens"),
+    path("portal/notifications/", views.portal_notifications, name="portal-notifications"),
     path("portal/allocations/<str:pk>/cancel/", views.portal_cancel_allocation, name="portal-cancel"),
     path("tenants/", views.tenant_list, name="tenant-list"),
 ]

@@ -19,11 +19,13 @@ from core.choices import ApiTokenKind, TenantRole
 from core.decorators import operator_required
 from core.errors import DomainError
 from core.models import ApiToken
+from core.outbox import describe_target
 from core.services.audit import actor_label
 from health.selectors import affected_tenant_slugs
 
 from .api.serializers import AllocationCreateSerializer
-from .models import Membership
+from .models import EmailRecipient, Membership, WebhookEndpoint
+from .notifications import EVENT_TYPES
 from .selectors import (
     allocations_for,
     instance_types,
@@ -32,6 +34,7 @@ from .selectors import (
     tenants_with_usage,
     volumes_for,
 )
+from .services import notification_endpoints as notification_service
 from .services.allocations import create_allocation, request_cancel
 
 PORTAL_ROWS = 100
@@ -176,4 +179,71 @@ def tenant_list(request):
         request,
         "tenants/tenant_list.html",
         {"nav": "tenants", "rows": rows, "affected": set(affected), "only_affected": only_affected},
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def portal_notifications(request):
+    """Webhook endpoints, e-mail recipients and the delivery log; tenant admins only (the same
+    services as the API). A new endpoint's signing secret is shown once, on this answer."""
+    membership = _membership(request)
+    if membership.role != TenantRole.ADMIN:
+        raise PermissionDenied("Notifications are managed by the tenant's admins; ask one of them.")
+    tenant, actor = membership.tenant, actor_label(request.user)
+    error, secret = "", ""
+    if request.method == "POST":
+        do = request.POST.get("do", "")
+        types = [t for t in request.POST.getlist("event_types") if t in EVENT_TYPES][: len(EVENT_TYPES)]
+        try:
+            if do == "add_endpoint":
+                endpoint = notification_service.create_endpoint(
+                    tenant=tenant, url=request.POST.get("url", "")[:600], event_types=types, actor=actor
+                )
+                secret = endpoint.secret
+            elif do == "add_recipient":
+                notification_service.add_recipient(
+                    tenant=tenant, email=request.POST.get("email", "")[:300], event_types=types, actor=actor
+                )
+            elif do == "remove_endpoint":
+                endpoint = WebhookEndpoint.objects.filter(tenant=tenant, pk=uuid_or_404(request.POST.get("id"))).first()
+                if endpoint is None:
+                    raise Http404("No such endpoint.")
+                notification_service.delete_endpoint(endpoint=endpoint, actor=actor)
+            elif do == "remove_recipient":
+                recipient = EmailRecipient.objects.filter(tenant=tenant, pk=uuid_or_404(request.POST.get("id"))).first()
+                if recipient is None:
+                    raise Http404("No such recipient.")
+                notification_service.remove_recipient(recipient=recipient, actor=actor)
+            elif do == "replay":
+                notification_service.replay_tenant_delivery(
+                    tenant=tenant, delivery_id=uuid_or_404(request.POST.get("id")), actor=actor
+                )
+            else:
+                error = "Unknown action."
+        except DomainError as exc:
+            error = exc.detail
+        if not error and not secret:
+            return redirect("tenants:portal-notifications")
+    deliveries = list(
+        notification_service.tenant_deliveries(tenant)
+        .select_related("event")
+        .prefetch_related("attempt_log")
+        .order_by("-created_at", "-id")[:PORTAL_ROWS]
+    )
+    return render(
+        request,
+        "tenants/portal_notifications.html",
+        {
+            "nav": "portal",
+            "portal_nav": "notifications",
+            "tenant": tenant,
+            "endpoints": WebhookEndpoint.objects.filter(tenant=tenant),
+            "recipients": EmailRecipient.objects.filter(tenant=tenant),
+            "deliveries": [(d, describe_target(d)) for d in deliveries],
+            "event_types": EVENT_TYPES.items(),
+            "error": error,
+            "secret": secret,
+        },
+        status=400 if error else 200,
     )

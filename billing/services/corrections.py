@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, InvoiceLine, InvoiceStatus
+from billing.notifications import credit_note_issued, invoices_finalized
 from billing.services.credits import require_operator
 from billing.services.energy_lines import with_energy_lines
 from billing.services.rating import PriceBook, rate_period
@@ -144,6 +145,7 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
             "lines": {str(r.position): str(r.amount) for r in requests},
         },
     )
+    credit_note_issued(note)
     return note
 
 
@@ -210,6 +212,7 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
             using=LEDGER,
             update_fields=["number", "status", "finalized_at", "updated_at", "tax_rate_percent", "due_on"],
         )
+        invoices_finalized([(new.pk, new.tenant_id, new.number, new.period, new.total, new.due_on)])
     record_audit(
         actor=actor,
         action="billing.invoice_reissue",

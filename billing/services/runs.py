@@ -37,6 +37,7 @@ from billing.models import (
     InvoiceStatus,
     UsageEvent,
 )
+from billing.notifications import invoices_finalized
 from billing.periods import format_period, period_end, period_of, previous_period
 from billing.selectors import archived_periods
 from billing.services.disputes import hold_disputed_usage
@@ -284,6 +285,11 @@ def _finalize(written: list[WrittenInvoice], period: date, issuer: str, now: dat
         [(w.id, number, *terms[w.tenant_id]) for w, number in zip(written, numbers, strict=True)],
         shared={"status": InvoiceStatus.FINALIZED, "finalized_at": now, "updated_at": now, "issuer": issuer},
         using=LEDGER,
+    )
+    # each tenant hears of its invoice once the ledger commits (billing.notifications)
+    invoices_finalized(
+        (w.id, w.tenant_id, number, period, w.total, terms[w.tenant_id][1])
+        for w, number in zip(written, numbers, strict=True)
     )
     # numbers are searchable once the ledger commits (core.search.index)
     index_objects(

@@ -9,6 +9,10 @@ urlpatterns: list = []
 ops_urlpatterns = [
     api_route("incidents", views.incident_list, "ops-incident-list"),
     api_route(r"incidents/(?P<pk>[^/]+)", views.incident_detail, "ops-incident-detail"),
+    api_route(r"incidents/(?P<pk>[^/]+)/acknowledge", views.IncidentAcknowledge.as_view(), "ops-incident-acknowledge"),
+    api_route(
+        r"incidents/(?P<pk>[^/]+)/resolve-page", views.IncidentResolvePage.as_view(), "ops-incident-resolve-page"
+    ),
 ]
 
 agent_urlpatterns = [

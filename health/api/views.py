@@ -9,15 +9,18 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.api.lookups import uuid_or_404
 from core.api.pagination import paginate
 from core.api.permissions import IsOperator
 from core.api.problems import Problem
-from core.api.schema import PAGE_PARAMETERS, READ_ERRORS
+from core.api.schema import PAGE_PARAMETERS, READ_ERRORS, WRITE_ERRORS
 from health.choices import IncidentState
 from health.models import Incident, IncidentEvent
+from health.services.paging import acknowledge_page, resolve_page
 
 
 class IncidentEventSerializer(serializers.ModelSerializer):
@@ -68,6 +71,10 @@ class IncidentSerializer(serializers.ModelSerializer):
             "scope_key",
             "likely_cause",
             "paged_at",
+            "page_acknowledged_at",
+            "page_acknowledged_by",
+            "page_escalated_at",
+            "page_resolved_at",
             "timeline",
         ]
 
@@ -136,3 +143,42 @@ def incident_detail(request, pk):
     if incident is None:
         raise Problem(404, "not_found", "No incident with that id; list them at /api/v1/ops/incidents.")
     return Response(IncidentSerializer(incident).data)
+
+
+class _PageAction(APIView):
+    """Acknowledge or resolve an incident's page: the paging tools are told through the outbox."""
+
+    permission_classes = [IsAuthenticated, IsOperator]
+    ops_action = "incident.acknowledge"
+    act = staticmethod(acknowledge_page)
+
+    def post(self, request, pk):
+        incident = Incident.objects.filter(pk=uuid_or_404(pk)).first()
+        if incident is None:
+            raise Problem(404, "not_found", "No incident with that id; list them at /api/v1/ops/incidents.")
+        self.act(incident, actor=request.user.actor, via="the API")
+        return Response(IncidentSerializer(_incidents().get(pk=incident.pk)).data)
+
+
+class IncidentAcknowledge(_PageAction):
+    @extend_schema(
+        operation_id="ops_incident_acknowledge",
+        request=None,
+        responses={200: IncidentSerializer, **WRITE_ERRORS},
+        summary="Acknowledge the incident's page (stops its escalation; PagerDuty is told)",
+    )
+    def post(self, request, pk):
+        return super().post(request, pk)
+
+
+class IncidentResolvePage(_PageAction):
+    act = staticmethod(resolve_page)
+
+    @extend_schema(
+        operation_id="ops_incident_resolve_page",
+        request=None,
+        responses={200: IncidentSerializer, **WRITE_ERRORS},
+        summary="Resolve the incident's page (the incident itself closes through its post-mortem)",
+    )
+    def post(self, request, pk):
+        return super().post(request, pk)

@@ -118,8 +118,7 @@ def _open_incident(*, scope: str, key: str, label: str, detail: str, signals, no
             ),
         ]
     )
-    page(incident, now=now, actor=actor)
-    return incident
+    return incident  # paged by the caller once its nodes are attached (the page lists them)
 
 
 def judge_fabric(*, now: datetime, actor: str) -> dict:
@@ -148,6 +147,7 @@ def _hold(unheld: list[LinkDown], *, now: datetime, actor: str) -> dict:
     new_holds: list[FabricHold] = []
     opened = 0
     taken: set = set()
+    to_page: list[Incident] = []
     for scope, min_nodes, share in (
         (IncidentScope.FABRIC_DOMAIN, rules.domain_min_nodes, rules.domain_share),
         (IncidentScope.FABRIC_LEAF, rules.leaf_min_nodes, rules.leaf_share),
@@ -184,6 +184,7 @@ def _hold(unheld: list[LinkDown], *, now: datetime, actor: str) -> dict:
                     scope=scope, key=key, label=label, detail=detail, signals=signals, now=now, actor=actor
                 )
                 opened += 1
+                to_page.append(incident)
             else:
                 IncidentEvent.objects.create(
                     incident=incident,
@@ -204,6 +205,8 @@ def _hold(unheld: list[LinkDown], *, now: datetime, actor: str) -> dict:
         NodeNodes.objects.bulk_create(
             [NodeNodes(incident_id=h.incident_id, node_id=h.node_id) for h in new_holds], ignore_conflicts=True
         )
+    for incident in to_page:
+        page(incident, now=now, actor=actor)
     return {"fabric_held": len(new_holds), "fabric_incidents": opened}
 
 

@@ -16,6 +16,7 @@ from fleet.models import Node, NodeEvent
 from health.choices import ConditionStatus, IncidentOpener, IncidentState, IncidentStep, Severity
 from health.models import Condition, Incident, IncidentEvent, IncidentImpact
 from health.policy import HOLD_CORDON
+from health.services.paging import page_incident
 from tenants.choices import AllocationNodeRole
 from tenants.models import AllocationNode
 
@@ -255,6 +256,7 @@ def open_operator_incident(*, nodes: list[Node], title: str, severity: str, acto
     record_impacts(incident_of={n.pk: incident.pk for n in nodes}, memberships=memberships, now=now)
     IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.DETECT, actor=actor, detail=title)
     record_audit(actor=actor, action="incident.open", target=incident, after={"title": title}, reason=title)
+    page_incident(incident, now=now, actor=actor)
     return incident
 
 

@@ -21,7 +21,6 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Exists, OuterRef, Q
 
-from core.metrics import PAGES
 from fleet.choices import Attribution, Lifecycle
 from fleet.models import FabricDomain, Node, Rack, Site
 from health.choices import IncidentOpener, IncidentScope, IncidentState, IncidentStep
@@ -37,6 +36,7 @@ from health.policy import (
     SITE_LAPSE_SHARE,
     group_lapse_min_nodes,
 )
+from health.services.paging import page_incident
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +64,8 @@ class Silent:
 
 
 def page(incident: Incident, *, now: datetime, actor: str) -> None:
-    """On-call hears once per incident: a PAGE step on the timeline and a warning in the log."""
-    incident.paged_at = now
-    Incident.objects.filter(pk=incident.pk).update(paged_at=now)
-    IncidentEvent.objects.create(
-        incident=incident, at=now, step=IncidentStep.PAGE, actor=actor, detail=f"paged on-call: {incident.title}"
-    )
-    PAGES.labels(scope=incident.scope).inc()
+    """On-call hears once per incident (health.services.paging: the outbox's channels) and the log says so."""
+    page_incident(incident, now=now, actor=actor)
     logger.warning("PAGE %s: %s (likely cause: %s)", incident.scope, incident.title, incident.likely_cause)
 
 
@@ -88,8 +83,7 @@ def _open_incident(*, scope: str, key: str, label: str, title: str, now: datetim
         state=IncidentState.STABILISED,
     )
     IncidentEvent.objects.create(incident=incident, at=now, step=IncidentStep.DETECT, actor=actor, detail=title)
-    page(incident, now=now, actor=actor)
-    return incident
+    return incident  # paged by the caller once its nodes are attached (the page lists them)
 
 
 def note_control_plane_outage(*, outage, now: datetime, actor: str) -> Incident | None:
@@ -106,6 +100,7 @@ def note_control_plane_outage(*, outage, now: datetime, actor: str) -> Incident 
     incident = _open_incident(
         scope=IncidentScope.CONTROL_PLANE, key=CONTROL_PLANE_KEY, label="", title=title, now=now, actor=actor
     )
+    page(incident, now=now, actor=actor)
     IncidentEvent.objects.create(
         incident=incident,
         at=now,
@@ -223,6 +218,7 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
     # New holds: site first (it explains everything under it), then leaf, then rack.
     unheld = [s for s in silent if s.node_id not in held_ids]
     new_holds: list[LapseHold] = []
+    opened: list[Incident] = []
     for scope, min_nodes, share in (
         (IncidentScope.SITE, SITE_LAPSE_MIN_NODES, SITE_LAPSE_SHARE),
         (IncidentScope.LEAF, group_lapse_min_nodes, GROUP_LAPSE_SHARE),
@@ -273,6 +269,7 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
                     title=f"{IncidentScope(scope).label} {label}: {detail}",
                 )
                 summary["lapse_incidents"] += 1
+                opened.append(incident)
             else:
                 IncidentEvent.objects.create(
                     incident=incident,
@@ -292,6 +289,8 @@ def judge_lapses(*, now: datetime, resumed: datetime | None, actor: str) -> dict
             [NodeNodes(incident_id=h.incident_id, node_id=h.node_id) for h in new_holds], ignore_conflicts=True
         )
         summary["held"] = len(new_holds)
+    for incident in opened:
+        page(incident, now=now, actor=actor)
 
     summary["released"] = _release_stragglers(open_holds, back, silent, totals, now=now, actor=actor)
     summary["closed"] += _close_finished(now=now, actor=actor)

@@ -2,6 +2,7 @@
 
 from core.api.routes import api_route
 
+from . import notification_views as nv
 from . import views
 
 urlpatterns = [
@@ -14,4 +15,12 @@ urlpatterns = [
     api_route("volumes", views.VolumeCollection.as_view(), "volumes"),
     api_route(r"volumes/(?P<pk>[^/]+)", views.VolumeDetail.as_view(), "volume-detail"),
     api_route("tenant", views.CurrentTenant.as_view(), "tenant"),
+    api_route("webhook-endpoints", nv.EndpointCollection.as_view(), "webhook-endpoints"),
+    api_route(r"webhook-endpoints/(?P<pk>[^/]+)", nv.EndpointDetail.as_view(), "webhook-endpoint-detail"),
+    api_route("notification-recipients", nv.RecipientCollection.as_view(), "notification-recipients"),
+    api_route(r"notification-recipients/(?P<pk>[^/]+)", nv.RecipientDetail.as_view(), "notification-recipient-detail"),
+    api_route("notification-deliveries", nv.DeliveryList.as_view(), "notification-deliveries"),
+    api_route(
+        r"notification-deliveries/(?P<pk>[^/]+)/replay", nv.DeliveryReplay.as_view(), "notification-delivery-replay"
+    ),
 ]

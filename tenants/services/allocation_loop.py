@@ -39,7 +39,8 @@ from fleet.services.lifecycle import transition_many
 from tenants.choices import AllocationNodeRole
 from tenants.choices import AllocationState as S
 from tenants.models import Allocation, AllocationNode
-from tenants.services.allocations import transition_allocation
+from tenants.notifications import emit_tenant_event
+from tenants.services.allocations import allocation_event_data, transition_allocation
 from tenants.services.placement import (
     InsufficientCapacity,
     claim_nodes,
@@ -195,7 +196,7 @@ def _activate(result: LoopResult) -> None:
 def _retry_replacement(allocation: Allocation, missing: int) -> None:
 
     try:
-        claim_nodes(
+        placed = claim_nodes(
             allocation=allocation,
             instance_type=allocation.instance_type,
             node_count=missing,
@@ -204,7 +205,8 @@ def _retry_replacement(allocation: Allocation, missing: int) -> None:
             fabric_domain_id=allocation.fabric_domain_id,
         )
     except InsufficientCapacity:
-        pass  # stays degraded; retried next pass
+        return  # stays degraded; retried next pass
+    _replaced(allocation, placed, now=timezone.now())
 
 
 def _serve_drains(result: LoopResult) -> None:
@@ -351,6 +353,13 @@ def replace_node(*, allocation: Allocation, node: Node, actor: str, reason: str)
         reason=reason,
     )
     allocation.degraded = True
+    emit_tenant_event(
+        tenant_id=allocation.tenant_id,
+        event_type="allocation.degraded",
+        dedup_key=f"allocation:{allocation.pk}:degraded:{node.pk}",
+        data=allocation_event_data(allocation, pulled_node=node.hostname, reason=reason[:200]),
+        now=now,
+    )
     try:
         placed = claim_nodes(
             allocation=allocation,
@@ -362,4 +371,17 @@ def replace_node(*, allocation: Allocation, node: Node, actor: str, reason: str)
         )
     except InsufficientCapacity:
         return None
+    _replaced(allocation, placed, now=now, pulled=node.hostname)
     return AllocationNode.objects.get(allocation=allocation, node=placed[0], ended_at__isnull=True)
+
+
+def _replaced(allocation: Allocation, placed, *, now, pulled: str = "") -> None:
+    """The tenant hears of each replacement node that joined (tenants.notifications)."""
+    for replacement in placed:
+        emit_tenant_event(
+            tenant_id=allocation.tenant_id,
+            event_type="allocation.node_replaced",
+            dedup_key=f"allocation:{allocation.pk}:node_replaced:{replacement.pk}",
+            data=allocation_event_data(allocation, replacement_node=replacement.hostname, pulled_node=pulled),
+            now=now,
+        )

@@ -15,6 +15,7 @@ from fleet.models import NodeType
 from tenants.choices import TERMINAL_ALLOCATION_STATES, FabricMode
 from tenants.choices import AllocationState as S
 from tenants.models import Allocation, Quota, Tenant
+from tenants.notifications import emit_tenant_event
 from tenants.services.placement import InsufficientCapacity, domain_can_hold
 
 ALLOCATION_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -83,7 +84,27 @@ def transition_allocation(
         after=_snapshot(allocation),
         reason=reason or failure_reason,
     )
+    if to_state in (S.ACTIVE, S.RELEASED):  # the tenant hears it (tenants.notifications)
+        emit_tenant_event(
+            tenant_id=allocation.tenant_id,
+            event_type=f"allocation.{to_state}",
+            dedup_key=f"allocation:{allocation.pk}:{to_state}",
+            data=allocation_event_data(allocation),
+            now=now,
+        )
     return allocation
+
+
+def allocation_event_data(allocation: Allocation, **extra) -> dict:
+    """What a tenant's webhook says about an allocation (ids opaque, times UTC)."""
+    return {
+        "allocation": str(allocation.pk),
+        "name": allocation.name,
+        "state": allocation.state,
+        "degraded": allocation.degraded,
+        "node_count": allocation.node_count,
+        **extra,
+    }
 
 
 def quota_for(tenant: Tenant, generation: str) -> int:

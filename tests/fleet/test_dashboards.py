@@ -80,7 +80,7 @@ def test_dashboard_pages_have_a_fixed_query_count(operator_client, django_assert
             assert operator_client.get(url).status_code == 200, url
 
 
-OVERVIEW_QUERIES = 10  # session, user, one summary scan (with power), two history reads, five for "what is wrong now"
+OVERVIEW_QUERIES = 11  # session, user, one summary scan (with power), two history reads, six for "what is wrong now" (the loops: their passes and the scheduler's start)
 
 
 @pytest.mark.parametrize("gpus", [64, 512])
@@ -304,7 +304,7 @@ def test_loop_metrics_are_kept_for_every_process_and_list_every_loop(ops_api):
     last = {s.labels["loop"]: s.value for s in families["hangar_loop_last_run_timestamp_seconds"].samples}
     assert last["record_fleet_snapshot"] > 0 and last["health_sweep"] > 0 and last["allocation_loop"] == 0
     lag = {s.labels["loop"]: s.value for s in families["hangar_loop_lag_seconds"].samples}
-    assert lag["health_sweep"] == 0 and lag["allocation_loop"] == float("inf")
+    assert lag["health_sweep"] == 0 and lag["allocation_loop"] > 0  # no scheduler ever started: overdue
     late = {s.labels["loop"]: s.value for s in families["hangar_loop_late"].samples}
     assert late["allocation_loop"] == 1 and late["health_sweep"] == 0
     counts = {

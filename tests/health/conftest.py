@@ -5,6 +5,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.api.agent_tokens import mint_agent_token
+from tests.receivers import smtp_server, webhook_receiver  # noqa: F401 (fixtures: real webhook and SMTP receivers)
 from tests.redfish import emulated_system, redfish_emulator  # noqa: F401 (fixtures: a real Redfish BMC)
 
 

@@ -8,6 +8,7 @@ from fleet.choices import AgentAction, AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.lifecycle import transition_many
 from tenants.services.tenants import create_tenant
+from tests.receivers import smtp_server, webhook_receiver  # noqa: F401 (fixtures: real webhook and SMTP receivers)
 
 
 def tenant_client(tenant, role="member"):

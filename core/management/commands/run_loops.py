@@ -1,5 +1,7 @@
 """Run the control loops without Celery (docs/api.md, "Management commands")."""
 
+import os
+import socket
 import time
 
 from django.core.management.base import BaseCommand
@@ -8,6 +10,7 @@ from django.utils.module_loading import import_string
 
 from core.loop_metrics import record_loop_run
 from core.loops import control_loops
+from core.services.beat_lease import note_scheduler_start
 
 
 def _summary(result) -> str:
@@ -24,6 +27,8 @@ class Command(BaseCommand):
         # Names and intervals of the Celery tasks: one metric series per loop, whichever runner ran it.
         loops = [(loop.name, import_string(loop.callable_path), loop.every_seconds) for loop in control_loops()]
         due = {name: 0.0 for name, _, _ in loops}
+        if not once:  # a scheduler from now on: the loops' first due times count from here
+            note_scheduler_start(holder=f"{socket.gethostname()}:{os.getpid()}", now=timezone.now())
         while True:
             for name, run, every in loops:
                 if time.monotonic() < due[name]:

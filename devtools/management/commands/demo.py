@@ -63,6 +63,7 @@ class Command(BaseCommand):
                 "  Tenants:  acme-admin / hangar-demo, globex-admin / hangar-demo   (portal at /portal/)\n"
                 "  API docs: http://127.0.0.1:8000/api/v1/docs/\n"
                 "  BMCs:     Redfish emulator at http://127.0.0.1:8001/redfish/v1 (admin / redfish-emulator-password)\n"
+                "  Pages:    http://127.0.0.1:8000/notifications/ (PagerDuty and webhooks go to a local sink on :8002)\n"
                 f"  Processes: {', '.join(label for label, _ in children)}\n"
                 "Press Ctrl-C to stop."
             )
