@@ -82,6 +82,7 @@ def test_4_percent_spares_wait_less_than_2_percent_on_the_demo_fleet():
     assert four.goodput > two.goodput and four.sla_credits < two.sla_credits
 
 
+@pytest.mark.django_db(databases=["default", "ledger"])
 @pytest.mark.parametrize(
     "argv",
     [
@@ -123,3 +124,26 @@ def _counts() -> dict:
         if model._meta.managed and not model._meta.proxy:
             counts[model._meta.label] = model.objects.using(alias).count()
     return counts
+
+
+@pytest.mark.django_db(databases=["default", "ledger"])
+def test_a_hypothetical_fleet_of_another_type_priced_at_the_live_price_book(tmp_path):
+    from billing.services.rating import PriceBook
+    from core import clock
+
+    report = tmp_path / "twin.json"
+    call_command(
+        "twin", "--nodes", "36", "--days", "60", "--node-type", "gb200-nvl72", "--detection", "modelled",
+        "--json", str(report), stdout=io.StringIO(),
+    )  # fmt: skip
+    spec = json.loads(report.read_text())["variants"][0]["spec"]
+    assert (spec["sku"], spec["gpus_per_node"]) == ("gb200-nvl72", 4)
+    assert spec["price_per_gpu_hour"] == str(PriceBook.load().price_at("gb200-nvl72", clock.now()).unit_price)
+    with pytest.raises(CommandError, match="not in the catalogue"):
+        call_command("twin", "--nodes", "8", "--node-type", "nope", "--detection", "modelled", stdout=io.StringIO())
+
+
+@pytest.mark.django_db
+def test_without_a_fleet_or_a_size_the_twin_says_what_to_give():
+    with pytest.raises(CommandError, match="give --gpus or --nodes"):
+        call_command("twin", "--detection", "modelled", stdout=io.StringIO())

@@ -20,11 +20,13 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from core import clock
 from devtools.twin import (
@@ -49,6 +51,9 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=float, default=365.0, help=f"simulated days (≤ {MAX_DAYS})")
         parser.add_argument("--gpus", type=int, default=None, help="a hypothetical fleet of this many GPUs")
         parser.add_argument("--nodes", type=int, default=None, help="a hypothetical fleet of this many nodes")
+        parser.add_argument(
+            "--node-type", default=None, help="the hypothetical fleet's instance type, e.g. gb200-nvl72"
+        )
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--spares", type=float, default=None, help="share of nodes kept as spares (e.g. 0.04)")
         parser.add_argument("--burn-in-days", type=float, default=None)
@@ -75,6 +80,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", default=None, help="write the report as JSON here")
         parser.add_argument("--csv", dest="csv_path", default=None, help="write one row per variant here")
         parser.add_argument("--inside", default=None, help="(internal) run as the child on the twin database")
+        parser.add_argument("--terms", default=None, help="(internal) the live price, SLA rate, cap and SKU")
 
     def handle(self, *args, **options):
         spec, variants = self._plan(options)
@@ -109,6 +115,15 @@ class Command(BaseCommand):
             given["nodes"] = options["nodes"]
         else:
             given.update(_live_inventory())
+        if options["node_type"]:
+            given.update(_node_type(options["node_type"]))
+        if options["terms"]:  # the child: what the parent read from the live databases
+            terms = json.loads(options["terms"])
+            for key in ("price_per_gpu_hour", "sla_credit_rate", "sla_cap_percent"):
+                terms[key] = Decimal(terms[key])
+            given.update(terms)
+        else:
+            given.update(_live_terms(given.get("sku", "h100-sxm-8x")))
         for option, key in (
             ("spares", "spare_fraction"),
             ("burn_in_days", "burn_in_days"),
@@ -159,6 +174,11 @@ class Command(BaseCommand):
             argv += [option, str(getattr(spec, key))]
         for item in options["variant"]:
             argv += ["--variant", item]
+        terms = {
+            key: str(getattr(spec, key))
+            for key in ("price_per_gpu_hour", "sla_credit_rate", "sla_cap_percent", "sku", "generation")
+        }
+        argv += ["--terms", json.dumps({**terms, "gpus_per_node": spec.gpus_per_node})]
         self.stdout.write(f"Twin database: {folder} (dropped when the run ends)")
         try:
             with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
@@ -239,21 +259,63 @@ def _live_inventory() -> dict:
     from devtools.simulator import GONE
     from fleet.models import Node
 
-    counts = Counter(
-        Node.objects.exclude(lifecycle__in=GONE).values_list(
-            "node_type__slug", "node_type__generation", "node_type__gpus_per_node"
+    try:
+        counts = Counter(
+            Node.objects.exclude(lifecycle__in=GONE).values_list(
+                "node_type__slug", "node_type__generation", "node_type__gpus_per_node"
+            )
         )
-    )
+    except DatabaseError as exc:
+        raise CommandError(f"Cannot read the live inventory ({exc}): give --gpus or --nodes.") from None
     if not counts:
         raise CommandError("The fleet has no live nodes: give --gpus or --nodes for a hypothetical fleet.")
     (slug, generation, gpus), _ = counts.most_common(1)[0]
     return {"nodes": sum(counts.values()), "sku": slug, "generation": generation, "gpus_per_node": gpus}
 
 
+def _live_terms(sku: str) -> dict:
+    """The list price of `sku` and the default SLA policy in force now, read from the live
+    ledger (read only); the reference defaults when it has none."""
+    from billing.models import SlaPolicy
+    from billing.services.rating import PriceBook
+
+    terms = {}
+    now = clock.now()
+    try:
+        price = PriceBook.load().price_at(sku, now)
+        policy = SlaPolicy.objects.filter(tenant_id__isnull=True, effective_from__lte=now).order_by("-version").first()
+    except DatabaseError:  # no ledger here (a fresh checkout): the reference defaults, said in the spec
+        return terms
+    if price is not None:
+        terms["price_per_gpu_hour"] = price.unit_price
+    if policy is not None:
+        terms["sla_credit_rate"] = policy.credit_rate
+        terms["sla_cap_percent"] = policy.cap_percent
+    return terms
+
+
+def _node_type(slug: str) -> dict:
+    from fleet.models import NodeType
+
+    try:
+        found = NodeType.objects.filter(slug=slug).values("slug", "generation", "gpus_per_node").first()
+    except DatabaseError as exc:
+        raise CommandError(f"Cannot read the instance-type catalogue ({exc}); run manage.py migrate first.") from None
+    if found is None:
+        known = ", ".join(NodeType.objects.order_by("slug").values_list("slug", flat=True))
+        raise CommandError(f"--node-type {slug!r} is not in the catalogue; one of: {known}")
+    return {"sku": found["slug"], "generation": found["generation"], "gpus_per_node": found["gpus_per_node"]}
+
+
 def _seed_nodes(spec: TwinSpec) -> None:
+    """`seed_fleet`'s racks and fabric, every node of the spec's instance type."""
     from devtools.services.fleet_seed import seed_fleet
+    from fleet.models import Node, NodeType
 
     seed_fleet(gpus=spec.nodes * 8, seed=spec.seed)
+    node_type = NodeType.objects.filter(slug=spec.sku).first()
+    if node_type is not None:
+        Node.objects.exclude(node_type=node_type).update(node_type=node_type)
 
 
 def _replay_factory(spec: TwinSpec):
