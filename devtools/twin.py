@@ -111,6 +111,7 @@ class TwinSpec:
             infant_window_days=float(ref["infant_window"]),
             in_place_causes=ref["repair_in_place"],
         )
+        defaults.update(default_terms(given.get("sku", cls.sku)))
         return cls(**{**defaults, **given}).checked()
 
     def checked(self) -> TwinSpec:
@@ -147,6 +148,21 @@ class TwinSpec:
             current = getattr(self, key)
             changes[key] = type(current)(value.strip()) if not isinstance(current, str) else value.strip()
         return replace(self, **changes).checked()
+
+
+def default_terms(sku: str) -> dict:
+    """What the ledger starts with when nobody changed it: the default price book's price of
+    `sku` (economics.csv, billing.pricebook) and the standard SLA policy the billing migrations
+    install (BILLING_SLA_CREDIT_FACTOR, capped at the month's charge)."""
+    from django.conf import settings
+
+    from billing.pricebook import default_price_rows
+
+    prices = {row["sku"]: row["unit_price"] for row in default_price_rows()}
+    terms = {"sla_credit_rate": Decimal(str(settings.BILLING_SLA_CREDIT_FACTOR)), "sla_cap_percent": Decimal("100")}
+    if sku in prices:
+        terms["price_per_gpu_hour"] = prices[sku]
+    return terms
 
 
 @dataclass
