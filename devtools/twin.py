@@ -193,7 +193,10 @@ class VariantResult:
     spares_reserved: int = 0
     spares_used_peak: int = 0
     spares_used_by_month: list[int] = field(default_factory=list)
-    replacement_wait_hours: float = 0.0
+    replacement_wait_hours: float = 0.0  # all jobs' time stopped waiting for a node
+    longest_wait_hours: float = 0.0  # the longest one job waited for its node(s)
+    spares_needed: int | None = None  # fewest spares keeping every wait within the target (if asked)
+    wait_target_hours: float | None = None
     technician_hours: float = 0.0
     rmas: int = 0
     false_pulls: int = 0
@@ -315,6 +318,7 @@ def run_variant(
         if job.waiting == 0:
             down = job.down_until if job.down_until is not None else at
             result.replacement_wait_hours += (at - down) / HOUR
+            result.longest_wait_hours = max(result.longest_wait_hours, (at - down) / HOUR)
             resume = at + swap + restart
             charge_down(job, down, min(resume, horizon))
             job.since = resume
@@ -441,10 +445,37 @@ def run_variant(
     result.spares_used_by_month = spares_out_by_month
     result.spares_used_peak = max(spares_out_by_month) if spares_out_by_month else 0
     result.replacement_wait_hours = round(result.replacement_wait_hours, 3)
+    for job in waiting_jobs:  # still waiting at the end: as long as the run let it
+        if job.down_until is not None:
+            result.longest_wait_hours = max(result.longest_wait_hours, (horizon - job.down_until) / HOUR)
+    result.longest_wait_hours = round(result.longest_wait_hours, 3)
     result.technician_hours = round(result.technician_hours, 2)
     result.wall_seconds = round(time.monotonic() - began, 3)
     progress(f"{name}: done, {result.interruptions} interruptions, goodput {result.goodput:.2%}")
     return result
+
+
+def spares_needed(spec: TwinSpec, target_hours: float) -> int | None:
+    """The fewest spare nodes for which no job of `spec`'s run waits longer than `target_hours`
+    for a replacement (modelled detection; the same seed, so the same failures at every count).
+    A binary search over the count, which takes more spares never to lengthen the longest wait
+    (the tests compare it with a scan of every count). None if even half the fleet as spares
+    (the bound) does not meet the target."""
+
+    def meets(count: int) -> bool:
+        variant = replace(spec, spare_fraction=count / spec.nodes)
+        return run_variant(variant).longest_wait_hours <= target_hours
+
+    low, high = 0, spec.nodes // 2
+    if not meets(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if meets(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _repair(spec, node, at, push, hours, rng, infant_due, in_burn_in, *, swapped: bool = True) -> None:
@@ -477,6 +508,9 @@ CSV_COLUMNS = (
     "changes",
     "detection",
     "interruptions",
+    "replacement_wait_hours",
+    "longest_wait_hours",
+    "spares_needed",
     "failures",
     "goodput",
     "lost_gpu_hours",
@@ -509,7 +543,13 @@ def summary_lines(results: list[VariantResult]) -> list[str]:
         causes = ", ".join(f"{c} {n}" for c, n in r.interruptions_by_cause.items())
         lines.append(
             f"{r.name}: goodput {r.goodput:.2%} (modelled), {r.failures} failures, {r.interruptions} job "
-            f"interruptions ({causes}), replacement waits {r.replacement_wait_hours:,.0f} h, SLA credits ${r.sla_credits:,} (estimated), spares {r.spares_reserved} reserved / "
+            f"interruptions ({causes}), replacement waits {r.replacement_wait_hours:,.0f} h (longest {r.longest_wait_hours:,.1f} h)"
+            + (
+                ""
+                if r.spares_needed is None
+                else f", {r.spares_needed} spares keep every wait within {r.wait_target_hours:g} h"
+            )
+            + f", SLA credits ${r.sla_credits:,} (estimated), spares {r.spares_reserved} reserved / "
             f"peak {r.spares_used_peak} out of service, {r.technician_hours:,.0f} technician-hours, {r.rmas} RMAs, "
             f"{r.false_pulls} false pulls, {r.missed} missed, {r.caught_in_burn_in} caught in burn-in; "
             f"detection: {r.detection}; {r.wall_seconds:.1f} s"

@@ -147,3 +147,16 @@ def test_a_hypothetical_fleet_of_another_type_priced_at_the_live_price_book(tmp_
 def test_without_a_fleet_or_a_size_the_twin_says_what_to_give():
     with pytest.raises(CommandError, match="give --gpus or --nodes"):
         call_command("twin", "--detection", "modelled", stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("target", [0.5, 6, 48])
+def test_spares_needed_is_the_fewest_that_meet_the_wait_target(target):
+    """Oracle: a linear scan of every spare count on a small fleet."""
+    from dataclasses import replace
+
+    from devtools.twin import spares_needed
+
+    spec = _spec(nodes=24, days=200, job_mix="large:1.0:4", seed=3)
+    waits = [run_variant(replace(spec, spare_fraction=k / 24)).longest_wait_hours for k in range(13)]
+    fewest = next((k for k, wait in enumerate(waits) if wait <= target), None)
+    assert spares_needed(spec, target) == fewest

@@ -38,6 +38,7 @@ from devtools.twin import (
     llama3_comparison,
     report_csv,
     run_variant,
+    spares_needed,
     summary_lines,
 )
 
@@ -73,6 +74,12 @@ class Command(BaseCommand):
             help="replayed: each failure goes through the real health ingest and sweep in the twin database",
         )
         parser.add_argument(
+            "--wait-target",
+            type=float,
+            default=None,
+            help="also find the fewest spares keeping every job's wait for a replacement within this many hours",
+        )
+        parser.add_argument(
             "--compare-llama3",
             action="store_true",
             help="print the failures beside the Llama 3 paper's table (automatic for --days 54 --gpus 16384)",
@@ -88,6 +95,9 @@ class Command(BaseCommand):
         if llama:
             # the published rate already holds the early-life failures: no extra ones on top
             spec = replace(spec, infant_failure_share=0.0)
+        target = options["wait_target"]
+        if target is not None and not 0 <= target <= 24 * 365:
+            raise CommandError("--wait-target must be within 0..8760 hours.")
         if options["inside"]:
             self._child(Path(options["inside"]), spec, variants, options["detection"])
             return
@@ -96,6 +106,11 @@ class Command(BaseCommand):
             report = self._run(spec, variants, detector_factory=None)
         else:
             report = self._in_twin_database(spec, options)
+        if target is not None:
+            for variant, (name, changes) in zip(report["variants"], variants, strict=True):
+                self.stdout.write(f"{name}: finding the spares that keep every wait within {target:g} h…")
+                variant["spares_needed"] = spares_needed(spec.with_changes(changes) if changes else spec, target)
+                variant["wait_target_hours"] = target
         report["wall_seconds"] = round(time.monotonic() - began, 1)
         if llama:
             report["llama3"] = llama3_comparison(_result(report["variants"][0]))
