@@ -168,8 +168,15 @@ class Command(BaseCommand):
 
     def _in_twin_database(self, spec: TwinSpec, options) -> dict:
         folder = Path(tempfile.mkdtemp(prefix="twin-", dir=settings.VAR_DIR))
+        # Nothing the child could reach of the live system: its own databases and var folder (so
+        # its own filesystem broker and handoff folder), no shared cache, no live broker.
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("CELERY_BROKER_URL", "AGENT_HANDOFF_DIR") and not k.startswith("CELERY_")
+        }
         env = {
-            **os.environ,
+            **inherited,
             "DATABASE_URL": f"sqlite:///{folder / 'twin.sqlite3'}",
             "LEDGER_DATABASE_URL": f"sqlite:///{folder / 'twin-ledger.sqlite3'}",
             "HANGAR_VAR_DIR": str(folder),
