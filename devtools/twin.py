@@ -88,6 +88,7 @@ class TwinSpec:
     infant_failure_share: float = 0.05
     infant_window_days: float = 7.0
     in_place_causes: str = "software,host_maintenance"
+    no_fault_causes: str = "software"  # the node itself is sound: pulling it is a false pull
     price_per_gpu_hour: Decimal = Decimal("2.00")
     sla_credit_rate: Decimal = Decimal("1")
     sla_cap_percent: Decimal = Decimal("10")
@@ -201,6 +202,8 @@ class VariantResult:
     rmas: int = 0
     false_pulls: int = 0
     missed: int = 0
+    false_pulls_by_cause: dict[str, int] = field(default_factory=dict)
+    missed_by_cause: dict[str, int] = field(default_factory=dict)
     caught_in_burn_in: int = 0
     detection: str = "modelled"
     wall_seconds: float = 0.0
@@ -241,6 +244,7 @@ def run_variant(
 
     began = time.monotonic()
     in_place = {c.strip() for c in spec.in_place_causes.split(",") if c.strip()}
+    no_fault = {c.strip() for c in spec.no_fault_causes.split(",") if c.strip()}
     detect = detector or modelled_detector(in_place)
     horizon = spec.days * DAY
     month_s = 30.4375 * DAY
@@ -371,10 +375,12 @@ def run_variant(
         by_cause[cause] += 1
         pulled, how = detect(node, cause, spec.start + timedelta(seconds=at))
         needs_parts = cause not in in_place
-        if pulled and not needs_parts:
+        if pulled and cause in no_fault:
             result.false_pulls += 1
+            result.false_pulls_by_cause[cause] = result.false_pulls_by_cause.get(cause, 0) + 1
         if needs_parts and not pulled:
             result.missed += 1
+            result.missed_by_cause[cause] = result.missed_by_cause.get(cause, 0) + 1
             pulled = True  # the job crashes and the node is pulled by hand after the crash
         job = job_of.get(node)
         if node in spares:
@@ -537,6 +543,10 @@ def report_csv(results: list[VariantResult]) -> str:
     return out.getvalue()
 
 
+def _causes(counts: dict[str, int]) -> str:
+    return "(" + ", ".join(f"{c} {n}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ")" if counts else ""
+
+
 def summary_lines(results: list[VariantResult]) -> list[str]:
     lines = []
     for r in results:
@@ -551,7 +561,8 @@ def summary_lines(results: list[VariantResult]) -> list[str]:
             )
             + f", SLA credits ${r.sla_credits:,} (estimated), spares {r.spares_reserved} reserved / "
             f"peak {r.spares_used_peak} out of service, {r.technician_hours:,.0f} technician-hours, {r.rmas} RMAs, "
-            f"{r.false_pulls} false pulls, {r.missed} missed, {r.caught_in_burn_in} caught in burn-in; "
+            f"{r.false_pulls} false pulls {_causes(r.false_pulls_by_cause)}, {r.missed} missed "
+            f"{_causes(r.missed_by_cause)}, {r.caught_in_burn_in} caught in burn-in; "
             f"detection: {r.detection}; {r.wall_seconds:.1f} s"
         )
     return lines

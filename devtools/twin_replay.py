@@ -68,8 +68,8 @@ class ReplayDetector:
             random_faults=False,
         )
         hardware.advance(at, allocated=True)
-        if cause in hardware.reference.cause_mix or cause == "other":
-            hardware.inject_cause(cause, at=at)
+        # an early failure after a swap is the new part failing: it shows as a GPU fault
+        hardware.inject_cause("gpu" if cause == "infant" else cause, at=at)
         hardware.advance(at, allocated=True)
         dark = hardware.power_state() == "off"
         judged = at + HEARTBEAT_LOST_AFTER + timedelta(seconds=10) if dark else at
