@@ -8,6 +8,7 @@
 
 from importlib import import_module
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -43,3 +44,5 @@ urlpatterns = [
     path("", include("core.urls")),  # the console search (core.search)
     *[path("", include(f"{app}.urls")) for app in APPS],
 ]
+if "devtools" in settings.INSTALLED_APPS:  # the twin's page, where the dev tools are installed
+    urlpatterns.append(path("", include("devtools.urls")))

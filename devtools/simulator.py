@@ -16,9 +16,16 @@ deployment's network-boot service serves to the wipe image) and claims its new t
 so the simulator must run on the control plane's machine (or see that directory) for nodes to
 come back after a tenancy.
 
-Reports are stamped with this machine's clock, never the simulated one: at `speed` above 1 (or
-when a test steps time forward) the simulated clock runs ahead of the server's, and the
-server refuses reports stamped more than 300 s from its own clock (clock-skew check).
+One clock: the live simulator ticks its agents on the wall clock, whatever the speed. `speed`
+compresses only durations (provisioning, wipes, reboots, upgrades, outages) and the gaps
+between faults, through the simulated hardware's `wall()`: a 30-minute wipe takes 30 s at
+speed 60, a node sees a day's faults in 24 minutes. Every heartbeat, report and meter event
+is therefore stamped with the server's own time, so an accelerated demo still meters and
+bills. (It used to tick simulated time, `speed` x the wall time since start: at speed 60 every
+meter event ended hours after the ledger's clock and was refused as `outside_grant`.)
+Reports are also stamped with this machine's clock when a test steps time forward with
+`step(now)`: the server refuses reports stamped more than 300 s from its own clock.
+For a simulated year, with time that jumps, see the twin (devtools.twin).
 """
 
 import logging
@@ -127,6 +134,9 @@ class FleetSimulator:
     # time it really runs. In lockstep, 256 agents sent their heavy first reports in one 31 s
     # tick, and every 10 s one step carried all 512 calls, aging heartbeats to 13-17 s.
     stagger: bool = False
+    # The agents' meter interval (wall seconds; None: the agent's default). Tests shorten it
+    # to see usage close within seconds.
+    meter_interval: float | None = None
 
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
@@ -231,6 +241,7 @@ class FleetSimulator:
                     # the control plane publishes the one-time handoff of the next identity, which the
                     # simulated wipe image reads here (a real one is served it on the provisioning network).
                     handoff=_handoff_reader(node.pk),
+                    **({"meter_interval": self.meter_interval} if self.meter_interval else {}),
                 )
                 if self.stagger:
                     self._stagger(self.agents[hostname], start)
@@ -261,17 +272,18 @@ class FleetSimulator:
         """One tick of every agent (each does only what is due), the lanes side by side; returns
         when every lane is done. A failing tick is logged and the lane's next agent goes on: one
         agent's error never stops the fleet."""
-        # Staggered agents keep their own phase: each ticks at the (simulated) time it really
-        # runs, not the step's start, or one slow step would line every agent it ran up again.
-        speed = self.speed if self.stagger else 0.0
+        # Staggered agents keep their own phase: each ticks at the time it really runs (the
+        # step's `now` plus the wall time since the step began), not the step's start, or one
+        # slow step would line every agent it ran up again.
         started = time.monotonic()
         lanes = [self._reachable(members) for members in self.lanes]
-        for done in [self.pool.submit(_tick_lane, lane, now, started, speed) for lane in lanes if lane]:
+        for done in [self.pool.submit(_tick_lane, lane, now, started, self.stagger) for lane in lanes if lane]:
             done.result()
 
     def run(self, stop: threading.Event, *, tick: float = 1.0) -> list[Future]:
         """Free-running lanes until `stop` is set: each lane passes over its own agents once a
-        `tick` (wall seconds), on its own, at simulated time `speed` × the wall time since now.
+        `tick` (wall seconds), on its own, on the wall clock (`speed` compresses durations
+        inside the simulated hardware, never the clock: see the module's docstring).
 
         Nothing waits for the slowest lane. Under `step`, a 5 s pass on one lane held every
         agent of the fleet for 5 s, and heartbeats that fell due just after their lane had gone
@@ -300,7 +312,7 @@ class FleetSimulator:
             for hostname, agent in self._reachable(self.lanes[index]):
                 if stop.is_set():
                     return
-                now = origin_wall + timedelta(seconds=(time.monotonic() - origin) * self.speed)
+                now = origin_wall + timedelta(seconds=time.monotonic() - origin)
                 _tick_agent(hostname, agent, now)
             took = time.monotonic() - began
             with self._pass_lock:
@@ -313,9 +325,9 @@ def _handoff_reader(node_id):
     return lambda: read_handoff(path)
 
 
-def _tick_lane(lane: list[tuple[str, Agent]], now: datetime, started: float, speed: float) -> None:
+def _tick_lane(lane: list[tuple[str, Agent]], now: datetime, started: float, own_phase: bool) -> None:
     for hostname, agent in lane:
-        _tick_agent(hostname, agent, now + timedelta(seconds=(time.monotonic() - started) * speed) if speed else now)
+        _tick_agent(hostname, agent, now + timedelta(seconds=time.monotonic() - started) if own_phase else now)
 
 
 def _tick_agent(hostname: str, agent: Agent, now: datetime) -> None:

@@ -29,7 +29,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.utils import timezone
 
 from billing.grants import GrantInvalid, verify_grant
 from billing.models import (
@@ -44,6 +43,7 @@ from billing.models import (
 )
 from billing.periods import next_period, period_end, period_of
 from billing.services.ledger_partitions import ensure_partitions_for
+from core import clock
 from core.api.timestamps import parse_rfc3339
 from core.locks import lock_id
 
@@ -607,7 +607,7 @@ def ingest_meter_events(*, node_id: UUID, events: list, received_at: datetime | 
     parsed = [_validate(i, raw, skus, errors) for i, raw in enumerate(events)]
     if errors:
         raise IngestValidationError(errors)
-    received_at = received_at or timezone.now()
+    received_at = received_at or clock.now()
     verified: dict = {}
     refused: list[tuple[_Event, str, str]] = []
     allowed: list[_Event] = []

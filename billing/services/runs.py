@@ -55,6 +55,7 @@ from billing.services.rating import (
     usage_scope,
 )
 from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
+from core import clock
 from core.bulk import copy_values, update_values
 from core.collector import collector_paused
 from core.faults import fault_point
@@ -203,7 +204,7 @@ def _write_invoices(period: date, rated: dict, run_id, currency: str) -> list[Wr
     stale = [pk for tenant, pk in drafts.items() if tenant not in rated]
     if stale:
         Invoice.objects.using(LEDGER).filter(pk__in=stale).delete()
-    now = timezone.now()
+    now = clock.now()
     tenants = sorted(rated, key=str)
     new_ids = iter(uuid7s(sum(1 for tenant in tenants if tenant not in drafts)))
     line_ids = iter(uuid7s(sum(len(rated[tenant]) for tenant in tenants)))
@@ -372,7 +373,7 @@ def scans_planned_for_few_groups():
 
 def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | None = None) -> RunOutcome:
     """Rate `period` into draft invoices (and finalize them when `finalize`). Atomic."""
-    now = now or timezone.now()
+    now = now or clock.now()
     started_at = timezone.now()
     watermark, adjustment_watermark = safe_watermarks()
     with (

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import router, transaction
-from django.utils import timezone
 
+from core import clock
 from core.bulk import copy_values, update_returning
 from core.context import current_request_id
 from core.errors import Conflict
@@ -208,7 +208,7 @@ def transition(
         status = gate_status([node.pk], EXIT_OF_STATE[to_state])[node.pk]
         if not status.passed:
             raise ExitRefused(node, to_state, status)
-    now = timezone.now()
+    now = clock.now()
     updates = {
         "lifecycle": to_state,
         "state_deadline": _deadline_for(to_state, now),
@@ -268,7 +268,7 @@ def transition_many(
     Nodes whose current state does not allow the move, or that moved concurrently, are left
     alone and not returned; the next level-triggered pass looks at them again.
     """
-    now = timezone.now()
+    now = clock.now()
     nodes = [n for n in nodes if can_transition(n.lifecycle, to_state)]
     if to_state in EXIT_OF_STATE and nodes:
         # Leaving custody: nodes the drive gate refuses stay where they are, with the reason.
@@ -334,7 +334,7 @@ def record_node_event(node: Node, *, actor: str, action: str, reason: str = "") 
     """An action that changes no lifecycle (cordon, a flag, an agent result) still leaves a trace."""
     return NodeEvent.objects.create(
         node=node,
-        at=timezone.now(),
+        at=clock.now(),
         actor=actor,
         action=action,
         from_state=node.lifecycle,

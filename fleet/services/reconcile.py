@@ -36,8 +36,8 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import DurationField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce, Greatest
-from django.utils import timezone
 
+from core import clock
 from core.locks import locked_run
 from core.models import LoopClock
 from core.services.audit import record_audit
@@ -279,7 +279,7 @@ def reconcile_pass(
             result.complete = False
             break
         with transaction.atomic():
-            batch_now = now or timezone.now()
+            batch_now = now or clock.now()
             nodes = _claim(last_id, batch_now, batch_size)
             if not nodes:
                 break
@@ -326,7 +326,7 @@ def reconcile_nodes(**kwargs) -> PassResult:
     with locked_run(LOOP_NAME) as acquired:
         if not acquired:
             return PassResult(skipped=True, complete=False)
-        outage = note_run(LOOP_NAME, now=kwargs.get("now") or timezone.now(), interval=LOOP_INTERVAL)
+        outage = note_run(LOOP_NAME, now=kwargs.get("now") or clock.now(), interval=LOOP_INTERVAL)
         rearmed = rearm_state_deadlines(outage) if outage is not None else 0
         result = reconcile_pass(**kwargs)
         result.rearmed = rearmed

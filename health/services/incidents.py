@@ -6,9 +6,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
-from django.utils import timezone
 
 from billing.services.credits import record_sla_credit
+from core import clock
 from core.search import index_objects
 from core.services.audit import record_audit
 from fleet.choices import Attribution, Lifecycle
@@ -247,7 +247,7 @@ def record_impacts(*, incident_of: dict, memberships, now: datetime) -> list[Inc
 
 @transaction.atomic
 def open_operator_incident(*, nodes: list[Node], title: str, severity: str, actor: str) -> Incident:
-    now = timezone.now()
+    now = clock.now()
     incident = Incident.objects.create(title=title, opened_by=IncidentOpener.OPERATOR, severity=severity, opened_at=now)
     incident.nodes.set(nodes)
     memberships = AllocationNode.objects.filter(node__in=nodes, ended_at__isnull=True).select_related(
@@ -264,7 +264,7 @@ def confirm_attribution(*, incident: Incident, actor: str, evidence: str, now: d
     """A node-reported (unconfirmed) incident confirmed as the provider's, by an operator or by
     out-of-band evidence: the SLA windows already closed are credited now, the open ones when the
     node returns. False when it was not unconfirmed (nothing changes)."""
-    now = now or timezone.now()
+    now = now or clock.now()
     with transaction.atomic():
         moved = Incident.objects.filter(pk=incident.pk, attribution=Attribution.UNCONFIRMED).update(
             attribution=Attribution.PROVIDER, updated_at=now
@@ -337,7 +337,7 @@ def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution
         confirm_attribution(incident=incident, actor=actor, evidence=f"confirmed by {actor}")
     incident = Incident.objects.select_for_update().get(pk=incident.pk)
     before = {"cause": incident.cause, "attribution": incident.attribution, "state": incident.state}
-    now = timezone.now()
+    now = clock.now()
     node_ids = list(incident.nodes.values_list("pk", flat=True))
     if close:
         if incident.state == IncidentState.CLOSED:

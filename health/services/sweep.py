@@ -12,8 +12,8 @@ from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, Value, When
-from django.utils import timezone
 
+from core import clock
 from core.bulk import update_rows
 from core.locks import locked_run
 from core.services.loop_clock import note_run, resumed_at
@@ -81,7 +81,7 @@ def run_health_sweep(now: datetime | None = None) -> dict:
     with locked_run("health_sweep") as acquired:
         if not acquired:
             return {"skipped": True}
-        return sweep(now=now or timezone.now())
+        return sweep(now=now or clock.now())
 
 
 def sweep(*, now: datetime) -> dict:

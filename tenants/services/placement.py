@@ -33,8 +33,8 @@ import functools
 from django.db import IntegrityError, connection, router, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Window
 from django.db.models.expressions import RawSQL
-from django.utils import timezone
 
+from core import clock
 from core.bulk import insert_values, update_returning
 from core.errors import Conflict
 from fleet.choices import AgentAction, Health, Lifecycle
@@ -319,7 +319,7 @@ def _claim_and_write(
                 shared={
                     "allocation_id": allocation.pk,
                     "role": role,
-                    "started_at": timezone.now(),
+                    "started_at": clock.now(),
                     "fabric_partition_id": partition.pk if partition else None,
                 },
             )

@@ -58,6 +58,7 @@ NOT_OPERATOR_ACTIONS = {
     "planning:capacity-plan-detail",
     "health:dashboard",
     "health:policy",
+    "devtools:twin",
     "tenants:tenant-list",
     "billing:disputes",
     "billing:overview",
