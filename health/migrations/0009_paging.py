@@ -49,6 +49,8 @@ class Migration(migrations.Migration):
                     models.CharField(
                         choices=[
                             ("warn", "Warn"),
+                            ("defer", "Reset at next release"),
+                            ("hold", "Operator decision"),
                             ("reset", "GPU reset"),
                             ("reboot", "Power cycle"),
                             ("repair", "Repair ticket"),
