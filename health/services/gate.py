@@ -149,7 +149,7 @@ def apply_gate(*, now: datetime, actor: str) -> dict:
     )
     # A burn-in that passes after failing since the node's intake is not accepted unattended:
     # the node waits in burn_in_failed for an operator, the failed checks named on its trail.
-    failed_checks = _failed_burn_in_checks([n.pk for n in burn_flapping], {})
+    failed_checks = _failed_burn_in_checks([n.pk for n in burn_flapping])
     for node in burn_flapping:
         transition_many(
             [node],
@@ -229,8 +229,15 @@ def _flapping(lifecycle_by_node: dict, now: datetime) -> dict:
     }
 
 
-def _failed_burn_in_checks(node_ids, since: dict) -> dict:
-    """{node_id: 'check (detail), …'}: the failed burn-in checks the operator decides on."""
+def _failed_burn_in_checks(node_ids) -> dict:
+    """{node_id: 'check date (detail), …'}: the failed checks since the node's intake (or the
+    last hold an operator decided on), which the operator decides on."""
+    since: dict = {}
+    marks = NodeEvent.objects.filter(node_id__in=list(node_ids)).filter(
+        Q(to_state=Lifecycle.ENROLLED) | Q(from_state=Lifecycle.RMA) | Q(action=FLAP_ACTION)
+    )
+    for node_id, at in marks.values_list("node_id", "at"):
+        since[node_id] = max(at, since.get(node_id, at))
     names: dict = {}
     for node_id, name, detail, at in (
         HealthCheckResult.objects.filter(node_id__in=list(node_ids), status=CheckStatus.FAIL, refused="")

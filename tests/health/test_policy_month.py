@@ -55,3 +55,16 @@ def test_the_command_reports_before_and_after_and_after_has_no_false_pulls():
 def test_the_command_bounds_its_numbers(args):
     with pytest.raises(CommandError):
         call_command("policy_month", *args, stdout=StringIO())
+
+
+@pytest.mark.parametrize("seed", [1, 5])
+def test_the_figures_in_the_docs_are_what_the_command_measures(seed):
+    from health.policy_docs import DOC
+
+    f = simulation.month(seed=seed)
+    row = (
+        f"| {seed} | {f.per_1000('before_false_pulls'):.3f} | {f.per_1000('after_false_pulls'):.0f} "
+        f"| {f.per_1000('before_left_needing_reset'):.3f} | {f.per_1000('after_left_needing_reset'):.0f} "
+        f"| {f.per_1000('before_pulls'):.3f} | {f.per_1000('after_pulls'):.3f} |"
+    )
+    assert row in DOC.read_text()
