@@ -31,11 +31,14 @@ CONSOLE_ACTIONS = {
     "health:new-incident": ("incident.open", {"title": "x", "hostnames": "nope", "severity": "minor"}),
     "health:incident": ("incident.postmortem", {"attribution": "provider"}),
     "billing:dispute": ("dispute.resolve", {"decision": "accept"}),
+    "health:incident-page": ("incident.acknowledge", {"do": "acknowledge"}),
+    "core:notification-retry": ("delivery.retry", {}),
 }
 # Pages that only read (for staff), the tenant portal (tenant membership rules, tested in
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
 NOT_OPERATOR_ACTIONS = {
     "core:search",
+    "core:notifications",
     "fleet:overview",
     "fleet:now-tiles",
     "fleet:rack-list",
@@ -63,6 +66,7 @@ NOT_OPERATOR_ACTIONS = {
     "tenants:portal-create",
     "tenants:portal-allocations",
     "tenants:portal-tokens",
+    "tenants:portal-notifications",
     "tenants:portal-cancel",
     "billing:portal-usage",
     "billing:portal-invoices",
