@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.choices import DeliveryState
@@ -116,23 +116,26 @@ def emit(
     """Record the event and its deliveries in the current transaction; None when an event with
     this dedup key exists already (it was emitted before: nothing more is sent)."""
     now = now or timezone.now()
-    with transaction.atomic():
-        if OutboxEvent.objects.filter(dedup_key=dedup_key).exists():
-            return None
-        event = OutboxEvent.objects.create(
-            topic=topic,
-            dedup_key=dedup_key[:200],
-            audience=audience,
-            subject=subject[:200],
-            payload=payload,
-            created_at=now,
-        )
-        OutboxDelivery.objects.bulk_create(
-            OutboxDelivery(
-                event=event, channel=channel, target=target, audience=audience, next_attempt_at=now, created_at=now
+    if OutboxEvent.objects.filter(dedup_key=dedup_key[:200]).exists():
+        return None
+    try:
+        with transaction.atomic():  # a savepoint: a concurrent twin's insert loses here, not the caller's transaction
+            event = OutboxEvent.objects.create(
+                topic=topic,
+                dedup_key=dedup_key[:200],
+                audience=audience,
+                subject=subject[:200],
+                payload=payload,
+                created_at=now,
             )
-            for channel, target in route(event)
-        )
+            OutboxDelivery.objects.bulk_create(
+                OutboxDelivery(
+                    event=event, channel=channel, target=target, audience=audience, next_attempt_at=now, created_at=now
+                )
+                for channel, target in route(event)
+            )
+    except IntegrityError:
+        return None  # emitted by another process at the same moment: one event
     return event
 
 

@@ -31,6 +31,8 @@ CONSOLE_ACTIONS = {
     "health:new-incident": ("incident.open", {"title": "x", "hostnames": "nope", "severity": "minor"}),
     "health:incident": ("incident.postmortem", {"attribution": "provider"}),
     "billing:dispute": ("dispute.resolve", {"decision": "accept"}),
+    "health:incident-page": ("incident.acknowledge", {"do": "acknowledge"}),
+    "core:notification-retry": ("delivery.retry", {}),
 }
 # Pages that only read (for staff), the tenant portal (tenant membership rules, tested in
 # tests/tenants and tests/billing), sign-in, and the metrics scrape.
@@ -38,6 +40,7 @@ NOT_OPERATOR_ACTIONS = {
     "core:search",
     "core:problem-types",  # public documentation of the API's problem codes
     "core:problem-type",
+    "core:notifications",
     "fleet:overview",
     "fleet:now-tiles",
     "fleet:rack-list",
@@ -66,6 +69,7 @@ NOT_OPERATOR_ACTIONS = {
     "tenants:portal-create",
     "tenants:portal-allocations",
     "tenants:portal-tokens",
+    "tenants:portal-notifications",
     "tenants:portal-cancel",
     "billing:portal-usage",
     "billing:portal-invoices",
