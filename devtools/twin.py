@@ -544,7 +544,9 @@ def report_csv(results: list[VariantResult]) -> str:
 
 
 def _causes(counts: dict[str, int]) -> str:
-    return "(" + ", ".join(f"{c} {n}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ")" if counts else ""
+    return (
+        " (" + ", ".join(f"{c} {n}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ")" if counts else ""
+    )
 
 
 def summary_lines(results: list[VariantResult]) -> list[str]:
@@ -561,7 +563,7 @@ def summary_lines(results: list[VariantResult]) -> list[str]:
             )
             + f", SLA credits ${r.sla_credits:,} (estimated), spares {r.spares_reserved} reserved / "
             f"peak {r.spares_used_peak} out of service, {r.technician_hours:,.0f} technician-hours, {r.rmas} RMAs, "
-            f"{r.false_pulls} false pulls {_causes(r.false_pulls_by_cause)}, {r.missed} missed "
+            f"{r.false_pulls} false pulls{_causes(r.false_pulls_by_cause)}, {r.missed} missed"
             f"{_causes(r.missed_by_cause)}, {r.caught_in_burn_in} caught in burn-in; "
             f"detection: {r.detection}; {r.wall_seconds:.1f} s"
         )
