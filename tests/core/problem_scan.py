@@ -1,6 +1,7 @@
 """Every problem code the product source can raise, read from the source (AST)."""
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +21,7 @@ def _name(func) -> str | None:
     return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
 
 
+@cache  # parsing ~500 modules takes seconds; the tests share one reading
 def raised_codes() -> tuple[dict[str, set[str]], list[str]]:
     """({code: {file, …}}, [non-literal code arguments that are not pass-throughs])."""
     trees = list(_sources())
