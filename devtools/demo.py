@@ -47,3 +47,17 @@ DEMO_PROCESSES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 DEMO_OPERATOR = ("operator", "hangar-demo")
+
+
+def demo_processes(simulator_speed: float | None = None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """DEMO_PROCESSES, with the fleet simulator at `simulator_speed` when given (`make demo`
+    reads HANGAR_DEMO_SPEED): durations and faults compressed, the clock still the wall clock,
+    so the accelerated demo still meters and bills (docs/agent.md)."""
+    if not simulator_speed:
+        return DEMO_PROCESSES
+    if not 0 < simulator_speed <= 3600:
+        raise ValueError(f"the simulator's speed must be within 0..3600, got {simulator_speed}")
+    return tuple(
+        (label, (*argv, "--speed", f"{simulator_speed:g}") if label == "fleet simulator" else argv)
+        for label, argv in DEMO_PROCESSES
+    )

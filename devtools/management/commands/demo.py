@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from devtools.demo import DEMO_OPERATOR, DEMO_PROCESSES, DEMO_SEED_STEPS
+from devtools.demo import DEMO_OPERATOR, DEMO_SEED_STEPS, demo_processes
 
 
 def _load(dotted: str):
@@ -51,7 +51,12 @@ class Command(BaseCommand):
         }
         children = []
         var = str(settings.VAR_DIR)
-        for label, argv in DEMO_PROCESSES:
+        try:
+            speed = float(os.environ.get("HANGAR_DEMO_SPEED") or 0)
+            processes = demo_processes(speed)
+        except ValueError as exc:
+            raise CommandError(f"HANGAR_DEMO_SPEED: {exc}") from None
+        for label, argv in processes:
             argv = [a.replace("{var}", var) for a in argv]
             children.append((label, subprocess.Popen([sys.executable, *argv], env=env)))
         username, password = DEMO_OPERATOR
