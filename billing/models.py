@@ -436,6 +436,14 @@ class BillingRun(models.Model):
         "above it and up to `watermark` are this run's late usage",
     )
     prior_adjustment_watermark = models.BigIntegerField(default=0)
+    # The dispute decisions the run saw (its frozen scope, so a re-issue re-rates exactly what
+    # it billed): disputes with id ≤ dispute_watermark existed, and of those the ones decided
+    # with decision_seq ≤ decision_watermark had their decision. NULL: a run from before these
+    # were recorded (its re-issue reads the disputes as they are now).
+    dispute_watermark = models.BigIntegerField(null=True, blank=True, help_text="highest dispute id the run saw")
+    decision_watermark = models.BigIntegerField(
+        null=True, blank=True, help_text="highest dispute decision number the run saw"
+    )
     invoices = models.PositiveIntegerField()
     output_hash = models.CharField(max_length=64)
     actor = models.CharField(max_length=200)
@@ -556,6 +564,11 @@ class UsageDispute(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolution_note = models.TextField(blank=True)
+    decision_seq = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="order of the decision among all dispute decisions (runs record the highest they saw)",
+    )
     adjustment = models.ForeignKey(
         Adjustment,
         null=True,

@@ -26,7 +26,7 @@ from billing.services.rating import PriceBook, split_by_time
 from core.ids import uuid7
 from core.services.audit import record_audit
 from fleet.models import Node
-from tenants.models import Allocation
+from tenants.models import Allocation, AllocationNode
 
 LEDGER = "ledger"
 MICRO_AMOUNT = Decimal("0.000001")
@@ -107,6 +107,24 @@ def _cuts(start: datetime, end: datetime, book: PriceBook) -> list[datetime]:
     return sorted(set(cuts) | {t for t in book.change_times if start < t < end})
 
 
+def _within_membership(allocation_id: UUID, node_id: UUID, start: datetime, end: datetime) -> list[tuple]:
+    """[start, end) clipped to the allocation's membership of the node: no earlier than the node
+    joined the allocation, no later than the allocation ended (a credit for months after it was
+    released would credit GPUs the tenant no longer had). The pulled node itself leaves at the
+    pull, so its own membership's end does not bound the window; the allocation's end does.
+    What the control plane does not know (an allocation it never had) leaves the window as given."""
+    joined = (
+        AllocationNode.objects.filter(allocation_id=allocation_id, node_id=node_id)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    ended = Allocation.objects.filter(pk=allocation_id).values_list("ended_at", flat=True).first()
+    lo = max(start, joined) if joined is not None else start
+    hi = min(end, ended) if ended is not None else end
+    return [(lo, hi)] if lo < hi else []
+
+
 @transaction.atomic(using=LEDGER)
 def record_sla_credit(
     *,
@@ -151,7 +169,11 @@ def record_sla_credit(
     sku = sku or _sku_for(allocation_id, node)
     book = PriceBook.load()
     credits = []
-    for lo, hi, _ in split_by_time(start, end, 0, _cuts(start, end, book)):
+    windows = _within_membership(allocation_id, node_id, start, end)
+    pieces = [piece for a, b in windows for piece in split_by_time(a, b, 0, _cuts(a, b, book))]
+    if not pieces:
+        return []
+    for lo, hi, _ in pieces:
         price = book.price_at(sku, lo)
         if price is None:
             raise CreditError(f"no price for SKU {sku!r} at {lo:%Y-%m-%d %H:%M} UTC")

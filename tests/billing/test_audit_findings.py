@@ -1,0 +1,167 @@
+"""The second audit's findings (issue: invoices that prove themselves), each with the figure a
+hand calculation gives. H100 is 2.35 /GPU-h in price book v1.
+
+The `overrun` history (tests/billing/test_disputes.py): acme's allocation held the node from
+10 Oct 00:00 for two hours; the agent metered four one-hour events of 8 GPUs (18.80 each).
+October bills the first two (37.60); the last two are held as disputed."""
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing.models import Adjustment, Invoice, PriceBookEntry, SlaPolicy, UsageDispute
+from billing.services.corrections import reissue_invoice
+from billing.services.credits import record_sla_credit
+from billing.services.disputes import transition
+from billing.services.runs import run_billing
+
+from .conftest import LEDGER_DBS
+from .conftest import OVERRUN_START as START
+from .test_disputes import _resolver
+
+pytestmark = pytest.mark.django_db(databases=LEDGER_DBS)
+OCT, NOV = date(2026, 10, 1), date(2026, 11, 1)
+NOW = datetime(2026, 12, 5, tzinfo=UTC)
+
+
+def _live(tenant, period) -> Invoice:
+    return Invoice.objects.exclude(status="void").get(tenant_id=tenant.pk, period=period)
+
+
+def _accept(dispute, user):
+    return transition(dispute_id=dispute.public_id, to_status="accepted", user=user, actor="user:op", note="ok")
+
+
+def test_reissue_after_a_dispute_was_accepted_bills_the_disputed_usage_once(overrun, django_user_model, operator_user):
+    """October 37.60 with 2 × 18.80 held. One held hour is accepted after October closed and goes
+    onto November as late usage (18.80). Re-issuing October must still say 37.60 (not 56.40):
+    October + November = 56.40, each GPU-hour once."""
+    tenant = overrun["tenant"]
+    run_billing(period=OCT, finalize=True, actor="test", now=NOW)
+    assert _live(tenant, OCT).total == Decimal("37.60")
+    first, _second = UsageDispute.objects.order_by("usage_event__start")
+    _accept(first, _resolver(django_user_model))
+    run_billing(period=NOV, finalize=True, actor="test", now=NOW)
+    assert _live(tenant, NOV).total == Decimal("18.80")
+    again = reissue_invoice(by=operator_user, invoice_id=_live(tenant, OCT).pk, reason="typo in address")
+    assert again.total == Decimal("37.60")
+    assert again.total + _live(tenant, NOV).total == Decimal("56.40")
+    # re-issuing twice is the same as once
+    third = reissue_invoice(by=operator_user, invoice_id=again.pk, reason="again")
+    assert [(x.kind, x.quantity_micro, x.amount) for x in third.lines.all()] == [
+        (x.kind, x.quantity_micro, x.amount) for x in again.lines.all()
+    ]
+
+
+def test_an_accepted_late_dispute_is_priced_at_its_own_intervals_version(overrun, django_user_model):
+    """v2 (3.00) takes effect on 20 Oct, after the held hour ran (10 Oct, v1 2.35): accepted after
+    October closed, the hour is 8 GPU-h × 2.35 = 18.80 on November, not 8 × 3.00 = 24.00, and the
+    line shows its unit price and version."""
+    PriceBookEntry.objects.create(
+        version=2,
+        sku="h100-sxm-8x",
+        unit_price=Decimal("3.00"),
+        effective_from=datetime(2026, 10, 20, tzinfo=UTC),
+        source="test",
+    )
+    run_billing(period=OCT, finalize=True, actor="test", now=NOW)
+    first, _ = UsageDispute.objects.order_by("usage_event__start")
+    _accept(first, _resolver(django_user_model))
+    run_billing(period=NOV, finalize=False, actor="test", now=NOW)
+    [line] = _live(overrun["tenant"], NOV).lines.all()
+    assert (line.kind, line.usage_period, line.amount) == ("late_usage", OCT, Decimal("18.80"))
+    assert (line.unit_price, line.price_version, line.gpu_seconds) == (Decimal("2.35"), 1, Decimal("28800"))
+
+
+def test_the_sla_cap_counts_only_charged_usage_not_held(overrun, small_fleet):
+    """A 50 % cap on the allocation's October charge: 37.60 charged (the held 37.60 is charged to
+    nobody), so a 2-hour 8-GPU outage (37.60 uncapped) is credited 18.80, not 37.60."""
+    tenant, node = overrun["tenant"], overrun["node"]
+    allocation = uuid.UUID(overrun["events"][0]["allocation_id"])
+    SlaPolicy.objects.create(
+        key="half",
+        version=1,
+        tenant_id=tenant.pk,
+        name="Half cap",
+        attributions="provider",
+        credit_rate=Decimal("1"),
+        cap_percent=Decimal("50"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        source="test contract",
+    )
+    record_sla_credit(
+        tenant_id=tenant.pk,
+        allocation_id=allocation,
+        node_id=node.pk,
+        start=START,
+        end=START + timedelta(hours=2),
+        gpus=8,
+        reason="pulled",
+        incident_id="inc-cap",
+    )
+    run_billing(period=OCT, finalize=True, actor="test", now=NOW)
+    october = _live(tenant, OCT)
+    assert october.lines.get(kind="sla_credit").amount == Decimal("-18.80")
+    assert october.total == Decimal("18.80")
+
+
+def test_a_credit_window_stops_when_the_allocation_ended(tenants, small_fleet):
+    """The allocation ended at 12:00; a window from 10:00 to the repair a month later credits two
+    hours (8 GPUs × 2 h × 2.35 = 37.60), and nothing in the months after."""
+    from fleet.models import Node
+    from tenants.models import Allocation, AllocationNode
+
+    node = Node.objects.order_by("hostname").first()
+    joined, ended = datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 9, 10, 12, tzinfo=UTC)
+    allocation = Allocation.objects.create(
+        tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1, state="released", ended_at=ended
+    )
+    AllocationNode.objects.create(allocation=allocation, node=node, started_at=joined, ended_at=ended)
+    credits = record_sla_credit(
+        tenant_id=tenants[0].pk,
+        allocation_id=allocation.pk,
+        node_id=node.pk,
+        start=datetime(2026, 9, 10, 10, tzinfo=UTC),
+        end=datetime(2026, 11, 2, tzinfo=UTC),
+        gpus=8,
+        reason="pulled",
+        incident_id="inc-window",
+    )
+    assert [(c.period, c.end - c.start, c.amount) for c in credits] == [
+        (date(2026, 9, 1), timedelta(hours=2), Decimal("-37.600000"))
+    ]
+
+
+def test_a_tenant_attributed_postmortem_closes_with_no_credit(small_fleet):
+    """update_postmortem(attribution="tenant", close=True) on a provider-opened incident: the
+    attribution is saved before credits settle, so 0.00 is credited (not −188.00 for 8 GPUs × 10 h)."""
+    from fleet.choices import Lifecycle
+    from fleet.models import Node
+    from health.models import Incident, IncidentImpact
+    from health.services.incidents import update_postmortem
+    from tenants.models import Allocation, AllocationNode, Tenant
+
+    pulled = Node.objects.select_related("node_type").order_by("hostname").first()
+    at = datetime(2026, 9, 10, 2, tzinfo=UTC)
+    tenant = Tenant.objects.create(slug="acme", name="Acme")
+    allocation = Allocation.objects.create(
+        tenant=tenant, name="t", instance_type=pulled.node_type, node_count=1, state="active"
+    )
+    AllocationNode.objects.create(allocation=allocation, node=pulled, started_at=at - timedelta(days=1), ended_at=at)
+    incident = Incident.objects.create(
+        title="xid 79", opened_by="policy", severity="fatal", opened_at=at, attribution="provider"
+    )
+    incident.nodes.set([pulled])
+    IncidentImpact.objects.create(
+        incident=incident, node=pulled, allocation=allocation, tenant=tenant, gpus=8, start=at
+    )
+    Node.objects.filter(pk=pulled.pk).update(lifecycle=Lifecycle.RMA)
+    update_postmortem(
+        incident=incident, actor="user:op", cause="tenant's kernel module", attribution="tenant", close=True
+    )
+    incident.refresh_from_db()
+    assert (incident.attribution, incident.state) == ("tenant", "closed")
+    assert not Adjustment.objects.filter(kind="sla_credit").exists()
+    assert IncidentImpact.objects.get().credited
