@@ -588,3 +588,25 @@ class UsageDispute(models.Model):
 
 # Usage that may be rated or shown as charges: not disputed, or disputed and accepted.
 BILLABLE_USAGE = models.Q(dispute__isnull=True) | models.Q(dispute__status=DisputeStatus.ACCEPTED)
+
+
+class VerificationRun(models.Model):
+    """One pass of the independent verifier (billing.verifier): when, what it read, what it
+    found. The console's /billing/verification/ shows the last one."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    invoices = models.PositiveIntegerField(help_text="live invoices recomputed")
+    credit_notes = models.PositiveIntegerField(default=0)
+    runs = models.PositiveIntegerField(default=0, help_text="billing runs whose scope was rebuilt")
+    usage_rows = models.PositiveBigIntegerField(default=0, help_text="ledger rows read")
+    difference_count = models.PositiveIntegerField()
+    differences = models.JSONField(default=list, help_text="the first 500 differences, as found")
+    actor = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"verification {self.started_at:%Y-%m-%d %H:%M}: {self.difference_count} differences"

@@ -7,6 +7,7 @@ from billing import views
 app_name = "billing"
 urlpatterns = [
     path("billing/", views.billing_overview, name="overview"),
+    path("billing/verification/", views.verification, name="verification"),
     path("billing/disputes/", views.disputes, name="disputes"),
     path("billing/disputes/<str:pk>/", views.dispute_detail, name="dispute"),
     path("portal/usage/", views.portal_usage, name="portal-usage"),

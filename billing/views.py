@@ -64,6 +64,16 @@ def _tenant_slugs(tenant_ids) -> dict:
 
 
 @operator_required
+def verification(request):
+    """The independent verifier's last pass (billing.verifier): when, how many invoices, and
+    every difference it found with the rows behind it. `manage.py verify_billing` and the
+    nightly task record it."""
+    from billing.verification import last_verification
+
+    return render(request, "billing/verification.html", {"nav": "billing", "last": last_verification()})
+
+
+@operator_required
 def disputes(request):
     """Usage held out of billing (open disputes), recent resolutions, and refused meter events."""
     held, resolved, refused = open_disputes(), resolved_disputes(), recent_rejections()
