@@ -33,8 +33,10 @@ import time
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
+
+from django.db.models import Count, Q, Sum
 
 from billing.models import (
     Adjustment,
@@ -60,6 +62,14 @@ CENT = Decimal("0.01")
 US_PER_HOUR = Decimal(3_600_000_000)
 ONE_US = timedelta(microseconds=1)
 CHUNK = 20_000
+
+
+def _start_of(month: date) -> datetime:
+    return datetime(month.year, month.month, 1, tzinfo=UTC)
+
+
+def _end_of(month: date) -> datetime:
+    return datetime(month.year + month.month // 12, month.month % 12 + 1, 1, tzinfo=UTC)
 
 
 def cents(value: Decimal) -> Decimal:
@@ -232,8 +242,6 @@ class Verifier:
         return Scope(run, before)
 
     def _in_scope_filter(self, scope: Scope):
-        from django.db.models import Q
-
         run = scope.run
         where = Q(period=run.period, id__lte=run.watermark)
         if scope.late_months:
@@ -241,8 +249,6 @@ class Verifier:
         return where
 
     def _adjustment_filter(self, scope: Scope):
-        from django.db.models import Q
-
         run = scope.run
         where = Q(period=run.period, id__lte=run.adjustment_watermark)
         if scope.late_months:
@@ -271,30 +277,80 @@ class Verifier:
         usage = UsageEvent.objects.using(LEDGER).filter(self._in_scope_filter(scope))
         if tenants is not None:
             usage = usage.filter(tenant_id__in=list(tenants))
-        # (tenant, month, sku, price row version) → [GPU-µs, price]
+        # (tenant, month, sku, price row version) → [GPU-µs, pieces, price]
         groups: dict = {}
-        for _id, tenant, month, sku, start, end, micro in self._rows(
-            usage, ("tenant_id", "period", "sku", "start", "end", "quantity_micro")
-        ):
-            self.report.usage_rows += 1
-            dispute = self.disputes.get(_id)
-            if dispute is not None and scope.holds(dispute):
-                continue
-            for version, share in prices.pieces(start, end, micro):
-                row = None if version is None else prices.row(sku, version)
-                if row is None:
-                    self.report.differences.append(
-                        Difference("usage with no price in force", "", str(tenant), rows=f"usage row {_id}")
-                    )
+
+        def add(tenant, month, sku, version, micro, pieces, row_id=None):
+            row = None if version is None else prices.row(sku, version)
+            if row is None:
+                self.report.differences.append(
+                    Difference("usage with no price in force", "", str(tenant), rows=f"usage row {row_id}")
+                )
+                return
+            key = (str(tenant), month, sku, row[0])
+            slot = groups.get(key)
+            if slot is None:
+                groups[key] = [micro, pieces, row[1]]
+            else:
+                slot[0] += micro
+                slot[1] += pieces
+
+        # Rows inside one span of a version in force are summed by the database (a row never
+        # crosses a month); the few that straddle a change are read and split here. Held rows
+        # (disputes, as of the run) are read by id and taken back out.
+        months = {run.period, *scope.late_months}
+        lo_all = min(_start_of(m) for m in months)
+        hi_all = max(_end_of(m) for m in months)
+        cuts = [t for t in prices.changes if lo_all < t < hi_all]
+        bounds = [None, *cuts, None]
+        straddles = Q()
+        for t in cuts:
+            straddles |= Q(start__lt=t, end__gt=t)
+        whole = usage.exclude(straddles) if cuts else usage
+        for i in range(len(bounds) - 1):
+            lo, hi = bounds[i], bounds[i + 1]
+            span = whole
+            if lo is not None:
+                span = span.filter(start__gte=lo)
+            if hi is not None:
+                span = span.filter(end__lte=hi)
+            for tenant, month, sku, micro, count in (
+                span.values_list("tenant_id", "period", "sku")
+                .annotate(m=Sum("quantity_micro"), n=Count("id"))
+                .order_by()
+            ):
+                self.report.usage_rows += count
+                version = prices.version_at(lo) if lo is not None else prices.version_at(_start_of(month))
+                add(tenant, month, sku, version, micro, count)
+        if cuts:
+            for row_id, tenant, month, sku, start, end, micro in self._rows(
+                usage.filter(straddles), ("tenant_id", "period", "sku", "start", "end", "quantity_micro")
+            ):
+                self.report.usage_rows += 1
+                dispute = self.disputes.get(row_id)
+                if dispute is not None and scope.holds(dispute):
                     continue
-                key = (str(tenant), month, sku, row[0])
-                slot = groups.get(key)
-                if slot is None:
-                    groups[key] = [share, row[1]]
-                else:
-                    slot[0] += share
+                for version, share in prices.pieces(start, end, micro):
+                    add(tenant, month, sku, version, share, 1, row_id)
+        held = [event for event, dispute in self.disputes.items() if scope.holds(dispute)]
+        for lo_i in range(0, len(held), 1000):
+            chunk = usage.filter(id__in=held[lo_i : lo_i + 1000])
+            if cuts:
+                chunk = chunk.exclude(straddles)
+            for tenant, month, sku, start, micro in chunk.values_list(
+                "tenant_id", "period", "sku", "start", "quantity_micro"
+            ):
+                version = prices.version_at(start)
+                row = None if version is None else prices.row(sku, version)
+                key = (str(tenant), month, sku, row[0] if row else None)
+                if key not in groups:  # unpriced: already a difference
+                    continue
+                groups[key][0] -= micro
+                groups[key][1] -= 1
+                if not groups[key][1]:
+                    del groups[key]
         out: dict = defaultdict(list)
-        for (tenant, month, sku, version), (micro, price) in groups.items():
+        for (tenant, month, sku, version), (micro, _pieces, price) in groups.items():
             kind = LineKind.USAGE if month == run.period else LineKind.LATE_USAGE
             amount = cents(Decimal(micro) * price / US_PER_HOUR)
             out[tenant].append(_line_key(kind, month, sku, price, version, micro, amount))
