@@ -70,7 +70,7 @@ def credited_so_far(line_ids) -> dict:
 
 @transaction.atomic(using=LEDGER)
 def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: str) -> CreditNote:
-    actor = require_operator(by)
+    actor = require_operator(by, "credit_note.create")
     reason = _reason(reason)
     invoice = Invoice.objects.using(LEDGER).select_for_update().filter(pk=invoice_id).first()
     if invoice is None:
@@ -149,7 +149,7 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
 
 def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
     """Void a finalized invoice and issue its replacement (new number, same usage). Atomic."""
-    actor = require_operator(by)
+    actor = require_operator(by, "invoice.reissue")
     reason = _reason(reason)
     now = timezone.now()
     with transaction.atomic(using=LEDGER), advisory_lock("billing_run", using=LEDGER) as acquired:

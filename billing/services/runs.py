@@ -167,13 +167,17 @@ def _check_finalizable(period: date, now: datetime) -> None:
             f"until {grace_ends(period):%Y-%m-%d %H:%M} UTC; finalize it after that.",
         )
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
-    open_earlier = (
-        UsageEvent.objects.using(LEDGER)
-        .filter(period__lt=period)
-        .exclude(period__in=finalized)
-        .order_by("period")
-        .values_list("period", flat=True)
-        .first()
+    open_earlier = min(
+        (
+            model.objects.using(LEDGER)
+            .filter(period__lt=period)
+            .exclude(period__in=finalized)
+            .order_by("period")
+            .values_list("period", flat=True)
+            .first()
+            for model in (UsageEvent, Adjustment)
+        ),
+        key=lambda p: (p is None, p),
     )
     if open_earlier is not None:
         raise BillingRunError(
@@ -460,9 +464,11 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
 
 
 def due_finalizations(*, now: datetime) -> list[date]:
-    """Past periods with usage, not yet finalized, whose grace period has passed (oldest first)."""
+    """Past periods with usage or adjustments, not yet finalized, whose grace period has passed (oldest first)."""
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
+    # A month with only adjustments (a manual charge, say) is invoiced like one with usage.
     periods = set(UsageEvent.objects.using(LEDGER).values_list("period", flat=True).distinct())
+    periods |= set(Adjustment.objects.using(LEDGER).values_list("period", flat=True).distinct())
     return sorted(p for p in periods - finalized if grace_ends(p) <= now)
 
 

@@ -165,3 +165,53 @@ def test_a_tenant_attributed_postmortem_closes_with_no_credit(small_fleet):
     assert (incident.attribution, incident.state) == ("tenant", "closed")
     assert not Adjustment.objects.filter(kind="sla_credit").exists()
     assert IncidentImpact.objects.get().credited
+
+
+def test_the_services_ask_the_apis_permission_whoever_calls_them(ingest, django_user_model, tenants):
+    """A staff account without billing.add_adjustment / billing.add_creditnote is refused by the
+    services themselves, not only by the API; the billing-admins group may."""
+    from django.contrib.auth.models import Group
+
+    from billing.services.corrections import CreditRequest, issue_credit_note
+    from billing.services.credits import NotPermitted, record_manual_adjustment
+
+    from .conftest import make_event
+
+    staff = django_user_model.objects.create_user("staff-only", password="pw-123456789", is_staff=True)
+    with pytest.raises(NotPermitted, match="billing.add_adjustment"):
+        record_manual_adjustment(by=staff, tenant_id=tenants[0].pk, period=OCT, amount="-5.00", reason="goodwill")
+    ingest([make_event(tenant_id=tenants[0].pk, start=datetime(2026, 10, 3, tzinfo=UTC), seconds=3600)])
+    run_billing(period=OCT, finalize=True, actor="test", now=NOW)
+    invoice = _live(tenants[0], OCT)
+    with pytest.raises(NotPermitted, match="billing.add_creditnote"):
+        issue_credit_note(by=staff, invoice_id=invoice.pk, requests=[CreditRequest(1, Decimal("1.00"))], reason="x")
+    with pytest.raises(NotPermitted, match="billing.change_invoice"):
+        reissue_invoice(by=staff, invoice_id=invoice.pk, reason="x")
+    admin = django_user_model.objects.create_user("billing-admin", password="pw-123456789", is_staff=True)
+    admin.groups.add(Group.objects.get(name="billing-admins"))
+    admin = django_user_model.objects.get(pk=admin.pk)  # a fresh permission cache
+    note = issue_credit_note(by=admin, invoice_id=invoice.pk, requests=[CreditRequest(1, Decimal("1.00"))], reason="x")
+    assert note.total == Decimal("1.00")
+
+
+def test_an_adjustment_for_a_month_without_usage_is_invoiced_and_an_unknown_tenant_refused(
+    tenants, operator_user, ops_api
+):
+    """A 12.34 charge for August, a month with no usage, is on August's invoice once the month
+    closes; an adjustment for a tenant nobody knows is a 400, and records nothing."""
+    from billing.services.credits import record_manual_adjustment
+    from billing.services.runs import finalize_due
+
+    record_manual_adjustment(
+        by=operator_user, tenant_id=tenants[0].pk, period=date(2026, 8, 1), amount="12.34", reason="setup fee"
+    )
+    finalize_due(now=NOW, actor="test")
+    assert _live(tenants[0], date(2026, 8, 1)).total == Decimal("12.34")
+    refused = ops_api.post(
+        "/api/v1/ops/billing-adjustments",
+        {"tenant_id": str(uuid.uuid4()), "period": "2026-08", "amount": "5.00", "reason": "typo"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()),
+    )
+    assert refused.status_code == 400 and "no tenant" in refused.json()["detail"]
+    assert Adjustment.objects.count() == 1

@@ -47,7 +47,7 @@ SKU = "h100-sxm-8x"
 
 
 class _Operator:
-    is_authenticated = is_staff = True
+    is_authenticated = is_staff = is_active = True
     actor = "test:operator"
 
     def has_perm(self, perm):
