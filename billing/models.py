@@ -351,9 +351,17 @@ class CreditNote(models.Model):
     invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="credit_notes")
     currency = models.CharField(max_length=3, default="USD")
     total = ExactDecimalField(max_digits=18, decimal_places=2, help_text="amount credited (positive)")
+    # The invoice's frozen tax rate and the tax this note gives back (NULL: a note from before
+    # tax was recorded on credit notes, read as 0). total + tax is what the tenant gets back.
+    tax_rate_percent = ExactDecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
+    tax = ExactDecimalField(max_digits=18, decimal_places=2, null=True, blank=True, help_text="tax credited")
     reason = models.TextField()
     actor = models.CharField(max_length=200)
     issued_at = models.DateTimeField()
+
+    @property
+    def total_including_tax(self) -> Decimal:
+        return self.total + (self.tax or Decimal("0.00"))
 
     class Meta:
         ordering = ["-issued_at"]

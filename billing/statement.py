@@ -4,7 +4,8 @@ and the tenant's billing profile; the page, the PDF and tests share it.
 
 The ledger's `Invoice.total` is the net of all lines (charges less credits). Tax is that net ×
 the rate frozen on the invoice when it was finalized (a draft shows the tenant's current rate),
-rounded half-even to the cent like every line.
+rounded half-even to the cent like every line. Credit notes issued against it (each with its
+tax) are listed under the total, and the balance due is the total less what they credit.
 """
 
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class InvoiceStatement:
     tax: Decimal
     total_due: Decimal
     rate_is_provisional: bool = field(default=False)  # a draft: the rate may still change
+    credit_notes: list = field(default_factory=list)  # the CreditNotes issued against it, oldest first
+    credited: Decimal = Decimal("0.00")  # what they give back, tax included
+    balance_due: Decimal = Decimal("0.00")  # total due less credited
 
 
 def _is_credit(line: InvoiceLine) -> bool:
@@ -78,6 +82,8 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
     if due_on is None and issued_on is not None:
         terms = tenant.payment_terms_days if tenant else DEFAULT_PAYMENT_TERMS_DAYS
         due_on = issued_on + timedelta(days=terms)
+    notes = sorted(invoice.credit_notes.all(), key=lambda note: (note.issued_at, note.number))
+    credited = sum((note.total_including_tax for note in notes), Decimal("0.00"))
     name = (tenant.legal_name or tenant.name) if tenant else str(invoice.tenant_id)
     address = [row.strip() for row in (tenant.billing_address if tenant else "").splitlines() if row.strip()]
     return InvoiceStatement(
@@ -94,4 +100,7 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
         tax=tax,
         total_due=net + tax,
         rate_is_provisional=not frozen,
+        credit_notes=notes,
+        credited=credited,
+        balance_due=net + tax - credited,
     )

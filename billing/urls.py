@@ -13,6 +13,7 @@ urlpatterns = [
     path("portal/usage/", views.portal_usage, name="portal-usage"),
     path("portal/invoices/", views.portal_invoices, name="portal-invoices"),
     path("portal/invoices/<str:pk>.pdf", views.portal_invoice_pdf, name="portal-invoice-pdf"),
+    path("portal/credit-notes/<str:pk>.pdf", views.portal_credit_note_pdf, name="portal-credit-note-pdf"),
     path("portal/invoices/<str:pk>.csv", views.portal_invoice_csv, name="portal-invoice-csv"),
     path("portal/invoices/<str:pk>/", views.portal_invoice_detail, name="portal-invoice"),
 ]

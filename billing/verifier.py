@@ -668,6 +668,48 @@ class Verifier:
             note_lines[cn_line.credit_note_id].append(cn_line)
             credited[cn_line.invoice_line_id] += cn_line.amount
             billed[cn_line.invoice_line_id] = cn_line.invoice_line
+        by_invoice: dict = defaultdict(list)
+        for note in notes:
+            by_invoice[note.invoice_id].append(note)
+        invoices = Invoice.objects.using(LEDGER).in_bulk(list(by_invoice))
+        for invoice_id, its_notes in by_invoice.items():
+            invoice = invoices[invoice_id]
+            net = sum((n.total for n in its_notes), Decimal("0.00"))
+            if net > max(invoice.total, Decimal("0.00")):
+                self.report.differences.append(
+                    Difference(
+                        "credit notes credit more than the invoice's net",
+                        self._name(invoice),
+                        str(invoice.tenant_id),
+                        expected=f"at most {invoice.total}",
+                        found=str(net),
+                    )
+                )
+            # tax: each note's total × the invoice's rate, half-even; the note that credits the
+            # whole net gives back exactly the tax left; never more tax than the invoice's
+            rate = invoice.tax_rate_percent or Decimal("0.00")
+            invoice_tax = cents(invoice.total * rate / 100)
+            given_net = given_tax = Decimal("0.00")
+            for n in sorted(its_notes, key=lambda n: (n.issued_at, n.number)):
+                if n.tax is None:  # issued before credit notes carried tax
+                    given_net += n.total
+                    continue
+                if given_net + n.total >= invoice.total:
+                    want = invoice_tax - given_tax
+                else:
+                    want = min(cents(n.total * rate / 100), invoice_tax - given_tax)
+                if n.tax != want or (n.tax_rate_percent or Decimal("0.00")) != rate:
+                    self.report.differences.append(
+                        Difference(
+                            f"credit note {n.number}: tax is not its total × the invoice's rate",
+                            self._name(invoice),
+                            str(invoice.tenant_id),
+                            expected=f"{want} at {rate}%",
+                            found=f"{n.tax} at {n.tax_rate_percent}%",
+                        )
+                    )
+                given_net += n.total
+                given_tax += n.tax
         for note in notes:
             total = sum((x.amount for x in note_lines[note.pk]), Decimal("0.00"))
             if total != note.total:

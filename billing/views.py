@@ -250,6 +250,33 @@ def portal_invoice_pdf(request, pk):
 
 
 @login_required
+def portal_credit_note_pdf(request, pk):
+    """A credit note as its own numbered document (PDF): the invoice it credits, its lines, the
+    tax it gives back and the invoice's balance after it. Another tenant's note is a 404."""
+    from billing.models import CreditNote
+
+    tenant = _portal_tenant(request)
+    note_id = parse_uuid(pk)
+    note = (
+        CreditNote.objects.select_related("invoice")
+        .prefetch_related("lines")
+        .filter(pk=note_id, tenant_id=tenant.pk)
+        .first()
+        if note_id
+        else None
+    )
+    if note is None:
+        raise Http404("No such credit note.")
+    statement = invoice_statement(note.invoice, tenant)
+    html = render_to_string(
+        "billing/credit_note_pdf.html", {"note": note, "statement": statement, "tenant": tenant}, request=request
+    )
+    response = HttpResponse(html_to_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="credit-note-{note.number}.pdf"'
+    return response
+
+
+@login_required
 def portal_invoice_csv(request, pk):
     _, invoice = _tenant_invoice(request, pk)
     response = HttpResponse(invoice_csv(invoice), content_type="text/csv; charset=utf-8")

@@ -215,3 +215,68 @@ def test_an_adjustment_for_a_month_without_usage_is_invoiced_and_an_unknown_tena
     )
     assert refused.status_code == 400 and "no tenant" in refused.json()["detail"]
     assert Adjustment.objects.count() == 1
+
+
+@pytest.fixture
+def taxed_invoice(ingest, tenants):
+    """acme at 19 % tax: 8 GPU-h (18.80) and a −5.00 goodwill adjustment in October: net 13.80,
+    tax 2.62 (13.80 × 0.19 = 2.622), total due 16.42."""
+    from django.contrib.auth import get_user_model
+
+    from billing.services.credits import record_manual_adjustment
+
+    from .conftest import make_event
+
+    acme = tenants[0]
+    acme.tax_rate_percent = Decimal("19")
+    acme.save()
+    op = get_user_model().objects.create_user("cn-op", password="pw-123456789", is_staff=True, is_superuser=True)
+    ingest([make_event(tenant_id=acme.pk, start=datetime(2026, 10, 3, tzinfo=UTC), seconds=3600)])
+    record_manual_adjustment(by=op, tenant_id=acme.pk, period=OCT, amount="-5.00", reason="goodwill")
+    run_billing(period=OCT, finalize=True, actor="test", now=NOW)
+    invoice = _live(acme, OCT)
+    assert (invoice.total, invoice.tax_rate_percent) == (Decimal("13.80"), Decimal("19.00"))
+    return invoice, op
+
+
+def test_credit_notes_are_bounded_by_the_net_carry_tax_and_leave_a_balance(taxed_invoice, acme_api, client, tenants):
+    from billing.services.corrections import CorrectionError, CreditRequest, issue_credit_note
+
+    invoice, op = taxed_invoice
+    # crediting the whole 18.80 charge line would leave the invoice at −5.00: refused
+    with pytest.raises(CorrectionError) as refused:
+        issue_credit_note(by=op, invoice_id=invoice.pk, requests=[CreditRequest(1, Decimal("18.80"))], reason="x")
+    assert "at most 13.80 in all" in str(refused.value.errors)
+    first = issue_credit_note(by=op, invoice_id=invoice.pk, requests=[CreditRequest(1, Decimal("10.00"))], reason="a")
+    assert (first.number, first.total, first.tax) == ("HANGAR-CN-000001", Decimal("10.00"), Decimal("1.90"))
+    rest = issue_credit_note(by=op, invoice_id=invoice.pk, requests=[CreditRequest(1, Decimal("3.80"))], reason="b")
+    # 3.80 × 0.19 = 0.722 → 0.72; the last note gives back the 0.72 of tax left (2.62 − 1.90)
+    assert (rest.total, rest.tax) == (Decimal("3.80"), Decimal("0.72"))
+    body = acme_api.get(f"/api/v1/invoices/{invoice.pk}").json()
+    assert (body["total"], body["total_excluding_tax"], body["tax"], body["total_including_tax"]) == (
+        "13.80",
+        "13.80",
+        "2.62",
+        "16.42",
+    )
+    assert (body["credited"], body["balance_due"]) == ("16.42", "0.00")
+    assert [n["total_including_tax"] for n in body["credit_notes"]] == ["11.90", "4.52"]
+    from tenants.models import Membership
+
+    user = django_user_model_create("acme-member")
+    Membership.objects.create(tenant=tenants[0], user=user, role="viewer")
+    client.force_login(user)
+    page = client.get(f"/portal/invoices/{invoice.pk}/")
+    assert b"HANGAR-CN-000001" in page.content and b'id="invoice-balance">0.00 USD' in page.content
+    pdf = client.get(f"/portal/credit-notes/{first.pk}.pdf")
+    assert pdf.status_code == 200 and pdf["Content-Type"] == "application/pdf"
+    other = django_user_model_create("globex-member")
+    Membership.objects.create(tenant=tenants[1], user=other, role="viewer")
+    client.force_login(other)
+    assert client.get(f"/portal/credit-notes/{first.pk}.pdf").status_code == 404  # another tenant's
+
+
+def django_user_model_create(name):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user(name, password="pw-123456789")

@@ -91,6 +91,9 @@ def _lines(invoice) -> list:
 
 
 def _play(ingest, actions, tenant, node_id) -> None:
+    from tenants.models import Tenant
+
+    Tenant.objects.get_or_create(pk=tenant, defaults={"slug": f"t-{str(tenant)[:12]}", "name": "T"})
     operator = _Operator()
     allocation = allocation_of(tenant)
     stranger = uuid.uuid4()  # an allocation the control plane never had: its usage is held
