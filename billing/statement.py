@@ -26,6 +26,21 @@ class BillTo:
 
 
 @dataclass(frozen=True)
+class Seller:
+    name: str
+    address_lines: list[str]
+    tax_id: str
+
+
+def seller() -> Seller:
+    """The issuer's identity, from settings (BILLING_SELLER_NAME, _ADDRESS with "|" between lines, _TAX_ID)."""
+    from django.conf import settings
+
+    address = [row.strip() for row in settings.BILLING_SELLER_ADDRESS.split("|") if row.strip()]
+    return Seller(settings.BILLING_SELLER_NAME, address, settings.BILLING_SELLER_TAX_ID)
+
+
+@dataclass(frozen=True)
 class CreditLine:
     line: InvoiceLine
     gpu_minutes: Decimal  # exact GPU-time the credit covers
@@ -48,6 +63,7 @@ class InvoiceStatement:
     tax: Decimal
     total_due: Decimal
     rate_is_provisional: bool = field(default=False)  # a draft: the rate may still change
+    seller: Seller | None = None
     credit_notes: list = field(default_factory=list)  # the CreditNotes issued against it, oldest first
     credited: Decimal = Decimal("0.00")  # what they give back, tax included
     balance_due: Decimal = Decimal("0.00")  # total due less credited
@@ -100,6 +116,7 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
         tax=tax,
         total_due=net + tax,
         rate_is_provisional=not frozen,
+        seller=seller(),
         credit_notes=notes,
         credited=credited,
         balance_due=net + tax - credited,

@@ -670,11 +670,13 @@ def rate_period(
         # an accepted dispute after its month was finalized is late usage, not a manual charge
         kind = LineKind.LATE_USAGE if adj.kind == AdjustmentKind.LATE_USAGE else LineKind.MANUAL
         priced = kind == LineKind.LATE_USAGE and adj.unit_price is not None
+        # an adjustment of an earlier month says which month it belongs to
+        belongs = f" (for {format_period(adj.period)})" if adj.period != period else ""
         lines[adj.tenant_id].append(
             RatedLine(
                 kind=kind,
                 sku=adj.sku,
-                description=adj.reason[:300],
+                description=(adj.reason[: 300 - len(belongs)] + belongs),
                 usage_period=adj.period,
                 quantity=gpu_hours(adj.quantity_micro),
                 unit=Unit.GPU_HOUR,

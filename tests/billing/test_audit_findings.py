@@ -280,3 +280,44 @@ def django_user_model_create(name):
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_user(name, password="pw-123456789")
+
+
+def test_documents_name_the_seller_the_month_and_the_stored_price(
+    ingest, tenants, operator_user, operator_client, client, settings
+):
+    """Seller identity from settings on the page; a late adjustment names its month; a unit price
+    of 1.999999 shows as 1.999999 (not 2.0000); the console's totals net out credit notes."""
+    from billing.services.corrections import CreditRequest, issue_credit_note
+    from billing.services.credits import record_manual_adjustment
+    from tenants.models import Membership
+
+    from .conftest import make_event
+
+    settings.BILLING_SELLER_NAME, settings.BILLING_SELLER_TAX_ID = "Hangar Compute GmbH", "DE123456789"
+    settings.BILLING_SELLER_ADDRESS = "Musterstr. 1|10115 Berlin"
+    acme = tenants[0]
+    PriceBookEntry.objects.create(
+        version=2,
+        sku="a100-sxm-8x",
+        unit_price=Decimal("1.999999"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        source="t",
+    )
+    ingest([make_event(tenant_id=acme.pk, start=datetime(2026, 10, 3, tzinfo=UTC), seconds=3600, sku="a100-sxm-8x")])
+    run_billing(period=OCT, finalize=True, actor="test", now=NOW)
+    record_manual_adjustment(by=operator_user, tenant_id=acme.pk, period=OCT, amount="3.00", reason="rack fee")
+    run_billing(period=NOV, finalize=True, actor="test", now=NOW)
+    [late] = _live(acme, NOV).lines.all()
+    assert late.description == "rack fee (for 2026-10)" and late.usage_period == OCT
+    october = _live(acme, OCT)
+    issue_credit_note(by=operator_user, invoice_id=october.pk, requests=[CreditRequest(1, Decimal("2.00"))], reason="x")
+    overview = operator_client.get("/billing/").content.decode()  # (the same client, as the operator first)
+    # October 8 GPU-h × 1.999999 = 15.999992 → 16.00, November 3.00: 19.00; less the 2.00 note: 17.00
+    table = overview[overview.find("Invoices by tenant") :][:2000]
+    assert "19.00 USD" in table and "−2.00 USD" in table and "17.00 USD" in table, table
+    member = django_user_model_create("acme-docs")
+    Membership.objects.create(tenant=acme, user=member, role="viewer")
+    client.force_login(member)
+    page = client.get(f"/portal/invoices/{october.pk}/").content.decode()
+    assert "Hangar Compute GmbH" in page and "10115 Berlin" in page and "DE123456789" in page
+    assert "1.999999 USD / GPU-h" in page and "2.0000" not in page
