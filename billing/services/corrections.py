@@ -16,10 +16,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, InvoiceLine, InvoiceStatus
+from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, InvoiceLine, InvoiceStatus, LineKind
 from billing.services.credits import require_operator
-from billing.services.energy_lines import with_energy_lines
-from billing.services.rating import PriceBook, rate_period
+from billing.services.rating import PriceBook, RatedLine, rate_period
 from billing.services.runs import BillingRunError, cutoff_of, issue_terms, line_rows, number_documents
 from core.locks import advisory_lock
 from core.services.audit import record_audit
@@ -180,6 +179,29 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
     return note
 
 
+def _energy_lines_of(invoice: Invoice) -> list[RatedLine]:
+    return [
+        RatedLine(
+            kind=line.kind,
+            sku=line.sku,
+            description=line.description,
+            usage_period=line.usage_period,
+            quantity=line.quantity,
+            unit=line.unit,
+            unit_price=line.unit_price,
+            amount=line.amount,
+            reference=line.reference,
+            quantity_micro=line.quantity_micro,
+            rate=line.rate,
+            price_version=line.price_version,
+            start=line.start,
+            end=line.end,
+            note=line.note,
+        )
+        for line in invoice.lines.filter(kind=LineKind.ENERGY).order_by("position")
+    ]
+
+
 def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
     """Void a finalized invoice and issue its replacement (new number, same usage). Atomic."""
     actor = require_operator(by, "invoice.reissue")
@@ -217,12 +239,13 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
         )
         old.save(using=LEDGER, update_fields=["status", "void_reason", "voided_at", "voided_by", "updated_at"])
         book = PriceBook.load()
-        rated = with_energy_lines(
-            rate_period(period=old.period, cutoff=cutoff_of(run), book=book, tenant_ids=[old.tenant_id]),
-            period=old.period,
-            book=book,
-            tenant_ids=[old.tenant_id],
-        ).get(old.tenant_id, [])
+        rated = rate_period(period=old.period, cutoff=cutoff_of(run), book=book, tenant_ids=[old.tenant_id]).get(
+            old.tenant_id, []
+        )
+        # Energy is part of the frozen scope: the kWh come from the control plane's energy
+        # record, which keeps changing (late readings), so the replacement carries the original's
+        # energy lines as they were billed instead of reading energy again.
+        rated = [*rated, *_energy_lines_of(old)]
         new = Invoice(
             tenant_id=old.tenant_id,
             period=old.period,
