@@ -176,3 +176,24 @@ def test_a_reissue_keeps_the_energy_it_billed(ingest, metered_node, tenants, ope
     [kept] = again.lines.filter(kind="energy")
     assert (kept.quantity, kept.amount) == (energy.quantity, energy.amount)
     assert again.total == original.total
+
+
+def test_estimated_energy_is_labelled_as_estimated(ingest, metered_node, tenants):
+    """A node without a wall-energy counter: its IT kWh are estimated from the GPUs' counters plus
+    a host share, and the invoice line says so instead of citing the nodes' energy counters."""
+    acme = tenants[0]
+    _energy_price("0.10", datetime(2026, 1, 1, tzinfo=UTC))
+    ingest([make_event(tenant_id=str(acme.pk), start=T0, seconds=3600)])
+    for h in range(2):
+        record_counters(
+            node_id=metered_node.pk,
+            now=T0 + timedelta(hours=h),
+            node_kw=metered_node.node_type.node_kw,
+            host_kw=Decimal("1.5"),
+            wall_energy_j=None,
+            wall_source="",
+            gpu_energy_mj={i: 700_000 * 3600 * h for i in range(8)},
+        )
+    run_billing(period=SEPT, finalize=False, actor="test")
+    [line] = _invoice(acme).lines.filter(kind="energy")
+    assert "estimated" in line.note and "energy counters" not in line.note
