@@ -22,7 +22,7 @@ def ensure_ledger_partitions() -> int:
     return len(ensure_usage_partitions(now=timezone.now()) or ())
 
 
-@shared_task(name="billing.tasks.verify_invoices", soft_time_limit=3000, time_limit=3300)
+@shared_task(name="billing.tasks.verify_invoices", soft_time_limit=300, time_limit=360)
 def verify_invoices() -> int:
     """Nightly: recompute every live invoice. Differences fail the task, so the loop's failure
     count (/metrics, the operator overview's loop tile) raises the alert; each is logged."""
