@@ -351,9 +351,17 @@ class CreditNote(models.Model):
     invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="credit_notes")
     currency = models.CharField(max_length=3, default="USD")
     total = ExactDecimalField(max_digits=18, decimal_places=2, help_text="amount credited (positive)")
+    # The invoice's frozen tax rate and the tax this note gives back (NULL: a note from before
+    # tax was recorded on credit notes, read as 0). total + tax is what the tenant gets back.
+    tax_rate_percent = ExactDecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
+    tax = ExactDecimalField(max_digits=18, decimal_places=2, null=True, blank=True, help_text="tax credited")
     reason = models.TextField()
     actor = models.CharField(max_length=200)
     issued_at = models.DateTimeField()
+
+    @property
+    def total_including_tax(self) -> Decimal:
+        return self.total + (self.tax or Decimal("0.00"))
 
     class Meta:
         ordering = ["-issued_at"]
@@ -436,6 +444,14 @@ class BillingRun(models.Model):
         "above it and up to `watermark` are this run's late usage",
     )
     prior_adjustment_watermark = models.BigIntegerField(default=0)
+    # The dispute decisions the run saw (its frozen scope, so a re-issue re-rates exactly what
+    # it billed): disputes with id ≤ dispute_watermark existed, and of those the ones decided
+    # with decision_seq ≤ decision_watermark had their decision. NULL: a run from before these
+    # were recorded (its re-issue reads the disputes as they are now).
+    dispute_watermark = models.BigIntegerField(null=True, blank=True, help_text="highest dispute id the run saw")
+    decision_watermark = models.BigIntegerField(
+        null=True, blank=True, help_text="highest dispute decision number the run saw"
+    )
     invoices = models.PositiveIntegerField()
     output_hash = models.CharField(max_length=64)
     actor = models.CharField(max_length=200)
@@ -556,6 +572,11 @@ class UsageDispute(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolution_note = models.TextField(blank=True)
+    decision_seq = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="order of the decision among all dispute decisions (runs record the highest they saw)",
+    )
     adjustment = models.ForeignKey(
         Adjustment,
         null=True,
@@ -575,3 +596,25 @@ class UsageDispute(models.Model):
 
 # Usage that may be rated or shown as charges: not disputed, or disputed and accepted.
 BILLABLE_USAGE = models.Q(dispute__isnull=True) | models.Q(dispute__status=DisputeStatus.ACCEPTED)
+
+
+class VerificationRun(models.Model):
+    """One pass of the independent verifier (billing.verifier): when, what it read, what it
+    found. The console's /billing/verification/ shows the last one."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    invoices = models.PositiveIntegerField(help_text="live invoices recomputed")
+    credit_notes = models.PositiveIntegerField(default=0)
+    runs = models.PositiveIntegerField(default=0, help_text="billing runs whose scope was rebuilt")
+    usage_rows = models.PositiveBigIntegerField(default=0, help_text="ledger rows read")
+    difference_count = models.PositiveIntegerField()
+    differences = models.JSONField(default=list, help_text="the first 500 differences, as found")
+    actor = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"verification {self.started_at:%Y-%m-%d %H:%M}: {self.difference_count} differences"

@@ -151,20 +151,34 @@ def recent_runs(limit: int = 20) -> list[BillingRun]:
 
 
 def invoice_totals_by_tenant() -> list[dict]:
-    """Per tenant and status: invoice count and total (the console's billing page). Totals are
-    summed as Decimals here, never by SQL (SQLite would sum them as floats)."""
+    """Per tenant and status: invoice count, net total (before tax), what credit notes credited
+    (before tax) and the net left after them (the console's billing page). Summed as Decimals
+    here, never by SQL (SQLite would sum them as floats)."""
+    credited: dict = {}
+    for invoice_id, amount in CreditNote.objects.using(LEDGER).values_list("invoice_id", "total"):
+        credited[invoice_id] = credited.get(invoice_id, Decimal("0.00")) + amount
     groups: dict[tuple, dict] = {}
-    for tenant_id, status, currency, total in (
+    for invoice_id, tenant_id, status, currency, total in (
         Invoice.objects.using(LEDGER)
         .order_by("tenant_id", "status")
-        .values_list("tenant_id", "status", "currency", "total")
+        .values_list("id", "tenant_id", "status", "currency", "total")
     ):
         row = groups.setdefault(
             (tenant_id, status, currency),
-            {"tenant_id": tenant_id, "status": status, "currency": currency, "count": 0, "total": Decimal("0.00")},
+            {
+                "tenant_id": tenant_id,
+                "status": status,
+                "currency": currency,
+                "count": 0,
+                "total": Decimal("0.00"),
+                "credited": Decimal("0.00"),
+                "net_of_credit_notes": Decimal("0.00"),
+            },
         )
         row["count"] += 1
         row["total"] += total
+        row["credited"] += credited.get(invoice_id, Decimal("0.00"))
+        row["net_of_credit_notes"] = row["total"] - row["credited"]
     return sorted(groups.values(), key=lambda r: (str(r["tenant_id"]), r["status"], r["currency"]))
 
 

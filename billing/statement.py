@@ -4,7 +4,8 @@ and the tenant's billing profile; the page, the PDF and tests share it.
 
 The ledger's `Invoice.total` is the net of all lines (charges less credits). Tax is that net ×
 the rate frozen on the invoice when it was finalized (a draft shows the tenant's current rate),
-rounded half-even to the cent like every line.
+rounded half-even to the cent like every line. Credit notes issued against it (each with its
+tax) are listed under the total, and the balance due is the total less what they credit.
 """
 
 from dataclasses import dataclass, field
@@ -22,6 +23,21 @@ class BillTo:
     name: str
     address_lines: list[str]
     tax_id: str
+
+
+@dataclass(frozen=True)
+class Seller:
+    name: str
+    address_lines: list[str]
+    tax_id: str
+
+
+def seller() -> Seller:
+    """The issuer's identity, from settings (BILLING_SELLER_NAME, _ADDRESS with "|" between lines, _TAX_ID)."""
+    from django.conf import settings
+
+    address = [row.strip() for row in settings.BILLING_SELLER_ADDRESS.split("|") if row.strip()]
+    return Seller(settings.BILLING_SELLER_NAME, address, settings.BILLING_SELLER_TAX_ID)
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,10 @@ class InvoiceStatement:
     tax: Decimal
     total_due: Decimal
     rate_is_provisional: bool = field(default=False)  # a draft: the rate may still change
+    seller: Seller | None = None
+    credit_notes: list = field(default_factory=list)  # the CreditNotes issued against it, oldest first
+    credited: Decimal = Decimal("0.00")  # what they give back, tax included
+    balance_due: Decimal = Decimal("0.00")  # total due less credited
 
 
 def _is_credit(line: InvoiceLine) -> bool:
@@ -78,6 +98,8 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
     if due_on is None and issued_on is not None:
         terms = tenant.payment_terms_days if tenant else DEFAULT_PAYMENT_TERMS_DAYS
         due_on = issued_on + timedelta(days=terms)
+    notes = sorted(invoice.credit_notes.all(), key=lambda note: (note.issued_at, note.number))
+    credited = sum((note.total_including_tax for note in notes), Decimal("0.00"))
     name = (tenant.legal_name or tenant.name) if tenant else str(invoice.tenant_id)
     address = [row.strip() for row in (tenant.billing_address if tenant else "").splitlines() if row.strip()]
     return InvoiceStatement(
@@ -94,4 +116,8 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
         tax=tax,
         total_due=net + tax,
         rate_is_provisional=not frozen,
+        seller=seller(),
+        credit_notes=notes,
+        credited=credited,
+        balance_due=net + tax - credited,
     )

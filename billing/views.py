@@ -64,6 +64,16 @@ def _tenant_slugs(tenant_ids) -> dict:
 
 
 @operator_required
+def verification(request):
+    """The independent verifier's last pass (billing.verifier): when, how many invoices, and
+    every difference it found with the rows behind it. `manage.py verify_billing` and the
+    nightly task record it."""
+    from billing.verification import last_verification
+
+    return render(request, "billing/verification.html", {"nav": "billing", "last": last_verification()})
+
+
+@operator_required
 def disputes(request):
     """Usage held out of billing (open disputes), recent resolutions, and refused meter events."""
     held, resolved, refused = open_disputes(), resolved_disputes(), recent_rejections()
@@ -235,6 +245,33 @@ def portal_invoice_pdf(request, pk):
     }
     html = render_to_string("billing/invoice_pdf.html", context, request=request)
     return pdf_response(html, f"invoice-{invoice.number or invoice.pk}.pdf")
+
+
+@login_required
+def portal_credit_note_pdf(request, pk):
+    """A credit note as its own numbered document (PDF): the invoice it credits, its lines, the
+    tax it gives back and the invoice's balance after it. Another tenant's note is a 404."""
+    from billing.models import CreditNote
+
+    tenant = _portal_tenant(request)
+    note_id = parse_uuid(pk)
+    note = (
+        CreditNote.objects.select_related("invoice")
+        .prefetch_related("lines")
+        .filter(pk=note_id, tenant_id=tenant.pk)
+        .first()
+        if note_id
+        else None
+    )
+    if note is None:
+        raise Http404("No such credit note.")
+    statement = invoice_statement(note.invoice, tenant)
+    html = render_to_string(
+        "billing/credit_note_pdf.html", {"note": note, "statement": statement, "tenant": tenant}, request=request
+    )
+    response = HttpResponse(html_to_pdf_bytes(html), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="credit-note-{note.number}.pdf"'
+    return response
 
 
 @login_required

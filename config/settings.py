@@ -483,6 +483,10 @@ LOGGING = {
 
 # --- Billing ----------------------------------------------------------------------------
 BILLING_ISSUER = env.str("BILLING_ISSUER", default="hangar")  # invoice numbers are gapless per issuer
+# Who issues the invoices (printed under "From" on invoices and credit notes).
+BILLING_SELLER_NAME = env.str("BILLING_SELLER_NAME", default="Hangar GPU Cloud (development seller)")
+BILLING_SELLER_ADDRESS = env.str("BILLING_SELLER_ADDRESS", default="")  # lines separated by "|"
+BILLING_SELLER_TAX_ID = env.str("BILLING_SELLER_TAX_ID", default="")
 # A past month is finalized this many hours after it ends, so late meter events still land on it.
 BILLING_FINALIZE_GRACE_HOURS = env.int("BILLING_FINALIZE_GRACE_HOURS", default=6)
 # SLA credit = provider-attributed GPU-hours × the SKU's price × this factor (README "Billing").

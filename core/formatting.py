@@ -66,12 +66,13 @@ def format_money(amount, currency: str = "USD") -> str:
 
 
 def format_unit_price(amount, currency: str = "USD", unit: str = "GPU-h") -> str:
-    """A price per unit: "2.49 USD / GPU-h". Prices with sub-cent precision keep up to 4 decimals."""
+    """A price per unit: "2.49 USD / GPU-h". Prices with sub-cent precision keep every decimal the
+    price book stores (6): 1.999999 stays "1.999999", never "2.0000"."""
     number = _decimal(amount)
     if number is None:
         return MISSING
     cents = number.quantize(Decimal("0.01"))
-    decimals = 2 if cents == number else min(4, max(2, -number.normalize().as_tuple().exponent))
+    decimals = 2 if cents == number else min(6, max(2, -number.normalize().as_tuple().exponent))
     return f"{format_number(number, decimals)} {currency} / {unit}"
 
 

@@ -55,4 +55,11 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
         crontab="35 * * * *",
         expires_seconds=3000,
     ),
+    # Nightly: the independent verifier recomputes every live invoice (docs/billing.md, "Verifier").
+    PeriodicSpec(
+        "billing: verify invoices",
+        "billing.tasks.verify_invoices",
+        crontab="50 2 * * *",
+        expires_seconds=3600,
+    ),
 )

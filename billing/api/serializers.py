@@ -94,7 +94,13 @@ class CreditNoteSerializer(serializers.Serializer):
     number = serializers.CharField()
     invoice = serializers.CharField(source="invoice.number")
     currency = serializers.CharField()
-    total = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="amount credited")
+    total = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="amount credited, before tax")
+    tax = serializers.DecimalField(
+        max_digits=18, decimal_places=2, allow_null=True, help_text="tax credited (the invoice's frozen rate)"
+    )
+    total_including_tax = serializers.DecimalField(
+        max_digits=18, decimal_places=2, help_text="what the tenant gets back: total + tax"
+    )
     reason = serializers.CharField()
     issued_at = serializers.DateTimeField()
     lines = CreditNoteLineSerializer(many=True, source="lines.all")
@@ -122,8 +128,45 @@ class InvoiceSerializer(serializers.Serializer):
         help_text="number of the void invoice this one re-issues",
     )
     void_reason = serializers.CharField()
+    total_excluding_tax = serializers.DecimalField(
+        max_digits=18, decimal_places=2, source="total", help_text="the same as total: the net before tax"
+    )
+    tax = serializers.SerializerMethodField(help_text="net × the tax rate (a draft: the tenant's current rate)")
+    total_including_tax = serializers.SerializerMethodField(help_text="total_excluding_tax + tax: the PDF's total due")
+    credited = serializers.SerializerMethodField(help_text="what its credit notes give back, tax included")
+    balance_due = serializers.SerializerMethodField(help_text="total_including_tax − credited")
     lines = InvoiceLineSerializer(many=True, source="lines.all")
     credit_notes = CreditNoteSerializer(many=True, source="credit_notes.all")
+
+    def _statement(self, invoice):
+        from billing.statement import invoice_statement
+        from tenants.models import Tenant
+
+        # one statement per invoice, one tenant read per tenant (a page is one tenant's invoices)
+        root = self.root if self.root is not None else self
+        cache = root.context.setdefault("statements", {})
+        tenants = root.context.setdefault("tenants", {})
+        if invoice.pk not in cache:
+            if invoice.tenant_id not in tenants:
+                tenants[invoice.tenant_id] = Tenant.objects.filter(pk=invoice.tenant_id).first()
+            cache[invoice.pk] = invoice_statement(invoice, tenants[invoice.tenant_id])
+        return cache[invoice.pk]
+
+    @extend_schema_field(serializers.DecimalField(max_digits=18, decimal_places=2))
+    def get_tax(self, invoice) -> str:
+        return str(self._statement(invoice).tax)
+
+    @extend_schema_field(serializers.DecimalField(max_digits=18, decimal_places=2))
+    def get_total_including_tax(self, invoice) -> str:
+        return str(self._statement(invoice).total_due)
+
+    @extend_schema_field(serializers.DecimalField(max_digits=18, decimal_places=2))
+    def get_credited(self, invoice) -> str:
+        return str(self._statement(invoice).credited)
+
+    @extend_schema_field(serializers.DecimalField(max_digits=18, decimal_places=2))
+    def get_balance_due(self, invoice) -> str:
+        return str(self._statement(invoice).balance_due)
 
 
 class InvoicePageSerializer(serializers.Serializer):

@@ -10,23 +10,23 @@ usage is therefore billed on exactly one live invoice at every moment.
 """
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, InvoiceLine, InvoiceStatus
+from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, InvoiceLine, InvoiceStatus, LineKind
 from billing.notifications import credit_note_issued, invoices_finalized
 from billing.services.credits import require_operator
-from billing.services.energy_lines import with_energy_lines
-from billing.services.rating import PriceBook, rate_period
+from billing.services.rating import PriceBook, RatedLine, rate_period
 from billing.services.runs import BillingRunError, cutoff_of, issue_terms, line_rows, number_documents
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
 LEDGER = "ledger"
 MAX_REASON = 2000
+CENT = Decimal("0.01")
 
 
 class CorrectionError(Exception):
@@ -69,9 +69,22 @@ def credited_so_far(line_ids) -> dict:
     return out
 
 
+def credit_note_tax(invoice: Invoice, total: Decimal, credited_net: Decimal, credited_tax: Decimal):
+    """(rate, tax) of a credit note of `total` (before tax) on `invoice`, after earlier notes
+    crediting `credited_net` and `credited_tax`: the invoice's frozen rate × total, half-even to
+    the cent; the note that brings the credits to the invoice's whole net gives back exactly the
+    tax that is left, so a full refund leaves 0.00 due, never a cent of rounding."""
+    rate = invoice.tax_rate_percent or Decimal("0.00")
+    invoice_tax = (invoice.total * rate / 100).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    if credited_net + total >= invoice.total:
+        return rate, invoice_tax - credited_tax
+    tax = (total * rate / 100).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    return rate, min(tax, invoice_tax - credited_tax)
+
+
 @transaction.atomic(using=LEDGER)
 def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: str) -> CreditNote:
-    actor = require_operator(by)
+    actor = require_operator(by, "credit_note.create")
     reason = _reason(reason)
     invoice = Invoice.objects.using(LEDGER).select_for_update().filter(pk=invoice_id).first()
     if invoice is None:
@@ -102,6 +115,20 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
                     "message": f"at most {max(room, Decimal('0.00'))}: what the line billed, less earlier credit notes",
                 }
             )
+    # Together the credit notes never credit more than the invoice's net (its charges less its
+    # credits), so an invoice never ends below zero; tax goes back in the same proportion.
+    earlier = list(CreditNote.objects.using(LEDGER).filter(invoice=invoice).values_list("total", "tax"))
+    credited_net = sum((total for total, _ in earlier), Decimal("0.00"))
+    credited_tax = sum((tax or Decimal("0.00") for _, tax in earlier), Decimal("0.00"))
+    asked = sum((r.amount for r in requests if r.amount > 0), Decimal("0.00"))
+    if not errors and credited_net + asked > invoice.total:
+        errors.append(
+            {
+                "field": "lines",
+                "message": f"at most {max(invoice.total - credited_net, Decimal('0.00'))} in all: the invoice's net "
+                f"({invoice.total}) less earlier credit notes ({credited_net})",
+            }
+        )
     if errors:
         raise CorrectionError(
             "credit_exceeds_line",
@@ -110,13 +137,17 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
             errors=errors,
         )
     number = number_documents(settings.BILLING_ISSUER, 1, series="cn")[0]
+    total = sum((r.amount for r in requests), Decimal("0.00"))
+    rate, tax = credit_note_tax(invoice, total, credited_net, credited_tax)
     note = CreditNote.objects.using(LEDGER).create(
         number=number,
         issuer=settings.BILLING_ISSUER,
         tenant_id=invoice.tenant_id,
         invoice=invoice,
         currency=invoice.currency,
-        total=sum((r.amount for r in requests), Decimal("0.00")),
+        total=total,
+        tax_rate_percent=rate,
+        tax=tax,
         reason=reason,
         actor=actor,
         issued_at=timezone.now(),
@@ -142,6 +173,7 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
             "number": number,
             "invoice": invoice.number,
             "total": str(note.total),
+            "tax": str(note.tax),
             "lines": {str(r.position): str(r.amount) for r in requests},
         },
     )
@@ -149,9 +181,32 @@ def issue_credit_note(*, by, invoice_id, requests: list[CreditRequest], reason: 
     return note
 
 
+def _energy_lines_of(invoice: Invoice) -> list[RatedLine]:
+    return [
+        RatedLine(
+            kind=line.kind,
+            sku=line.sku,
+            description=line.description,
+            usage_period=line.usage_period,
+            quantity=line.quantity,
+            unit=line.unit,
+            unit_price=line.unit_price,
+            amount=line.amount,
+            reference=line.reference,
+            quantity_micro=line.quantity_micro,
+            rate=line.rate,
+            price_version=line.price_version,
+            start=line.start,
+            end=line.end,
+            note=line.note,
+        )
+        for line in invoice.lines.filter(kind=LineKind.ENERGY).order_by("position")
+    ]
+
+
 def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
     """Void a finalized invoice and issue its replacement (new number, same usage). Atomic."""
-    actor = require_operator(by)
+    actor = require_operator(by, "invoice.reissue")
     reason = _reason(reason)
     now = timezone.now()
     with transaction.atomic(using=LEDGER), advisory_lock("billing_run", using=LEDGER) as acquired:
@@ -186,12 +241,13 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
         )
         old.save(using=LEDGER, update_fields=["status", "void_reason", "voided_at", "voided_by", "updated_at"])
         book = PriceBook.load()
-        rated = with_energy_lines(
-            rate_period(period=old.period, cutoff=cutoff_of(run), book=book, tenant_ids=[old.tenant_id]),
-            period=old.period,
-            book=book,
-            tenant_ids=[old.tenant_id],
-        ).get(old.tenant_id, [])
+        rated = rate_period(period=old.period, cutoff=cutoff_of(run), book=book, tenant_ids=[old.tenant_id]).get(
+            old.tenant_id, []
+        )
+        # Energy is part of the frozen scope: the kWh come from the control plane's energy
+        # record, which keeps changing (late readings), so the replacement carries the original's
+        # energy lines as they were billed instead of reading energy again.
+        rated = [*rated, *_energy_lines_of(old)]
         new = Invoice(
             tenant_id=old.tenant_id,
             period=old.period,

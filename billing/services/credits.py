@@ -25,8 +25,9 @@ from billing.selectors import policy_in_force
 from billing.services.rating import PriceBook, split_by_time
 from core.ids import uuid7
 from core.services.audit import record_audit
+from core.services.permissions import PermissionMissing, require_permission
 from fleet.models import Node
-from tenants.models import Allocation
+from tenants.models import Allocation, AllocationNode, Tenant
 
 LEDGER = "ledger"
 MICRO_AMOUNT = Decimal("0.000001")
@@ -47,10 +48,19 @@ class NotPermitted(PermissionError):
     pass
 
 
-def require_operator(by) -> str:
-    """The one permission model for billing corrections: operators (staff) only. Returns the actor."""
-    if not (getattr(by, "is_authenticated", False) and getattr(by, "is_staff", False)):
+def require_operator(by, action: str) -> str:
+    """The one permission check for billing corrections, the API's own (core.services.permissions):
+    an active staff account with the action's permission (`adjustment.create` needs
+    billing.add_adjustment, `credit_note.create` billing.add_creditnote, `invoice.reissue`
+    billing.change_invoice), whichever code path calls the service. Returns the actor."""
+    if not getattr(by, "is_authenticated", False):
         raise NotPermitted("Only operators may correct invoices or record adjustments.")
+    # an operator token's principal (the API) answers for the user behind the token, as IsOperator does
+    subject = by.user if getattr(by, "kind", None) == "operator" and hasattr(by, "user") else by
+    try:
+        require_permission(subject, action)
+    except PermissionMissing as missing:
+        raise NotPermitted(str(missing)) from None
     actor = getattr(by, "actor", None)
     return actor if isinstance(actor, str) else f"user:{by.get_username()}"
 
@@ -107,6 +117,24 @@ def _cuts(start: datetime, end: datetime, book: PriceBook) -> list[datetime]:
     return sorted(set(cuts) | {t for t in book.change_times if start < t < end})
 
 
+def _within_membership(allocation_id: UUID, node_id: UUID, start: datetime, end: datetime) -> list[tuple]:
+    """[start, end) clipped to the allocation's membership of the node: no earlier than the node
+    joined the allocation, no later than the allocation ended (a credit for months after it was
+    released would credit GPUs the tenant no longer had). The pulled node itself leaves at the
+    pull, so its own membership's end does not bound the window; the allocation's end does.
+    What the control plane does not know (an allocation it never had) leaves the window as given."""
+    joined = (
+        AllocationNode.objects.filter(allocation_id=allocation_id, node_id=node_id)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    ended = Allocation.objects.filter(pk=allocation_id).values_list("ended_at", flat=True).first()
+    lo = max(start, joined) if joined is not None else start
+    hi = min(end, ended) if ended is not None else end
+    return [(lo, hi)] if lo < hi else []
+
+
 @transaction.atomic(using=LEDGER)
 def record_sla_credit(
     *,
@@ -151,7 +179,11 @@ def record_sla_credit(
     sku = sku or _sku_for(allocation_id, node)
     book = PriceBook.load()
     credits = []
-    for lo, hi, _ in split_by_time(start, end, 0, _cuts(start, end, book)):
+    windows = _within_membership(allocation_id, node_id, start, end)
+    pieces = [piece for a, b in windows for piece in split_by_time(a, b, 0, _cuts(a, b, book))]
+    if not pieces:
+        return []
+    for lo, hi, _ in pieces:
         price = book.price_at(sku, lo)
         if price is None:
             raise CreditError(f"no price for SKU {sku!r} at {lo:%Y-%m-%d %H:%M} UTC")
@@ -218,7 +250,7 @@ def record_manual_adjustment(
 ) -> Adjustment:
     """An operator's charge (+) or credit (−) on the tenant's invoice for `period` (or, once that
     is finalized, on the next one as a line naming the month). Needs a reason; audited."""
-    actor = require_operator(by)
+    actor = require_operator(by, "adjustment.create")
     amount = _money(amount, "amount")
     if amount == 0 or abs(amount) > MAX_MANUAL_AMOUNT:
         raise CreditError(
@@ -227,6 +259,8 @@ def record_manual_adjustment(
     reason = (reason or "").strip()
     if not reason or len(reason) > 2000:
         raise CreditError("give a reason (1 to 2000 characters): it is printed on the invoice", code="validation_error")
+    if not Tenant.objects.filter(pk=tenant_id).exists():
+        raise CreditError(f"no tenant {tenant_id}: an adjustment is for a tenant that exists", code="validation_error")
     if len(reference) > 200 or len(key) > 100:
         raise CreditError("reference is at most 200 characters, key at most 100", code="validation_error")
     dedupe_key = f"manual:{tenant_id}:{key or uuid7().hex}"

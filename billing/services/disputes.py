@@ -10,10 +10,11 @@ records a late-usage adjustment, so it is charged exactly once, on the next invo
 """
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from billing.models import (
@@ -25,7 +26,7 @@ from billing.models import (
 )
 from billing.periods import format_period
 from billing.reconcile import contradicted_usage
-from billing.services.rating import latest_price_book_version, prices, usage_amount
+from billing.services.rating import PriceBook, split_by_time, usage_amount
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
@@ -79,27 +80,44 @@ def _billed_past(dispute: UsageDispute) -> bool:
     )
 
 
-def _late_charge(dispute: UsageDispute, actor: str) -> Adjustment:
+def _late_charges(dispute: UsageDispute, actor: str) -> list[Adjustment]:
+    """The accepted row as late usage, priced like any usage of its month: by the price-book
+    version in force while it ran (split at a version change inside it, quantity by time, the
+    remainder on the last piece), each piece carrying its unit price and version."""
     row = dispute.usage_event
-    price = prices(latest_price_book_version(on=row.period)).get(row.sku)
-    if price is None:
-        raise DisputeError(409, "unpriced_sku", f"{row.sku} has no price in the price book; add one, then accept.")
-    return Adjustment.objects.using(LEDGER).create(
-        kind=AdjustmentKind.LATE_USAGE,
-        tenant_id=row.tenant_id,
-        allocation_id=row.allocation_id,
-        node_id=row.node_id,
-        sku=row.sku,
-        start=row.start,
-        end=row.end,
-        period=row.period,
-        quantity_micro=row.quantity_micro,
-        amount=usage_amount(row.quantity_micro, price.unit_price),
-        currency=price.currency,
-        reason=f"{row.sku} usage of {format_period(row.period)} accepted after review (was disputed)",
-        reference=f"dispute {dispute.public_id}",
-        dedupe_key=f"dispute:{dispute.public_id}",
-    )
+    book = PriceBook.load()
+    pieces = split_by_time(row.start, row.end, row.quantity_micro, book.change_times)
+    out = []
+    for i, (lo, hi, micro) in enumerate(pieces):
+        price = book.price_at(row.sku, lo)
+        if price is None:
+            raise DisputeError(409, "unpriced_sku", f"{row.sku} has no price in the price book; add one, then accept.")
+        out.append(
+            Adjustment.objects.using(LEDGER).create(
+                kind=AdjustmentKind.LATE_USAGE,
+                tenant_id=row.tenant_id,
+                allocation_id=row.allocation_id,
+                node_id=row.node_id,
+                sku=row.sku,
+                start=lo,
+                end=hi,
+                period=row.period,
+                quantity_micro=micro,
+                amount=usage_amount(micro, price.unit_price),
+                currency=price.currency,
+                unit_price=price.unit_price,
+                price_version=price.version,
+                rate=Decimal("1"),
+                actor=actor[:200],
+                reason=(
+                    f"{row.sku} usage of {format_period(row.period)} accepted after review (was disputed), "
+                    f"at {price.unit_price.normalize():f} {price.currency}/GPU-hour (price book v{price.version})"
+                ),
+                reference=f"dispute {dispute.public_id}",
+                dedupe_key=f"dispute:{dispute.public_id}" + (f":{i}" if i else ""),
+            )
+        )
+    return out
 
 
 def transition(*, dispute_id, to_status: str, user, actor: str, note: str) -> UsageDispute:
@@ -134,13 +152,17 @@ def transition(*, dispute_id, to_status: str, user, actor: str, note: str) -> Us
             )
         before = dispute.status
         if to_status == DisputeStatus.ACCEPTED and _billed_past(dispute):
-            dispute.adjustment = _late_charge(dispute, actor)
+            dispute.adjustment = _late_charges(dispute, actor)[0]
         dispute.status = to_status
+        # Decisions are numbered (under the billing-run lock): a run records the last it saw.
+        last = UsageDispute.objects.using(LEDGER).aggregate(m=Max("decision_seq"))["m"] or 0
+        dispute.decision_seq = last + 1
         dispute.resolved_at = timezone.now()
         dispute.resolved_by = actor[:200]
         dispute.resolution_note = note
         dispute.save(
-            using=LEDGER, update_fields=["status", "resolved_at", "resolved_by", "resolution_note", "adjustment"]
+            using=LEDGER,
+            update_fields=["status", "resolved_at", "resolved_by", "resolution_note", "adjustment", "decision_seq"],
         )
     record_audit(
         actor=actor,

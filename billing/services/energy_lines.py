@@ -54,6 +54,15 @@ def energy_lines(*, period: date, book: PriceBook, tenant_ids=None) -> dict:
             if not facility:
                 continue
             it = sum((r.it_kwh for r in rows), Decimal("0")).quantize(KWH_PLACES)
+            measured = sum((r.measured_kwh for r in rows), Decimal("0")).quantize(KWH_PLACES)
+            estimated = sum((r.estimated_kwh for r in rows), Decimal("0")).quantize(KWH_PLACES)
+            # say where the kWh come from: measured by the nodes' meters, or estimated
+            if estimated and measured:
+                basis = f"IT kWh {measured} measured by the nodes' energy counters, {estimated} estimated (GPU counters + host share)"
+            elif estimated:
+                basis = "IT kWh estimated from GPU counters + a host share (no node energy counter)"
+            else:
+                basis = "kWh from the nodes' energy counters"
             out.setdefault(tenant_id, []).append(
                 RatedLine(
                     kind=LineKind.ENERGY,
@@ -70,7 +79,7 @@ def energy_lines(*, period: date, book: PriceBook, tenant_ids=None) -> dict:
                     price_version=price.version,
                     start=lo,
                     end=hi,
-                    note=f"{len(rows)} allocation(s); kWh from the nodes' energy counters",
+                    note=f"{len(rows)} allocation(s); {basis}"[:300],
                 )
             )
     return out

@@ -277,7 +277,7 @@ class UsageTally:
 _TALLY_GROUP = ("tenant_id", "period", "sku")
 
 
-def tally_usage(usage, book: PriceBook, *, periods) -> UsageTally:
+def tally_usage(usage, book: PriceBook, *, periods, cut: "Cutoff | None" = None) -> UsageTally:
     """The tally of `usage` (a run's scope, rows of every dispute state).
 
     The scan reads the rows alone, without the disputes table: joined to it, PostgreSQL
@@ -292,8 +292,7 @@ def tally_usage(usage, book: PriceBook, *, periods) -> UsageTally:
         count = counts.setdefault((tenant, None, period, sku, version), [0, 0])
         count[0] += micro
         count[1] += pieces
-    held = dict(UsageDispute.objects.using(LEDGER).filter(period__in=periods).values_list("usage_event_id", "status"))
-    unbillable = sorted(row for row, status in held.items() if status != DisputeStatus.ACCEPTED)
+    unbillable = held_usage_ids(periods, cut or Cutoff(0, 0))
     for lo in range(0, len(unbillable), 1000):
         chunk = usage.filter(id__in=unbillable[lo : lo + 1000])
         for tenant, period, sku, version, micro, pieces in grouped_usage(
@@ -386,6 +385,36 @@ class Cutoff:
     finalized_periods: frozenset = frozenset()
     prior_watermark: int = 0
     prior_adjustment_watermark: int = 0
+    # The dispute decisions in scope (BillingRun.dispute_watermark / decision_watermark): None
+    # reads every dispute as it is now (a live run, which holds the billing-run lock, sees that
+    # anyway); a re-issue passes its original run's, so decisions taken since change nothing.
+    dispute_watermark: int | None = None
+    decision_watermark: int | None = None
+
+
+def unbillable_as_of(dispute_rows, cut: "Cutoff") -> list[int]:
+    """Usage-event ids held out of rating as of `cut`, from (usage_event_id, dispute id, status,
+    decision_seq) rows: a dispute the run saw, not accepted by a decision the run saw."""
+    out = []
+    for usage_event_id, dispute_id, status, decision_seq in dispute_rows:
+        if cut.dispute_watermark is not None and dispute_id > cut.dispute_watermark:
+            continue  # opened after the run: the run did not hold it
+        accepted = status == DisputeStatus.ACCEPTED and (
+            cut.decision_watermark is None or decision_seq is None or decision_seq <= cut.decision_watermark
+        )
+        if not accepted:
+            out.append(usage_event_id)
+    return sorted(out)
+
+
+def held_usage_ids(periods, cut: "Cutoff") -> list[int]:
+    """The usage-event ids of `periods` a run with cutoff `cut` does not rate (disputes as of it)."""
+    rows = (
+        UsageDispute.objects.using(LEDGER)
+        .filter(period__in=periods)
+        .values_list("usage_event_id", "id", "status", "decision_seq")
+    )
+    return unbillable_as_of(rows, cut)
 
 
 def latest_price_book_version(*, on: date | None = None) -> int:
@@ -514,11 +543,13 @@ def _sla_lines(credits: list[Adjustment], cutoff: Cutoff, book: PriceBook) -> di
         return {}
     pairs = {(c.allocation_id, c.period) for c in credits}
     allocations, periods = {a for a, _ in pairs}, {p for _, p in pairs}
+    # What the allocation was charged: its usage of the month up to the run's watermark, less
+    # the rows held as disputed as of the run (held usage is charged to nobody).
     charged = exact_charges(
         usage_buckets(
-            UsageEvent.objects.using(LEDGER).filter(
-                allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark
-            ),
+            UsageEvent.objects.using(LEDGER)
+            .filter(allocation_id__in=allocations, period__in=periods, id__lte=cutoff.watermark)
+            .exclude(id__in=held_usage_ids(periods, cutoff)),
             book,
             periods=periods,
             by_allocation=True,
@@ -626,7 +657,9 @@ def rate_period(
     if tenant_ids is not None:
         adjustments = adjustments.filter(tenant_id__in=tenant_ids)
     if tally is None:
-        tally = tally_usage(run_usage(period, cutoff, tenant_ids=tenant_ids), book, periods=run_periods(period, cutoff))
+        tally = tally_usage(
+            run_usage(period, cutoff, tenant_ids=tenant_ids), book, periods=run_periods(period, cutoff), cut=cutoff
+        )
     lines = _usage_lines(tally.buckets, book, period)
     adjustments = list(adjustments.order_by("tenant_id", "id"))
     sla = _sla_lines([a for a in adjustments if a.kind == AdjustmentKind.SLA_CREDIT], cutoff, book)
@@ -636,18 +669,27 @@ def rate_period(
             continue
         # an accepted dispute after its month was finalized is late usage, not a manual charge
         kind = LineKind.LATE_USAGE if adj.kind == AdjustmentKind.LATE_USAGE else LineKind.MANUAL
+        priced = kind == LineKind.LATE_USAGE and adj.unit_price is not None
+        # an adjustment of an earlier month says which month it belongs to
+        belongs = f" (for {format_period(adj.period)})" if adj.period != period else ""
         lines[adj.tenant_id].append(
             RatedLine(
                 kind=kind,
                 sku=adj.sku,
-                description=adj.reason[:300],
+                description=(adj.reason[: 300 - len(belongs)] + belongs),
                 usage_period=adj.period,
                 quantity=gpu_hours(adj.quantity_micro),
                 unit=Unit.GPU_HOUR,
-                unit_price=None,
-                amount=adj.amount.quantize(CENT, rounding=ROUND_HALF_EVEN),
+                # accepted disputed usage: its own interval's price row, so the line recomputes
+                unit_price=adj.unit_price if priced else None,
+                amount=(
+                    usage_amount(adj.quantity_micro, adj.unit_price)
+                    if priced
+                    else adj.amount.quantize(CENT, rounding=ROUND_HALF_EVEN)
+                ),
                 reference=adj.reference or str(adj.public_id),
                 quantity_micro=adj.quantity_micro,
+                price_version=adj.price_version if priced else None,
                 start=adj.start,
                 end=adj.end,
                 note=f"recorded by {adj.actor}"[:300] if adj.actor else "",

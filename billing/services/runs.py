@@ -18,7 +18,7 @@ usage on the next finalized invoice, priced at its own month's prices.
 """
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
@@ -35,6 +35,7 @@ from billing.models import (
     InvoiceCounter,
     InvoiceLine,
     InvoiceStatus,
+    UsageDispute,
     UsageEvent,
 )
 from billing.notifications import invoices_finalized
@@ -125,13 +126,29 @@ def _cutoff(watermark: int, adjustment_watermark: int) -> Cutoff:
 
 
 def cutoff_of(run: BillingRun) -> Cutoff:
-    """The scope a finalized run billed, reproduced (to re-issue one of its invoices)."""
+    """The scope a finalized run billed, reproduced (to re-issue one of its invoices): its
+    watermarks, the periods finalized before it, and the dispute decisions it saw."""
     periods = frozenset(
         BillingRun.objects.using(LEDGER)
         .filter(finalize=True, finished_at__lt=run.finished_at)
         .values_list("period", flat=True)
     )
-    return Cutoff(run.watermark, run.adjustment_watermark, periods, run.prior_watermark, run.prior_adjustment_watermark)
+    return Cutoff(
+        run.watermark,
+        run.adjustment_watermark,
+        periods,
+        run.prior_watermark,
+        run.prior_adjustment_watermark,
+        run.dispute_watermark,
+        run.decision_watermark,
+    )
+
+
+def dispute_watermarks() -> tuple[int, int]:
+    """(highest dispute id, highest decision number) now; read under the billing-run lock, which
+    every dispute decision takes too."""
+    found = UsageDispute.objects.using(LEDGER).aggregate(d=Max("id"), s=Max("decision_seq"))
+    return found["d"] or 0, found["s"] or 0
 
 
 def grace_ends(period: date) -> datetime:
@@ -152,13 +169,17 @@ def _check_finalizable(period: date, now: datetime) -> None:
             f"until {grace_ends(period):%Y-%m-%d %H:%M} UTC; finalize it after that.",
         )
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
-    open_earlier = (
-        UsageEvent.objects.using(LEDGER)
-        .filter(period__lt=period)
-        .exclude(period__in=finalized)
-        .order_by("period")
-        .values_list("period", flat=True)
-        .first()
+    open_earlier = min(
+        (
+            model.objects.using(LEDGER)
+            .filter(period__lt=period)
+            .exclude(period__in=finalized)
+            .order_by("period")
+            .values_list("period", flat=True)
+            .first()
+            for model in (UsageEvent, Adjustment)
+        ),
+        key=lambda p: (p is None, p),
     )
     if open_earlier is not None:
         raise BillingRunError(
@@ -401,9 +422,12 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
         # Reconcile first: usage the allocation history contradicts is held, not rated. The
         # pairs to compare come from the spans the database keeps, not from the rows.
         disputed = hold_disputed_usage(scope=usage_scope(period, cutoff), now=now, spans=run_spans(period, cutoff))
+        # Freeze the dispute decisions this run sees, so a re-issue re-rates the same rows.
+        held_through, decided_through = dispute_watermarks()
+        cutoff = replace(cutoff, dispute_watermark=held_through, decision_watermark=decided_through)
         # One scan of the run's usage, grouped like the raw aggregate of the month, for the rating.
         with scans_planned_for_few_groups():
-            tally = tally_usage(run_usage(period, cutoff), book, periods=run_periods(period, cutoff))
+            tally = tally_usage(run_usage(period, cutoff), book, periods=run_periods(period, cutoff), cut=cutoff)
         rated = with_energy_lines(
             rate_period(period=period, cutoff=cutoff, book=book, tally=tally), period=period, book=book
         )
@@ -416,6 +440,8 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
             adjustment_watermark=cutoff.adjustment_watermark,
             prior_watermark=cutoff.prior_watermark,
             prior_adjustment_watermark=cutoff.prior_adjustment_watermark,
+            dispute_watermark=cutoff.dispute_watermark,
+            decision_watermark=cutoff.decision_watermark,
             invoices=len(rated),
             output_hash=digest,
             actor=actor,
@@ -445,9 +471,11 @@ def run_billing(*, period: date, finalize: bool, actor: str, now: datetime | Non
 
 
 def due_finalizations(*, now: datetime) -> list[date]:
-    """Past periods with usage, not yet finalized, whose grace period has passed (oldest first)."""
+    """Past periods with usage or adjustments, not yet finalized, whose grace period has passed (oldest first)."""
     finalized = set(BillingRun.objects.using(LEDGER).filter(finalize=True).values_list("period", flat=True))
+    # A month with only adjustments (a manual charge, say) is invoiced like one with usage.
     periods = set(UsageEvent.objects.using(LEDGER).values_list("period", flat=True).distinct())
+    periods |= set(Adjustment.objects.using(LEDGER).values_list("period", flat=True).distinct())
     return sorted(p for p in periods - finalized if grace_ends(p) <= now)
 
 

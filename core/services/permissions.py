@@ -80,6 +80,8 @@ OPS_ACTIONS: dict[str, OpsAction] = _actions(
     ("credit_note.create", "billing.add_creditnote", "issue a credit note against an invoice"),
     ("adjustment.create", "billing.add_adjustment", "record a manual credit or charge"),
     ("dispute.resolve", "billing.resolve_usagedispute", "accept or reject disputed usage"),
+    ("price_book.add", "billing.add_pricebookentry", "add a price-book version effective in the future"),
+    ("sla_policy.add", "billing.add_slapolicy", "add an SLA policy version effective in the future"),
 )
 
 # The named groups. Each gets the permissions of its actions plus every `view_*` permission

@@ -348,9 +348,12 @@ def update_postmortem(*, incident: Incident, actor: str, cause: str, attribution
             release_hold(node_ids=node_ids, now=now, actor=actor)
         elif not _returned_through_gate(node_ids):
             raise IncidentNotClosable("Close it once every node has passed validation (available) or is in RMA.")
-        settle_credits(node_ids=node_ids, end=now, actor=actor)
+    # The attribution first: settling reads it to decide what the SLA policy credits.
     incident.cause = cause
     incident.attribution = attribution
+    incident.save(update_fields=["cause", "attribution"])
+    if close:
+        settle_credits(node_ids=node_ids, end=now, actor=actor)
     incident.impact_gpu_hours = impact_gpu_hours(incident, now)
     if close:
         incident.state = IncidentState.CLOSED

@@ -223,3 +223,70 @@ def ingest(metered_node, small_fleet):
         return accepted, duplicates
 
     return run
+
+
+OVERRUN_START = datetime(2026, 10, 10, tzinfo=UTC)
+
+
+@pytest.fixture
+def overrun(tenants, small_fleet):
+    """acme's allocation held the node for two hours; the grant (issued while it lived) ran eight;
+    the agent metered four. Hours three and four are signed but contradicted."""
+    from billing.services.ingest import ingest_meter_events
+    from fleet.models import Node
+    from tenants.models import Allocation, AllocationNode
+
+    node = Node.objects.order_by("hostname").first()
+    allocation = Allocation.objects.create(
+        tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1, state="released"
+    )
+    AllocationNode.objects.create(
+        allocation=allocation, node=node, started_at=OVERRUN_START, ended_at=OVERRUN_START + timedelta(hours=2)
+    )
+    grant = sign_grant(
+        MeteringGrant(
+            node_id=node.pk,
+            tenant_id=tenants[0].pk,
+            allocation_id=allocation.pk,
+            sku="h100-sxm-8x",
+            gpus=8,
+            valid_from=OVERRUN_START,
+            valid_until=OVERRUN_START + timedelta(hours=8),
+        )
+    )
+    events = [
+        {
+            **make_event(
+                tenant_id=tenants[0].pk,
+                allocation_id=allocation.pk,
+                start=OVERRUN_START + timedelta(hours=h),
+                seconds=3600,
+            ),
+            "grant": grant,
+        }
+        for h in range(4)
+    ]
+    result = ingest_meter_events(
+        node_id=node.pk, events=events, received_at=OVERRUN_START + timedelta(hours=4, minutes=1)
+    )
+    assert (result.accepted, result.rejected) == (4, ())
+    return {"tenant": tenants[0], "events": events, "node": node}
+
+
+@pytest.fixture(autouse=True)
+def every_invoice_recomputes(request):
+    """After every billing test that used the ledger, the independent verifier (billing.verifier,
+    written from docs/billing.md) recomputes every live invoice and credit note the test left:
+    it must find no difference. `@pytest.mark.unverified` opts a test out (one that corrupts the
+    ledger on purpose)."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or request.node.get_closest_marker("unverified"):
+        return
+    databases = marker.kwargs.get("databases") or ()
+    if databases != "__all__" and "ledger" not in databases:
+        return
+    from billing.verifier import verify_billing
+
+    report = verify_billing()
+    assert report.ok, "billing verifier:\n" + "\n".join(str(d) for d in report.differences[:20])

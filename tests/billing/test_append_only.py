@@ -62,6 +62,7 @@ def test_orm_writes_are_rejected_too(ingest):
     assert UsageEvent.objects.get().quantity_micro == 480 * 10**6
 
 
+@pytest.mark.unverified  # voids an invoice with no re-issue: its usage is then on no live invoice
 def test_finalized_invoice_may_only_be_voided(ingest):
     tenant = uuid.uuid4()
     ingest([make_event(tenant_id=tenant, start=datetime(2026, 9, 3, tzinfo=UTC))])
@@ -91,6 +92,7 @@ def _finalized_invoice(ingest) -> Invoice:
     return invoice
 
 
+@pytest.mark.unverified  # voids an invoice with no re-issue: its usage is then on no live invoice
 def test_a_finalized_invoices_tax_rate_and_due_date_are_frozen(ingest):
     invoice = _finalized_invoice(ingest)
     for change in (
@@ -116,6 +118,7 @@ def test_a_drafts_tax_rate_and_due_date_may_still_change(ingest):
 
 
 @pytest.mark.postgres
+@pytest.mark.unverified  # voids an invoice by hand
 def test_postgres_guard_refuses_clearing_the_frozen_tax_rate_and_due_date(ingest):
     """IS DISTINCT FROM in the PL/pgSQL guard: setting a frozen figure to NULL is a change too."""
     invoice = _finalized_invoice(ingest)

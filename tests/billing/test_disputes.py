@@ -23,45 +23,6 @@ START = datetime(2026, 10, 10, tzinfo=UTC)
 AFTER_OCT = datetime(2026, 11, 2, tzinfo=UTC)
 
 
-@pytest.fixture
-def overrun(tenants, small_fleet):
-    """acme's allocation held the node for two hours; the grant (issued while it lived) ran eight;
-    the agent metered four. Hours three and four are signed but contradicted."""
-    from fleet.models import Node
-    from tenants.models import Allocation, AllocationNode
-
-    node = Node.objects.order_by("hostname").first()
-    allocation = Allocation.objects.create(
-        tenant=tenants[0], name="x", instance_type=node.node_type, node_count=1, state="released"
-    )
-    AllocationNode.objects.create(
-        allocation=allocation, node=node, started_at=START, ended_at=START + timedelta(hours=2)
-    )
-    grant = sign_grant(
-        MeteringGrant(
-            node_id=node.pk,
-            tenant_id=tenants[0].pk,
-            allocation_id=allocation.pk,
-            sku="h100-sxm-8x",
-            gpus=8,
-            valid_from=START,
-            valid_until=START + timedelta(hours=8),
-        )
-    )
-    events = [
-        {
-            **make_event(
-                tenant_id=tenants[0].pk, allocation_id=allocation.pk, start=START + timedelta(hours=h), seconds=3600
-            ),
-            "grant": grant,
-        }
-        for h in range(4)
-    ]
-    result = ingest_meter_events(node_id=node.pk, events=events, received_at=START + timedelta(hours=4, minutes=1))
-    assert (result.accepted, result.rejected) == (4, ())
-    return {"tenant": tenants[0], "events": events, "node": node}
-
-
 def _usage_lines(tenant, period):
     invoice = Invoice.objects.get(tenant_id=tenant.pk, period=period)
     return [(line.kind, str(line.quantity)) for line in invoice.lines.all()]

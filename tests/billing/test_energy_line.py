@@ -156,3 +156,44 @@ def test_a_meter_event_cannot_bill_the_energy_sku(metered_node, tenants):
         ingest_meter_events(node_id=metered_node.pk, events=[event], received_at=T0 + timedelta(hours=2))
     assert [e["field"] for e in refused.value.errors] == ["events[0].sku"]
     assert _tenant_client(acme).get("/api/v1/invoices").json()["results"] == []
+
+
+def test_a_reissue_keeps_the_energy_it_billed(ingest, metered_node, tenants, operator_user):
+    """Energy is part of a run's frozen scope: a re-issue with nothing changed carries the same
+    energy line, even after more energy readings arrived for the month."""
+    from billing.services.corrections import reissue_invoice
+
+    acme = tenants[0]
+    _energy_price("0.10", datetime(2026, 1, 1, tzinfo=UTC))
+    _acme_hour_at_8_kw(ingest, metered_node, acme)
+    run_billing(period=SEPT, finalize=True, actor="test", now=datetime(2026, 12, 1, tzinfo=UTC))
+    original = _invoice(acme)
+    [energy] = original.lines.filter(kind="energy")
+    # usage and readings of the same month that arrive after the close (billed later, as late usage)
+    ingest([make_event(tenant_id=str(acme.pk), start=T0 + timedelta(hours=5), seconds=3600 * 3)])
+    _eight_kw(metered_node, T0 + timedelta(hours=5), hours=3)
+    again = reissue_invoice(by=operator_user, invoice_id=original.pk, reason="address")
+    [kept] = again.lines.filter(kind="energy")
+    assert (kept.quantity, kept.amount) == (energy.quantity, energy.amount)
+    assert again.total == original.total
+
+
+def test_estimated_energy_is_labelled_as_estimated(ingest, metered_node, tenants):
+    """A node without a wall-energy counter: its IT kWh are estimated from the GPUs' counters plus
+    a host share, and the invoice line says so instead of citing the nodes' energy counters."""
+    acme = tenants[0]
+    _energy_price("0.10", datetime(2026, 1, 1, tzinfo=UTC))
+    ingest([make_event(tenant_id=str(acme.pk), start=T0, seconds=3600)])
+    for h in range(2):
+        record_counters(
+            node_id=metered_node.pk,
+            now=T0 + timedelta(hours=h),
+            node_kw=metered_node.node_type.node_kw,
+            host_kw=Decimal("1.5"),
+            wall_energy_j=None,
+            wall_source="",
+            gpu_energy_mj={i: 700_000 * 3600 * h for i in range(8)},
+        )
+    run_billing(period=SEPT, finalize=False, actor="test")
+    [line] = _invoice(acme).lines.filter(kind="energy")
+    assert "estimated" in line.note and "energy counters" not in line.note

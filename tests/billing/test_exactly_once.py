@@ -23,8 +23,11 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 class _Operator:
-    is_authenticated = is_staff = True
+    is_authenticated = is_staff = is_active = True
     actor = "test:operator"
+
+    def has_perm(self, perm):
+        return True
 
 
 class _Rollback(Exception):

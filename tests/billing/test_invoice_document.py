@@ -61,7 +61,7 @@ def test_invoice_page_adds_up_with_bill_to_dates_and_tax(finance, tenants, inges
     assert "4.00 GPU-h 1.50 USD / GPU-h (v1) 6.00 USD" in page
     assert "Subtotal 24.80 USD" in page and "Credits −2.50 USD" in page
     assert "Tax (19.00 % of 22.30 USD) 4.24 USD" in page  # 22.30 × 19 % = 4.237 → 4.24
-    assert "Total due 26.54 USD" in page
+    assert "Total due (tax included) 26.54 USD" in page
     assert invoice.total == Decimal("22.30")  # the ledger keeps the net, exact
 
 

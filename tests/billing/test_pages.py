@@ -110,8 +110,11 @@ def test_portal_invoice_shows_reproducible_lines_credit_notes_and_what_it_replac
     from billing.services.corrections import CreditRequest, issue_credit_note, reissue_invoice
 
     class Operator:
-        is_authenticated = is_staff = True
+        is_authenticated = is_staff = is_active = True
         actor = "test:operator"
+
+        def has_perm(self, perm):
+            return True
 
     ingest([make_event(tenant_id=tenants[0].pk, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600)])
     run_billing(period=date(2026, 9, 1), finalize=True, actor="test", now=datetime(2026, 12, 1, tzinfo=UTC))

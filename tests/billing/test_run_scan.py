@@ -108,6 +108,7 @@ def test_reconciliation_tells_old_memberships_from_none_and_other_tenants(tenant
     assert invoice.tenant_id == acme.pk and invoice.total == Decimal("18.80")  # the one held-free hour
 
 
+@pytest.mark.unverified  # writes invoices of no billing run, to test the bulk writer
 def test_update_values_sets_each_rows_values_and_the_shared_ones():
     drafts = [
         Invoice.objects.using("ledger").create(tenant_id=uuid.uuid4(), period=OCT, total=Decimal("1.00"))

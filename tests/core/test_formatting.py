@@ -29,6 +29,7 @@ def test_money(amount, currency, text):
 def test_unit_price_keeps_sub_cent_precision_only_when_there_is_some():
     assert f.format_unit_price(Decimal("2.490000"), "USD") == "2.49 USD / GPU-h"
     assert f.format_unit_price(Decimal("2.4875"), "USD") == "2.4875 USD / GPU-h"
+    assert f.format_unit_price(Decimal("1.999999"), "USD") == "1.999999 USD / GPU-h"  # the stored precision
 
 
 @pytest.mark.parametrize(
