@@ -269,9 +269,7 @@ def portal_credit_note_pdf(request, pk):
     html = render_to_string(
         "billing/credit_note_pdf.html", {"note": note, "statement": statement, "tenant": tenant}, request=request
     )
-    response = HttpResponse(html_to_pdf_bytes(html), content_type="application/pdf")
-    response["Content-Disposition"] = f'attachment; filename="credit-note-{note.number}.pdf"'
-    return response
+    return pdf_response(html, f"credit-note-{note.number}.pdf")
 
 
 @login_required
