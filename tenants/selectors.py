@@ -5,16 +5,18 @@ from decimal import Decimal
 
 from django.db.models import Count, Prefetch, Sum
 
-from fleet.models import NodeType
+from fleet.models import NodeType, SoftwareBaseline
 from tenants.choices import TERMINAL_ALLOCATION_STATES
 from tenants.models import (
     Allocation,
     AllocationNode,
     FabricPartition,
     Quota,
+    SshKey,
     Tenant,
     Volume,
 )
+from tenants.services.access import LIVE_STATES, access_spec
 from tenants.services.placement import placeable_nodes
 
 DEFAULT_CURRENCY = "USD"  # shown for a SKU the price book does not list
@@ -66,11 +68,49 @@ def allocations_for(tenant: Tenant):
         .select_related("node__node_type")
         .order_by("node__hostname")
     )
+    replaced = (
+        AllocationNode.objects.filter(end_reason__startswith="replaced")
+        .select_related("node")
+        .order_by("ended_at", "id")
+    )
     return (
         Allocation.objects.filter(tenant=tenant)
         .select_related("instance_type")
-        .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_members"))
+        .prefetch_related(
+            Prefetch("memberships", queryset=live, to_attr="live_members"),
+            Prefetch("memberships", queryset=replaced, to_attr="replaced_members"),
+            "volumes",
+            "ssh_keys",
+        )
     )
+
+
+def ssh_keys_for(tenant: Tenant):
+    return SshKey.objects.filter(tenant=tenant)
+
+
+@dataclass(frozen=True)
+class Image:
+    id: str
+    name: str
+    instance_type: str
+    versions: dict
+
+
+def images() -> list[Image]:
+    """What a tenant may run: each node type's golden software baseline (OS, driver, CUDA, NCCL,
+    container runtime), named after the type. One query."""
+    return [
+        Image(id=str(b.pk), name=f"{b.node_type.slug} {b.name}", instance_type=b.node_type.slug, versions=b.versions)
+        for b in SoftwareBaseline.objects.filter(golden=True).select_related("node_type").order_by("node_type__slug")
+    ]
+
+
+def node_access(allocation_id) -> dict | None:
+    """The access spec (tenants.services.access) of the allocation a node serves, for its
+    agent's desired-state; None when there is none."""
+    allocation = Allocation.objects.select_related("image").filter(pk=allocation_id, state__in=LIVE_STATES).first()
+    return access_spec(allocation) if allocation is not None else None
 
 
 def partitions_for(tenant: Tenant):

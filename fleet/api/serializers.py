@@ -61,6 +61,12 @@ class DesiredStateOut(serializers.Serializer):
     sku = serializers.CharField()
     gpus = serializers.IntegerField()
     metering_grants = MeteringGrantOut(many=True, help_text="one per live allocation on this node")
+    access = serializers.DictField(
+        allow_null=True,
+        help_text="the tenant's access while the node serves a live allocation: allocation_id, user, keys "
+        "(public only: id, fingerprint, public_key), image (id, name, versions), mounts (volume_id, path, source, "
+        "fstype, size_gb) and revision; null otherwise",
+    )
 
 
 class NodeActionIn(serializers.Serializer):
