@@ -16,7 +16,7 @@ from tenants.models import (
     Tenant,
     Volume,
 )
-from tenants.services.access import LIVE_STATES, access_spec
+from tenants.services.access import LIVE_STATES, access_spec, live_allocations_following
 from tenants.services.placement import placeable_nodes
 
 DEFAULT_CURRENCY = "USD"  # shown for a SKU the price book does not list
@@ -87,6 +87,11 @@ def allocations_for(tenant: Tenant):
 
 def ssh_keys_for(tenant: Tenant):
     return SshKey.objects.filter(tenant=tenant)
+
+
+def live_allocations_with_key(key: SshKey) -> list[Allocation]:
+    """The live allocations whose nodes carry `key` (what deleting it touches)."""
+    return live_allocations_following(key.tenant, key)
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,20 @@ from core.models import ApiToken
 from core.services.audit import actor_label
 from health.selectors import affected_tenant_slugs
 
-from .api.serializers import AllocationCreateSerializer
+from .api.serializers import AllocationCreateSerializer, SshKeyCreateSerializer
 from .models import Membership
 from .selectors import (
     allocations_for,
     instance_types,
+    live_allocations_with_key,
     partitions_for,
     quota_and_usage,
+    ssh_keys_for,
     tenants_with_usage,
     volumes_for,
 )
 from .services.allocations import create_allocation, request_cancel
+from .services.ssh_keys import create_ssh_key, delete_ssh_key
 
 PORTAL_ROWS = 100
 
@@ -100,6 +103,75 @@ def portal_tokens(request):
         "tenants/portal_tokens.html",
         {"nav": "portal", "portal_nav": "tokens", "tenant": membership.tenant, "tokens": tokens[:PORTAL_ROWS]},
     )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def portal_ssh_keys(request):
+    """The tenant's SSH keys; POST registers one (members and admins)."""
+    membership = _membership(request)
+    can_write = membership.role != TenantRole.VIEWER
+    if request.method == "POST":
+        if not can_write:
+            return HttpResponseForbidden("Viewers may not register SSH keys.")
+        form = SshKeyCreateSerializer(data=request.POST)
+        key = f"portal:{request.POST.get('form_key', '')}"[:255]
+        if not form.is_valid():
+            for field, errors in form.errors.items():
+                messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
+        elif not ssh_keys_for(membership.tenant).filter(idempotency_key=key).exists():
+            try:
+                created = create_ssh_key(
+                    tenant=membership.tenant,
+                    name=form.validated_data["name"],
+                    public_key=form.validated_data["public_key"],
+                    actor=actor_label(request.user),
+                    idempotency_key=key,
+                )
+            except DomainError as refusal:
+                messages.error(request, refusal.detail)
+            else:
+                messages.success(request, f"SSH key {created.name} registered ({created.fingerprint}).")
+        return redirect("tenants:portal-ssh-keys")
+    return render(
+        request,
+        "tenants/portal_ssh_keys.html",
+        {
+            "nav": "portal",
+            "portal_nav": "ssh_keys",
+            "tenant": membership.tenant,
+            "can_write": can_write,
+            "keys": ssh_keys_for(membership.tenant)[:PORTAL_ROWS],
+            "form_key": uuid.uuid4(),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def portal_delete_ssh_key(request, pk):
+    """GET: which live allocations the key stops opening; POST: delete it."""
+    membership = _membership(request)
+    if membership.role == TenantRole.VIEWER:
+        return HttpResponseForbidden("Viewers may not delete SSH keys.")
+    key = ssh_keys_for(membership.tenant).filter(pk=uuid_or_404(pk)).first()
+    if key is None:
+        raise Http404("No such SSH key.")
+    if request.method == "GET":
+        return render(
+            request,
+            "tenants/portal_ssh_key_delete.html",
+            {
+                "nav": "portal",
+                "portal_nav": "ssh_keys",
+                "tenant": membership.tenant,
+                "key": key,
+                "allocations": live_allocations_with_key(key),
+            },
+        )
+    delete_ssh_key(key=key, actor=actor_label(request.user))
+    messages.success(request, f"SSH key {key.name} deleted; live nodes drop it within a minute.")
+    return redirect("tenants:portal-ssh-keys")
 
 
 @login_required
