@@ -98,6 +98,8 @@ class NodeOut(serializers.Serializer):
     generation = serializers.CharField(source="node_type.generation")
     gpu_count = serializers.IntegerField(source="node_type.gpus_per_node")
     fabric_domain = serializers.CharField(source="fabric_domain.name", allow_null=True, default=None)
+    management_address = serializers.IPAddressField(allow_null=True, help_text="the operators' network")
+    data_address = serializers.IPAddressField(allow_null=True, help_text="what tenants ssh to")
     lifecycle = serializers.CharField()
     target_lifecycle = serializers.CharField()
     state_deadline = serializers.DateTimeField(allow_null=True)

@@ -90,3 +90,11 @@ def test_operators_see_both_addresses_on_the_node_page(small_fleet, operator_cli
     node = Node.objects.order_by("hostname").first()
     page = operator_client.get(reverse("admin:fleet_node_change", args=[node.pk])).content.decode()
     assert node.management_address in page and node.data_address in page
+
+
+def test_the_console_node_page_and_the_ops_api_show_both(small_fleet, operator_client, ops_api):
+    node = Node.objects.order_by("hostname").first()
+    page = operator_client.get(f"/fleet/nodes/{node.pk}/").content.decode()
+    assert f"management {node.management_address}" in page and f"data plane {node.data_address}" in page
+    body = ops_api.get(f"/api/v1/ops/nodes/{node.pk}").json()
+    assert (body["management_address"], body["data_address"]) == (node.management_address, node.data_address)
