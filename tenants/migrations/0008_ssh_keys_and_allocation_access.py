@@ -7,6 +7,13 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def mark_live_nodes_ready(apps, schema_editor):
+    from django.utils import timezone
+
+    AllocationNode = apps.get_model("tenants", "AllocationNode")
+    AllocationNode.objects.filter(ended_at__isnull=True, allocation__state="active").update(ready_at=timezone.now())
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("fleet", "0031_node_addresses_and_sync_access"),
@@ -119,4 +126,8 @@ class Migration(migrations.Migration):
                 fields=("tenant", "fingerprint"), name="tenants_sshkey_unique_per_tenant"
             ),
         ),
+        # Nodes of allocations that were active before access delivery existed were reachable by
+        # the means of their day: mark them ready, or the loop would look for a readiness report
+        # they will never send.
+        migrations.RunPython(mark_live_nodes_ready, migrations.RunPython.noop),
     ]

@@ -186,3 +186,34 @@ def test_any_history_of_key_changes_ends_with_exactly_the_tenants_keys_on_the_no
         spec = access_spec(allocation)
         assert {k["fingerprint"] for k in spec["keys"]} == set(tenant.ssh_keys.values_list("fingerprint", flat=True))
         assert spec["revision"] != before and allocation.access_revision == spec["revision"]
+
+
+def test_drift_on_a_tenants_node_is_reported_to_operators_and_nothing_upgrades_it(acme):
+    from django.utils import timezone
+
+    from devtools.services.demo_software import golden_versions
+    from fleet.models import NodeType
+    from fleet.selectors import drift_report
+    from fleet.services.baselines import create_baseline
+    from fleet.services.software_inventory import Component, store_software_inventory
+
+    _, client = acme
+    node_type = NodeType.objects.get(slug="h100-sxm-8x")
+    create_baseline(node_type=node_type, name="g", versions=golden_versions(node_type), actor="test", golden=True)
+    allocation_id = allocate(client, n=1)
+    agents_report(AgentAction.PROVISION)
+    run_allocation_loop()
+    assert client.get(f"/api/v1/allocations/{allocation_id}").json()["state"] == "active"
+    node = AllocationNode.objects.get().node
+    # the tenant (root on the node) installs another driver
+    versions = {**golden_versions(node_type), "gpu_driver": "550.54.15"}
+    store_software_inventory(
+        node=node,
+        components=[Component(component=c, version=v, state="ok") for c, v in versions.items()],
+        observed_at=timezone.now(),
+    )
+    groups = [g for g in drift_report().groups if g.component == "gpu_driver"]
+    assert [h for g in groups for h in g.drifting.get("550.54.15", [])] == [node.hostname]
+    run_allocation_loop()
+    assert not NodeAgentAction.objects.filter(node=node, action=AgentAction.UPGRADE).exists()
+    assert client.get(f"/api/v1/allocations/{allocation_id}").json()["state"] == "active"
