@@ -149,5 +149,17 @@ def test_roles(tenant_a):
     assert member.get(f"/api/v1/ssh-keys/{created}").status_code == 404
 
 
-def test_operator_and_anonymous_are_refused(tenant_a, client):
+def test_operator_agent_and_anonymous_are_refused(small_fleet, tenant_a, client, ops_api):
+    from rest_framework.test import APIClient
+
+    from core.api.agent_tokens import mint_agent_token
+    from fleet.models import Node
+
     assert client.get("/api/v1/ssh-keys").status_code == 401
+    assert ops_api.get("/api/v1/ssh-keys").status_code == 403
+    assert post_key(ops_api, ed25519_key()).status_code == 403
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(Node.objects.first().pk)}")
+    assert agent.get("/api/v1/ssh-keys").status_code == 403
+    assert post_key(agent, ed25519_key()).status_code == 403
+    assert not SshKey.objects.exists()
