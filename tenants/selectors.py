@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.core.cache import cache
 from django.db.models import Count, Prefetch, Sum
 
 from fleet.models import NodeType, SoftwareBaseline
@@ -111,11 +112,40 @@ def images() -> list[Image]:
     ]
 
 
-def node_access(allocation_id) -> dict | None:
+ACCESS_CACHE_SECONDS = 3600
+
+
+def node_access(allocation_id, *, state: str | None = None, revision: str | None = None) -> dict | None:
     """The access spec (tenants.services.access) of the allocation a node serves, for its
-    agent's desired-state; None when there is none."""
-    allocation = Allocation.objects.select_related("image").filter(pk=allocation_id, state__in=LIVE_STATES).first()
-    return access_spec(allocation) if allocation is not None else None
+    agent's desired-state; None when there is none.
+
+    Every allocated node's agent polls every 10 s: desired-state passes the allocation's state
+    and stored revision it read with the node (billing.selectors.agent_node_state), and the spec
+    comes from the cache under that revision (every change of keys, volumes or image stores a
+    new revision first, so a cached spec is never stale): no query at all on a hit. Without the
+    cache (Redis away) it is built from the database."""
+    if state is None or revision is None:  # the caller did not read them with the node
+        state, revision = Allocation.objects.filter(pk=allocation_id).values_list(
+            "state", "access_revision"
+        ).first() or (None, None)
+    if state not in LIVE_STATES:
+        return None
+    key = f"tenants:access:{allocation_id}:{revision}"
+    try:
+        spec = cache.get(key)
+    except Exception:  # the cache is an optimisation; desired-state must not fail with it
+        spec = None
+    if spec is None:
+        allocation = Allocation.objects.select_related("image").filter(pk=allocation_id).first()
+        if allocation is None:
+            return None
+        spec = access_spec(allocation)
+        if spec["revision"] == revision:
+            try:
+                cache.set(key, spec, ACCESS_CACHE_SECONDS)
+            except Exception:
+                pass
+    return spec
 
 
 def partitions_for(tenant: Tenant):

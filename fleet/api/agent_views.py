@@ -85,7 +85,11 @@ class DesiredStateView(AgentView):
         )
         grants = metering_grants(node_id, node.memberships, now=timezone.now())
         # Only a node that serves a tenant now reads its access (public keys, user, image, mounts).
-        access = node_access(node.memberships[0][0]) if node.memberships and node.lifecycle in ACCESS_STATES else None
+        access = (
+            node_access(node.memberships[0][0], state=node.allocation_state, revision=node.access_revision)
+            if node.memberships and node.lifecycle in ACCESS_STATES
+            else None
+        )
         state = {
             "lifecycle": node.lifecycle,
             "allocation_id": grants[0]["allocation_id"] if grants else None,

@@ -217,3 +217,29 @@ def test_drift_on_a_tenants_node_is_reported_to_operators_and_nothing_upgrades_i
     run_allocation_loop()
     assert not NodeAgentAction.objects.filter(node=node, action=AgentAction.UPGRADE).exists()
     assert client.get(f"/api/v1/allocations/{allocation_id}").json()["state"] == "active"
+
+
+def test_an_active_nodes_desired_state_poll_stays_one_statement_and_follows_a_key_change(acme):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from rest_framework.test import APIClient
+
+    from core.api.agent_tokens import mint_agent_token
+
+    _, client = acme
+    first = post(client, "/api/v1/ssh-keys", {"name": "a", "public_key": new_key()}, "k1").json()
+    allocate(client, n=1)
+    agents_report(AgentAction.PROVISION)
+    run_allocation_loop()
+    node = AllocationNode.objects.get().node
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {mint_agent_token(node.pk)}")
+    agent.get("/api/agent/v1/desired-state")  # warms the revocation entry and the access spec
+    with CaptureQueriesContext(connection) as ctx:
+        quiet = agent.get("/api/agent/v1/desired-state")
+    assert len(ctx) == 1, [q["sql"][:80] for q in ctx.captured_queries]
+    assert [k["id"] for k in quiet.json()["access"]["keys"]] == [first["id"]]
+    second = post(client, "/api/v1/ssh-keys", {"name": "b", "public_key": new_key()}, "k2").json()
+    changed = agent.get("/api/agent/v1/desired-state", HTTP_IF_NONE_MATCH=quiet["ETag"])
+    assert changed.status_code == 200
+    assert sorted(k["id"] for k in changed.json()["access"]["keys"]) == sorted([first["id"], second["id"]])
