@@ -14,18 +14,20 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from billing.selectors import current_prices
-from core.api.lookups import uuid_or_404
+from core.api.lookups import parse_uuid, uuid_or_404
 from core.choices import ApiTokenKind, TenantRole
 from core.decorators import operator_required
 from core.errors import DomainError
 from core.models import ApiToken
 from core.services.audit import actor_label
+from fleet.models import SoftwareBaseline
 from health.selectors import affected_tenant_slugs
 
 from .api.serializers import AllocationCreateSerializer, SshKeyCreateSerializer
 from .models import Membership
 from .selectors import (
     allocations_for,
+    images,
     instance_types,
     live_allocations_with_key,
     partitions_for,
@@ -68,6 +70,7 @@ def portal(request):
             "partitions": partitions_for(tenant)[:PORTAL_ROWS],
             "volumes": volumes_for(tenant)[:PORTAL_ROWS],
             "instance_types": instance_types(current_prices()),
+            "images": images(),
             "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
             "form_key": uuid.uuid4(),
         },
@@ -190,6 +193,14 @@ def portal_create_allocation(request):
     key = f"portal:{request.POST.get('form_key', '')}"[:255]
     if allocations_for(membership.tenant).filter(idempotency_key=key).exists():
         return redirect("tenants:portal")
+    wanted = {parse_uuid(v) for v in data.get("volume_ids") or []}
+    volumes = list(volumes_for(membership.tenant).filter(pk__in=[v for v in wanted if v]))
+    image = None
+    if data.get("image"):
+        image = SoftwareBaseline.objects.filter(pk=parse_uuid(data["image"]), golden=True).first()
+    if len(volumes) != len(wanted) or (data.get("image") and image is None):
+        messages.error(request, "No such volume or image; choose from the lists.")
+        return redirect("tenants:portal")
     try:
         allocation = create_allocation(
             tenant=membership.tenant,
@@ -199,6 +210,9 @@ def portal_create_allocation(request):
             fabric=data["fabric"],
             actor=actor_label(request.user),
             idempotency_key=key,
+            login_user=data["user"],
+            image=image,
+            volumes=volumes,
         )
     except DomainError as refusal:
         messages.error(request, refusal.detail)

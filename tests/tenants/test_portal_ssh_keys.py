@@ -79,3 +79,30 @@ def test_the_allocations_page_shows_the_ssh_line_per_ready_node(small_fleet, cli
 
     node = AllocationNode.objects.get().node
     assert f"ssh ubuntu@{node.data_address}" in page and "active" in page and "ready" in page
+
+
+def test_the_portal_request_picks_image_user_and_volumes_and_refuses_another_tenants(
+    small_fleet, client, django_user_model, tenant_a, tenant_b, client_b
+):
+    from devtools.services.demo_software import golden_versions
+    from fleet.models import NodeType
+    from fleet.services.baselines import create_baseline
+    from tenants.models import Allocation, StorageQuota
+
+    node_type = NodeType.objects.get(slug="h100-sxm-8x")
+    image = create_baseline(node_type=node_type, name="g", versions=golden_versions(node_type), actor="t", golden=True)
+    for tenant in (tenant_a, tenant_b):
+        StorageQuota.objects.update_or_create(tenant=tenant, defaults={"max_volumes": 2, "max_gb": 100})
+    theirs = client_b.post(
+        "/api/v1/volumes", {"name": "b", "size_gb": 1}, format="json", HTTP_IDEMPOTENCY_KEY="v"
+    ).json()["id"]
+    login(client, django_user_model, tenant_a)
+    mine = tenant_a.volumes.create(name="data", size_gb=10)
+    assert "data (10 GB)" in client.get("/portal/").content.decode()
+    form = {"name": "w", "instance_type": "h100-sxm-8x", "node_count": 1, "fabric": "isolated", "user": "ml"}
+    refused = client.post("/portal/allocations/", {**form, "volume_ids": [theirs], "form_key": "1"}, follow=True)
+    assert "No such volume" in refused.content.decode() and not Allocation.objects.exists()
+    client.post("/portal/allocations/", {**form, "volume_ids": [str(mine.pk)], "image": str(image.pk), "form_key": "2"})
+    allocation = Allocation.objects.get()
+    assert allocation.login_user == "ml" and allocation.image_id == image.pk
+    assert list(allocation.volumes.values_list("pk", flat=True)) == [mine.pk]
