@@ -89,7 +89,7 @@ def refresh_access(allocations, *, reason: str) -> int:
     the agent applies what desired-state says when it runs it). Returns how many changed."""
     changed = 0
     for allocation in allocations:
-        if allocation.state not in LIVE_STATES:
+        if allocation.state not in LIVE_STATES and allocation.state != AllocationState.PENDING:
             continue
         spec = access_spec(allocation)
         if spec["revision"] == allocation.access_revision:
@@ -97,7 +97,8 @@ def refresh_access(allocations, *, reason: str) -> int:
         Allocation.objects.filter(pk=allocation.pk).update(access_revision=spec["revision"], updated_at=timezone.now())
         allocation.access_revision = spec["revision"]
         changed += 1
-        _queue_sync(allocation, spec["revision"], reason)
+        if allocation.state in LIVE_STATES:  # a pending one has no node yet; placement sends the spec
+            _queue_sync(allocation, spec["revision"], reason)
     return changed
 
 
@@ -115,8 +116,8 @@ def _queue_sync(allocation: Allocation, revision: str, reason: str) -> int:
 
 
 def live_allocations_following(tenant: Tenant, key: SshKey | None = None):
-    """Live allocations whose access includes the tenant's keys (all of them, or `key`)."""
-    qs = Allocation.objects.filter(tenant=tenant, state__in=LIVE_STATES)
+    """Pending and live allocations whose access includes the tenant's keys (all, or `key`)."""
+    qs = Allocation.objects.filter(tenant=tenant, state__in=(AllocationState.PENDING, *LIVE_STATES))
     cond = Q(all_ssh_keys=True)
     if key is not None:
         cond |= Q(ssh_keys=key)
