@@ -258,6 +258,10 @@ class AgentNodeState:
     gpus: int
     has_pending_actions: bool
     memberships: tuple  # (allocation_id, tenant_id, allocation's SKU, its GPUs per node, started_at)
+    # the live allocation's state and access revision (tenants.services.access), read in the
+    # same statement so desired-state finds the tenant's access in the cache without a query
+    allocation_state: str | None = None
+    access_revision: str | None = None
 
 
 def _agent_node_state_sql() -> str:
@@ -275,7 +279,7 @@ def _agent_node_state_sql() -> str:
     return (
         f"SELECT n.lifecycle, n.hostname, t.slug, t.gpus_per_node, "
         f"EXISTS(SELECT 1 FROM {action} x WHERE x.node_id = n.id AND x.state = '{pending}'), "
-        f"m.allocation_id, a.tenant_id, it.slug, it.gpus_per_node, m.started_at "
+        f"m.allocation_id, a.tenant_id, it.slug, it.gpus_per_node, m.started_at, a.state, a.access_revision "
         f"FROM {node} n JOIN {node_type} t ON t.id = n.node_type_id "
         f"LEFT JOIN {membership} m ON m.node_id = n.id AND m.ended_at IS NULL "
         f"LEFT JOIN {allocation} a ON a.id = m.allocation_id "
@@ -306,10 +310,11 @@ def agent_node_state(node_id) -> AgentNodeState | None:
     lifecycle, hostname, sku, gpus, pending = rows[0][:5]
     memberships = tuple(
         (_UUID.to_python(allocation), _UUID.to_python(tenant), slug, per_node, _aware(started))
-        for *_, allocation, tenant, slug, per_node, started in rows
+        for *_, allocation, tenant, slug, per_node, started, _state, _revision in rows
         if allocation is not None
     )
-    return AgentNodeState(lifecycle, hostname, sku, gpus, bool(pending), memberships)
+    state, revision = rows[0][-2:] if memberships else (None, None)
+    return AgentNodeState(lifecycle, hostname, sku, gpus, bool(pending), memberships, state, revision)
 
 
 def metering_grants(node_id, memberships, *, now: datetime) -> list[dict]:

@@ -169,6 +169,7 @@ class AgentAction(models.TextChoices):
     BURN_IN = "burn_in", "Burn-in"
     SANITIZE_DRIVE = "sanitize_drive", "Sanitize drive"
     UPGRADE = "upgrade", "Upgrade software to a baseline"
+    SYNC_ACCESS = "sync_access", "Apply the tenant's access (keys, mounts)"
 
 
 class AgentActionState(models.TextChoices):

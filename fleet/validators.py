@@ -73,3 +73,16 @@ def validate_gpu_uuid(value: str) -> None:
             "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex).",
             code="invalid_gpu_uuid",
         )
+
+
+def validate_node_address(value: str) -> None:
+    """A node's management or data-plane address: one unicast IP a host can be reached at (not
+    loopback, unspecified, multicast, link-local or reserved)."""
+    try:
+        address = ipaddress.ip_address(str(value))
+    except ValueError:
+        raise ValidationError(f"{value!r} is not an IP address (IPv4 or IPv6)") from None
+    if address.is_loopback or address.is_unspecified or address.is_multicast or address.is_link_local:
+        raise ValidationError(f"{value} cannot address a node (loopback, unspecified, multicast or link-local)")
+    if address.is_reserved:
+        raise ValidationError(f"{value} is in a reserved range")

@@ -23,6 +23,7 @@ from typing import Any
 import requests
 
 from . import __version__
+from .access import with_simulated_access
 from .config import AgentConfig
 from .executors import ActionRun, Executor, result, simulated_executors
 from .hardware.base import HardwareBackend
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 ACTION_RESULT_KIND = "action_result"
 HEALTH_REPORT_KIND = "health_report"
 SOFTWARE_KIND = "software_inventory"
+ACCESS_ACTIONS = frozenset({"provision", "sync_access"})
 HEALTH_ACTIONS = frozenset({"dcgm_r1", "dcgm_r2", "dcgm_r3", "dcgm_r4", "burn_in"})
 FINISHED_STATE = "finished_actions"
 RUNNING_STATE = "running_action"
@@ -260,11 +262,23 @@ class Agent:
         log.info("starting action %s (%s)", action["id"], name)
         if executor is None:
             return _Immediate(result("failed", f"this agent has no executor for {name!r}"))
+        params = action.get("params") or {}
+        if name in ACCESS_ACTIONS:
+            params = self._current_access(params)
         try:
-            return executor.start(action.get("params") or {}, now)
+            return executor.start(params, now)
         except Exception as exc:
             log.exception("action %s (%s) could not start", action["id"], name)
             return _Immediate(result("failed", f"could not start: {exc}"))
+
+    def _current_access(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The tenant's access as desired-state says it is now (a key deleted after the work item
+        was queued is not delivered); the work item's own copy when desired-state has none for
+        its allocation."""
+        access = (self.desired or {}).get("access")
+        if isinstance(access, dict) and str(access.get("allocation_id")) == str(params.get("allocation_id")):
+            return {**params, "access": access}
+        return params
 
     def _finish(self, action: dict[str, Any], outcome: dict[str, Any], now: datetime) -> None:
         action_id, name = str(action["id"]), str(action.get("action"))
@@ -501,6 +515,9 @@ def simulated_agent(
     stack = SimulatedStack(random.Random(rng.getrandbits(64)), generation, missing=missing_software)
     executors["upgrade"] = SimulatedUpgrade(stack, random.Random(rng.getrandbits(64)), hardware.wall)
     executors["wipe"] = _Reimaging(executors["wipe"], stack)
+    # seeded from the hostname, not drawn from `rng`: the fleet's shared generator (and so every
+    # later agent's timing) stays what it was before access delivery existed
+    executors = with_simulated_access(executors, hardware, stack, random.Random(f"{hostname}:access"))
     return Agent(
         config=cfg,
         transport=transport,

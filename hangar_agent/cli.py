@@ -11,6 +11,7 @@ import threading
 from datetime import UTC, datetime
 
 from . import __version__
+from .access import with_access, with_simulated_access
 from .agent import Agent
 from .config import AgentConfig, ConfigError, load_config
 from .executors import real_executors, simulated_executors
@@ -63,7 +64,9 @@ def build_agent(config: AgentConfig) -> Agent:
     )
     if config.backend == "nvml":
         hardware = NvmlBackend()
-        executors = real_executors()
+        # provision and sync_access deliver the tenant's access (keys, mounts), checked against
+        # the image the node runs; stop and wipe take it away again
+        executors = with_access(real_executors(), stack=read_host_stack)
         executors["upgrade"] = UpgradeExecutor(config.upgrade_commands)
         software = read_host_stack
     else:
@@ -77,6 +80,7 @@ def build_agent(config: AgentConfig) -> Agent:
         executors = simulated_executors(hardware, random.Random(rng.getrandbits(64)))
         stack = SimulatedStack(random.Random(rng.getrandbits(64)), config.generation)
         executors["upgrade"] = SimulatedUpgrade(stack, random.Random(rng.getrandbits(64)), hardware.wall)
+        executors = with_simulated_access(executors, hardware, stack, random.Random(rng.getrandbits(64)))
         software = stack.components
     return Agent(
         config=config,

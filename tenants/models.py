@@ -49,6 +49,9 @@ class Tenant(BaseModel):
     payment_terms_days = models.PositiveSmallIntegerField(
         default=30, validators=[MaxValueValidator(365)], help_text="days from issue to due date"
     )
+    max_ssh_keys = models.PositiveSmallIntegerField(
+        default=50, validators=[MaxValueValidator(1000)], help_text="SSH public keys the tenant may register"
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -109,6 +112,27 @@ class Allocation(BaseModel):
     state_deadline = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True)
+    # What the tenant gets on every node (tenants.services.access): who logs in, with which keys,
+    # on which image, with which volumes mounted.
+    login_user = models.CharField(max_length=32, default="ubuntu", help_text="the account the tenant's keys open")
+    ssh_keys = models.ManyToManyField("tenants.SshKey", blank=True, related_name="allocations")
+    all_ssh_keys = models.BooleanField(
+        default=True, help_text="follow the tenant's keys (added and deleted keys reach the nodes); else ssh_keys only"
+    )
+    volumes = models.ManyToManyField("tenants.Volume", blank=True, related_name="allocations")
+    image = models.ForeignKey(
+        "fleet.SoftwareBaseline",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="allocations",
+        help_text="the golden baseline the nodes must run",
+    )
+    access_revision = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="digest of the access the nodes should have now (keys, user, image, mounts)",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -140,6 +164,11 @@ class AllocationNode(models.Model):
     )
     wiped_at = models.DateTimeField(
         null=True, blank=True, help_text="when the node was seen wiped after leaving; unwiped nodes are never re-placed"
+    )
+    ready_at = models.DateTimeField(null=True, blank=True, help_text="when the agent reported the node reachable")
+    ready_facts = models.JSONField(default=dict, blank=True, help_text="what the agent checked when it said ready")
+    access_revision = models.CharField(
+        max_length=64, blank=True, help_text="the access revision (keys, user, image, mounts) the agent last confirmed"
     )
 
     class Meta:
@@ -271,3 +300,25 @@ class EmailRecipient(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} mail {self.email}"
+
+
+class SshKey(BaseModel):
+    """A tenant's SSH public key (tenants.ssh_keys parses it; only the canonical public part is kept)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100, validators=[validate_display_text])
+    key_type = models.CharField(max_length=40)
+    bits = models.PositiveIntegerField()
+    public_key = models.TextField(help_text="canonical '<type> <base64>', no options, no comment")
+    fingerprint = models.CharField(max_length=60, help_text="SHA256:… as ssh-keygen -l prints it")
+    idempotency_key = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "fingerprint"], name="tenants_sshkey_unique_per_tenant"),
+        ]
+        indexes = [models.Index(fields=["tenant", "-created_at", "-id"], name="tenants_sshkey_page")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"

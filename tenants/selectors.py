@@ -3,18 +3,21 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.core.cache import cache
 from django.db.models import Count, Prefetch, Sum
 
-from fleet.models import NodeType
+from fleet.models import NodeType, SoftwareBaseline
 from tenants.choices import TERMINAL_ALLOCATION_STATES
 from tenants.models import (
     Allocation,
     AllocationNode,
     FabricPartition,
     Quota,
+    SshKey,
     Tenant,
     Volume,
 )
+from tenants.services.access import LIVE_STATES, access_spec, live_allocations_following
 from tenants.services.placement import placeable_nodes
 
 DEFAULT_CURRENCY = "USD"  # shown for a SKU the price book does not list
@@ -66,11 +69,83 @@ def allocations_for(tenant: Tenant):
         .select_related("node__node_type")
         .order_by("node__hostname")
     )
+    replaced = (
+        AllocationNode.objects.filter(end_reason__startswith="replaced")
+        .select_related("node")
+        .order_by("ended_at", "id")
+    )
     return (
         Allocation.objects.filter(tenant=tenant)
         .select_related("instance_type")
-        .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_members"))
+        .prefetch_related(
+            Prefetch("memberships", queryset=live, to_attr="live_members"),
+            Prefetch("memberships", queryset=replaced, to_attr="replaced_members"),
+            "volumes",
+            "ssh_keys",
+        )
     )
+
+
+def ssh_keys_for(tenant: Tenant):
+    return SshKey.objects.filter(tenant=tenant)
+
+
+def live_allocations_with_key(key: SshKey) -> list[Allocation]:
+    """The live allocations whose nodes carry `key` (what deleting it touches)."""
+    return live_allocations_following(key.tenant, key)
+
+
+@dataclass(frozen=True)
+class Image:
+    id: str
+    name: str
+    instance_type: str
+    versions: dict
+
+
+def images() -> list[Image]:
+    """What a tenant may run: each node type's golden software baseline (OS, driver, CUDA, NCCL,
+    container runtime), named after the type. One query."""
+    return [
+        Image(id=str(b.pk), name=f"{b.node_type.slug} {b.name}", instance_type=b.node_type.slug, versions=b.versions)
+        for b in SoftwareBaseline.objects.filter(golden=True).select_related("node_type").order_by("node_type__slug")
+    ]
+
+
+ACCESS_CACHE_SECONDS = 3600
+
+
+def node_access(allocation_id, *, state: str | None = None, revision: str | None = None) -> dict | None:
+    """The access spec (tenants.services.access) of the allocation a node serves, for its
+    agent's desired-state; None when there is none.
+
+    Every allocated node's agent polls every 10 s: desired-state passes the allocation's state
+    and stored revision it read with the node (billing.selectors.agent_node_state), and the spec
+    comes from the cache under that revision (every change of keys, volumes or image stores a
+    new revision first, so a cached spec is never stale): no query at all on a hit. Without the
+    cache (Redis away) it is built from the database."""
+    if state is None or revision is None:  # the caller did not read them with the node
+        state, revision = Allocation.objects.filter(pk=allocation_id).values_list(
+            "state", "access_revision"
+        ).first() or (None, None)
+    if state not in LIVE_STATES:
+        return None
+    key = f"tenants:access:{allocation_id}:{revision}"
+    try:
+        spec = cache.get(key)
+    except Exception:  # the cache is an optimisation; desired-state must not fail with it
+        spec = None
+    if spec is None:
+        allocation = Allocation.objects.select_related("image").filter(pk=allocation_id).first()
+        if allocation is None:
+            return None
+        spec = access_spec(allocation)
+        if spec["revision"] == revision:
+            try:
+                cache.set(key, spec, ACCESS_CACHE_SECONDS)
+            except Exception:
+                pass
+    return spec
 
 
 def partitions_for(tenant: Tenant):

@@ -14,28 +14,33 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from billing.selectors import current_prices
-from core.api.lookups import uuid_or_404
+from core.api.lookups import parse_uuid, uuid_or_404
 from core.choices import ApiTokenKind, TenantRole
 from core.decorators import operator_required
 from core.errors import DomainError
 from core.models import ApiToken
 from core.outbox import describe_target
 from core.services.audit import actor_label
+from fleet.models import SoftwareBaseline
 from health.selectors import affected_tenant_slugs
 
-from .api.serializers import AllocationCreateSerializer
+from .api.serializers import AllocationCreateSerializer, SshKeyCreateSerializer
 from .models import EmailRecipient, Membership, WebhookEndpoint
 from .notifications import EVENT_TYPES
 from .selectors import (
     allocations_for,
+    images,
     instance_types,
+    live_allocations_with_key,
     partitions_for,
     quota_and_usage,
+    ssh_keys_for,
     tenants_with_usage,
     volumes_for,
 )
 from .services import notification_endpoints as notification_service
 from .services.allocations import create_allocation, request_cancel
+from .services.ssh_keys import create_ssh_key, delete_ssh_key
 
 PORTAL_ROWS = 100
 
@@ -68,6 +73,7 @@ def portal(request):
             "partitions": partitions_for(tenant)[:PORTAL_ROWS],
             "volumes": volumes_for(tenant)[:PORTAL_ROWS],
             "instance_types": instance_types(current_prices()),
+            "images": images(),
             "quota": sorted((gen, quota[gen], usage.get(gen, 0)) for gen in quota),
             "form_key": uuid.uuid4(),
         },
@@ -106,6 +112,75 @@ def portal_tokens(request):
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
+def portal_ssh_keys(request):
+    """The tenant's SSH keys; POST registers one (members and admins)."""
+    membership = _membership(request)
+    can_write = membership.role != TenantRole.VIEWER
+    if request.method == "POST":
+        if not can_write:
+            return HttpResponseForbidden("Viewers may not register SSH keys.")
+        form = SshKeyCreateSerializer(data=request.POST)
+        key = f"portal:{request.POST.get('form_key', '')}"[:255]
+        if not form.is_valid():
+            for field, errors in form.errors.items():
+                messages.error(request, f"{field}: {' '.join(str(e) for e in errors)}")
+        elif not ssh_keys_for(membership.tenant).filter(idempotency_key=key).exists():
+            try:
+                created = create_ssh_key(
+                    tenant=membership.tenant,
+                    name=form.validated_data["name"],
+                    public_key=form.validated_data["public_key"],
+                    actor=actor_label(request.user),
+                    idempotency_key=key,
+                )
+            except DomainError as refusal:
+                messages.error(request, refusal.detail)
+            else:
+                messages.success(request, f"SSH key {created.name} registered ({created.fingerprint}).")
+        return redirect("tenants:portal-ssh-keys")
+    return render(
+        request,
+        "tenants/portal_ssh_keys.html",
+        {
+            "nav": "portal",
+            "portal_nav": "ssh_keys",
+            "tenant": membership.tenant,
+            "can_write": can_write,
+            "keys": ssh_keys_for(membership.tenant)[:PORTAL_ROWS],
+            "form_key": uuid.uuid4(),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def portal_delete_ssh_key(request, pk):
+    """GET: which live allocations the key stops opening; POST: delete it."""
+    membership = _membership(request)
+    if membership.role == TenantRole.VIEWER:
+        return HttpResponseForbidden("Viewers may not delete SSH keys.")
+    key = ssh_keys_for(membership.tenant).filter(pk=uuid_or_404(pk)).first()
+    if key is None:
+        raise Http404("No such SSH key.")
+    if request.method == "GET":
+        return render(
+            request,
+            "tenants/portal_ssh_key_delete.html",
+            {
+                "nav": "portal",
+                "portal_nav": "ssh_keys",
+                "tenant": membership.tenant,
+                "key": key,
+                "allocations": live_allocations_with_key(key),
+            },
+        )
+    delete_ssh_key(key=key, actor=actor_label(request.user))
+    messages.success(request, f"SSH key {key.name} deleted; live nodes drop it within a minute.")
+    return redirect("tenants:portal-ssh-keys")
+
+
+@login_required
 @require_POST
 def portal_create_allocation(request):
     membership = _membership(request)
@@ -121,6 +196,14 @@ def portal_create_allocation(request):
     key = f"portal:{request.POST.get('form_key', '')}"[:255]
     if allocations_for(membership.tenant).filter(idempotency_key=key).exists():
         return redirect("tenants:portal")
+    wanted = {parse_uuid(v) for v in data.get("volume_ids") or []}
+    volumes = list(volumes_for(membership.tenant).filter(pk__in=[v for v in wanted if v]))
+    image = None
+    if data.get("image"):
+        image = SoftwareBaseline.objects.filter(pk=parse_uuid(data["image"]), golden=True).first()
+    if len(volumes) != len(wanted) or (data.get("image") and image is None):
+        messages.error(request, "No such volume or image; choose from the lists.")
+        return redirect("tenants:portal")
     try:
         allocation = create_allocation(
             tenant=membership.tenant,
@@ -130,6 +213,9 @@ def portal_create_allocation(request):
             fabric=data["fabric"],
             actor=actor_label(request.user),
             idempotency_key=key,
+            login_user=data["user"],
+            image=image,
+            volumes=volumes,
         )
     except DomainError as refusal:
         messages.error(request, refusal.detail)

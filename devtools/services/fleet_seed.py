@@ -90,6 +90,8 @@ def seed_fleet(
     air_rack_kw = _feed_kw(AIR_RACK_FEED_AMPS)
 
     with transaction.atomic():
+        # node addresses continue after the sites seeded before (they are unique fleet-wide)
+        address_offset = Node.objects.count()
         site = Site.objects.create(slug=site_slug, name=f"{site_slug.upper()} campus", region="eu-north")
         halls = []
         for h in range(halls_needed):
@@ -171,6 +173,10 @@ def seed_fleet(
                         fabric_domain=fabric,
                         leaf_switch=f"pod{pod + 1:02d}-su{n // NODES_PER_SCALABLE_UNIT + 1:02d}",
                         asset_tag=f"{site.slug.upper()}-AT{global_index + 1:07d}",
+                        # BMCs on 10.64/10, the hosts' management network on 10.128/10, the
+                        # data plane tenants ssh to on 10.192/10 (RFC 1918 space)
+                        management_address=_address(128, address_offset + global_index + 1),
+                        data_address=_address(192, address_offset + global_index + 1),
                         commissioned_on=today - timedelta(days=900 + rng.randint(0, 240)),
                         lifecycle=Lifecycle.AVAILABLE,
                         power_state=PowerState.ON,
@@ -281,3 +287,7 @@ def seed_demo_fleet(stdout) -> None:
         return
     result = seed_fleet(gpus=2048, progress=lambda message: stdout.write(f"  {message}"))
     stdout.write(f"  seeded {result.gpus} GPUs in {result.nodes} nodes")
+
+
+def _address(base: int, index: int) -> str:
+    return f"10.{base + index // 65536}.{(index // 256) % 256}.{index % 256}"

@@ -274,6 +274,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
                     "u_position",
                     "fabric_domain",
                     "leaf_switch",
+                    "management_address",
+                    "data_address",
                     "asset_tag",
                     "commissioned_on",
                     "allocation",
@@ -454,6 +456,8 @@ class NodeAdmin(InventoryFileAdmin, AtScaleAdmin):
                 bmc.mac if bmc else "",
                 node.commissioned_on.isoformat() if node.commissioned_on else "",
                 node.asset_tag,
+                node.management_address or "",
+                node.data_address or "",
             ]
 
     def extra_export_sheets(self, request, queryset):

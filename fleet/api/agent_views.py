@@ -22,11 +22,12 @@ from core.api.throttles import (
     refuse_if_too_many_failed_authentications,
 )
 from core.services.agent_credentials import HandoffRefused, claim_identity_handoff
-from fleet.choices import AgentActionState
+from fleet.choices import AgentActionState, Lifecycle
 from fleet.models import Node, NodeAgentAction
 from fleet.services.agent_results import UnknownAction, record_action_result
 from fleet.services.lifecycle import GONE
 from fleet.services.software_inventory import Component, store_software_inventory
+from tenants.selectors import node_access
 
 from .serializers import ActionResultIn, DesiredStateOut, SoftwareInventoryIn
 
@@ -58,6 +59,10 @@ def _gone(hostname: str, lifecycle: str) -> exceptions.AuthenticationFailed:
     return exceptions.AuthenticationFailed(f"Revoked agent token: {hostname} is {lifecycle}.")
 
 
+# Node states in which the agent holds (or is setting up) the tenant's access.
+ACCESS_STATES = frozenset({Lifecycle.PROVISIONING, Lifecycle.ACTIVE})
+
+
 class DesiredStateView(AgentView):
     @extend_schema(
         responses={200: DesiredStateOut, 304: None},
@@ -79,6 +84,12 @@ class DesiredStateView(AgentView):
             else ()
         )
         grants = metering_grants(node_id, node.memberships, now=timezone.now())
+        # Only a node that serves a tenant now reads its access (public keys, user, image, mounts).
+        access = (
+            node_access(node.memberships[0][0], state=node.allocation_state, revision=node.access_revision)
+            if node.memberships and node.lifecycle in ACCESS_STATES
+            else None
+        )
         state = {
             "lifecycle": node.lifecycle,
             "allocation_id": grants[0]["allocation_id"] if grants else None,
@@ -87,6 +98,7 @@ class DesiredStateView(AgentView):
             "sku": node.sku,
             "gpus": node.gpus,
             "metering_grants": grants,
+            "access": access,
         }
         etag = _etag(state)
         wanted = parse_etags(request.headers.get("If-None-Match", ""))

@@ -61,6 +61,12 @@ class DesiredStateOut(serializers.Serializer):
     sku = serializers.CharField()
     gpus = serializers.IntegerField()
     metering_grants = MeteringGrantOut(many=True, help_text="one per live allocation on this node")
+    access = serializers.DictField(
+        allow_null=True,
+        help_text="the tenant's access while the node serves a live allocation: allocation_id, user, keys "
+        "(public only: id, fingerprint, public_key), image (id, name, versions), mounts (volume_id, path, source, "
+        "fstype, size_gb) and revision; null otherwise",
+    )
 
 
 class NodeActionIn(serializers.Serializer):
@@ -92,6 +98,8 @@ class NodeOut(serializers.Serializer):
     generation = serializers.CharField(source="node_type.generation")
     gpu_count = serializers.IntegerField(source="node_type.gpus_per_node")
     fabric_domain = serializers.CharField(source="fabric_domain.name", allow_null=True, default=None)
+    management_address = serializers.IPAddressField(allow_null=True, help_text="the operators' network")
+    data_address = serializers.IPAddressField(allow_null=True, help_text="what tenants ssh to")
     lifecycle = serializers.CharField()
     target_lifecycle = serializers.CharField()
     state_deadline = serializers.DateTimeField(allow_null=True)

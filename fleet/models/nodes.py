@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Max, Q
+from django.db.models import F, Max, Q
 from django.db.models.functions import Lower
 
 from core.ids import uuid7
@@ -25,7 +25,7 @@ from ..choices import (
     PowerState,
     WallPowerSource,
 )
-from ..validators import validate_gpu_uuid, validate_hostname
+from ..validators import validate_gpu_uuid, validate_hostname, validate_node_address
 from .facility import KW, FabricDomain, Rack, weakest_feed_kw
 
 
@@ -140,6 +140,18 @@ class Node(BaseModel):
     asset_tag = models.CharField(
         max_length=64, blank=True, help_text="the owner's asset tag on the chassis label (searchable from the console)"
     )
+    # Network identities: the operators' management network, and the data-plane address a tenant
+    # connects to (ssh). Unique across the fleet; from enrolment or the admin import.
+    management_address = models.GenericIPAddressField(
+        null=True, blank=True, unique=True, validators=[validate_node_address], help_text="management network address"
+    )
+    data_address = models.GenericIPAddressField(
+        null=True,
+        blank=True,
+        unique=True,
+        validators=[validate_node_address],
+        help_text="data-plane address tenants connect to (ssh)",
+    )
 
     lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, default=Lifecycle.ENROLLED, db_index=True)
     target_lifecycle = models.CharField(max_length=20, choices=Lifecycle.choices, blank=True)
@@ -198,6 +210,13 @@ class Node(BaseModel):
                 fields=["asset_tag"], condition=~Q(asset_tag=""), name="fleet_node_asset_tag_unique"
             ),
             models.CheckConstraint(condition=Q(lifecycle__in=Lifecycle.values), name="fleet_node_lifecycle_valid"),
+            models.CheckConstraint(
+                condition=Q(management_address__isnull=True)
+                | Q(data_address__isnull=True)
+                | ~Q(management_address=F("data_address")),
+                name="fleet_node_addresses_differ",
+                violation_error_message="A node's management and data-plane addresses must differ.",
+            ),
         ]
         indexes = [
             models.Index(fields=["lifecycle", "health", "cordoned"], name="fleet_node_placeable_idx"),

@@ -39,6 +39,11 @@ def record_action_result(
         raise UnknownAction(action_id)
     if row.state != AgentActionState.PENDING:
         return Recorded(row, duplicate=True)
+    if status == AgentActionState.SUCCEEDED and _delivers_access(row) and not _ready(output):
+        # Delivering a tenant's access succeeds only with the agent's word that the node is
+        # reachable and what it checked: a bare "done" (an older agent) is not "ready".
+        status = AgentActionState.FAILED
+        detail = f"{row.action} reported success without the readiness facts (ready, access, facts); {detail}"
     row.state = status
     row.detail = detail[:10_000]
     row.output = output or {}
@@ -48,3 +53,15 @@ def record_action_result(
         # the erase's evidence becomes the drive's NIST SP 800-88 record (retire is gated on it)
         record_sanitization_from_agent(row)
     return Recorded(row, duplicate=False)
+
+
+def _delivers_access(row: NodeAgentAction) -> bool:
+    return row.action == AgentAction.SYNC_ACCESS or (
+        row.action == AgentAction.PROVISION and isinstance(row.params, dict) and bool(row.params.get("access"))
+    )
+
+
+def _ready(output: dict | None) -> bool:
+    output = output if isinstance(output, dict) else {}
+    access = output.get("access")
+    return output.get("ready") is True and isinstance(access, dict) and bool(access.get("revision"))

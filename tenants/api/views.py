@@ -19,16 +19,20 @@ from core.api.schema import (
     READ_ERRORS,
     WRITE_ERRORS,
 )
+from fleet.models import SoftwareBaseline
 from tenants.selectors import (
     allocations_for,
+    images,
     instance_types,
     partitions_for,
     quota_and_usage,
+    ssh_keys_for,
     volumes_for,
 )
 from tenants.services.allocations import create_allocation, request_cancel
 from tenants.services.partitions import PartitionExists, create_partition
-from tenants.services.volumes import create_volume
+from tenants.services.ssh_keys import create_ssh_key, delete_ssh_key
+from tenants.services.volumes import attach_volume, create_volume
 
 from . import serializers as s
 
@@ -105,6 +109,7 @@ class AllocationCollection(TenantView):
 
         def perform():
             data = _valid(s.AllocationCreateSerializer, request.data)
+            keys = data.get("ssh_key_ids")
             allocation = create_allocation(
                 tenant=self.tenant,
                 name=data["name"],
@@ -113,6 +118,10 @@ class AllocationCollection(TenantView):
                 fabric=data["fabric"],
                 actor=request.user.actor,
                 idempotency_key=key,
+                login_user=data["user"],
+                image=_image(data.get("image")),
+                ssh_keys=None if keys is None else _owned(ssh_keys_for(self.tenant), keys, "SSH key", "ssh-keys"),
+                volumes=_owned(volumes_for(self.tenant), data.get("volume_ids") or [], "volume", "volumes"),
             )
             allocation = allocations_for(self.tenant).get(pk=allocation.pk)
             return Response(
@@ -122,6 +131,32 @@ class AllocationCollection(TenantView):
             )
 
         return idempotent_create(request, scope=self.scope, key=key, perform=perform)
+
+
+def _owned(queryset, ids: list[str], what: str, collection: str) -> list:
+    """The caller's own objects with these ids; any other id (another tenant's, unknown, not a
+    UUID) is a 404 that names it, and nothing is created."""
+    wanted = {}
+    for raw in ids:
+        pk = parse_uuid(raw)
+        if pk is None:
+            raise Problem(404, "not_found", f"No such {what}: {raw!r}. GET /api/v1/{collection} lists yours.")
+        wanted[pk] = raw
+    found = {obj.pk: obj for obj in queryset.filter(pk__in=list(wanted))}
+    for pk, raw in wanted.items():
+        if pk not in found:
+            raise Problem(404, "not_found", f"No such {what}: {raw}. GET /api/v1/{collection} lists yours.")
+    return [found[pk] for pk in wanted]
+
+
+def _image(raw: str | None):
+    if not raw:
+        return None
+    pk = parse_uuid(raw)
+    image = SoftwareBaseline.objects.filter(pk=pk, golden=True).first() if pk else None
+    if image is None:
+        raise Problem(404, "not_found", f"No such image: {raw}. GET /api/v1/images lists them.")
+    return image
 
 
 class AllocationDetail(TenantView):
@@ -278,6 +313,103 @@ class VolumeDetail(TenantView):
         if volume is None:
             raise Http404
         return Response(s.VolumeSerializer(volume).data)
+
+
+class AllocationVolumes(TenantView):
+    @extend_schema(
+        operation_id="allocations_volumes_attach",
+        tags=["allocations"],
+        parameters=[OPTIONAL_IDEMPOTENCY_KEY],
+        request=s.VolumeAttachSerializer,
+        responses={200: s.AllocationSerializer, 202: s.AllocationSerializer, **WRITE_ERRORS},
+        description="Attach one of your volumes: every node mounts it (202); already attached: 200.",
+    )
+    def post(self, request, pk):
+        allocation = allocations_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
+        if allocation is None:
+            raise Http404
+        key = read_key(request, required=False)
+
+        def perform():
+            data = _valid(s.VolumeAttachSerializer, request.data)
+            (volume,) = _owned(volumes_for(self.tenant), [data["volume_id"]], "volume", "volumes")
+            attached = attach_volume(allocation=allocation, volume=volume, actor=request.user.actor)
+            fresh = allocations_for(self.tenant).get(pk=allocation.pk)
+            return Response(s.AllocationSerializer(fresh).data, status=202 if attached else 200)
+
+        return idempotent_create(request, scope=self.scope, key=key, perform=perform)
+
+
+class SshKeyCollection(TenantView):
+    @extend_schema(
+        operation_id="ssh_keys_list",
+        tags=["ssh keys"],
+        parameters=PAGE_PARAMETERS,
+        responses={200: s.SshKeyListSerializer, **READ_ERRORS},
+    )
+    def get(self, request):
+        return self.page(ssh_keys_for(self.tenant), s.SshKeySerializer)
+
+    @extend_schema(
+        operation_id="ssh_keys_create",
+        tags=["ssh keys"],
+        parameters=[IDEMPOTENCY_KEY],
+        request=s.SshKeyCreateSerializer,
+        responses={201: s.SshKeySerializer, **WRITE_ERRORS},
+        description="Register a public key (Ed25519, ECDSA, RSA >= 3072 bits); the same key twice is 409.",
+    )
+    def post(self, request):
+        key = read_key(request)
+
+        def perform():
+            data = _valid(s.SshKeyCreateSerializer, request.data)
+            ssh_key = create_ssh_key(
+                tenant=self.tenant,
+                name=data["name"],
+                public_key=data["public_key"],
+                actor=request.user.actor,
+                idempotency_key=key,
+            )
+            return Response(
+                s.SshKeySerializer(ssh_key).data, status=201, headers={"Location": f"/api/v1/ssh-keys/{ssh_key.pk}"}
+            )
+
+        return idempotent_create(request, scope=self.scope, key=key, perform=perform)
+
+
+class SshKeyDetail(TenantView):
+    @extend_schema(
+        operation_id="ssh_keys_retrieve", tags=["ssh keys"], responses={200: s.SshKeySerializer, **READ_ERRORS}
+    )
+    def get(self, request, pk):
+        ssh_key = ssh_keys_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
+        if ssh_key is None:
+            raise Http404
+        return Response(s.SshKeySerializer(ssh_key).data)
+
+    @extend_schema(
+        operation_id="ssh_keys_destroy",
+        tags=["ssh keys"],
+        responses={204: None, **WRITE_ERRORS},
+        description="Delete the key; it leaves every live allocation's nodes within a minute.",
+    )
+    def delete(self, request, pk):
+        ssh_key = ssh_keys_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
+        if ssh_key is None:
+            raise Http404
+        delete_ssh_key(key=ssh_key, actor=request.user.actor)
+        return Response(status=204)
+
+
+class ImageList(TenantView):
+    @extend_schema(
+        operation_id="images_list",
+        tags=["images"],
+        responses={200: s.ImageListSerializer, **READ_ERRORS},
+        description="The images you may choose: each instance type's golden software baseline.",
+    )
+    def get(self, request):
+        return Response({"results": s.ImageSerializer(images(), many=True).data, "next_page_token": None})
 
 
 class CurrentTenant(TenantView):

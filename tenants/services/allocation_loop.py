@@ -40,6 +40,7 @@ from tenants.choices import AllocationNodeRole
 from tenants.choices import AllocationState as S
 from tenants.models import Allocation, AllocationNode
 from tenants.notifications import emit_tenant_event
+from tenants.services.access import cancel_access_syncs, record_confirmations
 from tenants.services.allocations import allocation_event_data, transition_allocation
 from tenants.services.placement import (
     InsufficientCapacity,
@@ -83,6 +84,7 @@ def _live_members(allocation_ids) -> dict:
 
 
 def _release_nodes(allocation: Allocation, members: list[AllocationNode], reason: str) -> None:
+    cancel_access_syncs([m.node_id for m in members], reason)
     nodes = [m.node for m in members if m.node.lifecycle in STOPPABLE_STATES]
     if nodes:
         transition_many(nodes, Lifecycle.RELEASING, actor=ACTOR, action="release", reason=reason)
@@ -142,9 +144,28 @@ def _fail_overdue(result: LoopResult, now) -> None:
             )
         else:
             reason = "provisioning did not finish before its deadline; the nodes were released"
+            why = _unready_reasons(allocation, members[allocation.pk])
+            if why:
+                reason = f"{reason}. Not ready: {why}"
             _release_nodes(allocation, members[allocation.pk], reason)
         transition_allocation(allocation, S.FAILED, actor=ACTOR, failure_reason=reason)
         result.counts["failed"] += 1
+
+
+def _unready_reasons(allocation: Allocation, live: list[AllocationNode]) -> str:
+    """Why the allocation's nodes are not ready: the nodes replaced on the way, and the live
+    ones still waiting (with their last error)."""
+    parts = list(
+        AllocationNode.objects.filter(allocation=allocation, end_reason__startswith="replaced")
+        .order_by("ended_at")
+        .values_list("end_reason", flat=True)[:5]
+    )
+    for m in live:
+        if m.ready_at is None:
+            parts.append(
+                f"{m.node.hostname} {m.node.lifecycle}" + (f" ({m.node.last_error})" if m.node.last_error else "")
+            )
+    return "; ".join(parts)[:1500]
 
 
 def _place_pending(result: LoopResult) -> None:
@@ -172,7 +193,21 @@ def _activate(result: LoopResult) -> None:
     members = _live_members([a.pk for a in candidates])
     for allocation in candidates:
         live = members[allocation.pk]
-        if len(live) < allocation.node_count and allocation.state == S.ACTIVE:
+        unready = [m for m in live if m.node.lifecycle == Lifecycle.PROVISION_FAILED]
+        for m in unready:
+            # A node that could not get ready (its provision failed or missed its deadline) is
+            # replaced like any pulled node; the tenant sees why in `replaced_nodes`.
+            why = m.node.last_error or "provisioning failed"
+            replace_node(
+                allocation=allocation,
+                node=m.node,
+                actor=ACTOR,
+                reason=f"{m.node.hostname} did not get ready: {why}"[:180],
+            )
+            result.counts["replaced_unready"] += 1
+        if unready:
+            continue
+        if len(live) < allocation.node_count:
             _retry_replacement(allocation, allocation.node_count - len(live))
             continue
         if len(live) != allocation.node_count or any(m.node.lifecycle != Lifecycle.ACTIVE for m in live):
@@ -324,6 +359,9 @@ def run_allocation_loop() -> LoopResult:
         _serve_cancels(result)
         _place_pending(result)
         _fail_overdue(result, now)
+        confirmed = record_confirmations()
+        if confirmed:
+            result.counts["access_confirmed"] += confirmed
         _activate(result)
         _serve_drains(result)
         _finish_releases(result, now)
@@ -343,6 +381,7 @@ def replace_node(*, allocation: Allocation, node: Node, actor: str, reason: str)
     )
     if not ended:
         return None
+    cancel_access_syncs([node.pk], f"left allocation {allocation.pk}: {reason}")
     Allocation.objects.filter(pk=allocation.pk).update(degraded=True, updated_at=now)
     record_audit(
         actor=actor,

@@ -9,13 +9,14 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from core.errors import Refused
+from core.errors import Invalid, Refused
 from core.services.audit import record_audit
-from fleet.models import NodeType
+from fleet.models import NodeType, SoftwareBaseline
 from tenants.choices import TERMINAL_ALLOCATION_STATES, FabricMode
 from tenants.choices import AllocationState as S
-from tenants.models import Allocation, Quota, Tenant
+from tenants.models import Allocation, Quota, SshKey, Tenant, Volume
 from tenants.notifications import emit_tenant_event
+from tenants.services.access import current_access
 from tenants.services.placement import InsufficientCapacity, domain_can_hold
 
 ALLOCATION_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -130,11 +131,27 @@ def create_allocation(
     fabric: str,
     actor: str,
     idempotency_key: str = "",
+    login_user: str = "ubuntu",
+    image: SoftwareBaseline | None = None,
+    ssh_keys: list[SshKey] | None = None,
+    volumes: list[Volume] | None = None,
 ) -> Allocation:
     """A pending allocation, after the quota and a capacity check now.
 
+    `ssh_keys` None: every key of the tenant, now and later; a list: exactly those. `image`
+    None: the instance type's golden baseline (if it has one). Keys and volumes must be the
+    tenant's own (callers look them up within the tenant; this guards the invariant itself).
     The tenant row is locked so concurrent creates cannot both squeeze under the quota.
     """
+    if any(k.tenant_id != tenant.pk for k in ssh_keys or ()) or any(v.tenant_id != tenant.pk for v in volumes or ()):
+        raise ValueError("an allocation carries only its own tenant's keys and volumes")
+    if image is None:
+        image = SoftwareBaseline.objects.filter(node_type=instance_type, golden=True).first()
+    elif image.node_type_id != instance_type.pk or not image.golden:
+        raise Invalid(
+            f"image {image.pk} is not offered for {instance_type.slug}; GET /api/v1/images lists each type's image",
+            extra={"errors": [{"field": "image", "message": f"not an image of {instance_type.slug}"}]},
+        )
     Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
     generation = instance_type.generation
     limit = quota_for(tenant, generation)
@@ -157,12 +174,29 @@ def create_allocation(
         fabric=fabric or FabricMode.ISOLATED,
         idempotency_key=idempotency_key,
         state_deadline=timezone.now() + PENDING_TIMEOUT,
+        login_user=login_user,
+        image=image,
+        all_ssh_keys=ssh_keys is None,
     )
+    if ssh_keys:
+        allocation.ssh_keys.set(ssh_keys)
+    if volumes:
+        allocation.volumes.set(volumes)
+    spec = current_access(allocation)
     record_audit(
         actor=actor,
         action="allocation.create",
         target=allocation,
-        after={"instance_type": instance_type.slug, "node_count": node_count, "fabric": allocation.fabric},
+        after={
+            "instance_type": instance_type.slug,
+            "node_count": node_count,
+            "fabric": allocation.fabric,
+            "user": login_user,
+            "image": str(image.pk) if image else None,
+            "ssh_keys": [k["fingerprint"] for k in spec["keys"]],
+            "all_ssh_keys": ssh_keys is None,
+            "volumes": [m["volume_id"] for m in spec["mounts"]],
+        },
     )
     return allocation
 

@@ -44,6 +44,7 @@ from fleet.services.agent_work import request_agent_actions
 from fleet.services.lifecycle import transition_many
 from tenants.choices import AllocationNodeRole, FabricMode
 from tenants.models import Allocation, AllocationNode, FabricPartition, Tenant
+from tenants.services.access import current_access
 from tenants.services.partitions import partition_for_allocation
 
 PLACEABLE_HEALTH = (Health.HEALTHY, Health.DEGRADED)
@@ -336,6 +337,9 @@ def _claim_and_write(
                 "allocation_id": str(allocation.pk),
                 "tenant_id": str(allocation.tenant_id),
                 "partition_key": partition.partition_key if partition else None,
+                # who logs in with which public keys, on which image, with which volumes: the
+                # agent reports ready only once it checked all of it (tenants.services.access)
+                "access": current_access(allocation),
             }
             request_agent_actions(
                 nodes=nodes,

@@ -4,9 +4,17 @@ quota (count and total GB)."""
 from django.db import transaction
 from django.db.models import Count, Sum
 
-from core.errors import Refused
+from core.errors import Conflict, Refused
 from core.services.audit import record_audit
+from tenants.choices import AllocationState
 from tenants.models import FabricPartition, StorageQuota, Tenant, Volume
+from tenants.services.access import LIVE_STATES, refresh_access
+
+MAX_VOLUMES_PER_ALLOCATION = 16
+
+
+class VolumeNotAttachable(Conflict):
+    code = "volume_not_attachable"
 
 
 class StorageQuotaExceeded(Refused):
@@ -65,3 +73,28 @@ def create_volume(
         },
     )
     return volume
+
+
+@transaction.atomic
+def attach_volume(*, allocation, volume: Volume, actor: str) -> bool:
+    """Mount `volume` on every node of a live allocation (the agents get a `sync_access`).
+    Returns False when it was already attached."""
+    if volume.tenant_id != allocation.tenant_id:
+        raise ValueError("a volume can only be attached to its own tenant's allocation")
+    if allocation.state not in LIVE_STATES and allocation.state != AllocationState.PENDING:
+        raise VolumeNotAttachable(
+            f"Allocation {allocation.pk} is {allocation.state}; volumes attach to pending, provisioning or active ones."
+        )
+    if allocation.volumes.filter(pk=volume.pk).exists():
+        return False
+    if allocation.volumes.count() >= MAX_VOLUMES_PER_ALLOCATION:
+        raise VolumeNotAttachable(f"An allocation mounts at most {MAX_VOLUMES_PER_ALLOCATION} volumes.")
+    allocation.volumes.add(volume)
+    record_audit(
+        actor=actor,
+        action="allocation.volume_attached",
+        target=allocation,
+        after={"volume": str(volume.pk), "name": volume.name},
+    )
+    refresh_access([allocation], reason=f"volume {volume.pk} attached")
+    return True

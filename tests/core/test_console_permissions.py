@@ -72,6 +72,8 @@ NOT_OPERATOR_ACTIONS = {
     "tenants:portal-tokens",
     "tenants:portal-notifications",
     "tenants:portal-cancel",
+    "tenants:portal-ssh-keys",
+    "tenants:portal-ssh-key-delete",
     "billing:portal-usage",
     "billing:portal-invoices",
     "billing:portal-invoice-csv",

@@ -40,6 +40,7 @@ def test_desired_state_lists_pending_work_and_the_allocation(node):
         "actions": [{"id": str(wipe.pk), "action": "wipe", "params": {}}],
         "sku": node.node_type.slug,
         "gpus": node.node_type.gpus_per_node,
+        "access": None,  # a node being wiped carries no tenant access
     }
     [grant] = grants  # the live membership's, signed for the ledger
     assert {k: grant[k] for k in ("allocation_id", "tenant_id", "sku", "gpus")} == {

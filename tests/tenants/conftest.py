@@ -38,6 +38,19 @@ def client_b(tenant_b):
     return tenant_client(tenant_b)
 
 
+def ready_output(params: dict) -> dict:
+    """What an agent reports when it delivered an allocation's access (hangar_agent.access)."""
+    access = params.get("access") or {}
+    return {
+        "ready": True,
+        "access": {
+            "allocation_id": params.get("allocation_id"),
+            "revision": access.get("revision") or params.get("revision"),
+        },
+        "facts": {"authorized_keys": [k["fingerprint"] for k in access.get("keys", [])], "simulated": True},
+    }
+
+
 def agent_confirms(action: str, to_states: list[str]) -> int:
     """What the node agents plus the reconciler do: mark pending `action`s succeeded and move
     those nodes through `to_states` with the lifecycle table."""

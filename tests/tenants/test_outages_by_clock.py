@@ -15,6 +15,7 @@ from fleet.services.agent_results import record_action_result
 from fleet.services.reconcile import reconcile_nodes
 from tenants.models import Allocation
 from tenants.services.allocation_loop import run_allocation_loop
+from tests.tenants.conftest import ready_output
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +47,13 @@ def _provision_succeeds(allocation_id):
         state=AgentActionState.PENDING,
         node__allocation_memberships__allocation=allocation_id,
     ):
-        record_action_result(node_id=action.node_id, action_id=action.pk, action=action.action, status="succeeded")
+        record_action_result(
+            node_id=action.node_id,
+            action_id=action.pk,
+            action=action.action,
+            status="succeeded",
+            output=ready_output(action.params),
+        )
 
 
 def test_an_11_minute_broker_outage_fails_nothing_accepted_or_under_way(small_fleet, client_a, server_clock):

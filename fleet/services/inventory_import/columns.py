@@ -204,6 +204,8 @@ SPECS: dict[str, tuple[str, list[Column]]] = {
             Column("bmc_mac", _text),
             Column("commissioned_on", _date),
             Column("asset_tag", _text),  # optional; unique when set (fleet_node_asset_tag_unique)
+            Column("management_address", _text),  # optional; unique across both address columns
+            Column("data_address", _text),  # the address tenants ssh to
         ],
     ),
     "gpus": (

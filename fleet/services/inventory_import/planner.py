@@ -195,6 +195,15 @@ class PlannerBase:
             self.db_node_asset_tags.update(
                 dict(Node.objects.filter(asset_tag__in=chunk).values_list("asset_tag", "hostname"))
             )
+        addresses = sorted(
+            {v.get(c) for _, v, _ in rows.get("nodes", []) for c in ("management_address", "data_address")} - {None}
+        )
+        self.db_node_addresses = {}
+        for chunk in in_chunks(addresses):
+            for column in ("management_address", "data_address"):
+                self.db_node_addresses.update(
+                    dict(Node.objects.filter(**{f"{column}__in": chunk}).values_list(column, "hostname"))
+                )
         uuids = sorted({v.get("uuid") for _, v, _ in rows.get("gpus", [])} - {None})
         self.db_gpu_uuids = {}
         for chunk in in_chunks(uuids):

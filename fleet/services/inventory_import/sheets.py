@@ -120,7 +120,7 @@ class Planner(PlannerBase):
     def nodes(self) -> None:
         self.file_nodes: dict[str, Node] = {}
         placed: dict = defaultdict(list)  # rack key -> [(hostname, u, height, kw)] added by this file
-        seen, seen_serials, seen_tags = {}, {}, {}
+        seen, seen_serials, seen_tags, seen_addresses = {}, {}, {}, {}
         for number, values, raw in self.parsed.get("nodes", []):
             hostname = values.get("hostname")
             if hostname is None:
@@ -129,6 +129,8 @@ class Planner(PlannerBase):
             if self._duplicate("nodes", seen, hostname.lower(), number, "hostname", raw.get("hostname")):
                 continue
             if not self._asset_tag_free(number, hostname, values.get("asset_tag"), seen_tags, raw):
+                continue
+            if not self._addresses_free(number, hostname, values, seen_addresses, raw):
                 continue
             serial = values.get("serial")
             if serial is not None and self._duplicate(
@@ -223,6 +225,39 @@ class Planner(PlannerBase):
                 ok = False
             except AddressRefused as exc:
                 self.error("nodes", number, column, raw.get(column), exc.detail)
+                ok = False
+        return ok
+
+    def _addresses_free(self, number: int, hostname: str, values: dict, seen: dict, raw: dict) -> bool:
+        """A node's management and data-plane addresses are its own: not two rows of this file,
+        not the node's other address, not another node's (either column)."""
+        ok = True
+        for column in ("management_address", "data_address"):
+            address = values.get(column)
+            if address is None:
+                continue
+            other = seen.get(address)
+            if other is not None:
+                self.error(
+                    "nodes",
+                    number,
+                    column,
+                    raw.get(column),
+                    f"address also given as {other[2]} of node {other[1]} on row {other[0]} of this file; "
+                    "every address names one interface of one node.",
+                )
+                ok = False
+                continue
+            seen[address] = (number, hostname, column)
+            owner = self.db_node_addresses.get(address)
+            if owner is not None and owner != hostname:
+                self.error(
+                    "nodes",
+                    number,
+                    column,
+                    raw.get(column),
+                    f"address already belongs to node {owner}; correct it or change {owner}'s first.",
+                )
                 ok = False
         return ok
 
