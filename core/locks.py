@@ -39,6 +39,7 @@ LOCK_NAMES = frozenset(
         "advance_rollouts",
         "bmc_power_sync",
         "ledger_partitions",
+        "page_incidents",
         # Per node (two-key form: this name's high 32 bits, hash of the node id): meter ingest.
         "meter_ingest_node",
     }

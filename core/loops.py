@@ -1,6 +1,9 @@
 """Control loops that `manage.py run_loops` drives on a machine without Celery: (the loop's Celery
 task in core/periodic.py, dotted service callable taking no arguments). Each callable is the same
 service entry point that task calls, and takes its own advisory lock; apps append their loop here.
+The one exception is the outbox's delivery loop (`CLAIMING_LOOPS`): it claims each delivery with a
+conditional update instead, so that several workers deliver side by side and a slow receiver
+never holds a lock while it answers.
 Order matters for `--once`: nodes converge first, then allocations, then health.
 
 The name and interval come from the task's PERIODIC_TASKS row, so a loop is recorded under one
@@ -27,11 +30,16 @@ LOOPS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Loops that run side by side in several workers and claim their rows one by one.
+CLAIMING_LOOPS = frozenset({"core.tasks.deliver_notifications"})
+
+
 @dataclass(frozen=True)
 class ControlLoop:
     name: str  # the metric name, the same as the Celery task's (loop_label)
     callable_path: str
     every_seconds: int
+    exclusive: bool = True  # one worker at a time (its advisory lock); False: claims rows (CLAIMING_LOOPS)
 
 
 def control_loops() -> list[ControlLoop]:
@@ -42,5 +50,5 @@ def control_loops() -> list[ControlLoop]:
     for task, callable_path in LOOPS:
         if not intervals.get(task):
             raise LookupError(f"core/loops.py names {task}, which is no interval task of core/periodic.py")
-        loops.append(ControlLoop(loop_label(task), callable_path, intervals[task]))
+        loops.append(ControlLoop(loop_label(task), callable_path, intervals[task], task not in CLAIMING_LOOPS))
     return loops

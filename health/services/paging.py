@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import Conflict
+from core.locks import advisory_lock
 from core.metrics import PAGES
 from core.outbox import emit
 from core.services.audit import record_audit
@@ -132,8 +133,15 @@ def resolve_page(incident: Incident, *, actor: str, now: datetime | None = None,
 
 
 def page_incidents(now: datetime | None = None) -> dict:
-    """The paging loop: page the unpaged, escalate the unacknowledged, resolve the closed."""
-    now = now or timezone.now()
+    """The paging loop: page the unpaged, escalate the unacknowledged, resolve the closed. One
+    worker at a time (its advisory lock): two workers would page the same incident twice."""
+    with transaction.atomic(), advisory_lock("page_incidents") as held:
+        if not held:
+            return {"skipped": True}
+        return _page_incidents(now or timezone.now())
+
+
+def _page_incidents(now: datetime) -> dict:
     actor = "system:paging"
     paged = escalated = resolved = 0
     for incident in Incident.objects.filter(

@@ -257,7 +257,7 @@ def test_the_agent_is_told_409_for_usage_of_an_archived_month(agent_api, node_id
     ensure_partitions_for({JUNE})
     archive_month(JUNE, actor="test", now=NOW)
     event = make_event(tenant_id=uuid.uuid4(), start=datetime(2025, 6, 30, 23, tzinfo=UTC))
-    with mock.patch("billing.services.ingest.timezone.now", return_value=datetime(2025, 7, 1, tzinfo=UTC)):
+    with mock.patch("billing.services.ingest.clock.now", return_value=datetime(2025, 7, 1, tzinfo=UTC)):
         response = agent_api.post("/api/agent/v1/meter-events", {"events": granted([event], node_id)}, format="json")
     assert response.status_code == 409, response.content
     assert response.json()["code"] == "period_archived" and "restore" in response.json()["detail"]

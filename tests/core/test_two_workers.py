@@ -286,7 +286,9 @@ def test_two_workers_running_every_loop_act_on_nothing_twice(tmp_path):
     for mine in passes:
         assert set(mine) == loop_names
         assert sum(c["ran"] for c in mine.values()) > 0
-    for name in loop_names:  # every loop met a pass of the other worker holding its lock
+    exclusive = {loop.name for loop in control_loops() if loop.exclusive}
+    assert exclusive and exclusive != loop_names  # the outbox's delivery loop claims rows instead
+    for name in exclusive:  # every exclusive loop met a pass of the other worker holding its lock
         assert sum(mine[name]["skipped"] for mine in passes) > 0, f"{name}: the two workers never overlapped"
     for name in loop_names:
         runs = sum(mine[name]["ran"] + mine[name]["skipped"] for mine in passes)
