@@ -18,6 +18,7 @@ from tenants.models import Allocation, Quota, SshKey, Tenant, Volume
 from tenants.notifications import emit_tenant_event
 from tenants.services.access import current_access
 from tenants.services.placement import InsufficientCapacity, domain_can_hold
+from tenants.services.volumes import check_export_partitions
 
 ALLOCATION_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.CANCELLED, S.FAILED}),
@@ -181,6 +182,11 @@ def create_allocation(
     if ssh_keys:
         allocation.ssh_keys.set(ssh_keys)
     if volumes:
+        # Locked so a concurrent delete of one of them waits and then sees this allocation.
+        volumes = list(
+            Volume.objects.select_for_update().select_related("export_partition").filter(pk__in=[v.pk for v in volumes])
+        )
+        check_export_partitions(allocation, volumes)
         allocation.volumes.set(volumes)
     spec = current_access(allocation)
     record_audit(
