@@ -187,6 +187,16 @@ def create_allocation(
             Volume.objects.select_for_update().select_related("export_partition").filter(pk__in=[v.pk for v in volumes])
         )
         check_export_partitions(allocation, volumes)
+        # Its volumes' partition ties it to one fabric domain: say now if that one cannot hold it.
+        partition = next((v.export_partition for v in volumes if v.export_partition_id), None)
+        if partition is not None and not domain_can_hold(
+            instance_type=instance_type, node_count=node_count, fabric_domain_id=partition.fabric_domain_id
+        ):
+            raise InsufficientCapacity(
+                f"Volume partition {partition.name} is in fabric domain {partition.fabric_domain.name}, which has "
+                f"fewer than {node_count} free {instance_type.slug} node(s) now; the allocation must be placed there "
+                "to reach the volume. Ask for fewer nodes, use a volume without an export partition, or retry later."
+            )
         allocation.volumes.set(volumes)
     spec = current_access(allocation)
     record_audit(

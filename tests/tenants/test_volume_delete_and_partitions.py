@@ -195,12 +195,18 @@ def test_a_volume_goes_only_to_an_allocation_in_its_export_partition(acme):
     assert sorted(admin.get(f"/api/v1/allocations/{allocation.pk}").json()["volume_ids"]) == sorted([v_near, v_any])
 
 
-def test_a_pending_allocation_waits_for_its_volumes_domain(acme):
+def test_an_allocation_goes_only_to_its_volumes_domain(acme):
     _, admin = acme
     _, far = partitions(admin)
     v_far = volume(admin, "far", partition=far)
+    # the only H100s are in pod01; the volume's partition is in the empty pod99
     r = allocate(admin, volume_ids=[v_far])
-    assert r.status_code == 202
+    assert r.status_code == 409 and r.json()["code"] == "insufficient_capacity"
+    assert "p-99" in r.json()["detail"] and "dc1-ndr-pod99" in r.json()["detail"]
+    assert not Allocation.objects.exists()
+    # attached while pending (accepted: one partition), it waits for room there
+    pending = allocate(admin).json()["id"]
+    assert post(admin, f"/api/v1/allocations/{pending}/volumes", {"volume_id": v_far}).status_code == 202
     result = run_allocation_loop()
     allocation = Allocation.objects.get()
     # the only H100s are in pod01; the volume's partition is in the empty pod99, so it waits
@@ -250,7 +256,8 @@ def test_cross_tenant_volumes_and_partitions_are_404_and_nothing_is_attached(acm
 )
 def test_creation_is_accepted_exactly_when_the_volumes_fit_one_partition(acme, fabric, exports):
     """Oracle from the docs' rule: no volume exported anywhere, or an isolated allocation whose
-    volumes are exported to at most one partition (sizes 1 to 3, every mix)."""
+    volumes are exported to at most one partition (sizes 1 to 3, every mix); and that partition's
+    domain must hold it now (only "near" is in the pod with H100s)."""
     tenant, admin = acme
     Allocation.objects.all().delete()
     Volume.objects.all().delete()
@@ -260,7 +267,11 @@ def test_creation_is_accepted_exactly_when_the_volumes_fit_one_partition(acme, f
     where = {"near": by_name["p-01"], "far": by_name["p-99"], None: None}
     ids = [volume(admin, f"v{i}", 10, where[e]) for i, e in enumerate(exports)]
     exported = {e for e in exports if e}
-    ok = not exported or (fabric == "isolated" and len(exported) == 1)
+    fits = not exported or (fabric == "isolated" and len(exported) == 1)
+    code = (
+        None if fits and exported != {"far"} else "volume_partition_mismatch" if not fits else "insufficient_capacity"
+    )
     r = allocate(admin, volume_ids=ids, fabric=fabric)
-    assert r.status_code == (202 if ok else 409), r.content
-    assert Allocation.objects.exists() == ok
+    assert r.status_code == (409 if code else 202), r.content
+    assert code is None or r.json()["code"] == code
+    assert Allocation.objects.exists() == (code is None)
