@@ -162,6 +162,8 @@ def delete_volume(*, volume: Volume, actor: str) -> None:
             "name": volume.name,
             "size_gb": volume.size_gb,
             "export_partition": str(volume.export_partition_id) if volume.export_partition_id else None,
+            # ended allocations stop listing it once the row is gone; the audit keeps the link
+            "mounted_by_ended": sorted(str(pk) for pk in volume.allocations.values_list("pk", flat=True)),
         },
         reason=f"deleted with its data; {volume.size_gb} GB of storage quota freed",
     )

@@ -115,6 +115,7 @@ def test_a_mounted_volume_is_refused_naming_the_allocations_until_they_end(acme)
     AllocationNode.objects.update(ended_at=Allocation.objects.get().created_at)
     assert admin.delete(f"/api/v1/volumes/{vid}").status_code == 204
     assert admin.get(f"/api/v1/allocations/{pending.json()['id']}").json()["volume_ids"] == []
+    assert AuditEvent.objects.get(action="volume.delete").before["mounted_by_ended"] == [pending.json()["id"]]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
