@@ -14,6 +14,7 @@ urlpatterns = [
     path("portal/notifications/", views.portal_notifications, name="portal-notifications"),
     path("portal/ssh-keys/", views.portal_ssh_keys, name="portal-ssh-keys"),
     path("portal/ssh-keys/<str:pk>/delete/", views.portal_delete_ssh_key, name="portal-ssh-key-delete"),
+    path("portal/volumes/<str:pk>/delete/", views.portal_delete_volume, name="portal-volume-delete"),
     path("portal/allocations/<str:pk>/cancel/", views.portal_cancel_allocation, name="portal-cancel"),
     path("tenants/", views.tenant_list, name="tenant-list"),
 ]

@@ -41,6 +41,7 @@ from .selectors import (
 from .services import notification_endpoints as notification_service
 from .services.allocations import create_allocation, request_cancel
 from .services.ssh_keys import create_ssh_key, delete_ssh_key
+from .services.volumes import delete_volume
 
 PORTAL_ROWS = 100
 
@@ -69,6 +70,7 @@ def portal(request):
             "portal_nav": "overview",
             "tenant": tenant,
             "can_write": membership.role != TenantRole.VIEWER,
+            "is_admin": membership.role == TenantRole.ADMIN,
             "allocations": allocations_for(tenant)[:PORTAL_ROWS],
             "partitions": partitions_for(tenant)[:PORTAL_ROWS],
             "volumes": volumes_for(tenant)[:PORTAL_ROWS],
@@ -178,6 +180,26 @@ def portal_delete_ssh_key(request, pk):
     delete_ssh_key(key=key, actor=actor_label(request.user))
     messages.success(request, f"SSH key {key.name} deleted; live nodes drop it within a minute.")
     return redirect("tenants:portal-ssh-keys")
+
+
+@login_required
+@require_POST
+def portal_delete_volume(request, pk):
+    """Delete a volume and its data (tenant admins; the button asks first and names it). Refused,
+    naming them, while an allocation that has not ended mounts it."""
+    membership = _membership(request)
+    if membership.role != TenantRole.ADMIN:
+        return HttpResponseForbidden("Only a tenant admin deletes volumes.")
+    volume = volumes_for(membership.tenant).filter(pk=uuid_or_404(pk)).first()
+    if volume is None:
+        raise Http404("No such volume.")
+    try:
+        delete_volume(volume=volume, actor=actor_label(request.user))
+    except DomainError as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Volume {volume.name} deleted with its data; {volume.size_gb} GB of quota freed.")
+    return redirect("tenants:portal")
 
 
 @login_required

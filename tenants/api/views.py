@@ -19,6 +19,7 @@ from core.api.schema import (
     READ_ERRORS,
     WRITE_ERRORS,
 )
+from core.choices import TenantRole
 from fleet.models import SoftwareBaseline
 from tenants.selectors import (
     allocations_for,
@@ -32,7 +33,7 @@ from tenants.selectors import (
 from tenants.services.allocations import create_allocation, request_cancel
 from tenants.services.partitions import PartitionExists, create_partition
 from tenants.services.ssh_keys import create_ssh_key, delete_ssh_key
-from tenants.services.volumes import attach_volume, create_volume
+from tenants.services.volumes import attach_volume, create_volume, delete_volume
 
 from . import serializers as s
 
@@ -313,6 +314,24 @@ class VolumeDetail(TenantView):
         if volume is None:
             raise Http404
         return Response(s.VolumeSerializer(volume).data)
+
+    @extend_schema(
+        operation_id="volumes_destroy",
+        tags=["volumes"],
+        responses={204: None, **WRITE_ERRORS},
+        description=(
+            "Delete the volume and its data for good (tenant admin tokens only); its size leaves your storage "
+            "quota. While an allocation that has not ended mounts it: 409 `volume_attached` naming them."
+        ),
+    )
+    def delete(self, request, pk):
+        volume = volumes_for(self.tenant).filter(pk=uuid_or_404(pk)).first()
+        if volume is None:
+            raise Http404
+        if request.user.role != TenantRole.ADMIN:
+            raise Problem(403, "forbidden", "Only a tenant admin token deletes volumes (their data is gone for good).")
+        delete_volume(volume=volume, actor=request.user.actor)
+        return Response(status=204)
 
 
 class AllocationVolumes(TenantView):

@@ -18,6 +18,7 @@ from tenants.models import Allocation, Quota, SshKey, Tenant, Volume
 from tenants.notifications import emit_tenant_event
 from tenants.services.access import current_access
 from tenants.services.placement import InsufficientCapacity, domain_can_hold
+from tenants.services.volumes import check_export_partitions
 
 ALLOCATION_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.CANCELLED, S.FAILED}),
@@ -181,6 +182,21 @@ def create_allocation(
     if ssh_keys:
         allocation.ssh_keys.set(ssh_keys)
     if volumes:
+        # Locked so a concurrent delete of one of them waits and then sees this allocation.
+        volumes = list(
+            Volume.objects.select_for_update().select_related("export_partition").filter(pk__in=[v.pk for v in volumes])
+        )
+        check_export_partitions(allocation, volumes)
+        # Its volumes' partition ties it to one fabric domain: say now if that one cannot hold it.
+        partition = next((v.export_partition for v in volumes if v.export_partition_id), None)
+        if partition is not None and not domain_can_hold(
+            instance_type=instance_type, node_count=node_count, fabric_domain_id=partition.fabric_domain_id
+        ):
+            raise InsufficientCapacity(
+                f"Volume partition {partition.name} is in fabric domain {partition.fabric_domain.name}, which has "
+                f"fewer than {node_count} free {instance_type.slug} node(s) now; the allocation must be placed there "
+                "to reach the volume. Ask for fewer nodes, use a volume without an export partition, or retry later."
+            )
         allocation.volumes.set(volumes)
     spec = current_access(allocation)
     record_audit(

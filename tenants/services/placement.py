@@ -363,7 +363,29 @@ def _claim_and_write(
 
 
 def place_allocation(allocation: Allocation, *, actor: str = "system:allocation-loop") -> list[Node]:
-    """Place a pending allocation on `node_count` nodes of its instance type in one domain."""
-    return claim_nodes(
-        allocation=allocation, instance_type=allocation.instance_type, node_count=allocation.node_count, actor=actor
-    )
+    """Place a pending allocation on `node_count` nodes of its instance type in one domain. An
+    isolated allocation mounting a volume exported to a partition goes only to that partition's
+    domain (there it gets that partition: a tenant has one per domain), so its nodes can reach
+    the volume (tenants.services.volumes.check_export_partitions keeps the volumes in one)."""
+    domain_id = None
+    if allocation.fabric == FabricMode.ISOLATED:
+        domain_id = (
+            FabricPartition.objects.filter(volumes__allocations=allocation)
+            .values_list("fabric_domain_id", flat=True)
+            .first()
+        )
+    try:
+        return claim_nodes(
+            allocation=allocation,
+            instance_type=allocation.instance_type,
+            node_count=allocation.node_count,
+            actor=actor,
+            fabric_domain_id=domain_id,
+        )
+    except InsufficientCapacity as short:
+        if domain_id is None:
+            raise
+        raise InsufficientCapacity(
+            f"{short.detail}; its volumes are exported to a partition of one fabric domain, so it waits for "
+            "free nodes there"
+        ) from None

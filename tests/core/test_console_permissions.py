@@ -74,6 +74,7 @@ NOT_OPERATOR_ACTIONS = {
     "tenants:portal-cancel",
     "tenants:portal-ssh-keys",
     "tenants:portal-ssh-key-delete",
+    "tenants:portal-volume-delete",
     "billing:portal-usage",
     "billing:portal-invoices",
     "billing:portal-invoice-csv",
