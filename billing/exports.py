@@ -1,5 +1,10 @@
 """Invoices as CSV for the tenant API and the portal: one row per line, then a total row,
-with every cell that a spreadsheet could read as a formula written as text."""
+with every cell that a spreadsheet could read as a formula written as text.
+
+Every amount in the CSV is before tax, and it says so: the `tax_included` column is `no` on
+every row, and the total row's description is "Total excluding tax". Tax, credit notes and the
+balance due are on the invoice page, its PDF and the API (`total_including_tax`, `balance_due`).
+"""
 
 import csv
 import io
@@ -28,7 +33,9 @@ CSV_HEADER = (
     "currency",
     "note",
     "reference",
+    "tax_included",  # "no": every amount here is before tax
 )
+TOTAL_DESCRIPTION = "Total excluding tax (the net of the lines; tax is on the invoice page, PDF and API)"
 
 
 def _when(moment) -> str:
@@ -66,6 +73,7 @@ def invoice_csv(invoice) -> str:
                     invoice.currency,
                     line.note,
                     line.reference,
+                    "no",
                 )
             )
         )
@@ -73,6 +81,8 @@ def invoice_csv(invoice) -> str:
         "invoice": label,
         "status": invoice.status,
         "kind": "total",
+        "description": TOTAL_DESCRIPTION,
+        "tax_included": "no",
         "period": format_period(invoice.period),
         "amount": invoice.total,
         "currency": invoice.currency,

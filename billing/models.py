@@ -228,6 +228,16 @@ class Invoice(models.Model):
     # of rate or terms never changes an issued invoice (drafts show the profile's current values).
     tax_rate_percent = ExactDecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
     due_on = models.DateField(null=True, blank=True, help_text="issue date + the tenant's payment terms")
+    # The parties as they were when the invoice was finalized (seller from settings, bill-to from
+    # the tenant's billing profile), so a later change of address never rewrites an issued
+    # invoice. Null on drafts and on invoices finalized before these columns existed: those show
+    # the current values and say so.
+    seller_name = models.CharField(max_length=200, null=True, blank=True)
+    seller_address = models.TextField(null=True, blank=True, help_text="one line per line")
+    seller_tax_id = models.CharField(max_length=64, null=True, blank=True)
+    bill_to_name = models.CharField(max_length=200, null=True, blank=True)
+    bill_to_address = models.TextField(null=True, blank=True, help_text="one line per line")
+    bill_to_tax_id = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         ordering = ["-period", "tenant_id"]

@@ -1,6 +1,8 @@
 """An invoice as a finance team reads it: who it is billed to, when it was issued and is due,
 charges, credits, subtotal, tax and the total due. Pure: built from the invoice (with its lines)
-and the tenant's billing profile; the page, the PDF and tests share it.
+and the tenant's billing profile; the page, the PDF and tests share it. The seller and bill-to
+are the ones frozen on the invoice when it was finalized; a draft (and an invoice finalized
+before they were recorded) shows today's settings and profile, and says so.
 
 The ledger's `Invoice.total` is the net of all lines (charges less credits). Tax is that net ×
 the rate frozen on the invoice when it was finalized (a draft shows the tenant's current rate),
@@ -67,6 +69,13 @@ class InvoiceStatement:
     credit_notes: list = field(default_factory=list)  # the CreditNotes issued against it, oldest first
     credited: Decimal = Decimal("0.00")  # what they give back, tax included
     balance_due: Decimal = Decimal("0.00")  # total due less credited
+    # seller and bill-to as recorded at finalization; False: today's settings and billing profile
+    # (a draft, or an invoice finalized before the parties were recorded)
+    parties_frozen: bool = False
+
+
+def _lines(text: str | None) -> list[str]:
+    return [row.strip() for row in (text or "").splitlines() if row.strip()]
 
 
 def _is_credit(line: InvoiceLine) -> bool:
@@ -100,11 +109,22 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
         due_on = issued_on + timedelta(days=terms)
     notes = sorted(invoice.credit_notes.all(), key=lambda note: (note.issued_at, note.number))
     credited = sum((note.total_including_tax for note in notes), Decimal("0.00"))
-    name = (tenant.legal_name or tenant.name) if tenant else str(invoice.tenant_id)
-    address = [row.strip() for row in (tenant.billing_address if tenant else "").splitlines() if row.strip()]
+    parties_frozen = invoice.seller_name is not None
+    if parties_frozen:  # as they were when it was finalized
+        bill_to = BillTo(
+            name=invoice.bill_to_name or "",
+            address_lines=_lines(invoice.bill_to_address),
+            tax_id=invoice.bill_to_tax_id or "",
+        )
+        issuer = Seller(invoice.seller_name, _lines(invoice.seller_address), invoice.seller_tax_id or "")
+    else:  # a draft, or finalized before the parties were recorded: as they are today
+        name = (tenant.legal_name or tenant.name) if tenant else str(invoice.tenant_id)
+        address = _lines(tenant.billing_address if tenant else "")
+        bill_to = BillTo(name=name, address_lines=address, tax_id=tenant.tax_id if tenant else "")
+        issuer = seller()
     return InvoiceStatement(
         invoice=invoice,
-        bill_to=BillTo(name=name, address_lines=address, tax_id=tenant.tax_id if tenant else ""),
+        bill_to=bill_to,
         issued_on=issued_on,
         due_on=due_on,
         charges=charges,
@@ -116,7 +136,8 @@ def invoice_statement(invoice: Invoice, tenant) -> InvoiceStatement:
         tax=tax,
         total_due=net + tax,
         rate_is_provisional=not frozen,
-        seller=seller(),
+        seller=issuer,
+        parties_frozen=parties_frozen,
         credit_notes=notes,
         credited=credited,
         balance_due=net + tax - credited,

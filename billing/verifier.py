@@ -58,6 +58,20 @@ from billing.models import (
 )
 
 LEDGER = "ledger"
+ENERGY_SKU = "energy-facility-kwh"  # docs/billing.md: the price book's row for facility kWh
+HOUR = timedelta(hours=1)
+
+
+def _whole_hour(moment: datetime) -> bool:
+    return moment == moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _next_whole_hour(moment: datetime) -> datetime:
+    """The first whole hour at or after `moment`: the first hour a price change applies to."""
+    floor = moment.replace(minute=0, second=0, microsecond=0)
+    return floor if floor == moment else floor + HOUR
+
+
 CENT = Decimal("0.01")
 US_PER_HOUR = Decimal(3_600_000_000)
 ONE_US = timedelta(microseconds=1)
@@ -519,6 +533,7 @@ class Verifier:
             for tenant, invoice in found.items():
                 if tenant not in expected:
                     self._compare(invoice, [], lines[invoice.pk], run)
+        self._check_energy_hours(invoices, lines)
         self._check_tiling()
         self._check_late_disputes()
         self._check_credit_notes(lines)
@@ -592,6 +607,64 @@ class Verifier:
                 rows=f"run {run.pk}: {run.period:%Y-%m} ids ≤ {run.watermark}, late ids {run.prior_watermark}..{run.watermark}",
             )
         )
+
+    def _check_energy_hours(self, invoices, lines) -> None:
+        """Energy is priced by the hour ("an hour's energy is priced by the price-book version in
+        force at the hour's start"): every energy line covers whole hours, its price row is the
+        energy row of the version in force at the start of each hour it covers, and no hour of a
+        tenant's month is on two energy lines of its live invoices."""
+        hours_of: dict = defaultdict(list)  # (tenant, month, group) → [(start, end, invoice, line)]
+        for invoice in invoices:
+            run = self.runs.get(invoice.billing_run_id)  # energy is carried over on a re-issue
+            prices = self.book(run.finished_at if run is not None else invoice.created_at)
+            # drafts are checked on their own; finalized invoices of a month together
+            group = invoice.pk if invoice.status != InvoiceStatus.FINALIZED else "finalized"
+            for line in lines[invoice.pk]:
+                if line.kind != LineKind.ENERGY:
+                    continue
+                name, tenant = self._name(invoice), str(invoice.tenant_id)
+                if line.start is None or line.end is None or not (_whole_hour(line.start) and _whole_hour(line.end)):
+                    self.report.differences.append(
+                        Difference(
+                            f"energy line {line.position} does not cover whole hours",
+                            name,
+                            tenant,
+                            found=f"{line.start} – {line.end}",
+                        )
+                    )
+                    continue
+                hour_starts = [line.start] + [
+                    _next_whole_hour(c) for c in prices.changes if line.start < _next_whole_hour(c) < line.end
+                ]
+                for hour in hour_starts:
+                    version = prices.version_at(hour)
+                    row = prices.row(ENERGY_SKU, version) if version is not None else None
+                    if row != (line.price_version, line.unit_price):
+                        self.report.differences.append(
+                            Difference(
+                                f"energy line {line.position}: the hour from {hour:%Y-%m-%d %H:%M} is not priced "
+                                "by the version in force at its start",
+                                name,
+                                tenant,
+                                expected=f"version {row[0]} at {row[1]}" if row else "no energy price",
+                                found=f"version {line.price_version} at {line.unit_price}",
+                            )
+                        )
+                        break
+                hours_of[(tenant, line.usage_period, group)].append((line.start, line.end, name, line.position))
+        for (tenant, month, _), spans in hours_of.items():
+            spans.sort()
+            for (_, end, name, position), (start, _, other, other_position) in zip(spans, spans[1:], strict=False):
+                if start < end:
+                    self.report.differences.append(
+                        Difference(
+                            f"energy of {month:%Y-%m} from {start:%Y-%m-%d %H:%M} billed twice",
+                            other,
+                            tenant,
+                            expected="each hour on one energy line",
+                            found=f"{name} line {position} and {other} line {other_position}",
+                        )
+                    )
 
     def _check_tiling(self) -> None:
         """Finalized runs' late ranges follow one another: no gap, no overlap."""

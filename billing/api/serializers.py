@@ -106,6 +106,12 @@ class CreditNoteSerializer(serializers.Serializer):
     lines = CreditNoteLineSerializer(many=True, source="lines.all")
 
 
+class PartySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    address_lines = serializers.ListField(child=serializers.CharField())
+    tax_id = serializers.CharField()
+
+
 class InvoiceSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     number = serializers.CharField(allow_null=True)
@@ -135,8 +141,28 @@ class InvoiceSerializer(serializers.Serializer):
     total_including_tax = serializers.SerializerMethodField(help_text="total_excluding_tax + tax: the PDF's total due")
     credited = serializers.SerializerMethodField(help_text="what its credit notes give back, tax included")
     balance_due = serializers.SerializerMethodField(help_text="total_including_tax − credited")
+    seller = serializers.SerializerMethodField(help_text="who issues it (frozen at finalization)")
+    bill_to = serializers.SerializerMethodField(help_text="who it is billed to (frozen at finalization)")
+    parties_frozen = serializers.SerializerMethodField(
+        help_text="true: seller and bill_to as recorded when it was finalized; false: as they are today "
+        "(a draft, or an invoice finalized before they were recorded)",
+    )
     lines = InvoiceLineSerializer(many=True, source="lines.all")
     credit_notes = CreditNoteSerializer(many=True, source="credit_notes.all")
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_parties_frozen(self, invoice) -> bool:
+        return invoice.seller_name is not None
+
+    @extend_schema_field(PartySerializer)
+    def get_seller(self, invoice) -> dict:
+        party = self._statement(invoice).seller
+        return {"name": party.name, "address_lines": list(party.address_lines), "tax_id": party.tax_id}
+
+    @extend_schema_field(PartySerializer)
+    def get_bill_to(self, invoice) -> dict:
+        party = self._statement(invoice).bill_to
+        return {"name": party.name, "address_lines": list(party.address_lines), "tax_id": party.tax_id}
 
     def _statement(self, invoice):
         from billing.statement import invoice_statement

@@ -20,7 +20,15 @@ from billing.models import BillingRun, CreditNote, CreditNoteLine, Invoice, Invo
 from billing.notifications import credit_note_issued, invoices_finalized
 from billing.services.credits import require_operator
 from billing.services.rating import PriceBook, RatedLine, rate_period
-from billing.services.runs import BillingRunError, cutoff_of, issue_terms, line_rows, number_documents
+from billing.services.runs import (
+    PARTY_FIELDS,
+    BillingRunError,
+    cutoff_of,
+    issue_parties,
+    issue_terms,
+    line_rows,
+    number_documents,
+)
 from core.locks import advisory_lock
 from core.services.audit import record_audit
 
@@ -264,9 +272,21 @@ def reissue_invoice(*, by, invoice_id, reason: str) -> Invoice:
         # The re-issue keeps the original's tax rate (same usage, same terms); it is due anew.
         rate, new.due_on = issue_terms([old.tenant_id], now)[old.tenant_id]
         new.tax_rate_percent = old.tax_rate_percent if old.tax_rate_percent is not None else rate
+        # A re-issue is a new document: it names the parties as they are now (a corrected
+        # address is the usual reason to re-issue), frozen from here on like any invoice's.
+        for name, value in issue_parties([old.tenant_id])[old.tenant_id].items():
+            setattr(new, name, value)
         new.save(
             using=LEDGER,
-            update_fields=["number", "status", "finalized_at", "updated_at", "tax_rate_percent", "due_on"],
+            update_fields=[
+                "number",
+                "status",
+                "finalized_at",
+                "updated_at",
+                "tax_rate_percent",
+                "due_on",
+                *PARTY_FIELDS,
+            ],
         )
         invoices_finalized([(new.pk, new.tenant_id, new.number, new.period, new.total, new.due_on)])
     record_audit(

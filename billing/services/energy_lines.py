@@ -10,12 +10,15 @@ the operator would have to fold each site's PUE into the price, and two sites wi
 PUEs could not share one price row.
 
 The kWh come from the control plane's hourly energy (tenants.energy), not from the ledger (see
-docs/power.md for why). A month is rated per price-book version in force (a price change inside
-the month splits the line), each allocation's facility kWh rounded to 0.001 kWh as the usage
-report shows it; amount = quantity × unit price, half-even to the cent.
+docs/power.md for why). Energy is metered by the hour, so the hour is the unit that is priced:
+an hour's energy is priced by the price-book version in force at the hour's start. A price
+change inside the month splits the line at the first whole hour at or after the change (a
+change at 12:30 leaves the 12:00 hour at the old price and starts the new one at 13:00), so
+each hour is on exactly one line. Quantities are rounded to 0.001 kWh as the usage report shows
+them; amount = quantity × unit price, half-even to the cent.
 """
 
-from datetime import date
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from billing.models import LineKind, Unit
@@ -25,6 +28,21 @@ from tenants.energy import allocation_energy, tenants_with_energy
 
 ENERGY_SKU = "energy-facility-kwh"  # the price book's energy row: price per facility kWh
 KWH_PLACES = Decimal("0.001")
+HOUR = timedelta(hours=1)
+
+
+def hour_ceiling(moment: datetime) -> datetime:
+    """The first whole hour at or after `moment` (the first hour a price change applies to)."""
+    floor = moment.replace(minute=0, second=0, microsecond=0)
+    return floor if floor == moment else floor + HOUR
+
+
+def hour_spans(book: PriceBook, start: datetime, end: datetime) -> list[tuple[datetime, datetime, int | None]]:
+    """[start, end) (whole hours) cut into (lo, hi, version) by whole hours: each hour belongs to
+    the span of the version in force at its start. Two changes inside one hour leave the hour
+    with the version in force at its start; the empty span between is dropped."""
+    spans = [(hour_ceiling(lo), hour_ceiling(hi), version) for lo, hi, version in book.spans(start, end)]
+    return [(lo, hi, version) for lo, hi, version in spans if lo < hi]
 
 
 def energy_line_amount(facility_kwh: Decimal, unit_price: Decimal) -> Decimal:
@@ -37,7 +55,7 @@ def energy_lines(*, period: date, book: PriceBook, tenant_ids=None) -> dict:
     start, end = period_start(period), period_end(period)
     spans = [
         (lo, hi, price)
-        for lo, hi, version in book.spans(start, end)
+        for lo, hi, version in hour_spans(book, start, end)
         if version is not None and (price := book.price(ENERGY_SKU, version)) is not None
     ]
     if not spans:

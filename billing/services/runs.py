@@ -55,7 +55,7 @@ from billing.services.rating import (
     tally_usage,
     usage_scope,
 )
-from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS
+from billing.statement import DEFAULT_PAYMENT_TERMS_DAYS, seller
 from core import clock
 from core.bulk import copy_values, update_values
 from core.collector import collector_paused
@@ -300,11 +300,15 @@ def _finalize(written: list[WrittenInvoice], period: date, issuer: str, now: dat
     if not written:
         return
     terms = issue_terms({invoice.tenant_id for invoice in written}, now)
+    parties = issue_parties({invoice.tenant_id for invoice in written})
     numbers = number_documents(issuer, len(written))
     update_values(
         Invoice,
-        ["number", "tax_rate_percent", "due_on"],
-        [(w.id, number, *terms[w.tenant_id]) for w, number in zip(written, numbers, strict=True)],
+        ["number", "tax_rate_percent", "due_on", *PARTY_FIELDS],
+        [
+            (w.id, number, *terms[w.tenant_id], *(parties[w.tenant_id][f] for f in PARTY_FIELDS))
+            for w, number in zip(written, numbers, strict=True)
+        ],
         shared={"status": InvoiceStatus.FINALIZED, "finalized_at": now, "updated_at": now, "issuer": issuer},
         using=LEDGER,
     )
@@ -330,6 +334,34 @@ def _finalize(written: list[WrittenInvoice], period: date, issuer: str, now: dat
             for w, number in zip(written, numbers, strict=True)
         ]
     )
+
+
+PARTY_FIELDS = ("seller_name", "seller_address", "seller_tax_id", "bill_to_name", "bill_to_address", "bill_to_tax_id")
+
+
+def issue_parties(tenant_ids) -> dict:
+    """tenant id → {Invoice field: value} of the seller (settings) and the bill-to (the tenant's
+    billing profile) as they are now, frozen onto its invoices at issue so a later change of
+    address or tax id never rewrites an issued invoice. A tenant the control plane does not
+    know is billed to its id, as the document shows it."""
+    issuer = seller()
+    ours = {
+        "seller_name": issuer.name,
+        "seller_address": "\n".join(issuer.address_lines),
+        "seller_tax_id": issuer.tax_id,
+    }
+    profiles = {
+        pk: (legal_name or name, address, tax_id)
+        for pk, legal_name, name, address, tax_id in Tenant.objects.filter(pk__in=set(tenant_ids)).values_list(
+            "pk", "legal_name", "name", "billing_address", "tax_id"
+        )
+    }
+    out = {}
+    for tenant_id in tenant_ids:
+        name, address, tax_id = profiles.get(tenant_id, (str(tenant_id), "", ""))
+        lines = [row.strip() for row in address.splitlines() if row.strip()]
+        out[tenant_id] = {**ours, "bill_to_name": name, "bill_to_address": "\n".join(lines), "bill_to_tax_id": tax_id}
+    return out
 
 
 def issue_terms(tenant_ids, now: datetime) -> dict:

@@ -2,6 +2,7 @@
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import connections
@@ -79,7 +80,7 @@ def test_invoices_list_detail_csv(acme_api, tenants, ingest):
     csv = acme_api.get(f"/api/v1/invoices/{invoice['id']}.csv")
     assert csv.status_code == 200 and csv["Content-Type"].startswith("text/csv")
     rows = csv.content.decode().strip().splitlines()
-    assert rows[0].startswith("invoice,status,period") and rows[-1].endswith(",0.94,USD,,")
+    assert rows[0].startswith("invoice,status,period") and rows[-1].endswith(",0.94,USD,,,no")
 
 
 def test_another_tenants_invoice_is_404(acme_api, globex_api, tenants, ingest):
@@ -141,3 +142,24 @@ def test_ops_billing_runs(ops_api, acme_api, tenants, ingest):
     future = ops_api.post(url, {"period": "2999-01", "finalize": True}, format="json", HTTP_IDEMPOTENCY_KEY="k4")
     assert future.status_code == 409 and future.json()["code"] == "period_open"
     assert acme_api.post(url, {"period": "2026-09"}, format="json", HTTP_IDEMPOTENCY_KEY="k5").status_code == 403
+
+
+def test_the_invoice_csv_says_its_total_excludes_tax(acme_api, tenants, ingest):
+    """Issue 40, finding 10: the CSV's total was the net before tax while the PDF's "Total due"
+    includes it, and nothing in the CSV said which."""
+    import csv as csv_module
+    import io
+
+    tenants[0].tax_rate_percent = Decimal("19.00")
+    tenants[0].save()
+    _bill(ingest, tenants[0])
+    invoice = acme_api.get("/api/v1/invoices").json()["results"][0]
+    body = acme_api.get(f"/api/v1/invoices/{invoice['id']}.csv").content.decode()
+    rows = list(csv_module.DictReader(io.StringIO(body)))
+    assert "tax_included" in body.splitlines()[0].split(",")
+    assert {row["tax_included"] for row in rows} == {"no"}
+    total = rows[-1]
+    assert total["kind"] == "total" and total["description"].startswith("Total excluding tax")
+    # the same figure as the API's total_excluding_tax, not its total_including_tax
+    assert total["amount"] == invoice["total_excluding_tax"] == "0.94"
+    assert invoice["total_including_tax"] == "1.12"  # 0.94 + 19 % (0.1786 → 0.18)

@@ -1,12 +1,16 @@
 """The pass-through energy line: priced when the price book has an energy price (per facility
 kWh), informational otherwise; worked numbers, a mid-month price change, and cross-tenant checks."""
 
+import os
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.test import Client
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from billing.models import Invoice, PriceBookEntry
 from billing.services.energy_lines import ENERGY_SKU
@@ -197,3 +201,123 @@ def test_estimated_energy_is_labelled_as_estimated(ingest, metered_node, tenants
     run_billing(period=SEPT, finalize=False, actor="test")
     [line] = _invoice(acme).lines.filter(kind="energy")
     assert "estimated" in line.note and "energy counters" not in line.note
+
+
+def test_a_price_change_inside_an_hour_bills_that_hour_once_at_the_price_at_its_start(ingest, metered_node, tenants):
+    """Issue 40, finding 5: a price change at 12:30 billed the 12:00 hour twice. An hour's energy is
+    priced by the version in force at the hour's start; the change applies from the next hour."""
+    acme, _ = tenants
+    # 10:00–12:00 at 8 kW (12.640 facility kWh an hour); the price goes 0.10 → 0.20 at 11:30
+    _acme_hour_at_8_kw(ingest, metered_node, acme, hours=2)
+    _energy_price("0.10", datetime(2026, 1, 1, tzinfo=UTC), version=2)
+    _energy_price("0.20", T0 + timedelta(hours=1, minutes=30), version=3)
+    run_billing(period=SEPT, finalize=False, actor="test")
+    energy = [line for line in _invoice(acme).lines.all() if line.kind == "energy"]
+    # both hours started before 11:30: 25.280 kWh × 0.10 = 2.528 → 2.53 (not 2.53 + 12.640 × 0.20)
+    assert [(e.quantity, e.unit_price, e.amount) for e in energy] == [
+        (Decimal("25.280"), Decimal("0.10"), Decimal("2.53"))
+    ]
+    assert energy[0].end == T0 + timedelta(hours=2)  # the 0.20 span starts at 12:00, with no energy in it
+
+
+def test_a_price_change_inside_the_first_hour_moves_the_next_hour_only(ingest, metered_node, tenants):
+    acme, _ = tenants
+    _acme_hour_at_8_kw(ingest, metered_node, acme, hours=2)
+    _energy_price("0.10", datetime(2026, 1, 1, tzinfo=UTC), version=2)
+    _energy_price("0.20", T0 + timedelta(minutes=30), version=3)  # 10:30: the 11:00 hour is at 0.20
+    run_billing(period=SEPT, finalize=True, actor="test")
+    energy = [line for line in _invoice(acme).lines.all() if line.kind == "energy"]
+    assert [(e.quantity, e.unit_price, e.amount, e.start, e.end) for e in energy] == [
+        (
+            Decimal("12.640"),
+            Decimal("0.10"),
+            Decimal("1.26"),
+            datetime(2026, 9, 1, tzinfo=UTC),
+            T0 + timedelta(hours=1),
+        ),
+        (
+            Decimal("12.640"),
+            Decimal("0.20"),
+            Decimal("2.53"),
+            T0 + timedelta(hours=1),
+            datetime(2026, 10, 1, tzinfo=UTC),
+        ),
+    ]
+
+
+@pytest.mark.unverified
+def test_the_verifier_finds_an_hour_billed_twice_and_an_hour_at_the_wrong_price(ingest, metered_node, tenants):
+    from billing.models import InvoiceLine
+    from billing.verifier import verify_billing
+
+    acme, _ = tenants
+    _acme_hour_at_8_kw(ingest, metered_node, acme, hours=2)
+    _energy_price("0.10", datetime(2026, 1, 1, tzinfo=UTC), version=2)
+    _energy_price("0.20", T0 + timedelta(hours=1), version=3)
+    run_billing(period=SEPT, finalize=False, actor="test")
+    first, second = [line for line in _invoice(acme).lines.all() if line.kind == "energy"]
+    assert verify_billing().ok
+    # the old behaviour: the second line reaching back into the 10:00 hour
+    InvoiceLine.objects.filter(pk=second.pk).update(start=T0)
+    whats = [d.what for d in verify_billing().differences]
+    assert any("billed twice" in w for w in whats)
+    assert any("not priced by the version in force at its start" in w for w in whats)  # 10:00 was at 0.10
+    # a line that does not start on a whole hour
+    InvoiceLine.objects.filter(pk=second.pk).update(start=T0 + timedelta(minutes=90))
+    assert any("does not cover whole hours" in d.what for d in verify_billing().differences)
+
+
+class _Rollback(Exception):
+    pass
+
+
+@settings(
+    max_examples=40 if os.environ.get("HYPOTHESIS_PROFILE") == "ci" else 8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    changes=st.lists(
+        # price changes anywhere from two hours before to two hours after three metered hours, to the
+        # second: on the hour, inside an hour, two inside one hour
+        st.integers(min_value=-2 * 3600, max_value=5 * 3600),
+        min_size=1,
+        max_size=3,
+        unique=True,
+    ),
+    finalize=st.booleans(),
+)
+@example(changes=[5400], finalize=False)  # the issue's case: a change half-way through an hour
+@example(changes=[1800, 2700], finalize=True)  # two changes inside one hour
+def test_for_any_price_change_instants_each_metered_kwh_is_billed_exactly_once(
+    ingest, metered_node, tenants, changes, finalize
+):
+    """Metamorphic: wherever the price changes, the energy lines' kWh add up to the metered kWh
+    (3 h × 8 kW IT × PUE 1.58 = 37.920 facility kWh), each line's hours at the price in force at
+    their start (the verifier, run here, checks the prices and that no hour is on two lines)."""
+    from billing.verifier import verify_billing
+
+    acme, _ = tenants
+    prices = [Decimal("0.10"), Decimal("0.20"), Decimal("0.35"), Decimal("0.05")]
+    try:
+        with transaction.atomic(using="ledger"), transaction.atomic():
+            _acme_hour_at_8_kw(ingest, metered_node, acme, hours=3)
+            _energy_price(str(prices[0]), datetime(2026, 1, 1, tzinfo=UTC), version=2)
+            instants = sorted(T0 + timedelta(seconds=s) for s in changes)
+            for i, moment in enumerate(instants):
+                _energy_price(str(prices[i + 1]), moment, version=3 + i)
+            run_billing(period=SEPT, finalize=finalize, actor="test")
+            energy = [line for line in _invoice(acme).lines.all() if line.kind == "energy"]
+            assert sum(e.quantity for e in energy) == 3 * 8 * PUE == Decimal("37.920")
+
+            def price_at(hour):  # the hand rule: the price in force at the hour's start
+                return ([prices[0]] + [prices[i + 1] for i, m in enumerate(instants) if m <= hour])[-1]
+
+            hours = [T0 + timedelta(hours=h) for h in range(3)]
+            expected = sum(8 * PUE * price_at(h) for h in hours)
+            assert sum(e.quantity * e.unit_price for e in energy) == expected
+            report = verify_billing()
+            assert report.ok, [str(d) for d in report.differences]
+            raise _Rollback
+    except _Rollback:
+        pass

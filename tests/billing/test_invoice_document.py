@@ -117,3 +117,122 @@ def _issued_other(ingest, tenant) -> Invoice:
     ingest([make_event(tenant_id=tenant.pk, start=datetime(2026, 10, 3, tzinfo=UTC), seconds=3600)])
     run_billing(period=date(2026, 10, 1), finalize=False, actor="test", now=NOW)
     return Invoice.objects.get(tenant_id=tenant.pk, period=date(2026, 10, 1))
+
+
+def _move_house(tenant, settings):
+    """The tenant moves and renames, and the seller moves too, after the invoice was issued."""
+    tenant.legal_name, tenant.tax_id = "Acme Research AG", "CHE-999.999.999"
+    tenant.billing_address = "Bahnhofstrasse 9\n8001 Zürich\nSwitzerland"
+    tenant.save()
+    settings.BILLING_SELLER_NAME = "Hangar Cloud (new) Ltd"
+    settings.BILLING_SELLER_ADDRESS = "2 New Road|London"
+    settings.BILLING_SELLER_TAX_ID = "GB000000000"
+
+
+@pytest.fixture
+def seller_then(settings):
+    settings.BILLING_SELLER_NAME = "Hangar Cloud Ltd"
+    settings.BILLING_SELLER_ADDRESS = "1 Old Street|London EC1"
+    settings.BILLING_SELLER_TAX_ID = "GB123456789"
+    return settings
+
+
+def test_a_later_address_change_does_not_change_an_issued_invoice(
+    finance, tenants, ingest, operator_user, seller_then, acme_api
+):
+    """Issue 40, finding 10: the seller and bill-to were read from settings and the tenant's profile
+    whenever the invoice was shown, so an address change rewrote past invoices."""
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    assert (invoice.bill_to_name, invoice.bill_to_address, invoice.bill_to_tax_id) == (
+        "Acme Research GmbH",
+        "Hauptstraße 1\n10115 Berlin\nGermany",
+        "DE123456789",
+    )
+    assert (invoice.seller_name, invoice.seller_address, invoice.seller_tax_id) == (
+        "Hangar Cloud Ltd",
+        "1 Old Street\nLondon EC1",
+        "GB123456789",
+    )
+    _move_house(tenants[0], seller_then)
+    page = _text(finance.get(f"/portal/invoices/{invoice.pk}/").content.decode())
+    assert "Acme Research GmbH Hauptstraße 1 10115 Berlin Germany" in page and "Tax id: DE123456789" in page
+    assert "Hangar Cloud Ltd 1 Old Street London EC1 Tax id: GB123456789" in page
+    assert "Zürich" not in page and "New Road" not in page
+    assert "Seller and bill-to as recorded when the invoice was issued." in page
+    body = acme_api.get(f"/api/v1/invoices/{invoice.pk}").json()
+    assert body["parties_frozen"] is True
+    assert body["bill_to"] == {
+        "name": "Acme Research GmbH",
+        "address_lines": ["Hauptstraße 1", "10115 Berlin", "Germany"],
+        "tax_id": "DE123456789",
+    }
+    assert body["seller"] == {
+        "name": "Hangar Cloud Ltd",
+        "address_lines": ["1 Old Street", "London EC1"],
+        "tax_id": "GB123456789",
+    }
+    # the PDF renders the same statement (billing/_invoice_document.html) as the page
+    from billing.statement import invoice_statement
+
+    statement = invoice_statement(Invoice.objects.get(pk=invoice.pk), tenants[0])
+    assert statement.bill_to.name == "Acme Research GmbH" and statement.seller.tax_id == "GB123456789"
+
+
+def test_the_database_refuses_to_rewrite_an_issued_invoices_parties(tenants, ingest, operator_user, seller_then):
+    from django.db import DatabaseError, transaction
+
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    for field in ("bill_to_address", "seller_name"):
+        with pytest.raises(DatabaseError), transaction.atomic(using="ledger"):
+            Invoice.objects.filter(pk=invoice.pk).update(**{field: "rewritten"})
+    assert Invoice.objects.get(pk=invoice.pk).bill_to_name == "Acme"  # no legal name: the name
+
+
+def test_a_draft_shows_todays_parties_and_says_they_are_fixed_at_issue(finance, tenants, ingest, seller_then, acme_api):
+    ingest([make_event(tenant_id=tenants[0].pk, start=datetime(2026, 9, 3, tzinfo=UTC), seconds=3600)])
+    run_billing(period=SEP, finalize=False, actor="test", now=NOW)
+    invoice = Invoice.objects.get(tenant_id=tenants[0].pk, period=SEP)
+    assert invoice.seller_name is None and invoice.bill_to_name is None
+    _move_house(tenants[0], seller_then)
+    page = _text(finance.get(f"/portal/invoices/{invoice.pk}/").content.decode())
+    assert "Acme Research AG Bahnhofstrasse 9 8001 Zürich Switzerland" in page and "Hangar Cloud (new) Ltd" in page
+    assert "Seller and bill-to as they are today; fixed when the invoice is issued." in page
+    assert acme_api.get(f"/api/v1/invoices/{invoice.pk}").json()["parties_frozen"] is False
+
+
+def test_an_invoice_issued_before_parties_were_recorded_shows_todays_and_says_so(
+    finance, tenants, ingest, operator_user, seller_then, monkeypatch
+):
+    import billing.services.runs as runs
+
+    # as finalized before migration 0016: no parties on the row
+    monkeypatch.setattr(
+        runs, "issue_parties", lambda tenant_ids: {t: dict.fromkeys(runs.PARTY_FIELDS) for t in tenant_ids}
+    )
+    invoice = _issued_september(ingest, tenants[0], operator_user)
+    assert invoice.status == "finalized" and invoice.seller_name is None
+    page = _text(finance.get(f"/portal/invoices/{invoice.pk}/").content.decode())
+    assert "Acme Research GmbH" in page and "Hangar Cloud Ltd" in page
+    assert "this invoice was issued before they were recorded on it" in page
+
+
+def test_a_reissue_names_the_parties_as_they_are_now(finance, tenants, ingest, operator_user, seller_then, ops_api):
+    import uuid
+
+    old = _issued_september(ingest, tenants[0], operator_user)
+    _move_house(tenants[0], seller_then)
+    response = ops_api.post(
+        f"/api/v1/ops/invoices/{old.pk}/reissue",
+        {"reason": "the tenant moved"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()),
+    )
+    assert response.status_code == 201, response.json()
+    new = Invoice.objects.get(pk=response.json()["id"])
+    assert (new.bill_to_name, new.bill_to_address, new.seller_name) == (
+        "Acme Research AG",
+        "Bahnhofstrasse 9\n8001 Zürich\nSwitzerland",
+        "Hangar Cloud (new) Ltd",
+    )
+    old.refresh_from_db()  # the void original keeps what it was issued with
+    assert (old.status, old.bill_to_name, old.seller_name) == ("void", "Acme Research GmbH", "Hangar Cloud Ltd")
