@@ -381,6 +381,9 @@ if not 1 <= NOTIFY_RETENTION_DAYS <= 3650 or not NOTIFY_RETENTION_DAYS <= NOTIFY
         "NOTIFY_RETENTION_DAYS must lie in 1..3650 and NOTIFY_DEAD_RETENTION_DAYS between it and 3650 "
         f"(got {NOTIFY_RETENTION_DAYS} and {NOTIFY_DEAD_RETENTION_DAYS})."
     )
+# PagerDuty V3 webhook subscriptions' signing secrets (comma-separated: two during a rotation).
+# Empty: the inbound endpoint /api/v1/hooks/pagerduty refuses everything (docs/notifications.md).
+PAGERDUTY_WEBHOOK_SECRETS = tuple(s for s in env.list("PAGERDUTY_WEBHOOK_SECRETS", default=[]) if s)
 # Webhook receivers (paging webhooks, PagerDuty's URL, tenants' endpoints) must be globally
 # routable, over HTTPS; private ranges an operator lists here are allowed too (`+http` for plain
 # HTTP). Loopback, link-local and the control plane's own addresses stay refused.
