@@ -368,6 +368,22 @@ NOTIFY_MAX_ATTEMPTS = env.int("NOTIFY_MAX_ATTEMPTS", default=5)
 NOTIFY_BACKOFF_BASE_S = env.int("NOTIFY_BACKOFF_BASE_S", default=30)
 NOTIFY_BACKOFF_CAP_S = env.int("NOTIFY_BACKOFF_CAP_S", default=3600)
 NOTIFY_HTTP_TIMEOUT_S = env.float("NOTIFY_HTTP_TIMEOUT_S", default=10.0)
+# Retention: an event whose deliveries all went out (replays included) is purged this many days
+# after its last delivery; one with a dead-lettered delivery is kept until an operator retries it
+# or it is NOTIFY_DEAD_RETENTION_DAYS old (core.outbox.purge_expired, hourly, in batches). A dedup
+# key is remembered as long as its event is kept.
+NOTIFY_RETENTION_DAYS = env.int("NOTIFY_RETENTION_DAYS", default=30)
+NOTIFY_DEAD_RETENTION_DAYS = env.int("NOTIFY_DEAD_RETENTION_DAYS", default=90)
+if not 1 <= NOTIFY_RETENTION_DAYS <= 3650 or not NOTIFY_RETENTION_DAYS <= NOTIFY_DEAD_RETENTION_DAYS <= 3650:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "NOTIFY_RETENTION_DAYS must lie in 1..3650 and NOTIFY_DEAD_RETENTION_DAYS between it and 3650 "
+        f"(got {NOTIFY_RETENTION_DAYS} and {NOTIFY_DEAD_RETENTION_DAYS})."
+    )
+# PagerDuty V3 webhook subscriptions' signing secrets (comma-separated: two during a rotation).
+# Empty: the inbound endpoint /api/v1/hooks/pagerduty refuses everything (docs/notifications.md).
+PAGERDUTY_WEBHOOK_SECRETS = tuple(s for s in env.list("PAGERDUTY_WEBHOOK_SECRETS", default=[]) if s)
 # Webhook receivers (paging webhooks, PagerDuty's URL, tenants' endpoints) must be globally
 # routable, over HTTPS; private ranges an operator lists here are allowed too (`+http` for plain
 # HTTP). Loopback, link-local and the control plane's own addresses stay refused.

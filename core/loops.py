@@ -27,6 +27,7 @@ LOOPS: tuple[tuple[str, str], ...] = (
     ("billing.tasks.ensure_ledger_partitions", "billing.services.ledger_partitions.ensure_usage_partitions"),
     ("health.tasks.page_incidents", "health.services.paging.page_incidents"),
     ("core.tasks.deliver_notifications", "core.outbox.deliver_due"),
+    ("core.tasks.purge_notifications", "core.outbox.purge_expired"),
 )
 
 

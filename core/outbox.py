@@ -19,6 +19,12 @@ doubling, at most NOTIFY_BACKOFF_CAP_S) until NOTIFY_MAX_ATTEMPTS, then the deli
 *dead-lettered*; an operator may retry it (`retry_delivery`). A refusal that no retry can fix
 (a removed endpoint, an address the guard refuses) is dead at once. A delivered one may be
 replayed (`replay_delivery`): a new delivery of the same event, identical body.
+
+Retention (`purge_expired`, the periodic task `core.tasks.purge_notifications`): an event whose
+deliveries all went out is purged, with its deliveries and attempt log, NOTIFY_RETENTION_DAYS
+after it was written and its last delivery; one with a dead-lettered delivery is kept for
+NOTIFY_DEAD_RETENTION_DAYS (an operator's retry makes it pending, hence kept); a pending one never.
+Batched, so a big table is never one DELETE; each pass is audited as counts.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from core.choices import DeliveryState
 from core.errors import Conflict
 from core.models import DeliveryAttempt, OutboxDelivery, OutboxEvent
-from core.services.audit import record_audit
+from core.services.audit import record_audit, record_audit_about
 
 logger = logging.getLogger(__name__)
 
@@ -255,3 +262,65 @@ def replay_delivery(delivery: OutboxDelivery, *, actor: str, now: datetime | Non
     )
     record_audit(actor=actor, action="delivery.replay", target=replay, after={"replay_of": str(delivery.pk)})
     return replay
+
+
+PURGE_BATCH = 500  # events per DELETE round (their deliveries and attempts with them)
+PURGE_MAX_BATCHES = 40  # per pass: a backlog is worked off over several passes, never one long one
+
+
+def purgeable(now: datetime):
+    """Events past retention: written before the window, nothing pending, no delivery made or
+    delivered inside the window (a recent replay keeps its event), and a dead-lettered delivery
+    only past the longer dead-letter retention."""
+    kept = now - timedelta(days=settings.NOTIFY_RETENTION_DAYS)
+    dead_kept = now - timedelta(days=settings.NOTIFY_DEAD_RETENTION_DAYS)
+    deliveries = OutboxDelivery.objects.filter(event=OuterRef("pk"))
+    return (
+        OutboxEvent.objects.filter(created_at__lt=kept)
+        .exclude(Exists(deliveries.filter(state=DeliveryState.PENDING)))
+        .exclude(Exists(deliveries.filter(Q(created_at__gte=kept) | Q(delivered_at__gte=kept))))
+        .exclude(Q(created_at__gte=dead_kept) & Exists(deliveries.filter(state=DeliveryState.DEAD)))
+    )
+
+
+def _delete_deliveries(event_ids: list) -> int:
+    """Replays first, then what they replayed (leaves of the replay chains each round), so no row
+    is ever left pointing at a deleted one."""
+    deleted = 0
+    rows = OutboxDelivery.objects.filter(event_id__in=event_ids)
+    while True:
+        leaves = rows.exclude(Exists(OutboxDelivery.objects.filter(replay_of=OuterRef("pk"))))
+        count = leaves.delete()[0]
+        deleted += count
+        if not count:
+            return deleted
+
+
+def purge_expired(
+    *, now: datetime | None = None, batch: int = PURGE_BATCH, max_batches: int = PURGE_MAX_BATCHES
+) -> dict:
+    """Delete what retention no longer keeps, oldest first, `batch` events per transaction."""
+    now = now or timezone.now()
+    counts = {"events": 0, "deliveries": 0, "attempts": 0}
+    for _ in range(max_batches):
+        with transaction.atomic():
+            ids = list(purgeable(now).order_by("created_at", "id").values_list("pk", flat=True)[:batch])
+            if not ids:
+                break
+            counts["attempts"] += DeliveryAttempt.objects.filter(delivery__event_id__in=ids).delete()[0]
+            counts["deliveries"] += _delete_deliveries(ids)
+            counts["events"] += OutboxEvent.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < batch:
+            break
+    if counts["events"]:
+        record_audit_about(
+            actor="system:retention",
+            action="outbox.purge",
+            object_type=OutboxEvent._meta.label_lower,
+            after={
+                **counts,
+                "retention_days": settings.NOTIFY_RETENTION_DAYS,
+                "dead_retention_days": settings.NOTIFY_DEAD_RETENTION_DAYS,
+            },
+        )
+    return counts

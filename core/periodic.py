@@ -28,6 +28,10 @@ PERIODIC_TASKS: tuple[PeriodicSpec, ...] = (
     PeriodicSpec("bmc power sync", "fleet.tasks.bmc_power_sync", every_seconds=60, expires_seconds=50),
     # The notification outbox: pages, webhooks and e-mails that are due (docs/notifications.md).
     PeriodicSpec("deliver notifications", "core.tasks.deliver_notifications", every_seconds=10, expires_seconds=10),
+    # ... and their retention: delivered events purged after NOTIFY_RETENTION_DAYS, in batches.
+    PeriodicSpec(
+        "purge delivered notifications", "core.tasks.purge_notifications", every_seconds=3600, expires_seconds=3000
+    ),
     # Paging follows the incidents: page, escalate an unacknowledged page, resolve.
     PeriodicSpec("incident paging", "health.tasks.page_incidents", every_seconds=30, expires_seconds=30),
     PeriodicSpec("health sweep", "health.tasks.health_sweep", every_seconds=30, expires_seconds=30),

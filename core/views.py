@@ -1,6 +1,7 @@
 """Core's console pages: sign-in (where each kind of user lands) and the search every page's
 header box submits to (docs/search.md)."""
 
+from django.conf import settings
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -102,7 +103,15 @@ def notifications(request):
     return render(
         request,
         "core/notifications.html",
-        {"nav": "notifications", "rows": rows, "state": state, "states": DeliveryState.choices, "dead": dead},
+        {
+            "nav": "notifications",
+            "rows": rows,
+            "state": state,
+            "states": DeliveryState.choices,
+            "dead": dead,
+            "retention_days": settings.NOTIFY_RETENTION_DAYS,
+            "dead_retention_days": settings.NOTIFY_DEAD_RETENTION_DAYS,
+        },
     )
 
 

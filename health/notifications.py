@@ -4,7 +4,7 @@ channel sends one (registered with core.outbox from HealthConfig.ready()).
 Routing: `incident.trigger` → the enabled primary channels whose minimum severity the incident
 reaches; `incident.escalate` → the one escalation channel named in the event; acknowledge and
 resolve → every channel that was paged (triggered or escalated) for the incident, so a tool is
-never told to resolve what it never heard of; `paging.test` → the channel tested.
+never told to resolve what it never heard of, except PagerDuty when the change came from it; `paging.test` → the channel tested.
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ def route_operator_events(event: OutboxEvent):
             channel__in=PAGING_CHANNELS,
             replay_of__isnull=True,
         ).values_list("channel", "target")
-        return list(dict.fromkeys(paged))
+        # An acknowledgement or resolution that came from PagerDuty is not echoed back to it.
+        echo = "paging-pagerduty" if payload.get("origin") == "pagerduty" else None
+        return [destination for destination in dict.fromkeys(paged) if destination[0] != echo]
     return []
 
 

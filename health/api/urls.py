@@ -2,9 +2,10 @@
 
 from core.api.routes import api_route
 
-from . import agent_views, views
+from . import agent_views, hooks, views
 
-urlpatterns: list = []
+# Inbound webhooks of paging tools (signed; no bearer token): /api/v1/hooks/...
+urlpatterns: list = [api_route("hooks/pagerduty", hooks.PagerDutyWebhook.as_view(), "hooks-pagerduty")]
 
 ops_urlpatterns = [
     api_route("incidents", views.incident_list, "ops-incident-list"),

@@ -6,7 +6,8 @@ that pages it); the primary channels whose minimum severity it reaches receive i
 nobody acknowledges within an escalation channel's `escalate_after_minutes` is sent to that
 channel too (`incident.escalate`). Acknowledging (in the console, the API or PagerDuty) sends
 `incident.acknowledge`; resolving, or the incident closing, sends `incident.resolve`, to every
-channel that was paged for it. `page_incidents` is the level-triggered loop that does all of
+channel that was paged for it (but the tool it came from: `origin="pagerduty"` is not echoed back
+to PagerDuty, health.services.pagerduty_inbound). `page_incidents` is the level-triggered loop that does all of
 this for incidents opened or closed by any path (every 30 s), so no path can forget to page.
 """
 
@@ -93,7 +94,9 @@ def page_incident(incident: Incident, *, now: datetime, actor: str) -> bool:
 
 
 @transaction.atomic
-def acknowledge_page(incident: Incident, *, actor: str, now: datetime | None = None, via: str = "Hangar") -> Incident:
+def acknowledge_page(
+    incident: Incident, *, actor: str, now: datetime | None = None, via: str = "Hangar", origin: str = ""
+) -> Incident:
     """On-call has it: stops the escalation; the paging tools are told (acknowledge)."""
     now = now or timezone.now()
     incident = Incident.objects.select_for_update().get(pk=incident.pk)
@@ -109,12 +112,14 @@ def acknowledge_page(incident: Incident, *, actor: str, now: datetime | None = N
         incident=incident, at=now, step=IncidentStep.NOTE, actor=actor, detail=f"page acknowledged in {via}"
     )
     record_audit(actor=actor, action="incident.acknowledge", target=incident, after={"via": via})
-    _emit(incident, "acknowledge", now=now, extra={"acknowledged_by": actor})
+    _emit(incident, "acknowledge", now=now, extra={"acknowledged_by": actor, "origin": origin})
     return incident
 
 
 @transaction.atomic
-def resolve_page(incident: Incident, *, actor: str, now: datetime | None = None, via: str = "Hangar") -> Incident:
+def resolve_page(
+    incident: Incident, *, actor: str, now: datetime | None = None, via: str = "Hangar", origin: str = ""
+) -> Incident:
     """The page is over (the incident closed, or on-call resolved it): the paging tools are told."""
     now = now or timezone.now()
     incident = Incident.objects.select_for_update().get(pk=incident.pk)
@@ -128,7 +133,7 @@ def resolve_page(incident: Incident, *, actor: str, now: datetime | None = None,
         incident=incident, at=now, step=IncidentStep.NOTE, actor=actor, detail=f"page resolved in {via}"
     )
     record_audit(actor=actor, action="incident.resolve_page", target=incident, after={"via": via})
-    _emit(incident, "resolve", now=now)
+    _emit(incident, "resolve", now=now, extra={"origin": origin})
     return incident
 
 

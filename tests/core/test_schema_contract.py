@@ -96,5 +96,6 @@ def test_every_collection_with_a_post_has_a_get_list(schema):
 
 
 def _is_action(path: str) -> bool:
-    """A verb on one object (…/{id}/apply, /actions, /reissue) or an ingest endpoint, not a collection."""
-    return "{" in path or path.startswith("/api/agent/")
+    """A verb on one object (…/{id}/apply, /actions, /reissue), an ingest endpoint or an inbound
+    hook (a paging tool's webhook), not a collection."""
+    return "{" in path or path.startswith(("/api/agent/", "/api/v1/hooks/"))
