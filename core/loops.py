@@ -1,9 +1,9 @@
 """Control loops that `manage.py run_loops` drives on a machine without Celery: (the loop's Celery
 task in core/periodic.py, dotted service callable taking no arguments). Each callable is the same
 service entry point that task calls, and takes its own advisory lock; apps append their loop here.
-The one exception is the outbox's delivery loop (`CLAIMING_LOOPS`): it claims each delivery with a
-conditional update instead, so that several workers deliver side by side and a slow receiver
-never holds a lock while it answers.
+The exceptions are the outbox's two loops (`CONCURRENT_LOOPS`), which several workers may run at
+once: delivery claims each delivery with a conditional update (so a slow receiver never holds a
+lock while it answers), and the retention purge deletes by id, which two passes cannot do twice.
 Order matters for `--once`: nodes converge first, then allocations, then health.
 
 The name and interval come from the task's PERIODIC_TASKS row, so a loop is recorded under one
@@ -31,8 +31,8 @@ LOOPS: tuple[tuple[str, str], ...] = (
 )
 
 
-# Loops that run side by side in several workers and claim their rows one by one.
-CLAIMING_LOOPS = frozenset({"core.tasks.deliver_notifications"})
+# Loops that run side by side in several workers: each row is claimed, or deleted once, by itself.
+CONCURRENT_LOOPS = frozenset({"core.tasks.deliver_notifications", "core.tasks.purge_notifications"})
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ControlLoop:
     name: str  # the metric name, the same as the Celery task's (loop_label)
     callable_path: str
     every_seconds: int
-    exclusive: bool = True  # one worker at a time (its advisory lock); False: claims rows (CLAIMING_LOOPS)
+    exclusive: bool = True  # one worker at a time (its advisory lock); False: safe side by side (CONCURRENT_LOOPS)
 
 
 def control_loops() -> list[ControlLoop]:
@@ -51,5 +51,5 @@ def control_loops() -> list[ControlLoop]:
     for task, callable_path in LOOPS:
         if not intervals.get(task):
             raise LookupError(f"core/loops.py names {task}, which is no interval task of core/periodic.py")
-        loops.append(ControlLoop(loop_label(task), callable_path, intervals[task], task not in CLAIMING_LOOPS))
+        loops.append(ControlLoop(loop_label(task), callable_path, intervals[task], task not in CONCURRENT_LOOPS))
     return loops

@@ -287,7 +287,7 @@ def test_two_workers_running_every_loop_act_on_nothing_twice(tmp_path):
         assert set(mine) == loop_names
         assert sum(c["ran"] for c in mine.values()) > 0
     exclusive = {loop.name for loop in control_loops() if loop.exclusive}
-    assert exclusive and exclusive != loop_names  # the outbox's delivery loop claims rows instead
+    assert exclusive and exclusive != loop_names  # the outbox's loops run side by side instead
     for name in exclusive:  # every exclusive loop met a pass of the other worker holding its lock
         assert sum(mine[name]["skipped"] for mine in passes) > 0, f"{name}: the two workers never overlapped"
     for name in loop_names:
