@@ -184,7 +184,9 @@ def create_allocation(
     if volumes:
         # Locked so a concurrent delete of one of them waits and then sees this allocation.
         volumes = list(
-            Volume.objects.select_for_update().select_related("export_partition").filter(pk__in=[v.pk for v in volumes])
+            Volume.objects.select_for_update(of=("self",))
+            .select_related("export_partition")
+            .filter(pk__in=[v.pk for v in volumes])
         )
         check_export_partitions(allocation, volumes)
         # Its volumes' partition ties it to one fabric domain: say now if that one cannot hold it.

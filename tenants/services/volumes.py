@@ -145,7 +145,7 @@ def delete_volume(*, volume: Volume, actor: str) -> None:
     """Delete the volume and its data for good, freeing its share of the storage quota. Refused
     (VolumeAttached, naming them) while an allocation that has not ended mounts it; the volume row
     is locked so a concurrent attach cannot slip in between the check and the delete."""
-    volume = Volume.objects.select_for_update().select_related("export_partition").get(pk=volume.pk)
+    volume = Volume.objects.select_for_update(of=("self",)).select_related("export_partition").get(pk=volume.pk)
     mounting = allocations_mounting(volume)
     if mounting:
         names = ", ".join(f"{a.name} ({a.pk}, {a.state})" for a in mounting)
@@ -178,8 +178,10 @@ def attach_volume(*, allocation, volume: Volume, actor: str) -> bool:
         raise ValueError("a volume can only be attached to its own tenant's allocation")
     # Lock both rows: a concurrent delete of the volume, or placement of a pending allocation
     # (which fixes its partition), waits for this attach and then sees it.
-    volume = Volume.objects.select_for_update().select_related("export_partition").get(pk=volume.pk)
-    allocation = Allocation.objects.select_for_update().select_related("fabric_partition").get(pk=allocation.pk)
+    volume = Volume.objects.select_for_update(of=("self",)).select_related("export_partition").get(pk=volume.pk)
+    allocation = (
+        Allocation.objects.select_for_update(of=("self",)).select_related("fabric_partition").get(pk=allocation.pk)
+    )
     if allocation.state not in LIVE_STATES and allocation.state != AllocationState.PENDING:
         raise VolumeNotAttachable(
             f"Allocation {allocation.pk} is {allocation.state}; volumes attach to pending, provisioning or active ones."
