@@ -67,5 +67,7 @@ def drop(alias: str, name: str) -> None:
             except FileNotFoundError:
                 pass
         return
+    # WITH (FORCE): a live server's or a simulator's thread may still hold a connection to the
+    # copy when the session ends; the copy is ours alone, so those connections are ended with it.
     with connection._nodb_cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {connection.ops.quote_name(name)}")
+        cursor.execute(f"DROP DATABASE IF EXISTS {connection.ops.quote_name(name)} WITH (FORCE)")
